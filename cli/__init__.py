@@ -1,0 +1,1 @@
+"""deltamirror.cli: the `deltamirror` command, the composition root of core, producer and consumer."""

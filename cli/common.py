@@ -1,0 +1,54 @@
+"""Arguments shared by subcommands: the table, its storage options, a version or a timestamp."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def parse_storage_options(pairs: list[str] | None) -> dict[str, Any]:
+    from deltamirror.core.errors import InvalidArgumentError
+
+    options: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise InvalidArgumentError(f"--storage-option takes KEY=VALUE, got {pair!r}")
+        options[key] = value
+    return options
+
+
+def add_table_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "table", metavar="TABLE", help="table location: a path or an fsspec URL (s3://, gs://, abfs://)"
+    )
+    parser.add_argument(
+        "-S",
+        "--storage-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="fsspec storage option (credentials, endpoint); repeatable",
+    )
+
+
+def add_version_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--version", type=int, metavar="N", help="read the table as of version N")
+    group.add_argument(
+        "--timestamp",
+        metavar="TS",
+        help="read the latest version committed at or before TS (ISO-8601, e.g. 2026-01-01T00:00:05.500Z)",
+    )
+
+
+def add_output_arguments(parser: argparse.ArgumentParser, formats: list[str], default: str) -> None:
+    parser.add_argument(
+        "--format", choices=formats, default=default, help=f"output format (default {default})"
+    )
+    parser.add_argument("-o", "--output", metavar="PATH", help="write to PATH instead of stdout")
+
+
+def open_table_from_args(args: argparse.Namespace) -> Any:
+    from deltamirror.core.table import open_table
+
+    return open_table(args.table, parse_storage_options(args.storage_option))

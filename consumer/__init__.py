@@ -1,0 +1,1 @@
+"""deltamirror.consumer: incremental snapshots, cache invalidation and the Spark change-feed source."""

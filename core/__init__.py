@@ -1,0 +1,1 @@
+"""deltamirror.core: the Delta Lake protocol, with no Kafka and no Spark in it."""

@@ -1,0 +1,166 @@
+"""Reading checkpoints (classic, multi-part, V2 with sidecars) into Arrow.
+
+File actions stay columnar from the parquet page to the snapshot: the ``add`` struct column is
+filtered and flattened by pyarrow, never turned into Python objects. Only the handful of
+non-file actions (protocol, metaData, txn, domainMetadata) become models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import action_schema
+from .errors import CorruptLogError
+from .log import Checkpoint, iter_json_actions
+from .models import CheckpointMetadata, DomainMetadata, Metadata, Protocol, Sidecar, Txn
+from .storage import TableStorage
+
+SIDECAR_DIR = "_sidecars"
+_SMALL_ACTIONS = ("metaData", "protocol", "txn", "domainMetadata", "checkpointMetadata", "sidecar")
+
+
+@dataclass
+class CheckpointState:
+    """What one checkpoint holds, before the commits after it are applied."""
+
+    version: int
+    adds: pa.Table
+    removes: pa.Table
+    metadata: Metadata | None = None
+    protocol: Protocol | None = None
+    txns: dict[str, Txn] = field(default_factory=dict)
+    domains: dict[str, DomainMetadata] = field(default_factory=dict)
+    checkpoint_metadata: CheckpointMetadata | None = None
+    sidecars: list[Sidecar] = field(default_factory=list)
+
+
+def arrow_to_python(value: Any, typ: pa.DataType) -> Any:
+    """A value from ``to_pylist`` with maps turned back into dicts (as the JSON log has them)."""
+    if value is None:
+        return None
+    if pa.types.is_map(typ):
+        return {k: arrow_to_python(v, typ.item_type) for k, v in value}
+    if pa.types.is_struct(typ):
+        return {
+            f.name: arrow_to_python(value.get(f.name), f.type) for f in typ if value.get(f.name) is not None
+        }
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ):
+        return [arrow_to_python(v, typ.value_type) for v in value]
+    return value
+
+
+def struct_rows(column: pa.ChunkedArray, schema: pa.Schema) -> pa.Table:
+    """The non-null rows of a struct column as a table conformed to ``schema``."""
+    column = column.filter(pc.is_valid(column))
+    if len(column) == 0:
+        return schema.empty_table()
+    return action_schema.conform(pa.Table.from_struct_array(column), schema)
+
+
+def _small_actions(table: pa.Table, state: CheckpointState, *, file: str, uri: str) -> None:
+    for name in _SMALL_ACTIONS:
+        if name not in table.column_names:
+            continue
+        col = table.column(name)
+        col = col.filter(pc.is_valid(col))
+        for raw in col.to_pylist():
+            _apply_small({name: arrow_to_python(raw, col.type)}, state, file=file, uri=uri)
+
+
+def _apply_small(wrapped: dict[str, Any], state: CheckpointState, *, file: str, uri: str) -> None:
+    from .models import parse_action  # local: models imports schema which is heavier
+
+    action = parse_action(wrapped, file=file, table=uri)
+    if isinstance(action, Metadata):
+        state.metadata = action
+    elif isinstance(action, Protocol):
+        state.protocol = action
+    elif isinstance(action, Txn):
+        state.txns[action.app_id] = action
+    elif isinstance(action, DomainMetadata):
+        if not action.removed:
+            state.domains[action.domain] = action
+    elif isinstance(action, CheckpointMetadata):
+        state.checkpoint_metadata = action
+    elif isinstance(action, Sidecar):
+        state.sidecars.append(action)
+
+
+def _read_parquet_part(storage: TableStorage, path: str) -> Iterator[tuple[str, pa.Table]]:
+    """(kind, table) pieces of one checkpoint parquet file: 'add', 'remove' and 'small'."""
+    try:
+        pf = storage.parquet_file(path)
+    except FileNotFoundError:
+        raise CorruptLogError(
+            "checkpoint file disappeared while reading", table=storage.uri, file=path
+        ) from None
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise CorruptLogError(f"unreadable checkpoint: {exc}", table=storage.uri, file=path) from exc
+    names = set(pf.schema_arrow.names)
+    for kind in ("add", "remove"):
+        if kind in names:
+            col = pf.read(columns=[kind]).column(kind)
+            yield kind, struct_rows(col, action_schema.SCHEMAS[kind])
+    small = [n for n in _SMALL_ACTIONS if n in names]
+    if small:
+        yield "small", pf.read(columns=small)
+
+
+def read_checkpoint(storage: TableStorage, checkpoint: Checkpoint) -> CheckpointState:
+    """All actions of a checkpoint, with sidecar files of a V2 checkpoint folded in."""
+    adds: list[pa.Table] = []
+    removes: list[pa.Table] = []
+    state = CheckpointState(
+        checkpoint.version, action_schema.ADD.empty_table(), action_schema.REMOVE.empty_table()
+    )
+    for info in checkpoint.files:
+        path = storage.log_file(info.name)
+        if checkpoint.format == "json":
+            _read_json_checkpoint(storage, path, state, adds, removes)
+            continue
+        for kind, table in _read_parquet_part(storage, path):
+            if kind == "add":
+                adds.append(table)
+            elif kind == "remove":
+                removes.append(table)
+            else:
+                _small_actions(table, state, file=path, uri=storage.uri)
+    for sidecar in state.sidecars:
+        path = _sidecar_path(storage, sidecar.path)
+        for kind, table in _read_parquet_part(storage, path):
+            if kind == "add":
+                adds.append(table)
+            elif kind == "remove":
+                removes.append(table)
+    if adds:
+        state.adds = pa.concat_tables(adds)
+    if removes:
+        state.removes = pa.concat_tables(removes)
+    return state
+
+
+def _sidecar_path(storage: TableStorage, path: str) -> str:
+    if "/" in path or ":" in path:
+        return storage.data_path(path)
+    return storage.log_file(f"{SIDECAR_DIR}/{path}")
+
+
+def _read_json_checkpoint(
+    storage: TableStorage, path: str, state: CheckpointState, adds: list[pa.Table], removes: list[pa.Table]
+) -> None:
+    file_actions: dict[str, list[dict[str, Any]]] = {"add": [], "remove": []}
+    for _, wrapped in iter_json_actions(storage.read_bytes(path), table=storage.uri, file=path):
+        name = next(iter(wrapped))
+        if name in file_actions:
+            file_actions[name].append(wrapped[name])
+        else:
+            _apply_small(wrapped, state, file=path, uri=storage.uri)
+    if file_actions["add"]:
+        adds.append(pa.Table.from_pylist(file_actions["add"], schema=action_schema.ADD))
+    if file_actions["remove"]:
+        removes.append(pa.Table.from_pylist(file_actions["remove"], schema=action_schema.REMOVE))

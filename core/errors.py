@@ -1,0 +1,177 @@
+"""The one exception hierarchy of deltamirror.
+
+Every error a user can cause derives from :class:`DeltaMirrorError` and names what it is about
+(table, version, file, line) so that a one-line message on stderr is enough to act on.
+``exit_code`` tells the CLI how to exit: 2 for bad input (the table, a URL, an argument),
+1 for a failure of the environment (a broker, a fenced producer).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class DeltaMirrorError(Exception):
+    """Root of every error deltamirror raises on purpose."""
+
+    exit_code: int = 2
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        table: str | None = None,
+        version: int | None = None,
+        file: str | None = None,
+        line: int | None = None,
+        **context: Any,
+    ) -> None:
+        self.message = message
+        self.table = table
+        self.version = version
+        self.file = file
+        self.line = line
+        self.context = context
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        where = []
+        if self.table is not None:
+            where.append(f"table={self.table}")
+        if self.version is not None:
+            where.append(f"version={self.version}")
+        if self.file is not None:
+            where.append(f"file={self.file}")
+        if self.line is not None:
+            where.append(f"line={self.line}")
+        where.extend(f"{k}={v}" for k, v in self.context.items() if v is not None)
+        return f"{self.message} ({', '.join(where)})" if where else self.message
+
+
+# --- locating a table -------------------------------------------------------------------------
+
+
+class InvalidTableUriError(DeltaMirrorError):
+    """The table location cannot be understood (unknown protocol, malformed URL)."""
+
+
+class InvalidArgumentError(DeltaMirrorError):
+    """A malformed argument: a timestamp that does not parse, a negative version, a bad option."""
+
+
+class TableNotFoundError(DeltaMirrorError):
+    """No ``_delta_log`` (or an empty one) at the location."""
+
+
+class StorageError(DeltaMirrorError):
+    """The storage failed in a way that may pass (timeouts, throttling). Safe to retry."""
+
+    exit_code = 1
+
+
+# --- the log ----------------------------------------------------------------------------------
+
+
+class VersionNotFoundError(DeltaMirrorError):
+    """A requested version does not exist, or was cleaned up from the log."""
+
+
+class LogGapError(VersionNotFoundError):
+    """A commit is missing after the checkpoint in use; the table state cannot be built."""
+
+
+class TimestampOutOfRangeError(DeltaMirrorError):
+    """A timestamp before the earliest recoverable commit or after the latest one."""
+
+    error_class = "DELTA_TIMESTAMP_GREATER_THAN_COMMIT"
+
+
+class CorruptLogError(DeltaMirrorError):
+    """A log file that cannot be parsed (bad JSON line, bad checkpoint)."""
+
+
+class IncompleteTableStateError(CorruptLogError):
+    """The log does not define both a protocol and a metaData action."""
+
+
+# --- features ---------------------------------------------------------------------------------
+
+
+class UnsupportedFeatureError(DeltaMirrorError):
+    """The table needs a reader feature (or protocol version) deltamirror does not implement."""
+
+    def __init__(self, message: str, *, feature: str | None = None, **kw: Any) -> None:
+        self.feature = feature
+        super().__init__(message, feature=feature, **kw)
+
+
+class CatalogManagedTableError(UnsupportedFeatureError):
+    """Catalog-managed tables keep commits outside the log; storage alone gives a wrong answer."""
+
+
+# --- data -------------------------------------------------------------------------------------
+
+
+class DataFileNotFoundError(DeltaMirrorError):
+    """A data file the log references is gone (typically vacuumed)."""
+
+
+class DeletionVectorError(DeltaMirrorError):
+    """A deletion vector that cannot be read or does not match its descriptor."""
+
+
+class SchemaError(DeltaMirrorError):
+    """A schemaString that does not parse, or a type deltamirror cannot map to Arrow."""
+
+
+# --- change data feed -------------------------------------------------------------------------
+
+
+class ChangeDataFeedError(DeltaMirrorError):
+    """A change-feed request delta-spark would refuse; ``error_class`` is delta-spark's name."""
+
+    error_class = "DELTA_CHANGE_DATA_FEED_ERROR"
+
+    def __str__(self) -> str:
+        return f"[{self.error_class}] {super().__str__()}"
+
+
+class ChangeDataNotEnabledError(ChangeDataFeedError):
+    error_class = "DELTA_MISSING_CHANGE_DATA"
+
+
+class StartVersionAfterLatestError(ChangeDataFeedError):
+    error_class = "DELTA_CDC_START_VERSION_AFTER_LATEST"
+
+
+class InvalidChangeRangeError(ChangeDataFeedError):
+    error_class = "DELTA_INVALID_CDC_RANGE"
+
+
+class MultipleBoundaryError(ChangeDataFeedError):
+    error_class = "DELTA_MULTIPLE_CDC_BOUNDARY"
+
+
+class IncompatibleSchemaChangeError(ChangeDataFeedError):
+    error_class = "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_SCHEMA_CHANGE"
+
+
+# --- configuration and services ---------------------------------------------------------------
+
+
+class ConfigError(DeltaMirrorError):
+    """A configuration file or option that is wrong."""
+
+
+class KafkaError(DeltaMirrorError):
+    """The broker failed or refused; carries librdkafka's reason."""
+
+    exit_code = 1
+
+
+class ProducerFencedError(KafkaError):
+    """Another watcher took over this table's transactional.id; this one must stop for good."""
+
+
+class EnvironmentMissingError(DeltaMirrorError):
+    """A required program (java) or optional extra (pyspark) is not installed."""

@@ -1,0 +1,155 @@
+"""Partition values: the strings of ``add.partitionValues`` as typed Arrow values.
+
+PROTOCOL.md "Partition Value Serialization": an empty string or null is null; numbers, booleans
+and dates are their text; timestamps are ``YYYY-MM-DD HH:MM:SS[.ffffff]`` (read as UTC: the
+writer's zone is not recorded) or ISO-8601 with a zone (``...T...Z``); binary is the string's
+bytes (UTF-8), as delta-spark writes and reads it. Under column mapping the keys are physical names.
+
+Parsing is vectorised over an Arrow string column, so the values of many files cost one cast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .errors import CorruptLogError, SchemaError
+from .schema import (
+    ColumnMappingMode,
+    DecimalType,
+    DeltaType,
+    PrimitiveType,
+    StructField,
+    physical_name,
+    to_arrow_type,
+)
+
+_PARTITIONABLE = frozenset(
+    {
+        "string",
+        "long",
+        "integer",
+        "short",
+        "byte",
+        "float",
+        "double",
+        "boolean",
+        "binary",
+        "date",
+        "timestamp",
+        "timestamp_ntz",
+    }
+)
+# a zone at the end of an ISO-8601 timestamp: Z, +hh:mm, +hhmm, +hh
+_ZONED = r"(?:[Zz]|[+-]\d{2}(?::?\d{2})?)$"
+
+
+def _check_partitionable(data_type: DeltaType, column: str | None) -> pa.DataType:
+    if isinstance(data_type, DecimalType) or (
+        isinstance(data_type, PrimitiveType) and data_type.name in _PARTITIONABLE
+    ):
+        return to_arrow_type(data_type)
+    raise SchemaError(f"type {data_type.to_json_value()!r} cannot be a partition column", column=column)
+
+
+def parse_partition_values(
+    values: pa.Array | pa.ChunkedArray,
+    data_type: DeltaType,
+    *,
+    column: str | None = None,
+    table: str | None = None,
+    file: str | None = None,
+) -> pa.Array:
+    """Typed values of one partition column from its serialized strings (null or "" = null)."""
+    target = _check_partitionable(data_type, column)
+    strings = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    if not pa.types.is_string(strings.type):
+        strings = strings.cast(pa.string())
+    # "An empty string for any type translates to a null partition value."
+    strings = pc.if_else(pc.equal(strings, ""), pa.scalar(None, pa.string()), strings)
+    try:
+        if pa.types.is_timestamp(target):
+            return _parse_timestamps(strings, target)
+        if pa.types.is_binary(target):
+            return strings.cast(pa.binary())
+        return strings.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise CorruptLogError(
+            f"partition value does not parse as {data_type.to_json_value()}: {exc}",
+            table=table,
+            file=file,
+            column=column,
+        ) from exc
+
+
+def _parse_timestamps(strings: pa.Array, target: pa.TimestampType) -> pa.Array:
+    """Both spellings a writer may use: naive wall-clock (taken as UTC) and ISO-8601 with a zone."""
+    zoned_mask = pc.fill_null(pc.match_substring_regex(strings, _ZONED), False)
+    utc = pa.timestamp("us", tz="UTC")
+    naive = pc.if_else(zoned_mask, pa.scalar(None, pa.string()), strings)
+    parsed = naive.cast(pa.timestamp("us")).cast(utc)
+    if pc.any(zoned_mask).as_py():
+        zoned = pc.if_else(zoned_mask, strings, pa.scalar(None, pa.string()))
+        # Arrow's ISO-8601 parser wants "+hh:mm"/"Z"; writers also emit "+hhmm"
+        zoned = pc.replace_substring_regex(zoned, r"([+-]\d{2})(\d{2})$", r"\1:\2")
+        parsed = pc.if_else(zoned_mask, zoned.cast(utc), parsed)
+    return parsed.cast(target)
+
+
+def parse_partition_value(
+    value: str | None,
+    data_type: DeltaType,
+    *,
+    column: str | None = None,
+    table: str | None = None,
+    file: str | None = None,
+) -> pa.Scalar:
+    """One typed partition value."""
+    array = parse_partition_values(
+        pa.array([value], pa.string()), data_type, column=column, table=table, file=file
+    )
+    return array[0]
+
+
+def partition_value_of(
+    partition_values: Mapping[str, str | None], field: StructField, mode: ColumnMappingMode
+) -> str | None:
+    """The serialized value of ``field`` in one file's ``partitionValues``.
+
+    Keys are physical names under column mapping; a table upgraded to ``name`` mode keeps the
+    logical name as physical name, so the logical key is the fallback.
+    """
+    key = physical_name(field, mode)
+    if key in partition_values:
+        return partition_values[key]
+    return partition_values.get(field.name)
+
+
+def parse_partition_map(
+    partition_values: pa.Array | pa.ChunkedArray,
+    fields: Sequence[StructField],
+    mode: ColumnMappingMode,
+    *,
+    table: str | None = None,
+) -> pa.Table:
+    """Typed partition columns (logical names) for a column of ``partitionValues`` maps.
+
+    One row per file; vectorised, so it suits a snapshot of many files.
+    """
+    maps = (
+        partition_values.combine_chunks()
+        if isinstance(partition_values, pa.ChunkedArray)
+        else partition_values
+    )
+    columns = []
+    for field in fields:
+        key = physical_name(field, mode)
+        strings = pc.map_lookup(maps, pa.scalar(key, pa.string()), "first")
+        if key != field.name:
+            # physical names are unique uuids: a logical-name key can only be this column's
+            by_logical = pc.map_lookup(maps, pa.scalar(field.name, pa.string()), "first")
+            strings = pc.coalesce(strings, by_logical)
+        columns.append(parse_partition_values(strings, field.type, column=field.name, table=table))
+    return pa.table(columns, names=[f.name for f in fields])

@@ -1,0 +1,164 @@
+"""Log replay: a checkpoint plus the commits after it reconciled into one table state, in Arrow.
+
+A file is identified by (canonical path, deletion vector id). The newest action on a key wins: an
+``add`` makes it active, a ``remove`` makes it a tombstone. Checkpoint rows are already reconciled,
+so they only need to be dropped when a later commit touches their key; that is one vectorized
+``is_in`` over the checkpoint, whatever its size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import action_schema
+from .checkpoint import CheckpointState, read_checkpoint
+from .deletion_vectors import dv_unique_ids
+from .errors import IncompleteTableStateError
+from .log import LogSegment, commit_name, read_commit
+from .models import CommitInfo, DomainMetadata, Metadata, Protocol, Txn, parse_action
+from .storage import TableStorage
+
+ORDER = "__order"
+
+
+def file_keys(paths: pa.Array | pa.ChunkedArray, dvs: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """The replay key of each file action: canonical path + NUL + deletion vector id.
+
+    ``file:/x``, ``file:///x`` and ``/x`` name the same file (delta-spark canonicalizes paths).
+    """
+    if isinstance(paths, pa.ChunkedArray):
+        paths = paths.combine_chunks()
+    if isinstance(dvs, pa.ChunkedArray):
+        dvs = dvs.combine_chunks()
+    canonical = pc.replace_substring_regex(paths, pattern=r"^file:/+", replacement="/")
+    dv_ids = pc.fill_null(dv_unique_ids(dvs), "")
+    return pc.binary_join_element_wise(canonical, dv_ids, "\x00")
+
+
+@dataclass
+class TableState:
+    """The reconciled state at one version."""
+
+    version: int
+    metadata: Metadata
+    protocol: Protocol
+    files: pa.Table
+    tombstones: pa.Table
+    txns: dict[str, Txn] = field(default_factory=dict)
+    domains: dict[str, DomainMetadata] = field(default_factory=dict)
+    commit_infos: dict[int, CommitInfo] = field(default_factory=dict)
+
+
+@dataclass
+class _Pending:
+    """Non-file actions of the commits after the checkpoint, newest last."""
+
+    metadata: Metadata | None = None
+    protocol: Protocol | None = None
+    txns: dict[str, Txn] = field(default_factory=dict)
+    domains: dict[str, DomainMetadata | None] = field(default_factory=dict)
+    commit_infos: dict[int, CommitInfo] = field(default_factory=dict)
+    adds: list[dict[str, Any]] = field(default_factory=list)
+    removes: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _collect(storage: TableStorage, versions: Iterable[int]) -> _Pending:
+    pending = _Pending()
+    order = 0
+    for version in versions:
+        file = storage.log_file(commit_name(version))
+        for lineno, wrapped in enumerate(read_commit(storage, version), start=1):
+            name = next(iter(wrapped))
+            body = wrapped[name]
+            order += 1
+            if name == "add":
+                pending.adds.append({**body, ORDER: order})
+            elif name == "remove":
+                pending.removes.append({**body, ORDER: order})
+            elif name in ("metaData", "protocol", "txn", "domainMetadata", "commitInfo"):
+                action = parse_action(wrapped, file=file, line=lineno, table=storage.uri)
+                if isinstance(action, Metadata):
+                    pending.metadata = action
+                elif isinstance(action, Protocol):
+                    pending.protocol = action
+                elif isinstance(action, Txn):
+                    pending.txns[action.app_id] = action
+                elif isinstance(action, DomainMetadata):
+                    pending.domains[action.domain] = None if action.removed else action
+                elif isinstance(action, CommitInfo):
+                    pending.commit_infos[version] = action
+    return pending
+
+
+def _with_order(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=schema.append(pa.field(ORDER, pa.int64())))
+
+
+def reconcile(
+    cp_adds: pa.Table, cp_removes: pa.Table, adds: pa.Table, removes: pa.Table
+) -> tuple[pa.Table, pa.Table]:
+    """(active files, tombstones) from checkpoint rows and ordered commit rows (with ``__order``)."""
+    if adds.num_rows == 0 and removes.num_rows == 0:
+        return cp_adds, cp_removes
+    add_keys = file_keys(adds["path"], adds["deletionVector"])
+    rm_keys = file_keys(removes["path"], removes["deletionVector"])
+    actions = pa.table(
+        {
+            "key": pa.concat_arrays([add_keys, rm_keys]),
+            "order": pa.concat_arrays([adds[ORDER].combine_chunks(), removes[ORDER].combine_chunks()]),
+        }
+    ).sort_by([("key", "ascending"), ("order", "descending")])
+    keys = actions["key"].combine_chunks()
+    first = pc.not_equal(keys.slice(1), keys.slice(0, len(keys) - 1))
+    is_first = pa.concat_arrays(
+        [pa.array([True]), first.combine_chunks() if isinstance(first, pa.ChunkedArray) else first]
+    )
+    winners = actions["order"].combine_chunks().filter(is_first)
+    live_adds = adds.filter(pc.is_in(adds[ORDER], winners)).drop_columns([ORDER])
+    live_removes = removes.filter(pc.is_in(removes[ORDER], winners)).drop_columns([ORDER])
+    touched = pc.unique(keys)
+    cp_add_keep = pc.invert(pc.is_in(file_keys(cp_adds["path"], cp_adds["deletionVector"]), touched))
+    cp_rm_keep = pc.invert(pc.is_in(file_keys(cp_removes["path"], cp_removes["deletionVector"]), touched))
+    files = pa.concat_tables([cp_adds.filter(cp_add_keep), live_adds])
+    tombstones = pa.concat_tables([cp_removes.filter(cp_rm_keep), live_removes])
+    return files, tombstones
+
+
+def replay(storage: TableStorage, segment: LogSegment) -> TableState:
+    """The table state at ``segment.version``."""
+    cp: CheckpointState | None = None
+    if segment.checkpoint is not None:
+        cp = read_checkpoint(storage, segment.checkpoint)
+    pending = _collect(storage, segment.commit_versions)
+    metadata = pending.metadata or (cp.metadata if cp else None)
+    protocol = pending.protocol or (cp.protocol if cp else None)
+    if protocol is None:
+        raise IncompleteTableStateError(
+            "no protocol action in the log segment", table=storage.uri, version=segment.version
+        )
+    if metadata is None:
+        raise IncompleteTableStateError(
+            "no metaData action in the log segment", table=storage.uri, version=segment.version
+        )
+    txns = dict(cp.txns) if cp else {}
+    txns.update(pending.txns)
+    domains = dict(cp.domains) if cp else {}
+    for name, dm in pending.domains.items():
+        if dm is None:
+            domains.pop(name, None)
+        else:
+            domains[name] = dm
+    files, tombstones = reconcile(
+        cp.adds if cp else action_schema.ADD.empty_table(),
+        cp.removes if cp else action_schema.REMOVE.empty_table(),
+        _with_order(pending.adds, action_schema.ADD),
+        _with_order(pending.removes, action_schema.REMOVE),
+    )
+    return TableState(
+        segment.version, metadata, protocol, files, tombstones, txns, domains, pending.commit_infos
+    )
