@@ -236,7 +236,7 @@ class _Parts:
         if pc.max(pc.add(firsts, lengths)).as_py() > 0x10000:
             raise _Malformed("a run goes past the end of its container")
         ends = pc.cumulative_sum(lengths)
-        shifts = pc.subtract(firsts, pc.subtract(ends, 1))
+        shifts = pc.subtract(firsts, pc.subtract(ends, lengths))
         total = ends[-1].as_py()
         positions = pc.cast(pc.indices_nonzero(pa.repeat(pa.scalar(True), total)), pa.int64())
         values = pc.add(positions, pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(ends, shifts)))

@@ -47,7 +47,7 @@ def normalize_table_uri(uri: str) -> str:
         if parsed.scheme == "file" and parsed.netloc not in ("", "localhost"):
             raise InvalidTableUriError("file:// URL with a host is not supported", table=uri)
         return "file://" + os.path.abspath(os.path.expanduser(path)).rstrip("/")
-    if parsed.scheme not in fsspec.available_protocols():
+    if parsed.scheme not in fsspec.available_protocols() and parsed.scheme not in fsspec.registry:
         raise InvalidTableUriError(f"unknown storage protocol {parsed.scheme!r}", table=uri)
     return uri.rstrip("/")
 
@@ -95,7 +95,11 @@ class TableStorage:
         if self._fs is None:
             try:
                 fs, root = fsspec.core.url_to_fs(self.uri, **self.storage_options)
-            except (ImportError, ValueError, TypeError) as exc:
+            except ImportError as exc:
+                raise InvalidTableUriError(
+                    f"storage for this URL needs a package that is not installed: {exc}", table=self.uri
+                ) from exc
+            except (ValueError, TypeError) as exc:
                 raise InvalidTableUriError(f"cannot open storage: {exc}", table=self.uri) from exc
             self._fs, self._root = fs, root.rstrip("/")
         return self._fs

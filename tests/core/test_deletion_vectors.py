@@ -52,7 +52,7 @@ Z85_CHARS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=
 def z85_encode(data: bytes) -> str:
     """ZeroMQ RFC 32: each big-endian 4-byte group becomes 5 base-85 digits, most significant first."""
     assert len(data) % 4 == 0
-    out = []
+    out: list[str] = []
     for i in range(0, len(data), 4):
         value = int.from_bytes(data[i : i + 4], "big")
         digits = []
@@ -310,7 +310,7 @@ def row_sets(draw: st.DrawFn) -> tuple[list[int], bool]:
     )
     rows: set[int] = set()
     for bucket in bucket_keys:
-        for key in draw(st.lists(st.integers(0, 65535), min_size=1, max_size=3, unique=True)):
+        for key in draw(st.lists(st.integers(0, 65535), min_size=1, max_size=5, unique=True)):
             base = bucket << 32 | key << 16
             kind = draw(st.sampled_from(["array", "bitmap", "few_runs", "many_runs", "full", "edges"]))
             rng = random.Random(draw(st.integers(0, 2**32)))
@@ -360,6 +360,8 @@ def test_decoder_covers_both_cookies_and_offset_headers() -> None:
         (list(range(0, 200_000, 7)), False, 12346),
         (list(range(10, 30_000)), True, 12347),  # 1 run container, no offsets
         ([*range(0, 70_000, 3), *range(100_000, 400_000)], True, 12347),  # >= 4 containers, offsets
+        ([*range(100), *(k * 65536 + 7 for k in (1, 2))], True, 12347),  # 3 containers: no offsets
+        ([*range(100), *(k * 65536 + 7 for k in (1, 2, 3))], True, 12347),  # exactly 4: offsets
     ]
     for values, optimize, cookie in cases:
         bitmap32 = pyroaring.BitMap(values)
