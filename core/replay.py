@@ -8,6 +8,7 @@ so they only need to be dropped when a later commit touches their key; that is o
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,10 @@ from .models import CommitInfo, DomainMetadata, Metadata, Protocol, Txn, parse_a
 from .storage import TableStorage
 
 ORDER = "__order"
+KNOWN_ACTIONS = frozenset(
+    {"add", "remove", "metaData", "protocol", "txn", "domainMetadata", "commitInfo", "cdc", "checkpointMetadata", "sidecar"}
+)
+log = logging.getLogger(__name__)
 
 
 def file_keys(paths: pa.Array | pa.ChunkedArray, dvs: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -52,6 +57,8 @@ class TableState:
     txns: dict[str, Txn] = field(default_factory=dict)
     domains: dict[str, DomainMetadata] = field(default_factory=dict)
     commit_infos: dict[int, CommitInfo] = field(default_factory=dict)
+    #: action types this version of deltamirror does not know, with how often they occur
+    unknown_actions: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -65,6 +72,7 @@ class _Pending:
     commit_infos: dict[int, CommitInfo] = field(default_factory=dict)
     adds: list[dict[str, Any]] = field(default_factory=list)
     removes: list[dict[str, Any]] = field(default_factory=list)
+    unknown: dict[str, int] = field(default_factory=dict)
 
 
 def _collect(storage: TableStorage, versions: Iterable[int]) -> _Pending:
@@ -92,6 +100,10 @@ def _collect(storage: TableStorage, versions: Iterable[int]) -> _Pending:
                     pending.domains[action.domain] = None if action.removed else action
                 elif isinstance(action, CommitInfo):
                     pending.commit_infos[version] = action
+            elif name not in KNOWN_ACTIONS:
+                if name not in pending.unknown:
+                    log.warning("unknown action type %r in %s line %d: kept, not applied", name, file, lineno)
+                pending.unknown[name] = pending.unknown.get(name, 0) + 1
     return pending
 
 
@@ -160,5 +172,5 @@ def replay(storage: TableStorage, segment: LogSegment) -> TableState:
         _with_order(pending.removes, action_schema.REMOVE),
     )
     return TableState(
-        segment.version, metadata, protocol, files, tombstones, txns, domains, pending.commit_infos
+        segment.version, metadata, protocol, files, tombstones, txns, domains, pending.commit_infos, pending.unknown
     )

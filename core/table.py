@@ -90,6 +90,11 @@ class Snapshot:
         return self._state.domains
 
     @property
+    def unknown_actions(self) -> dict[str, int]:
+        """Action types in the replayed commits that deltamirror does not know (kept, not applied)."""
+        return self._state.unknown_actions
+
+    @property
     def schema(self) -> StructType:
         return self.metadata.table_schema
 
