@@ -110,6 +110,6 @@ def test_unknown_action_in_a_commit_is_reported(tmp_path: Path, caplog: pytest.L
 
     path = copy_table("spark__transaction_log_schema_evolvability", tmp_path)
     snap = open_table(str(path)).snapshot()
-    # versions 4 and 5 (after the checkpoint at 2) carry an action type no Delta version defines
-    assert snap.unknown_actions == {"some_new_action_alongside_add_action": 2}
+    # versions 4 and 5 (after the checkpoint at 2) carry action types no Delta version defines
+    assert snap.unknown_actions == {"some_new_action": 1, "some_new_action_alongside_add_action": 3}
     assert any("unknown action type" in r.getMessage() for r in caplog.records)
