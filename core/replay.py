@@ -26,7 +26,18 @@ from .storage import TableStorage
 
 ORDER = "__order"
 KNOWN_ACTIONS = frozenset(
-    {"add", "remove", "metaData", "protocol", "txn", "domainMetadata", "commitInfo", "cdc", "checkpointMetadata", "sidecar"}
+    {
+        "add",
+        "remove",
+        "metaData",
+        "protocol",
+        "txn",
+        "domainMetadata",
+        "commitInfo",
+        "cdc",
+        "checkpointMetadata",
+        "sidecar",
+    }
 )
 log = logging.getLogger(__name__)
 
@@ -172,5 +183,13 @@ def replay(storage: TableStorage, segment: LogSegment) -> TableState:
         _with_order(pending.removes, action_schema.REMOVE),
     )
     return TableState(
-        segment.version, metadata, protocol, files, tombstones, txns, domains, pending.commit_infos, pending.unknown
+        segment.version,
+        metadata,
+        protocol,
+        files,
+        tombstones,
+        txns,
+        domains,
+        pending.commit_infos,
+        pending.unknown,
     )

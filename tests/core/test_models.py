@@ -7,8 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-from support.tables import TABLES
-
 from deltamirror.core import errors
 from deltamirror.core.models import (
     AddFile,
@@ -18,6 +16,7 @@ from deltamirror.core.models import (
     parse_action,
     wrap,
 )
+from support.tables import TABLES
 
 COMMIT = re.compile(r"\d{20}\.json")
 
@@ -53,7 +52,9 @@ def test_every_real_action_round_trips_exactly() -> None:
 
 
 def test_unknown_fields_and_actions_are_kept() -> None:
-    add = parse_action({"add": {"path": "a", "size": 1, "modificationTime": 2, "dataChange": True, "newField": {"x": 1}}})
+    add = parse_action(
+        {"add": {"path": "a", "size": 1, "modificationTime": 2, "dataChange": True, "newField": {"x": 1}}}
+    )
     assert isinstance(add, AddFile)
     assert add.to_dict()["newField"] == {"x": 1}
     unknown = parse_action({"someFutureAction": {"a": 1}})
@@ -91,7 +92,13 @@ def test_deletion_vector_unique_id() -> None:
                 "size": 1,
                 "modificationTime": 2,
                 "dataChange": True,
-                "deletionVector": {"storageType": "u", "pathOrInlineDv": "ab", "offset": 4, "sizeInBytes": 9, "cardinality": 2},
+                "deletionVector": {
+                    "storageType": "u",
+                    "pathOrInlineDv": "ab",
+                    "offset": 4,
+                    "sizeInBytes": 9,
+                    "cardinality": 2,
+                },
             }
         }
     )
@@ -104,9 +111,8 @@ def test_tables_dir_exists() -> None:
 
 
 def test_unknown_action_in_a_commit_is_reported(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from support.tables import copy_table
-
     from deltamirror.core.table import open_table
+    from support.tables import copy_table
 
     path = copy_table("spark__transaction_log_schema_evolvability", tmp_path)
     snap = open_table(str(path)).snapshot()
