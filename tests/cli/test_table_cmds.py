@@ -135,7 +135,7 @@ def test_read_value_encodings(capsys: pytest.CaptureFixture[str]) -> None:
 def test_user_errors_are_one_line_and_exit_2(
     capsys: pytest.CaptureFixture[str], argv: list[str], needle: str
 ) -> None:
-    code, out, err = _run(capsys, *argv)
+    code, _, err = _run(capsys, *argv)
     assert code == 2
     assert err.count("\n") == 1 and err.startswith("deltamirror: error:")
     assert needle in err

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 from deltamirror.core import errors
 from deltamirror.core.models import (
     AddFile,
@@ -67,7 +68,7 @@ def test_models_are_frozen_and_snake_case() -> None:
     info = parse_action({"commitInfo": {"timestamp": 5, "inCommitTimestamp": 7, "operation": "WRITE"}})
     assert isinstance(info, CommitInfo)
     assert info.in_commit_timestamp == 7
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError):
         info.operation = "DELETE"  # type: ignore[misc]
 
 
