@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+
 from deltamirror.cli.main import main
 from support.tables import TABLES, copy_table
 

@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from deltamirror.core import errors
 from deltamirror.core.features import SUPPORTED_READER_FEATURES, reader_features
 from deltamirror.core.table import open_table

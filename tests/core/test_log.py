@@ -10,12 +10,13 @@ from typing import Any
 
 import fsspec
 import pytest
+from fsspec.implementations.memory import MemoryFileSystem
+
 from deltamirror.core import errors
 from deltamirror.core.commits import probe_next_versions
 from deltamirror.core.log import LogListing, build_segment
 from deltamirror.core.storage import FileInfo, TableStorage, normalize_table_uri
 from deltamirror.core.table import open_table
-from fsspec.implementations.memory import MemoryFileSystem
 from support.tables import TABLES, copy_table
 
 

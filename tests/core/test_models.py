@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+
 from deltamirror.core import errors
 from deltamirror.core.models import (
     AddFile,

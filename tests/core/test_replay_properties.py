@@ -14,6 +14,9 @@ from typing import Any
 import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from deltamirror.core import action_schema, errors
 from deltamirror.core.table import open_table
 from deltamirror.core.timestamps import (
@@ -24,8 +27,6 @@ from deltamirror.core.timestamps import (
     version_at_or_after,
     version_at_or_before,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 PATHS = [f"part-{i}.parquet" for i in range(6)]
 DVS = [None, "dv-a", "dv-b"]
