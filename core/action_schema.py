@@ -6,7 +6,11 @@ The names are Delta's own (camelCase), as in a checkpoint's ``add`` struct.
 
 from __future__ import annotations
 
+import itertools
+from typing import TypeVar
+
 import pyarrow as pa
+import pyarrow.compute as pc
 
 STRING_MAP = pa.map_(pa.string(), pa.string())
 
@@ -65,6 +69,10 @@ CDC = pa.schema(
 
 SCHEMAS = {"add": ADD, "remove": REMOVE, "cdc": CDC}
 
+T = TypeVar("T", pa.Table, pa.ChunkedArray)
+_MAX_RUNS = 64  # runs kept as slices whatever the size
+_MIN_ROWS_PER_RUN = 256  # beyond that many runs, the average slice must hold this many rows
+
 
 def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """Give a table read from any writer exactly ``schema``: missing columns as nulls, extra dropped.
@@ -82,6 +90,33 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
         else:
             columns.append(pa.nulls(table.num_rows, field.type))
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def keep_rows(data: T, keep: pa.Array | pa.ChunkedArray) -> T:
+    """The rows of ``data`` where ``keep`` (no nulls) is true, in order, copying no row if it can.
+
+    Replay drops a handful of a checkpoint's million files (and a checkpoint's ``add`` rows sit in a
+    few runs between other actions); a filter would copy every kept path and stats string. Runs of
+    kept rows become zero-copy slices instead, as long as there are few of them: more than one
+    chunk per ``_MIN_ROWS_PER_RUN`` rows would slow every later kernel, so then it filters.
+    """
+    if isinstance(keep, pa.ChunkedArray):
+        keep = keep.combine_chunks() if keep.num_chunks != 1 else keep.chunk(0)
+    n = len(keep)
+    if n == 0:
+        return data
+    changes: pa.Array = pc.indices_nonzero(pc.not_equal(keep.slice(1), keep.slice(0, n - 1)))
+    if len(changes) > 2 * max(_MAX_RUNS, n // _MIN_ROWS_PER_RUN):
+        return data.filter(keep)
+    edges = [0, *(i + 1 for i in changes.to_pylist()), n]
+    first_kept = bool(keep[0].as_py())
+    runs = [(a, b - a) for i, (a, b) in enumerate(itertools.pairwise(edges)) if (i % 2 == 0) == first_kept]
+    if runs == [(0, n)]:
+        return data
+    pieces = [data.slice(start, length) for start, length in runs] or [data.slice(0, 0)]
+    if isinstance(data, pa.Table):
+        return pa.concat_tables(pieces)
+    return pa.chunked_array([c for p in pieces for c in p.chunks], type=data.type)
 
 
 def _cast(col: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:

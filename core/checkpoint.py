@@ -13,6 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from . import action_schema
 from .errors import CorruptLogError
@@ -56,7 +57,7 @@ def arrow_to_python(value: Any, typ: pa.DataType) -> Any:
 
 def struct_rows(column: pa.ChunkedArray, schema: pa.Schema) -> pa.Table:
     """The non-null rows of a struct column as a table conformed to ``schema``."""
-    column = column.filter(pc.is_valid(column))
+    column = action_schema.keep_rows(column, pc.is_valid(column))
     if len(column) == 0:
         return schema.empty_table()
     return action_schema.conform(pa.Table.from_struct_array(column), schema)
@@ -104,11 +105,56 @@ def _read_parquet_part(storage: TableStorage, path: str) -> Iterator[tuple[str, 
     names = set(pf.schema_arrow.names)
     for kind in ("add", "remove"):
         if kind in names:
-            col = pf.read(columns=[kind]).column(kind)
+            col = _read_action_column(pf, kind).column(kind)
             yield kind, struct_rows(col, action_schema.SCHEMAS[kind])
-    small = [n for n in _SMALL_ACTIONS if n in names]
-    if small:
-        yield "small", pf.read(columns=small)
+    for name in _SMALL_ACTIONS:
+        if name in names:
+            yield "small", _read_action_column(pf, name)
+
+
+def _read_action_column(pf: pq.ParquetFile, name: str) -> pa.Table:
+    """The column of one action type, from only the row groups that hold such an action."""
+    groups = _row_groups_holding(pf, name)
+    if groups is None or len(groups) == pf.metadata.num_row_groups:
+        return pf.read(columns=[name])
+    return pf.read_row_groups(groups, columns=[name])
+
+
+def _row_groups_holding(pf: pq.ParquetFile, name: str) -> list[int] | None:
+    """Row groups with at least one non-null ``name`` action; None when that cannot be told cheaply.
+
+    Each action type is a sparse column of the checkpoint: most row groups hold no protocol or
+    txn, and a million adds leave the remove column null in most groups. Decoding a column's
+    nulls costs about as much as its values, so groups are picked first. Row group statistics
+    prove presence (a non-null leaf means a non-null action); absence is proved by reading one
+    narrow leaf, whose definition levels carry the action struct's own nulls.
+    """
+    typ = pf.schema_arrow.field(name).type
+    if not pa.types.is_struct(typ):
+        return None
+    narrow = next((f.name for f in typ if pa.types.is_integer(f.type) or pa.types.is_boolean(f.type)), None)
+    meta = pf.metadata
+    leaf = f"{name}.{narrow}"
+    index = next((j for j in range(meta.num_columns) if meta.schema.column(j).path == leaf), None)
+    if narrow is None or index is None:
+        return None
+    holding, unsure = [], []
+    for i in range(meta.num_row_groups):
+        group = meta.row_group(i)
+        stats = group.column(index).statistics
+        if stats is not None and stats.has_null_count and stats.null_count < group.num_rows:
+            holding.append(i)
+        elif group.num_rows:
+            unsure.append(i)
+    if unsure:
+        valid = pc.is_valid(pf.read_row_groups(unsure, columns=[leaf]).column(name))
+        start = 0
+        for i in unsure:
+            rows = meta.row_group(i).num_rows
+            if pc.any(valid.slice(start, rows)).as_py():
+                holding.append(i)
+            start += rows
+    return sorted(holding)
 
 
 def read_checkpoint(storage: TableStorage, checkpoint: Checkpoint) -> CheckpointState:

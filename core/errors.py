@@ -156,6 +156,30 @@ class IncompatibleSchemaChangeError(ChangeDataFeedError):
     error_class = "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_SCHEMA_CHANGE"
 
 
+class IncompatibleDataSchemaError(IncompatibleSchemaChangeError):
+    """The read schema cannot read the start version's data (no schema change inside the range)."""
+
+    error_class = "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_DATA_SCHEMA"
+
+
+class NoStartingBoundError(ChangeDataFeedError):
+    error_class = "DELTA_NO_START_FOR_CDC_READ"
+
+
+class ChangeTimestampAfterLatestError(ChangeDataFeedError, TimestampOutOfRangeError):
+    error_class = "DELTA_TIMESTAMP_GREATER_THAN_COMMIT"
+
+
+class ChangeTimestampBeforeEarliestError(ChangeDataFeedError, TimestampOutOfRangeError):
+    error_class = "DELTA_TIMESTAMP_EARLIER_THAN_COMMIT_RETENTION"
+
+
+class ChangeVersionNotFoundError(ChangeDataFeedError, VersionNotFoundError):
+    """A version of the range is no longer in the log (its commit file was cleaned up)."""
+
+    error_class = "DELTA_LOG_FILE_NOT_FOUND"
+
+
 # --- configuration and services ---------------------------------------------------------------
 
 

@@ -42,18 +42,43 @@ KNOWN_ACTIONS = frozenset(
 log = logging.getLogger(__name__)
 
 
-def file_keys(paths: pa.Array | pa.ChunkedArray, dvs: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """The replay key of each file action: canonical path + NUL + deletion vector id.
+def canonical_paths(paths: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """``file:/x``, ``file:///x`` and ``/x`` name the same file (delta-spark canonicalizes paths).
 
-    ``file:/x``, ``file:///x`` and ``/x`` name the same file (delta-spark canonicalizes paths).
+    Almost no log has ``file:`` paths; a scan for the prefix is far cheaper than the regex.
     """
+    if not pc.any(pc.starts_with(paths, "file:")).as_py():
+        return paths
+    return pc.replace_substring_regex(paths, pattern=r"^file:/+", replacement="/")
+
+
+def file_keys(paths: pa.Array | pa.ChunkedArray, dvs: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """The replay key of each file action: canonical path + NUL + deletion vector id."""
     if isinstance(paths, pa.ChunkedArray):
         paths = paths.combine_chunks()
     if isinstance(dvs, pa.ChunkedArray):
         dvs = dvs.combine_chunks()
-    canonical = pc.replace_substring_regex(paths, pattern=r"^file:/+", replacement="/")
     dv_ids = pc.fill_null(dv_unique_ids(dvs), "")
-    return pc.binary_join_element_wise(canonical, dv_ids, "\x00")
+    return pc.binary_join_element_wise(canonical_paths(paths), dv_ids, "\x00")
+
+
+def _untouched(rows: pa.Table, touched_paths: pa.Array, touched_keys: pa.Array) -> pa.Table:
+    """The checkpoint rows whose key no commit touched.
+
+    Keys are built only for rows whose path a commit names: a checkpoint of a million files
+    gets one hash lookup per path instead of a million key strings.
+    """
+    if rows.num_rows == 0:
+        return rows
+    candidate = pc.is_in(canonical_paths(rows["path"]), value_set=touched_paths)
+    if not pc.any(candidate).as_py():
+        return rows
+    if isinstance(candidate, pa.ChunkedArray):
+        candidate = candidate.combine_chunks()
+    named = rows.take(pc.indices_nonzero(candidate))
+    hit = pc.is_in(file_keys(named["path"], named["deletionVector"]), value_set=touched_keys)
+    dropped = pc.replace_with_mask(candidate, candidate, hit)
+    return action_schema.keep_rows(rows, pc.invert(dropped))
 
 
 @dataclass
@@ -145,10 +170,11 @@ def reconcile(
     live_adds = adds.filter(pc.is_in(adds[ORDER], winners)).drop_columns([ORDER])
     live_removes = removes.filter(pc.is_in(removes[ORDER], winners)).drop_columns([ORDER])
     touched = pc.unique(keys)
-    cp_add_keep = pc.invert(pc.is_in(file_keys(cp_adds["path"], cp_adds["deletionVector"]), touched))
-    cp_rm_keep = pc.invert(pc.is_in(file_keys(cp_removes["path"], cp_removes["deletionVector"]), touched))
-    files = pa.concat_tables([cp_adds.filter(cp_add_keep), live_adds])
-    tombstones = pa.concat_tables([cp_removes.filter(cp_rm_keep), live_removes])
+    touched_paths = pc.unique(
+        canonical_paths(pa.chunked_array(adds["path"].chunks + removes["path"].chunks, type=pa.string()))
+    )
+    files = pa.concat_tables([_untouched(cp_adds, touched_paths, touched), live_adds])
+    tombstones = pa.concat_tables([_untouched(cp_removes, touched_paths, touched), live_removes])
     return files, tombstones
 
 

@@ -273,6 +273,12 @@ class DeltaTable:
                 f"version {version} is not in the log", table=self.uri, version=version
             )
 
+    def changes(self, **options: Any) -> Any:
+        """The change data feed; see :func:`deltamirror.core.changes.read_changes` for the options."""
+        from .changes import read_changes
+
+        return read_changes(self, **options)
+
 
 def open_table(uri: str, storage_options: Mapping[str, Any] | None = None) -> DeltaTable:
     """Open the Delta table at ``uri`` (a path or any fsspec URL: s3://, gs://, abfs://, memory://)."""

@@ -82,7 +82,10 @@ def main() -> int:
         print(f"delta round trip returned {n} rows, expected 3", file=sys.stderr)
         return 1
     conf = spark_support.spark_conf("<tmp>")
-    source = conf.get("spark.jars") and "spark.jars (.cache/jars)" or f"spark.jars.packages={conf['spark.jars.packages']}"
+    if "spark.jars" in conf:
+        source = "spark.jars (.cache/jars)"
+    else:
+        source = f"spark.jars.packages={conf['spark.jars.packages']}"
     print(f"pyspark {pyspark.__version__}; {source}")
     print(f"first SparkSession: {t_session:.1f}s; total: {time.monotonic() - started:.1f}s")
     return 0

@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from deltamirror.core import read as read_module
 from deltamirror.core.errors import (
     CorruptLogError,

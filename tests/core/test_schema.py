@@ -9,6 +9,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from deltamirror.core.errors import SchemaError, UnsupportedFeatureError
 from deltamirror.core.schema import (
     PARQUET_FIELD_ID,
@@ -26,8 +29,6 @@ from deltamirror.core.schema import (
     to_arrow_schema,
     to_physical_arrow_schema,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 TABLES = Path(__file__).resolve().parents[1] / "data" / "tables"
 

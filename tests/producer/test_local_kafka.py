@@ -14,6 +14,7 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
+
 from deltamirror.cli.local_kafka_cmd import register
 from deltamirror.core.errors import ConfigError, EnvironmentMissingError, KafkaError
 from deltamirror.producer import local_kafka

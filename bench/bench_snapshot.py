@@ -1,0 +1,224 @@
+"""Loading the file list of a 1M-file Delta table: deltamirror beside delta-rs and bare pyarrow.
+
+Each measurement runs in a fresh Python process, so its peak RSS (``VmHWM``) is the cost of one
+load and nothing earlier. Time is wall time around the load only (imports excluded,
+reported separately as RSS after imports). After one warm-up round (page cache, lazy imports),
+``--reps`` rounds run the contenders in turn, so background load hits them alike; the medians are
+reported.
+
+Contenders:
+- deltamirror: ``open_table(path).snapshot()``, then ``snap.files.num_rows``;
+- delta-rs: ``deltalake.DeltaTable(path)`` (which replays the log and loads the file list eagerly),
+  then ``get_add_actions()`` (the file list as Arrow); both steps are timed;
+- pyarrow: ``pq.read_table(checkpoint, columns=["add"])``, the floor: reading the bytes at all.
+
+The active-file counts of deltamirror and delta-rs must equal each other and the generator's own
+count, or the script exits non-zero. Results: a markdown table on stdout, bench/results/snapshot.json.
+
+    python bench/bench_snapshot.py [--files 1000000] [--commits 100] [--reps 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+RESULTS = BENCH / "results" / "snapshot.json"
+sys.path.insert(0, str(BENCH))
+
+from make_checkpoint_table import DATA, ensure_table  # noqa: E402
+
+CONTENDERS = ("deltamirror", "delta-rs", "pyarrow")
+
+
+# --- child side: one load in a fresh process ----------------------------------------------------
+
+
+def _rss_mb() -> float:
+    """Peak RSS of this process so far, in MiB.
+
+    ``VmHWM`` rather than ``getrusage().ru_maxrss``: on Linux ru_maxrss survives fork+exec, so a
+    child would report its parent's high-water mark whenever the parent was bigger.
+    """
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource  # not Linux: the best there is
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _child(name: str, root: str, checkpoint: str) -> dict[str, Any]:
+    if name == "deltamirror":
+        from deltamirror.core.table import open_table
+
+        imported = _rss_mb()
+        t0 = time.perf_counter()
+        snap = open_table(root).snapshot()
+        files = snap.files.num_rows
+        t1 = time.perf_counter()
+        return {"total_s": t1 - t0, "files": files, "version": snap.version, "import_rss_mb": imported}
+    if name == "delta-rs":
+        from deltalake import DeltaTable
+
+        imported = _rss_mb()
+        t0 = time.perf_counter()
+        dt = DeltaTable(root)
+        t1 = time.perf_counter()
+        files = dt.get_add_actions().num_rows
+        t2 = time.perf_counter()
+        return {
+            "total_s": t2 - t0,
+            "open_s": t1 - t0,
+            "file_list_s": t2 - t1,
+            "files": int(files),
+            "version": dt.version(),
+            "import_rss_mb": imported,
+        }
+    if name == "pyarrow":
+        import pyarrow.parquet as pq
+
+        imported = _rss_mb()
+        t0 = time.perf_counter()
+        rows = pq.read_table(checkpoint, columns=["add"]).num_rows
+        t1 = time.perf_counter()
+        return {"total_s": t1 - t0, "rows": rows, "import_rss_mb": imported}
+    raise SystemExit(f"unknown contender {name!r}")
+
+
+def _run_child(name: str, root: str, checkpoint: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", name, root, checkpoint],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+# --- parent side ------------------------------------------------------------------------------------
+
+
+def _median(runs: list[dict[str, Any]], key: str) -> float | None:
+    values = [r[key] for r in runs if key in r]
+    return statistics.median(values) if values else None
+
+
+def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    keys = ["total_s", "open_s", "file_list_s", "peak_rss_mb", "import_rss_mb"]
+    out: dict[str, Any] = {k: _median(runs, k) for k in keys if _median(runs, k) is not None}
+    out["runs"] = runs
+    return out
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import version
+
+    return {p: version(p) for p in ("pyarrow", "deltalake", "deltamirror")} | {
+        "python": platform.python_version()
+    }
+
+
+def _markdown(summary: dict[str, dict[str, Any]]) -> str:
+    rs, arrow = summary["delta-rs"], summary["pyarrow"]
+    lines = [
+        "| contender | time (median) | vs delta-rs | vs pyarrow | peak RSS | RSS after imports |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name in CONTENDERS:
+        s = summary[name]
+        t = s["total_s"]
+        label = name
+        if name == "delta-rs":
+            label += f" (open {s['open_s']:.2f} s + get_add_actions {s['file_list_s']:.2f} s)"
+        if name == "pyarrow":
+            label += ' (read_table(columns=["add"]))'
+        lines.append(
+            f"| {label} | {t:.3f} s | {t / rs['total_s']:.2f}x | {t / arrow['total_s']:.2f}x "
+            f"| {s['peak_rss_mb']:.0f} MB ({s['peak_rss_mb'] / rs['peak_rss_mb']:.2f}x delta-rs) "
+            f"| {s['import_rss_mb']:.0f} MB |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--files", type=int, default=1_000_000)
+    parser.add_argument("--commits", type=int, default=100)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--data-dir", type=Path, default=DATA)
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--child", nargs=3, metavar=("NAME", "ROOT", "CHECKPOINT"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.child:
+        result = _child(*args.child)
+        result["peak_rss_mb"] = _rss_mb()
+        print(json.dumps(result))
+        return 0
+
+    manifest = ensure_table(args.files, args.commits, data_dir=args.data_dir)
+    root, checkpoint = manifest["root"], manifest["checkpoint"]
+    load_before = os.getloadavg()
+    for name in CONTENDERS:  # warm-up: page cache, .pyc files
+        _run_child(name, root, checkpoint)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in CONTENDERS}
+    for _ in range(args.reps):
+        for name in CONTENDERS:
+            runs[name].append(_run_child(name, root, checkpoint))
+    load_after = os.getloadavg()
+
+    counts = {
+        "generator": manifest["active_files"],
+        "deltamirror": {r["files"] for r in runs["deltamirror"]},
+        "delta-rs": {r["files"] for r in runs["delta-rs"]},
+    }
+    agree = counts["deltamirror"] == counts["delta-rs"] == {manifest["active_files"]}
+    summary = {name: _summary(runs[name]) for name in CONTENDERS}
+    print(
+        f"table: {manifest['checkpoint_files']} files in checkpoint v{manifest['checkpoint_version']} + "
+        f"{manifest['commits']} commits -> {manifest['active_files']} active files at v{manifest['version']}; "
+        f"{args.reps} reps after a warm-up, {os.cpu_count()} CPUs, load avg {load_before[0]:.1f} -> "
+        f"{load_after[0]:.1f}\n"
+    )
+    print(_markdown(summary))
+    print(
+        f"\nactive files: deltamirror {sorted(counts['deltamirror'])}, delta-rs {sorted(counts['delta-rs'])}"
+    )
+    report = {
+        "table": manifest,
+        "reps": args.reps,
+        "cpus": os.cpu_count(),
+        "load_avg_before": load_before,
+        "load_avg_after": load_after,
+        "versions": _versions(),
+        "counts_agree": agree,
+        "results": summary,
+        "markdown": _markdown(summary),
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=2, default=sorted) + "\n")
+    print(f"wrote {args.output}")
+    if not agree:
+        print("MISMATCH: deltamirror and delta-rs disagree on the active files", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,332 @@
+"""``watch``, ``events``, ``schema`` and ``demo``: the producer side of the command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from .common import add_table_argument, parse_storage_options
+
+SNAPSHOT_MODES = ("initial", "latest", "from-version", "from-timestamp", "when-needed")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "watch",
+        help="mirror tables into Kafka (exactly once, in order)",
+        description="Mirror one or many Delta tables into Kafka: one record per action on the actions "
+        "topic, one summary per version on the commits topic, progress on a compacted topic. Flags "
+        "override the configuration file. Stops cleanly on SIGTERM/SIGINT (exit 0); exits 1 when "
+        "another watcher takes over a table (fenced) or the broker fails for good.",
+    )
+    p.add_argument("tables", nargs="*", metavar="TABLE", help="table locations (paths or fsspec URLs)")
+    p.add_argument("--bootstrap-servers", metavar="HOSTS", help="Kafka brokers, host:port[,host:port]")
+    p.add_argument("--config", metavar="FILE", help="YAML or TOML configuration (tables, credentials, Kafka)")
+    p.add_argument("--snapshot-mode", choices=SNAPSHOT_MODES, help="where to start a table without progress")
+    p.add_argument("--from-version", type=int, metavar="N", help="with from-version: the first version")
+    p.add_argument("--from-timestamp", metavar="TS", help="with from-timestamp: ISO-8601 or epoch ms")
+    p.add_argument("--poll-interval", type=float, metavar="S", help="seconds between log polls (default 1)")
+    p.add_argument("--progress-topic", metavar="TOPIC", help="compacted progress topic")
+    p.add_argument("--transactional-id-prefix", metavar="PREFIX", help="prefix of the transactional.id")
+    p.add_argument("--heartbeat-interval", type=float, metavar="S", help="heartbeat an idle table every S s")
+    p.add_argument("--metrics-port", type=int, metavar="PORT", help="serve /metrics and /healthz")
+    p.add_argument("--metrics-host", metavar="HOST", help="address of the metrics server (127.0.0.1)")
+    p.add_argument(
+        "-S",
+        "--storage-option",
+        action="append",
+        metavar="KEY=VALUE",
+        help="fsspec storage option for every table (credentials, endpoint); repeatable",
+    )
+    p.set_defaults(handler=cmd_watch)
+
+    p = sub.add_parser(
+        "events",
+        help="print the action events the watcher would publish, without Kafka",
+        description="Print, as JSON lines, exactly the action envelopes `deltamirror watch` publishes "
+        "for the versions in range (no snapshot, no summaries, no heartbeats).",
+    )
+    add_table_argument(p)
+    p.add_argument("--starting-version", type=int, metavar="N", help="first version (default: the earliest)")
+    p.add_argument("--ending-version", type=int, metavar="M", help="last version (default: the latest)")
+    p.add_argument("-o", "--output", metavar="PATH", help="write to PATH instead of stdout")
+    p.set_defaults(handler=cmd_events)
+
+    p = sub.add_parser(
+        "schema",
+        help="print the JSON Schema of the events",
+        description="Print the JSON Schema of the records deltamirror publishes (an action event at the "
+        "root; commit summaries, heartbeats and progress records under $defs).",
+    )
+    p.set_defaults(handler=cmd_schema)
+
+    p = sub.add_parser(
+        "demo",
+        help="start a local Kafka, mirror a small demo table, commit to it and print what a subscriber sees",
+        description="Start the local broker (or use KAFKA_BOOTSTRAP_SERVERS), create a demo Delta table, "
+        "mirror it with the watcher, make an append, an update and a delete, and print the events a "
+        "read_committed subscriber receives. Needs Java 17+ (for the broker) and the deltalake package.",
+    )
+    p.add_argument("--dir", metavar="DIR", help="where to create the demo table (default: a temp dir)")
+    p.add_argument("--port", type=int, default=9092, help="port of the local broker (default 9092)")
+    p.add_argument("--keep-broker", action="store_true", help="leave the broker running afterwards")
+    p.set_defaults(handler=cmd_demo)
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from deltamirror.core.events import json_schema_text
+
+    sys.stdout.write(json_schema_text())
+    return 0
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    from deltamirror.producer.service import iter_event_values
+
+    from .output import open_output
+
+    with open_output(args.output) as out:
+        for value in iter_event_values(
+            args.table,
+            parse_storage_options(args.storage_option),
+            starting_version=args.starting_version,
+            ending_version=args.ending_version,
+        ):
+            out.write(value)
+            out.write(b"\n")
+    return 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from deltamirror.core.errors import ConfigError
+    from deltamirror.producer import config as cfgmod
+    from deltamirror.producer.service import run_watch
+
+    options: dict[str, Any] = parse_storage_options(args.storage_option)
+    if args.config:
+        cfg = cfgmod.load_config(args.config)
+        cfg = cfgmod.merge_cli_overrides(
+            cfg,
+            bootstrap_servers=args.bootstrap_servers,
+            tables=args.tables or None,
+            snapshot_mode=args.snapshot_mode,
+            from_version=args.from_version,
+            from_timestamp=args.from_timestamp,
+            storage_options=options or None,
+            poll_interval_s=args.poll_interval,
+            progress_topic=args.progress_topic,
+            transactional_id_prefix=args.transactional_id_prefix,
+            heartbeat_interval_s=args.heartbeat_interval,
+            metrics_host=args.metrics_host,
+            metrics_port=args.metrics_port,
+        )
+    else:
+        if not args.bootstrap_servers:
+            raise ConfigError("--bootstrap-servers is required without --config")
+        mode = args.snapshot_mode
+        if mode is None:
+            mode = (
+                "from-version"
+                if args.from_version is not None
+                else "from-timestamp"
+                if args.from_timestamp is not None
+                else "initial"
+            )
+        cfg = cfgmod.config_from_args(
+            args.bootstrap_servers,
+            args.tables,
+            mode,
+            from_version=args.from_version,
+            from_timestamp=args.from_timestamp,
+            storage_options=options or None,
+            poll_interval_s=args.poll_interval,
+            progress_topic=args.progress_topic,
+            transactional_id_prefix=args.transactional_id_prefix,
+            heartbeat_interval_s=args.heartbeat_interval,
+            metrics_host=args.metrics_host,
+            metrics_port=args.metrics_port,
+        )
+    return run_watch(cfg)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    import os
+
+    from deltamirror.core.errors import EnvironmentMissingError
+
+    try:
+        import deltalake  # noqa: F401
+    except ImportError:
+        raise EnvironmentMissingError(
+            "the demo writes its table with the deltalake package: pip install deltalake"
+        ) from None
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    broker = None
+    started_here = False
+    if not bootstrap:
+        from deltamirror.producer.local_kafka import LocalKafka
+
+        broker = LocalKafka(port=args.port)
+        started_here = not broker.status()["running"]
+        _say(f"starting a local Kafka broker on 127.0.0.1:{args.port} (the first run downloads its jars)...")
+        bootstrap = broker.start()
+    try:
+        return _demo(bootstrap, args.dir)
+    finally:
+        if broker is not None and started_here and not args.keep_broker:
+            _say("stopping the local Kafka broker")
+            broker.stop()
+
+
+def _say(text: str) -> None:
+    print(f"# {text}", file=sys.stderr, flush=True)
+
+
+def _demo(bootstrap: str, directory: str | None) -> int:
+    import json
+    import logging
+    import tempfile
+    import time
+    import uuid
+    from datetime import date
+    from decimal import Decimal
+    from pathlib import Path
+
+    import pyarrow as pa
+    from confluent_kafka import Consumer, TopicPartition
+    from deltalake import DeltaTable, write_deltalake
+
+    from deltamirror.producer.config import WatchConfig
+    from deltamirror.producer.service import WatchService, configure_logging, table_topics
+
+    configure_logging(logging.WARNING)
+    root = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="deltamirror-demo-"))
+    path = root / f"orders_{uuid.uuid4().hex[:6]}"
+    schema = pa.schema(
+        [
+            pa.field("order_id", pa.int64()),
+            pa.field("customer", pa.string()),
+            pa.field("amount", pa.decimal128(10, 2)),
+            pa.field("status", pa.string()),
+            pa.field("order_date", pa.date32()),
+        ]
+    )
+
+    def orders(rows: list[tuple[int, str, str, str, date]]) -> pa.Table:
+        cols = list(zip(*rows, strict=True))
+        return pa.table(
+            [
+                pa.array(cols[0], pa.int64()),
+                pa.array(cols[1], pa.string()),
+                pa.array([Decimal(a) for a in cols[2]], pa.decimal128(10, 2)),
+                pa.array(cols[3], pa.string()),
+                pa.array(cols[4], pa.date32()),
+            ],
+            schema=schema,
+        )
+
+    _say(f"creating the demo table {path} (version 0: three orders)")
+    write_deltalake(
+        str(path),
+        orders(
+            [
+                (1, "ada", "19.99", "placed", date(2026, 1, 5)),
+                (2, "grace", "5.00", "placed", date(2026, 1, 5)),
+                (3, "linus", "42.50", "placed", date(2026, 1, 6)),
+            ]
+        ),
+    )
+    cfg = WatchConfig.model_validate(
+        {
+            "kafka": {"bootstrap_servers": bootstrap},
+            "tables": [{"uri": str(path), "snapshot_mode": "initial", "poll_interval_s": 0.2}],
+        }
+    )
+    topics = table_topics(cfg.tables[0])
+    service = WatchService(cfg)
+    _say(f"mirroring it into {topics.actions} and {topics.commits} (snapshot first, then every commit)")
+    service.start()
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"deltamirror-demo-{uuid.uuid4().hex[:8]}",
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        if not service.pipelines[0].ready.wait(60):
+            raise RuntimeError("the watcher did not start within 60 s")
+        consumer.assign([TopicPartition(topics.actions, 0, -2)])
+        print("a read_committed subscriber of", topics.actions, "receives:")
+        _say("version 1: append two orders")
+        write_deltalake(
+            str(path),
+            orders(
+                [
+                    (4, "barbara", "12.00", "placed", date(2026, 1, 7)),
+                    (5, "edsger", "7.25", "placed", date(2026, 1, 7)),
+                ]
+            ),
+            mode="append",
+        )
+        _say("version 2: update order 1 to shipped")
+        DeltaTable(str(path)).update(updates={"status": "'shipped'"}, predicate="order_id = 1")
+        _say("version 3: delete order 2")
+        DeltaTable(str(path)).delete("order_id = 2")
+        deadline = time.monotonic() + 60
+        done = False
+        while not done and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error() is not None:
+                continue
+            event = json.loads(msg.value() or b"{}")
+            print(_describe_event(event), flush=True)
+            done = event["version"] == 3 and event["index"] + 1 == event["count"]
+        if not done:
+            raise RuntimeError("the demo did not receive every event within 60 s")
+    finally:
+        consumer.close()
+        service.request_stop()
+        service.wait(30)
+        service.close()
+    _say("done: the watcher stopped cleanly")
+    return 0
+
+
+def _describe_event(event: dict[str, Any]) -> str:
+    """One compact line per event: version, position, type and what the action says."""
+    import json
+
+    from deltamirror.core.timestamps import format_iso
+
+    action = event.get("action") or {}
+    kind = event["type"]
+    detail = ""
+    if kind in ("add", "remove", "cdc"):
+        detail = str(action.get("path", ""))[:48]
+        stats = action.get("stats")
+        if isinstance(stats, str):
+            rows = json.loads(stats).get("numRecords")
+            if rows is not None:
+                detail += f"  {rows} rows"
+        if action.get("size") is not None:
+            detail += f"  {action['size']} B"
+    elif kind == "commitInfo":
+        detail = str(action.get("operation", ""))
+        params = action.get("operationParameters") or {}
+        if "predicate" in params:
+            detail += f" {params['predicate']}"
+    elif kind == "metaData":
+        fields = json.loads(action.get("schemaString") or "{}").get("fields", [])
+        detail = "columns " + ", ".join(f["name"] for f in fields)
+    elif kind == "protocol":
+        detail = f"reader {action.get('minReaderVersion')} writer {action.get('minWriterVersion')}"
+    where = "snapshot" if event.get("snapshot") else "commit  "
+    end = "  (snapshot complete)" if event.get("snapshotEnd") else ""
+    return (
+        f"v{event['version']} {where} {event['index'] + 1}/{event['count']}  {kind:<10} {detail}{end}"
+        f"  @{format_iso(event['commitTimestamp'])}"
+    )

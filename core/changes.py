@@ -1,0 +1,716 @@
+"""The change data feed (CDF): row-level changes between two versions, as delta-spark reads them.
+
+Per version, from that version's own commit file (never a compacted log file):
+
+* with ``cdc`` actions, the rows are those of its change data files, typed by their ``_change_type``;
+* otherwise every ``add``/``remove`` with dataChange=true gives inserts/deletes of the rows its own
+  deletion vector leaves alive, except that an ``add`` and a ``remove`` of one path are a DV update
+  whose rows are those whose deletion bit flipped; a MERGE that reports no changed row gives none.
+
+``read_changes`` resolves and checks the whole range first (so that a bad range fails before any row
+is produced, as in delta-spark), then the :class:`ChangeFeed` streams one data file at a time.
+
+>>> feed = read_changes(open_table("/data/events"), starting_version=10, ending_version=20)
+>>> for batch in feed: ...          # pa.RecordBatch, each from one version, in version order
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from . import deletion_vectors, features
+from .change_ranges import (
+    ChangeRange,
+    ReadSchema,
+    TimestampLike,
+    check_schema_readable,
+    is_cdf_enabled,
+    resolve_range,
+    uses_column_mapping,
+)
+from .errors import (
+    ChangeDataNotEnabledError,
+    ChangeVersionNotFoundError,
+    CorruptLogError,
+    InvalidArgumentError,
+    SchemaError,
+    StorageError,
+    VersionNotFoundError,
+)
+from .log import commit_name, iter_json_actions
+from .models import CommitInfo, Metadata, Protocol, parse_action
+from .partitions import parse_partition_value, partition_value_of
+from .read import read_data_file
+from .schema import (
+    ColumnMappingMode,
+    PrimitiveType,
+    StructField,
+    StructType,
+    column_mapping_mode,
+    to_arrow_field,
+)
+from .timestamps import CommitTime, IctConfig, resolve_timestamps
+
+if TYPE_CHECKING:
+    from .table import DeltaTable
+
+CHANGE_TYPE = "_change_type"
+COMMIT_VERSION = "_commit_version"
+COMMIT_TIMESTAMP = "_commit_timestamp"
+CDF_COLUMNS = (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP)
+TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
+#: delta-spark monotonizes file times from this many versions before the start (POTENTIALLY_UNMONOTONIZED_TIMESTAMPS)
+MONOTONIZATION_LOOKBACK = 100
+#: raw commit files kept from the checking pass for the reading pass, so each is fetched once
+COMMIT_CACHE_BYTES = 64 * 1024 * 1024
+_MERGE_METRICS = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")
+_STRING = PrimitiveType(name="string")
+
+PartitionFilter = Mapping[str, Any] | Callable[[dict[str, Any]], bool]
+
+
+@dataclass
+class _Version:
+    version: int
+    timestamp_ms: int
+
+
+@dataclass
+class _Plan:
+    range: ChangeRange
+    read: ReadSchema
+    versions: list[_Version]
+    commit_bytes: dict[int, bytes] = field(default_factory=dict)
+
+
+def read_changes(
+    table: DeltaTable,
+    *,
+    starting_version: int | None = None,
+    starting_timestamp: TimestampLike | None = None,
+    ending_version: int | None = None,
+    ending_timestamp: TimestampLike | None = None,
+    columns: Sequence[str] | None = None,
+    partition_filter: PartitionFilter | None = None,
+    batch_size: int = 65_536,
+) -> ChangeFeed:
+    """The change data feed of ``table`` between two bounds (both inclusive).
+
+    A bound is a version or a timestamp (ISO-8601 text, epoch milliseconds or a datetime): the start
+    resolves to the first commit at or after it, the end to the last commit at or before it; no end
+    means the latest version. ``columns`` selects table columns (the three CDF columns always
+    follow). ``partition_filter`` keeps files by partition value before any is opened: a mapping
+    ``{column: value or list of values}`` or a callable given ``{column: value}`` for each file.
+    Range, feature and schema errors are raised here, before any row is read.
+    """
+    if batch_size <= 0:
+        raise InvalidArgumentError(f"batch_size must be > 0, got {batch_size}", table=table.uri)
+    plan = _plan(table, starting_version, starting_timestamp, ending_version, ending_timestamp)
+    return ChangeFeed(table, plan, columns, partition_filter, batch_size)
+
+
+# --- planning: range, features, schema, timestamps ---------------------------------------------
+
+
+def _plan(
+    table: DeltaTable,
+    starting_version: int | None,
+    starting_timestamp: TimestampLike | None,
+    ending_version: int | None,
+    ending_timestamp: TimestampLike | None,
+) -> _Plan:
+    latest_snapshot = table.snapshot(check_features=False)
+    latest = latest_snapshot.version
+    ict = IctConfig.from_configuration(latest_snapshot.metadata.configuration)
+    rng = resolve_range(
+        table=table.uri,
+        latest=latest,
+        timestamps=lambda: table.commit_timestamps(ict=ict),
+        ict=ict,
+        starting_version=starting_version,
+        starting_timestamp=starting_timestamp,
+        ending_version=ending_version,
+        ending_timestamp=ending_timestamp,
+    )
+    if rng.empty:
+        read = ReadSchema(latest_snapshot.metadata, latest)
+        return _Plan(rng, read, [])
+
+    lookback = max(rng.start - MONOTONIZATION_LOOKBACK, 0)
+    listing = table.listing(lookback)
+    for v in range(rng.start, rng.end + 1):
+        if v not in listing.commits:
+            raise ChangeVersionNotFoundError(
+                f"commit {v} is not in the log (cleaned up?); the change feed of "
+                f"versions {rng.start}-{rng.end} cannot be read",
+                table=table.uri,
+                version=v,
+            )
+    try:
+        start_snapshot = (
+            latest_snapshot if rng.start == latest else table.snapshot(rng.start, check_features=False)
+        )
+    except VersionNotFoundError as exc:
+        raise ChangeVersionNotFoundError(
+            f"the table state at the starting version cannot be rebuilt: {exc.message}",
+            table=table.uri,
+            version=rng.start,
+        ) from exc
+    start_metadata = start_snapshot.metadata
+    if not is_cdf_enabled(start_metadata):
+        raise _not_enabled(table, rng.start, rng)
+    features.check_readable(start_snapshot.protocol, table=table.uri, version=rng.start)
+    features.check_readable(latest_snapshot.protocol, table=table.uri, version=latest)
+
+    scan = _scan_commits(table, rng)
+    end_metadata = scan.metadata[-1][1] if scan.metadata else start_metadata
+    mapped = (
+        uses_column_mapping(latest_snapshot.metadata)
+        or uses_column_mapping(start_metadata)
+        or (
+            rng.requested_end is not None
+            and rng.requested_end <= latest
+            and uses_column_mapping(end_metadata)
+        )
+    )
+    # delta-spark's default: the latest schema, but the end version's for column-mapped tables
+    read = ReadSchema(end_metadata, rng.end) if mapped else ReadSchema(latest_snapshot.metadata, latest)
+
+    changes: list[tuple[int, Metadata | Protocol]] = sorted(
+        [*scan.metadata, *scan.protocols], key=lambda pair: pair[0]
+    )
+    for v, action in changes:
+        if isinstance(action, Protocol):
+            features.check_readable(action, table=table.uri, version=v)
+            continue
+        if not is_cdf_enabled(action):
+            raise _not_enabled(table, v, rng)
+        if v > rng.start:  # a metaData at the start version is what the start version reads with
+            check_schema_readable(
+                read, action, v, schema_change=True, table=table.uri, start=rng.start, end=rng.end
+            )
+    check_schema_readable(
+        read, start_metadata, rng.start, schema_change=False, table=table.uri, start=rng.start, end=rng.end
+    )
+
+    versions = _timestamps(table, rng, lookback, listing.commits, ict, scan.in_commit_timestamps)
+    return _Plan(rng, read, versions, scan.commit_bytes)
+
+
+def _not_enabled(table: DeltaTable, version: int, rng: ChangeRange) -> ChangeDataNotEnabledError:
+    return ChangeDataNotEnabledError(
+        f"change data was not recorded for version {version} (delta.enableChangeDataFeed is not true), "
+        f"so the change feed of versions {rng.start}-{rng.end} cannot be read",
+        table=table.uri,
+        version=version,
+    )
+
+
+@dataclass
+class _Scan:
+    metadata: list[tuple[int, Metadata]] = field(default_factory=list)
+    protocols: list[tuple[int, Protocol]] = field(default_factory=list)
+    in_commit_timestamps: dict[int, int | None] = field(default_factory=dict)
+    commit_bytes: dict[int, bytes] = field(default_factory=dict)
+
+
+def _read_commit_bytes(table: DeltaTable, version: int) -> bytes:
+    path = table.storage.log_file(commit_name(version))
+    try:
+        return table.storage.read_bytes(path)
+    except FileNotFoundError:
+        raise ChangeVersionNotFoundError(
+            f"commit {version} does not exist", table=table.uri, version=version, file=path
+        ) from None
+
+
+_SCAN_KEYS = (b'"metaData"', b'"protocol"', b'"commitInfo"')
+
+
+def _scan_commits(table: DeltaTable, rng: ChangeRange) -> _Scan:
+    """metaData, protocol and commitInfo of each version; only lines naming one are parsed."""
+    scan = _Scan()
+    cached = 0
+    for v in range(rng.start, rng.end + 1):
+        data = _read_commit_bytes(table, v)
+        if cached + len(data) <= COMMIT_CACHE_BYTES:
+            scan.commit_bytes[v] = data
+            cached += len(data)
+        file = table.storage.log_file(commit_name(v))
+        ict: int | None = None
+        for lineno, line in enumerate(data.splitlines(), start=1):
+            if not any(key in line for key in _SCAN_KEYS):
+                continue
+            try:
+                actions = list(iter_json_actions([line], table=table.uri, file=file))
+            except CorruptLogError as exc:
+                exc.line = lineno
+                raise
+            for _, wrapped in actions:
+                name = next(iter(wrapped))
+                if name not in ("metaData", "protocol", "commitInfo"):
+                    continue
+                action = parse_action(wrapped, file=file, line=lineno, table=table.uri)
+                if isinstance(action, Metadata):
+                    scan.metadata.append((v, action))
+                elif isinstance(action, Protocol):
+                    scan.protocols.append((v, action))
+                elif isinstance(action, CommitInfo) and ict is None:
+                    ict = action.in_commit_timestamp
+        scan.in_commit_timestamps[v] = ict
+    return scan
+
+
+def _timestamps(
+    table: DeltaTable,
+    rng: ChangeRange,
+    lookback: int,
+    commits: Mapping[int, Any],
+    ict: IctConfig,
+    in_commit_timestamps: Mapping[int, int | None],
+) -> list[_Version]:
+    """``_commit_timestamp`` per version: ICT where in force, else file times made monotonic.
+
+    Like delta-spark, file times are made monotonic over the listed commits from
+    ``start - 100`` on, not over the whole log.
+    """
+    file_times = [
+        CommitTime(v, commits[v].modification_time)
+        for v in sorted(commits)
+        if lookback <= v <= rng.end and not ict.applies_to(v)
+    ]
+    resolved = {t.version: t.timestamp for t in resolve_timestamps(file_times, IctConfig())}
+    out = []
+    for v in range(rng.start, rng.end + 1):
+        if ict.applies_to(v):
+            value = in_commit_timestamps.get(v)
+            if value is None:
+                raise CorruptLogError(
+                    "In-Commit Timestamps are enabled for this version but its commitInfo has no "
+                    "inCommitTimestamp",
+                    table=table.uri,
+                    version=v,
+                )
+            out.append(_Version(v, value))
+        else:
+            out.append(_Version(v, resolved[v]))
+    return out
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+
+class ChangeFeed:
+    """The rows of a change-feed read: an iterable of record batches in version order.
+
+    Each batch holds rows of one version only. Iterating reads one data file at a time; the feed
+    can be iterated more than once (each pass reads the files again).
+    """
+
+    def __init__(
+        self,
+        table: DeltaTable,
+        plan: _Plan,
+        columns: Sequence[str] | None,
+        partition_filter: PartitionFilter | None,
+        batch_size: int,
+    ) -> None:
+        self.table = table
+        self._plan = plan
+        self._batch_size = batch_size
+        metadata = plan.read.metadata
+        self._table_schema: StructType = metadata.table_schema
+        self._mode: ColumnMappingMode = column_mapping_mode(metadata.configuration)
+        self._partition_columns = list(metadata.partition_columns)
+        self._data_columns = self._select(columns)
+        self._filter = _FileFilter(
+            partition_filter, self._table_schema, self._partition_columns, self._mode, table.uri
+        )
+        data_fields = [to_arrow_field(self._table_schema.field(c)) for c in self._data_columns]
+        self.schema = pa.schema(
+            [
+                *data_fields,
+                pa.field(CHANGE_TYPE, pa.string()),
+                pa.field(COMMIT_VERSION, pa.int64()),
+                pa.field(COMMIT_TIMESTAMP, TIMESTAMP_TYPE),
+            ]
+        )
+
+    def __repr__(self) -> str:
+        return f"ChangeFeed({self.table.uri!r}, versions {self.start_version}-{self.end_version})"
+
+    @property
+    def start_version(self) -> int:
+        return self._plan.range.start
+
+    @property
+    def end_version(self) -> int:
+        """The last version read (the latest one when the requested end is beyond it)."""
+        return self._plan.range.end
+
+    @property
+    def read_schema_version(self) -> int:
+        """The version whose schema the rows are read with."""
+        return self._plan.read.version
+
+    def _select(self, columns: Sequence[str] | None) -> list[str]:
+        if columns is None:
+            return list(self._table_schema.names)
+        out: list[str] = []
+        for name in columns:
+            if name in CDF_COLUMNS:
+                continue
+            try:
+                canonical = self._table_schema.field(name).name
+            except SchemaError:
+                raise InvalidArgumentError(
+                    f"no column {name!r} in the table (columns: {', '.join(self._table_schema.names)})",
+                    table=self.table.uri,
+                ) from None
+            if canonical not in out:
+                out.append(canonical)
+        return out
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        for entry in self._plan.versions:
+            yield from self._coalesce(self._version_batches(entry))
+
+    def to_arrow(self) -> pa.Table:
+        """The whole feed in memory (small ranges and tests; iterate for anything large)."""
+        return pa.Table.from_batches(list(self), schema=self.schema)
+
+    def _coalesce(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        pending: list[pa.RecordBatch] = []
+        rows = 0
+        for batch in batches:
+            while batch.num_rows:
+                take = min(batch.num_rows, self._batch_size - rows)
+                pending.append(batch.slice(0, take))
+                rows += take
+                batch = batch.slice(take)
+                if rows == self._batch_size:
+                    yield _concat(pending, self.schema)
+                    pending, rows = [], 0
+        if rows:
+            yield _concat(pending, self.schema)
+
+    # --- one version ---
+
+    def _version_batches(self, entry: _Version) -> Iterator[pa.RecordBatch]:
+        version = entry.version
+        data = self._plan.commit_bytes.pop(version, None)
+        if data is None:
+            data = _read_commit_bytes(self.table, version)
+        file = self.table.storage.log_file(commit_name(version))
+        cdc: list[dict[str, Any]] = []
+        adds: dict[str, dict[str, Any]] = {}
+        removes: dict[str, dict[str, Any]] = {}
+        commit_info: dict[str, Any] | None = None
+        for _, wrapped in iter_json_actions(data, table=self.table.uri, file=file):
+            name, body = next(iter(wrapped.items()))
+            if name == "cdc":
+                cdc.append(body)
+            elif name == "add" and body.get("dataChange", True):
+                adds[body["path"]] = body
+            elif name == "remove" and body.get("dataChange", True):
+                removes[body["path"]] = body
+            elif name == "commitInfo" and commit_info is None:
+                commit_info = body
+        del data
+        meta = _Meta(version, entry.timestamp_ms * 1000)
+        if cdc:
+            for action in cdc:
+                if self._filter.keeps(action, version):
+                    yield from self._read_cdc_file(action, meta)
+            return
+        if commit_info is not None and _is_noop_merge(commit_info):
+            return
+        for path, add in adds.items():
+            remove = removes.get(path)
+            if remove is None:
+                if self._filter.keeps(add, version):
+                    yield from self._read_file(add, "insert", meta, dv=add.get("deletionVector"))
+            else:
+                yield from self._read_dv_update(add, remove, meta)
+        for path, remove in removes.items():
+            if path not in adds and self._filter.keeps(remove, version):
+                yield from self._read_file(remove, "delete", meta, dv=remove.get("deletionVector"))
+
+    def _read_dv_update(
+        self, add: dict[str, Any], remove: dict[str, Any], meta: _Meta
+    ) -> Iterator[pa.RecordBatch]:
+        """Rows whose deletion bit flipped between the removed and the added DV of one file."""
+        path = add["path"]
+        remove_dv, add_dv = remove.get("deletionVector"), add.get("deletionVector")
+        if remove_dv is None and add_dv is None:
+            raise CorruptLogError(
+                f"file {path!r} is both removed and added in one version, neither with a deletion "
+                "vector; delta-spark refuses such a change feed too",
+                table=self.table.uri,
+                version=meta.version,
+            )
+        if not self._filter.keeps(add, meta.version):
+            return
+        before = self._deleted_rows(remove_dv, path)
+        after = self._deleted_rows(add_dv, path)
+        newly_deleted = _difference(after, before)
+        undeleted = _difference(before, after)
+        if len(newly_deleted):
+            yield from self._read_file(remove, "delete", meta, only_rows=newly_deleted, partition_from=add)
+        if len(undeleted):
+            yield from self._read_file(add, "insert", meta, only_rows=undeleted)
+
+    def _deleted_rows(self, descriptor: Mapping[str, Any] | None, path: str) -> pa.UInt64Array:
+        if descriptor is None:
+            return pa.array([], pa.uint64())
+        return deletion_vectors.read_deleted_rows(
+            self.table.storage, descriptor, table=self.table.uri, data_file=path
+        )
+
+    def _read_file(
+        self,
+        action: Mapping[str, Any],
+        change_type: str,
+        meta: _Meta,
+        *,
+        dv: Mapping[str, Any] | None = None,
+        only_rows: pa.UInt64Array | None = None,
+        partition_from: Mapping[str, Any] | None = None,
+    ) -> Iterator[pa.RecordBatch]:
+        partition_values = self._partition_values(partition_from or action, meta.version)
+        batches = read_data_file(
+            self.table.storage,
+            action["path"],
+            schema=self._table_schema,
+            partition_columns=self._partition_columns,
+            column_mapping=self._mode,
+            partition_values=partition_values,
+            deletion_vector=dv,
+            columns=self._data_columns,
+            table=self.table.uri,
+        )
+        if only_rows is not None:
+            batches = _only_rows(batches, only_rows)
+        for batch in batches:
+            yield self._finish(batch, pa.repeat(pa.scalar(change_type, pa.string()), batch.num_rows), meta)
+
+    def _read_cdc_file(self, action: Mapping[str, Any], meta: _Meta) -> Iterator[pa.RecordBatch]:
+        """A change data file: the data columns plus its physical ``_change_type`` column."""
+        partition_values = self._partition_values(action, meta.version)
+        path = action["path"]
+        if self._mode == "id":  # _change_type has no field id: read it beside the data columns
+            types = _ColumnCursor(self.table, path, CHANGE_TYPE)
+            schema, columns = self._table_schema, self._data_columns
+        else:
+            types = None
+            schema = StructType(
+                fields=(*self._table_schema.fields, StructField(name=CHANGE_TYPE, type=_STRING))
+            )
+            columns = [*self._data_columns, CHANGE_TYPE]
+        try:
+            for batch in read_data_file(
+                self.table.storage,
+                path,
+                schema=schema,
+                partition_columns=self._partition_columns,
+                column_mapping=self._mode,
+                partition_values=partition_values,
+                columns=columns,
+                table=self.table.uri,
+            ):
+                if types is None:
+                    change_types = batch.column(batch.num_columns - 1)
+                    batch = batch.drop_columns([CHANGE_TYPE])
+                else:
+                    change_types = types.take(batch.num_rows)
+                if change_types.null_count:
+                    raise CorruptLogError(
+                        "change data file has rows without a _change_type (missing column?)",
+                        table=self.table.uri,
+                        version=meta.version,
+                        file=path,
+                    )
+                yield self._finish(batch, change_types, meta)
+        finally:
+            if types is not None:
+                types.close()
+
+    def _finish(self, batch: pa.RecordBatch, change_types: pa.Array, meta: _Meta) -> pa.RecordBatch:
+        n = batch.num_rows
+        data = [batch.column(batch.schema.get_field_index(name)) for name in self._data_columns]
+        return pa.RecordBatch.from_arrays(
+            [
+                *data,
+                change_types,
+                pa.repeat(pa.scalar(meta.version, pa.int64()), n),
+                pa.repeat(pa.scalar(meta.timestamp_us, TIMESTAMP_TYPE), n),
+            ],
+            schema=self.schema,
+        )
+
+    def _partition_values(self, action: Mapping[str, Any], version: int) -> Mapping[str, str | None]:
+        values = action.get("partitionValues")
+        if values is None:
+            if self._partition_columns:
+                raise CorruptLogError(
+                    f"file action for {action.get('path')!r} has no partitionValues in a partitioned table",
+                    table=self.table.uri,
+                    version=version,
+                )
+            return {}
+        return dict(values)
+
+
+@dataclass(frozen=True)
+class _Meta:
+    version: int
+    timestamp_us: int
+
+
+def _concat(batches: list[pa.RecordBatch], schema: pa.Schema) -> pa.RecordBatch:
+    return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
+
+
+def _only_rows(batches: Iterator[pa.RecordBatch], rows: pa.UInt64Array) -> Iterator[pa.RecordBatch]:
+    """The rows at the given file positions of a file read whole (no deletion vector), in file order.
+
+    read_data_file's ``only_rows`` would skip row groups, but it gathers with ``take``, which
+    pyarrow 26 lacks for string_view columns (what delta-rs files read as); a mask filter works.
+    """
+    wanted = rows.cast(pa.int64())
+    offset = 0
+    for batch in batches:
+        n = batch.num_rows
+        positions = pc.add(_positions(n), pa.scalar(offset, pa.int64()))
+        offset += n
+        kept = batch.filter(pc.is_in(positions, value_set=wanted))
+        if kept.num_rows:
+            yield kept
+
+
+def _positions(n: int) -> pa.Int64Array:
+    """0, 1, ..., n - 1 without a Python loop."""
+    ones = pa.repeat(pa.scalar(1, pa.int64()), n)
+    return pc.subtract(pc.cumulative_sum(ones), pa.scalar(1, pa.int64()))
+
+
+def _difference(left: pa.UInt64Array, right: pa.UInt64Array) -> pa.UInt64Array:
+    """Rows in ``left`` but not in ``right`` (both sorted and unique, so the result is too)."""
+    if len(right) == 0 or len(left) == 0:
+        return left
+    return left.filter(pc.invert(pc.is_in(left, value_set=right)))
+
+
+def _is_noop_merge(commit_info: Mapping[str, Any]) -> bool:
+    """delta-spark's ``shouldSkipFileActionsInCommit``: a MERGE reporting 0 rows changed."""
+    if commit_info.get("operation") != "MERGE":
+        return False
+    metrics = commit_info.get("operationMetrics") or {}
+    return all(str(metrics.get(name)) == "0" for name in _MERGE_METRICS)
+
+
+class _ColumnCursor:
+    """Consecutive slices of one physical column of a parquet file, read lazily batch by batch."""
+
+    def __init__(self, table: DeltaTable, path: str, column: str) -> None:
+        storage = table.storage
+        try:
+            self._file = pq.ParquetFile(storage.data_path(path), filesystem=storage.fs)
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise StorageError(f"cannot open change data file: {exc}", table=table.uri, file=path) from exc
+        if column not in self._file.schema_arrow.names:
+            self._file.close()
+            raise CorruptLogError(f"change data file has no {column} column", table=table.uri, file=path)
+        self._batches = self._file.iter_batches(columns=[column])
+        self._current: pa.Array = pa.array([], pa.string())
+        self._table = table.uri
+        self._path = path
+
+    def take(self, n: int) -> pa.Array:
+        parts = []
+        while n:
+            if len(self._current) == 0:
+                try:
+                    self._current = next(self._batches).column(0).cast(pa.string())
+                except StopIteration:
+                    raise CorruptLogError(
+                        "change data file ended early", table=self._table, file=self._path
+                    ) from None
+            piece = self._current.slice(0, n)
+            parts.append(piece)
+            self._current = self._current.slice(len(piece))
+            n -= len(piece)
+        return pa.concat_arrays(parts) if len(parts) != 1 else parts[0]
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class _FileFilter:
+    """Keeps files by their partition values (never opening a file it drops)."""
+
+    def __init__(
+        self,
+        spec: PartitionFilter | None,
+        schema: StructType,
+        partition_columns: Sequence[str],
+        mode: ColumnMappingMode,
+        table: str,
+    ) -> None:
+        self._spec = spec
+        self._mode = mode
+        self._table = table
+        part_fields = {schema.field(c).name: schema.field(c) for c in partition_columns}
+        if spec is None or callable(spec):
+            self._fields = list(part_fields.values())
+            self._wanted: dict[str, Any] = {}
+            return
+        self._fields = []
+        self._wanted = {}
+        for name, value in spec.items():
+            try:
+                f = schema.field(name)
+            except SchemaError:
+                raise InvalidArgumentError(
+                    f"partition filter names an unknown column {name!r}", table=table
+                ) from None
+            if f.name not in part_fields:
+                raise InvalidArgumentError(
+                    f"partition filter column {name!r} is not a partition column "
+                    f"(partition columns: {', '.join(part_fields) or 'none'})",
+                    table=table,
+                )
+            self._fields.append(f)
+            self._wanted[f.name] = value
+
+    def keeps(self, action: Mapping[str, Any], version: int) -> bool:
+        if self._spec is None:
+            return True
+        raw_values = action.get("partitionValues")
+        if raw_values is None:
+            raise CorruptLogError(
+                f"file action for {action.get('path')!r} has no partitionValues to filter on",
+                table=self._table,
+                version=version,
+            )
+        values = {
+            f.name: parse_partition_value(
+                partition_value_of(raw_values, f, self._mode), f.type, column=f.name, table=self._table
+            ).as_py()
+            for f in self._fields
+        }
+        if callable(self._spec):
+            return bool(self._spec(values))
+        for name, wanted in self._wanted.items():
+            if isinstance(wanted, list | tuple | set | frozenset):
+                if values[name] not in wanted:
+                    return False
+            elif values[name] != wanted:
+                return False
+        return True

@@ -1,0 +1,329 @@
+"""The wire format of deltamirror: what subscribers of the Kafka topics code against.
+
+Four kinds of records, each defined here once as a frozen pydantic model (the contract, and the
+source of the committed JSON Schema ``schemas/event.schema.json``):
+
+- :class:`ActionEvent`, on the actions topic: one record per Delta action, keyed by table id;
+- :class:`CommitSummary`, :class:`Heartbeat` and :class:`TableReplaced`, on the commits topic
+  (``kind`` tells them apart): one summary per version, optional heartbeats of an idle table, and
+  the announcement that the table at a location was deleted and created anew;
+- :class:`ProgressRecord`, on the compacted progress topic: where the watcher stands, per table.
+
+The models validate at the edges (tests, consumers, one summary per version). The hot path never
+builds a model per record: :class:`EnvelopeEncoder` encodes the fields shared by every action of a
+version once, with ``pydantic_core.to_json``, and appends each action's own part (index, type and
+the action as it is in the log, raw bytes when the log line is at hand). Round-trip and JSON Schema
+tests keep the two in agreement.
+
+Compatibility policy (``schemaVersion``, now :data:`SCHEMA_VERSION`):
+
+- Changes that keep ``schemaVersion``: adding an optional field to any record, adding a value to
+  ``commitTimestampSource`` or ``kind`` that older consumers may skip, new action types in ``type``
+  (Delta adds them; ``action`` carries them whole), new headers. Consumers must ignore fields,
+  headers and record kinds they do not know.
+- Changes that bump it: removing or renaming a field, changing a field's type or meaning, making
+  an optional field required, changing the key, the partitioner, the ordering guarantee or the
+  record timestamp. A bump is announced in the changelog; the watcher never mixes versions within
+  one table's topic without such a release.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+from pydantic_core import to_json
+
+from . import models
+
+SCHEMA_VERSION = 1
+SCHEMA_ID = "https://github.com/deltamirror/deltamirror/schemas/event.schema.json"
+
+TimestampSourceName = Literal["ict", "file-time", "adjusted-file-time"]
+
+# Kafka record headers (values are ASCII strings).
+HEADER_VERSION = "version"
+HEADER_INDEX = "index"
+HEADER_TYPE = "type"
+HEADER_KIND = "kind"
+#: on records split by the ``split`` oversize policy: "<fragment>/<fragments>", 0-based
+HEADER_FRAGMENT = "fragment"
+#: on records whose Kafka timestamp was clamped because the broker refuses the commit timestamp
+HEADER_CLAMPED_FROM = "clampedFrom"
+
+#: the actions of a snapshot, in the order a snapshot publishes them (files come last, by path)
+SNAPSHOT_ACTION_ORDER = ("protocol", "metaData", "domainMetadata", "txn", "add")
+
+
+class _Record(BaseModel):
+    """Frozen, camelCase on the wire, unknown fields kept (a newer producer may add some)."""
+
+    model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True, extra="allow")
+
+    def to_json_bytes(self) -> bytes:
+        return self.model_dump_json(by_alias=True, exclude_none=True).encode()
+
+
+class ActionEvent(_Record):
+    """One Delta action of one version (value of an actions-topic record; key = ``tableId``)."""
+
+    schema_version: int = Field(description="Version of this contract; see the compatibility policy.")
+    table_id: str = Field(description="metaData.id of the table: a re-created table gets a new one.")
+    table_uri: str = Field(description="Normalized table location (absolute file:// for local paths).")
+    version: int = Field(ge=0, description="The Delta version the action belongs to.")
+    commit_timestamp: int = Field(description="Resolved commit timestamp of the version, epoch ms.")
+    commit_timestamp_source: TimestampSourceName = Field(
+        description="ict (inCommitTimestamp), file-time, or adjusted-file-time (made monotonic)."
+    )
+    index: int = Field(ge=0, description="Position of the action within its version (0-based).")
+    count: int = Field(ge=1, description="Number of actions of the version (of the snapshot).")
+    type: str = Field(description="The action type: add, remove, metaData, protocol, commitInfo, ...")
+    snapshot: bool = Field(description="True for the events of a snapshot (the table's state at version).")
+    snapshot_end: bool | None = Field(
+        default=None, description="On snapshot events only: true on the last one (the snapshot is complete)."
+    )
+    action: Any = Field(
+        description="The action itself, with Delta's field names, exactly as in the log (an object for "
+        "every action type Delta defines; an unknown type's value is kept whatever it is)."
+    )
+
+
+class CommitSummary(_Record):
+    """One per published version (or snapshot), on the commits topic, in the version's last transaction."""
+
+    kind: Literal["commit"] = "commit"
+    schema_version: int
+    table_id: str
+    table_uri: str
+    version: int = Field(ge=0)
+    commit_timestamp: int
+    commit_timestamp_source: TimestampSourceName
+    snapshot: bool = Field(description="True when this summarizes a snapshot rather than a commit.")
+    action_count: int = Field(ge=0, description="Records published for the version on the actions topic.")
+    operation: str | None = Field(default=None, description="commitInfo.operation (SNAPSHOT for snapshots).")
+    read_version: int | None = None
+    is_blind_append: bool | None = None
+    adds: int = Field(ge=0, description="add actions (active files for a snapshot).")
+    removes: int = Field(ge=0)
+    cdc_files: int = Field(ge=0, description="cdc actions.")
+    bytes_added: int = Field(ge=0)
+    bytes_removed: int = Field(ge=0, description="Sum of remove.size where the writer recorded it.")
+    partitions_touched: list[dict[str, str | None]] = Field(
+        default_factory=list, description="Distinct partitionValues of the files added, removed or cdc."
+    )
+    partitions_touched_truncated: bool = Field(
+        default=False, description="True when more partitions were touched than listed (limit 1000)."
+    )
+    metadata_changed: bool = False
+    protocol_changed: bool = False
+
+
+class Heartbeat(_Record):
+    """Sent on the commits topic while a table is idle: the watcher is alive and where it stands."""
+
+    kind: Literal["heartbeat"] = "heartbeat"
+    schema_version: int
+    table_id: str
+    table_uri: str
+    latest_version: int = Field(ge=0, description="The latest version published for the table.")
+    commit_timestamp: int = Field(description="Commit timestamp of latest_version, epoch ms.")
+    commit_timestamp_source: TimestampSourceName
+    heartbeat_timestamp: int = Field(description="Wall-clock time of the heartbeat, epoch ms.")
+
+
+class TableReplaced(_Record):
+    """The location now holds another table: what follows (a new ``tableId``) is a new table."""
+
+    kind: Literal["tableReplaced"] = "tableReplaced"
+    schema_version: int
+    table_uri: str
+    table_id: str = Field(description="metaData.id of the new table.")
+    previous_table_id: str
+    previous_version: int = Field(description="Last version published for the previous table.")
+    reason: str
+    detected_at: int = Field(description="Wall-clock time of the detection, epoch ms.")
+
+
+class ProgressRecord(_Record):
+    """Where a table's publishing stands; value of the compacted progress topic, key = ``tableUri``.
+
+    ``index`` is the last published action of ``version`` (of its snapshot when ``snapshot``);
+    the version is complete when ``index + 1 == count``. The timestamp fields are those of
+    ``version``, so a restart resolves the next timestamps exactly as an uninterrupted run would.
+    """
+
+    schema_version: int
+    table_uri: str
+    table_id: str
+    version: int = Field(ge=0)
+    index: int = Field(ge=-1)
+    count: int = Field(ge=0)
+    snapshot: bool
+    commit_timestamp: int
+    commit_timestamp_source: TimestampSourceName
+    transactional_id: str | None = None
+    updated_at: int | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.index + 1 >= self.count
+
+
+CommitsTopicRecord = CommitSummary | Heartbeat | TableReplaced
+
+
+def parse_commits_record(value: bytes | str) -> CommitSummary | Heartbeat | TableReplaced:
+    """A commits-topic value as its model (``kind`` decides which)."""
+    data = json.loads(value)
+    kind = data.get("kind")
+    if kind == "commit":
+        return CommitSummary.model_validate(data)
+    if kind == "heartbeat":
+        return Heartbeat.model_validate(data)
+    if kind == "tableReplaced":
+        return TableReplaced.model_validate(data)
+    raise ValueError(f"unknown commits-topic record kind {kind!r}")
+
+
+# --- the hot path ---------------------------------------------------------------------------------
+
+
+def encode_json(obj: Any) -> bytes:
+    """Compact JSON of plain data (dicts, lists, str, int...), the way every record is serialized."""
+    return to_json(obj)
+
+
+_TYPE_PART: dict[str, bytes] = {}
+
+
+def _type_part(action_type: str) -> bytes:
+    part = _TYPE_PART.get(action_type)
+    if part is None:
+        part = b',"type":' + to_json(action_type) + b',"action":'
+        if len(_TYPE_PART) < 1024:
+            _TYPE_PART[action_type] = part
+    return part
+
+
+class EnvelopeEncoder:
+    """Encodes the action events of one version (or snapshot) in bulk.
+
+    The fields every event of the version shares are serialized once; per action only the index,
+    the type and the action body are added. An action body may be given as raw JSON bytes (the
+    log line's own text, so the event carries the action exactly as the log has it) or as plain
+    data (serialized with ``to_json``).
+    """
+
+    __slots__ = ("_prefix", "count", "snapshot")
+
+    def __init__(
+        self,
+        *,
+        table_id: str,
+        table_uri: str,
+        version: int,
+        commit_timestamp: int,
+        commit_timestamp_source: str,
+        count: int,
+        snapshot: bool = False,
+    ) -> None:
+        shared = {
+            "schemaVersion": SCHEMA_VERSION,
+            "tableId": table_id,
+            "tableUri": table_uri,
+            "version": version,
+            "commitTimestamp": commit_timestamp,
+            "commitTimestampSource": commit_timestamp_source,
+            "count": count,
+            "snapshot": snapshot,
+        }
+        self._prefix = to_json(shared)[:-1] + b',"index":'
+        self.count = count
+        self.snapshot = snapshot
+
+    def encode(self, index: int, action_type: str, body: bytes | Mapping[str, Any]) -> bytes:
+        raw = body if isinstance(body, bytes) else to_json(body)
+        if self.snapshot:
+            end = b',"snapshotEnd":true' if index + 1 == self.count else b',"snapshotEnd":false'
+            return b"".join((self._prefix, str(index).encode(), end, _type_part(action_type), raw, b"}"))
+        return b"".join((self._prefix, str(index).encode(), _type_part(action_type), raw, b"}"))
+
+    def encode_many(
+        self, start: int, actions: Iterable[tuple[str, bytes | Mapping[str, Any]]]
+    ) -> list[bytes]:
+        """Events for consecutive actions, the first at index ``start``."""
+        return [self.encode(i, t, body) for i, (t, body) in enumerate(actions, start)]
+
+
+# --- JSON Schema ----------------------------------------------------------------------------------
+
+
+def _action_schemas(defs: dict[str, Any]) -> list[dict[str, Any]]:
+    """``if type == X then action matches X's model`` for every action type deltamirror knows."""
+    rules = []
+    for name, model in models.ACTION_MODELS.items():
+        schema = model.model_json_schema(by_alias=True, mode="validation", ref_template="#/$defs/{model}")
+        for key, sub in schema.pop("$defs", {}).items():
+            defs.setdefault(key, sub)
+        title = model.__name__
+        defs[title] = schema
+        rules.append(
+            {
+                "if": {"properties": {"type": {"const": name}}, "required": ["type"]},
+                "then": {"properties": {"action": {"$ref": f"#/$defs/{title}"}}},
+            }
+        )
+    return rules
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema document: an action event at the root, every record kind under ``$defs``."""
+    defs: dict[str, Any] = {}
+    root = ActionEvent.model_json_schema(by_alias=True, mode="validation", ref_template="#/$defs/{model}")
+    root.pop("$defs", None)
+    root["allOf"] = _action_schemas(defs)
+    for model in (CommitSummary, Heartbeat, TableReplaced, ProgressRecord):
+        schema = model.model_json_schema(by_alias=True, mode="validation", ref_template="#/$defs/{model}")
+        for key, sub in schema.pop("$defs", {}).items():
+            defs.setdefault(key, sub)
+        defs[model.__name__] = schema
+    defs["CommitsTopicRecord"] = {
+        "oneOf": [{"$ref": f"#/$defs/{m.__name__}"} for m in (CommitSummary, Heartbeat, TableReplaced)]
+    }
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": SCHEMA_ID,
+        "x-schemaVersion": SCHEMA_VERSION,
+        **root,
+        "$defs": dict(sorted(defs.items())),
+    }
+
+
+def json_schema_text() -> str:
+    """The schema as committed in ``schemas/event.schema.json`` (stable formatting)."""
+    return json.dumps(json_schema(), indent=2, ensure_ascii=False) + "\n"
+
+
+__all__: Sequence[str] = [
+    "HEADER_CLAMPED_FROM",
+    "HEADER_FRAGMENT",
+    "HEADER_INDEX",
+    "HEADER_KIND",
+    "HEADER_TYPE",
+    "HEADER_VERSION",
+    "SCHEMA_VERSION",
+    "ActionEvent",
+    "CommitSummary",
+    "CommitsTopicRecord",
+    "EnvelopeEncoder",
+    "Heartbeat",
+    "ProgressRecord",
+    "TableReplaced",
+    "encode_json",
+    "json_schema",
+    "json_schema_text",
+    "parse_commits_record",
+]

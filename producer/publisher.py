@@ -1,0 +1,281 @@
+"""One table's transactional, idempotent Kafka producer, and what its errors mean for the watcher.
+
+Every Kafka call that can fail is mapped to one of four outcomes, because the service reacts to
+each differently:
+
+- :class:`ProducerFencedError` (core): another watcher took over the ``transactional.id``; this
+  one must stop for good and exit non-zero (retrying would fence the newer one in turn);
+- :class:`TransactionAbortableError`: the open transaction cannot commit (a record refused, a
+  broker restarted mid-transaction); abort it and publish again from the last committed position;
+- :class:`RetriableKafkaError`: the call may simply be repeated (a timeout);
+- :class:`kafka error <deltamirror.core.errors.KafkaError>` otherwise: the producer is unusable;
+  the service builds a new one (``init_transactions`` again) and re-reads its progress.
+
+Delivery errors are latched by the delivery callback (reports are requested for errors only, so
+the hot path makes no Python call per record) and raised at the next commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from confluent_kafka import KafkaError as _RdKafkaError
+from confluent_kafka import KafkaException, Producer
+
+from deltamirror.core.errors import KafkaError, ProducerFencedError
+
+log = logging.getLogger(__name__)
+
+FENCED_CODES = frozenset(
+    {_RdKafkaError._FENCED, _RdKafkaError.PRODUCER_FENCED, _RdKafkaError.INVALID_PRODUCER_EPOCH}
+)
+#: bytes a record needs besides its value (key, headers, record framing)
+RECORD_OVERHEAD = 4096
+
+Headers = list[tuple[str, str | bytes | None]]
+
+
+class TransactionAbortableError(KafkaError):
+    """The open transaction must be aborted; publishing resumes from the last committed position."""
+
+
+class RetriableKafkaError(KafkaError):
+    """A call that timed out or met a passing broker condition; it may be repeated as is."""
+
+
+class TimestampRefusedError(TransactionAbortableError):
+    """A topic refused a record's timestamp (its message.timestamp.*.max.ms): clamp and retry."""
+
+
+class RecordRefusedError(TransactionAbortableError):
+    """The broker refused a record permanently (too large for the topic, policy...)."""
+
+
+def classify(exc: BaseException, what: str, transactional_id: str) -> KafkaError:
+    """The deltamirror error for a librdkafka exception raised by ``what``."""
+    err = exc.args[0] if exc.args and isinstance(exc.args[0], _RdKafkaError) else None
+    if err is None:
+        return KafkaError(f"{what} failed: {exc}", transactional_id=transactional_id)
+    reason = f"{what} failed: {err.str()} ({err.name()})"
+    if err.code() in FENCED_CODES or "fenced" in err.str().lower():
+        return ProducerFencedError(
+            f"fenced: another watcher now publishes this table ({err.str()})",
+            transactional_id=transactional_id,
+        )
+    if err.txn_requires_abort():
+        return TransactionAbortableError(reason, transactional_id=transactional_id)
+    if err.retriable():
+        return RetriableKafkaError(reason, transactional_id=transactional_id)
+    return KafkaError(reason, transactional_id=transactional_id, fatal=err.fatal() or None)
+
+
+def producer_config(
+    kafka: dict[str, str], transactional_id: str, *, max_message_bytes: int, linger_ms: int = 5
+) -> dict[str, Any]:
+    """librdkafka settings for exactly-once publishing; the user's own settings come first."""
+    return {
+        "linger.ms": linger_ms,
+        "compression.type": "lz4",
+        "queue.buffering.max.kbytes": 65536,
+        "queue.buffering.max.messages": 500_000,
+        "batch.size": 1_000_000,
+        "transaction.timeout.ms": 60_000,
+        **kafka,
+        # the watcher's own: exactly-once and Java-compatible partitioning depend on them
+        "transactional.id": transactional_id,
+        "enable.idempotence": True,
+        "acks": "all",
+        "partitioner": "murmur2_random",
+        "message.max.bytes": max(1_000_000, max_message_bytes + RECORD_OVERHEAD),
+        "delivery.report.only.error": True,
+    }
+
+
+class TransactionalPublisher:
+    """A transactional producer that knows how big its open transaction is."""
+
+    def __init__(
+        self,
+        kafka: dict[str, str],
+        transactional_id: str,
+        *,
+        max_message_bytes: int = 1_000_000,
+        linger_ms: int = 5,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self.transactional_id = transactional_id
+        config = producer_config(
+            kafka, transactional_id, max_message_bytes=max_message_bytes, linger_ms=linger_ms
+        )
+        config["on_delivery"] = self._on_delivery
+        if logger is not None:
+            config["logger"] = logger
+        self._producer = Producer(config)
+        self._error: _RdKafkaError | None = None
+        self._error_topic: str | None = None
+        self.in_transaction = False
+        self.records = 0
+        self.bytes = 0
+        self.started_at = 0.0
+
+    # --- callbacks --------------------------------------------------------------------------
+
+    def _on_delivery(self, err: _RdKafkaError | None, msg: Any) -> None:
+        if err is not None and self._error is None:
+            self._error = err
+            self._error_topic = msg.topic() if msg is not None else None
+
+    def _raise_latched(self) -> None:
+        err, topic = self._error, self._error_topic
+        if err is None:
+            return
+        self._error = None
+        self._error_topic = None
+        reason = f"delivery to {topic} failed: {err.str()} ({err.name()})"
+        if err.code() in FENCED_CODES:
+            raise ProducerFencedError(
+                f"fenced: another watcher now publishes this table ({err.str()})",
+                transactional_id=self.transactional_id,
+            )
+        if err.code() == _RdKafkaError.INVALID_TIMESTAMP:
+            raise TimestampRefusedError(reason, topic=topic, transactional_id=self.transactional_id)
+        if err.code() in (_RdKafkaError.MSG_SIZE_TOO_LARGE, _RdKafkaError.RECORD_LIST_TOO_LARGE):
+            raise RecordRefusedError(reason, topic=topic, transactional_id=self.transactional_id)
+        raise TransactionAbortableError(reason, topic=topic, transactional_id=self.transactional_id)
+
+    # --- transactions -----------------------------------------------------------------------
+
+    def _call(self, what: str, fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except KafkaException as exc:
+            raise classify(exc, what, self.transactional_id) from exc
+
+    def init(self, timeout_s: float = 60.0) -> None:
+        """``init_transactions``: fences older producers of this id and completes their transaction."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self._call("init_transactions", self._producer.init_transactions, max(1.0, timeout_s))
+                return
+            except RetriableKafkaError:
+                if time.monotonic() >= deadline:
+                    raise
+
+    def begin(self) -> None:
+        self._error = None
+        self._call("begin_transaction", self._producer.begin_transaction)
+        self.in_transaction = True
+        self.records = 0
+        self.bytes = 0
+        self.started_at = time.monotonic()
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes,
+        headers: Headers | None = None,
+        timestamp: int = 0,
+    ) -> None:
+        while True:
+            try:
+                self._producer.produce(topic, value, key, headers=headers, timestamp=timestamp)
+                break
+            except BufferError:
+                self._producer.poll(0.05)  # the local queue is full: wait for deliveries
+            except KafkaException as exc:
+                raise classify(exc, "produce", self.transactional_id) from exc
+        self.records += 1
+        self.bytes += len(value)
+        if self.records % 10_000 == 0:
+            self._producer.poll(0)
+            if self._error is not None:
+                self._raise_latched()
+
+    def produce_many(
+        self,
+        topic: str,
+        values: Sequence[bytes],
+        key: bytes,
+        headers: Sequence[Headers],
+        timestamp: int,
+    ) -> None:
+        produce = self._producer.produce
+        n = 0
+        size = 0
+        for value, hdrs in zip(values, headers, strict=True):
+            try:
+                produce(topic, value, key, headers=hdrs, timestamp=timestamp)
+            except BufferError:
+                self._producer.poll(0.05)
+                self.produce(topic, value, key, hdrs, timestamp)
+                continue
+            except KafkaException as exc:
+                raise classify(exc, "produce", self.transactional_id) from exc
+            n += 1
+            size += len(value)
+        self.records += n
+        self.bytes += size
+        self._producer.poll(0)
+        if self._error is not None:
+            self._raise_latched()
+
+    def commit(self, timeout_s: float = 60.0) -> None:
+        """Flush and commit; a latched delivery error is raised instead (then abort)."""
+        deadline = time.monotonic() + timeout_s
+        self._producer.flush(max(0.0, min(timeout_s, 30.0)))
+        self._raise_latched()
+        while True:
+            try:
+                self._call("commit_transaction", self._producer.commit_transaction, max(1.0, timeout_s))
+                break
+            except RetriableKafkaError:
+                self._raise_latched()
+                if time.monotonic() >= deadline:
+                    raise
+            except TransactionAbortableError:
+                self._raise_latched()
+                raise
+        self.in_transaction = False
+
+    def abort(self, timeout_s: float = 30.0) -> None:
+        """Abort the open transaction (its records become invisible to read_committed consumers)."""
+        self._error = None
+        if not self.in_transaction:
+            return
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self._call("abort_transaction", self._producer.abort_transaction, max(1.0, timeout_s))
+                break
+            except RetriableKafkaError:
+                if time.monotonic() >= deadline:
+                    raise
+        self.in_transaction = False
+        self._error = None
+
+    def poll(self, timeout_s: float = 0.0) -> None:
+        self._producer.poll(timeout_s)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Flush what is queued (nothing, outside a transaction) and let the client go."""
+        with contextlib.suppress(KafkaException):  # after a fatal error there is nothing left to save
+            self._producer.flush(timeout_s)
+
+
+__all__ = [
+    "FENCED_CODES",
+    "RECORD_OVERHEAD",
+    "RecordRefusedError",
+    "RetriableKafkaError",
+    "TimestampRefusedError",
+    "TransactionAbortableError",
+    "TransactionalPublisher",
+    "classify",
+    "producer_config",
+]

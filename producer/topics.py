@@ -1,0 +1,221 @@
+"""The watcher's topics: created with settings that lose nothing, or checked when they exist.
+
+- Actions and commits topics keep records forever by default (``retention.ms=-1``): record
+  timestamps are commit times, which can be years old, so a time-based retention would delete a
+  backfill the moment it is written. An existing topic with time or size retention is accepted
+  with a warning (the operator chose it).
+- The progress topic must be compacted and must not delete by age: losing a progress record means
+  publishing a table again from its snapshot mode (duplicates). A wrong one is refused.
+- Topics created here take the producer's compression (the producer compresses with lz4), one
+  partition (one table per topic, keyed by table id), ``CreateTime`` timestamps with no limit on
+  how old or how far in the future a record's timestamp may be, and room for the largest record
+  the watcher publishes. On an existing topic, the timestamp limits it has are read so that a
+  commit timestamp it would refuse is clamped (and said so in a header) instead of stalling.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaError as _RdKafkaError
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+
+from deltamirror.core.errors import ConfigError, KafkaError
+from deltamirror.core.storage import normalize_table_uri
+
+from .publisher import RECORD_OVERHEAD
+
+log = logging.getLogger(__name__)
+
+LONG_MAX = 2**63 - 1
+BROKER_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
+#: keep this far inside a topic's timestamp window when clamping (clock skew with the broker)
+CLAMP_MARGIN_MS = 60_000
+
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True)
+class TableTopics:
+    actions: str
+    commits: str
+
+
+def default_topics(uri: str) -> TableTopics:
+    """``deltamirror.<last path segment>.actions`` / ``.commits``; stable for a location.
+
+    The table's directory name is its name for people; two watched tables with the same directory
+    name must be given topic names in the configuration (the service refuses a collision).
+    """
+    name = normalize_table_uri(uri).rstrip("/").rsplit("/", 1)[-1] or "table"
+    name = _NAME_UNSAFE.sub("_", name).strip("._") or "table"
+    name = name[:200]
+    return TableTopics(f"deltamirror.{name}.actions", f"deltamirror.{name}.commits")
+
+
+@dataclass
+class TopicLimits:
+    """What one topic accepts: record size and timestamp window (None: no limit)."""
+
+    name: str
+    max_value_bytes: int
+    before_max_ms: int | None = None
+    after_max_ms: int | None = None
+    #: set when the broker refused a timestamp anyway: every record then gets the current time
+    always_clamp: bool = False
+    warned: set[str] = field(default_factory=set)
+
+    def clamp(self, timestamp: int, now_ms: int) -> int | None:
+        """The timestamp to send instead of ``timestamp``, or None when the topic accepts it."""
+        if self.always_clamp:
+            return now_ms if timestamp != now_ms else None
+        if self.before_max_ms is not None and timestamp < now_ms - self.before_max_ms + CLAMP_MARGIN_MS:
+            return now_ms - self.before_max_ms + CLAMP_MARGIN_MS
+        if self.after_max_ms is not None and timestamp > now_ms + self.after_max_ms - CLAMP_MARGIN_MS:
+            return now_ms
+        return None
+
+
+def event_topic_config(max_record_bytes: int) -> dict[str, str]:
+    return {
+        "cleanup.policy": "delete",
+        "retention.ms": "-1",
+        "retention.bytes": "-1",
+        "compression.type": "producer",
+        "message.timestamp.type": "CreateTime",
+        "message.timestamp.before.max.ms": str(LONG_MAX),
+        "message.timestamp.after.max.ms": str(LONG_MAX),
+        "max.message.bytes": str(max(BROKER_DEFAULT_MAX_MESSAGE_BYTES, max_record_bytes + RECORD_OVERHEAD)),
+    }
+
+
+def progress_topic_config() -> dict[str, str]:
+    return {
+        "cleanup.policy": "compact",
+        "compression.type": "producer",
+        "min.cleanable.dirty.ratio": "0.1",
+        "segment.ms": str(24 * 3600 * 1000),
+    }
+
+
+class TopicManager:
+    """Creates or validates topics through the admin API; remembers what it learned about each."""
+
+    def __init__(self, kafka: dict[str, str], *, max_record_bytes: int, timeout_s: float = 30.0) -> None:
+        admin_conf: dict[str, str | int | float | bool] = {
+            k: v for k, v in kafka.items() if not k.startswith(("linger", "compression"))
+        }
+        self._admin = AdminClient(admin_conf)
+        self.max_record_bytes = max_record_bytes
+        self.timeout_s = timeout_s
+        self.limits: dict[str, TopicLimits] = {}
+
+    def ensure_event_topic(self, name: str) -> TopicLimits:
+        created = self._create(name, 1, event_topic_config(self.max_record_bytes))
+        config = self._describe(name)
+        if not created:
+            retention = config.get("retention.ms")
+            if retention not in (None, "-1"):
+                log.warning(
+                    "topic %s deletes records older than retention.ms=%s: commit timestamps can be old, "
+                    "so a subscriber may miss history",
+                    name,
+                    retention,
+                    extra={"topic": name},
+                )
+            if "compact" in config.get("cleanup.policy", "") and "delete" not in config.get(
+                "cleanup.policy", ""
+            ):
+                raise ConfigError(
+                    f"topic {name} is compacted: events of one table share a key and would be lost",
+                    topic=name,
+                )
+        return self._limits(name, config)
+
+    def ensure_progress_topic(self, name: str) -> TopicLimits:
+        created = self._create(name, 1, progress_topic_config())
+        config = self._describe(name)
+        policy = config.get("cleanup.policy", "")
+        if not created and ("compact" not in policy or "delete" in policy):
+            raise ConfigError(
+                f"progress topic {name} must have cleanup.policy=compact (it has {policy!r}): "
+                "a progress record deleted by age makes the watcher publish its tables again",
+                topic=name,
+            )
+        return self._limits(name, config)
+
+    def _limits(self, name: str, config: dict[str, str]) -> TopicLimits:
+        topic_max = _int(config.get("max.message.bytes")) or BROKER_DEFAULT_MAX_MESSAGE_BYTES
+        limits = TopicLimits(name, max(1024, min(self.max_record_bytes, topic_max - RECORD_OVERHEAD)))
+        if config.get("message.timestamp.type", "CreateTime") == "CreateTime":
+            before = _int(config.get("message.timestamp.before.max.ms"))
+            after = _int(config.get("message.timestamp.after.max.ms"))
+            limits.before_max_ms = before if before is not None and before < LONG_MAX else None
+            limits.after_max_ms = after if after is not None and after < LONG_MAX else None
+        self.limits[name] = limits
+        return limits
+
+    def _create(self, name: str, partitions: int, config: dict[str, str]) -> bool:
+        """True if the topic was created now, False if it existed."""
+        spec = NewTopic(name, num_partitions=partitions, replication_factor=-1, config=config)
+        future = self._admin.create_topics([spec], operation_timeout=self.timeout_s)[name]
+        try:
+            future.result(timeout=self.timeout_s)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if err.code() == _RdKafkaError.TOPIC_ALREADY_EXISTS:
+                return False
+            raise KafkaError(f"cannot create topic {name}: {err.str()}", topic=name) from exc
+        except Exception as exc:  # a future timeout
+            raise KafkaError(f"cannot create topic {name}: {exc}", topic=name) from exc
+        self._wait_for_leaders(name)
+        log.info("created topic %s", name, extra={"topic": name})
+        return True
+
+    def _wait_for_leaders(self, name: str) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
+            topic = self._admin.list_topics(topic=name, timeout=10).topics.get(name)
+            if (
+                topic is not None
+                and topic.error is None
+                and topic.partitions
+                and all(p.leader >= 0 for p in topic.partitions.values())
+            ):
+                return
+            time.sleep(0.1)
+        raise KafkaError(f"topic {name} has no leader after {self.timeout_s:.0f} s", topic=name)
+
+    def _describe(self, name: str) -> dict[str, str]:
+        resource = ConfigResource(ResourceType.TOPIC, name)
+        try:
+            entries: dict[str, Any] = self._admin.describe_configs([resource])[resource].result(
+                timeout=self.timeout_s
+            )
+        except KafkaException as exc:
+            raise KafkaError(f"cannot read the configuration of topic {name}: {exc.args[0].str()}") from exc
+        except Exception as exc:
+            raise KafkaError(f"cannot read the configuration of topic {name}: {exc}", topic=name) from exc
+        return {key: entry.value for key, entry in entries.items() if entry.value is not None}
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+__all__ = [
+    "TableTopics",
+    "TopicLimits",
+    "TopicManager",
+    "default_topics",
+    "event_topic_config",
+    "progress_topic_config",
+]

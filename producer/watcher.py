@@ -1,0 +1,868 @@
+"""Following one table's log: what to publish next, from where the last publish stopped.
+
+The watcher knows nothing of Kafka. Given the last published :class:`Position` (from the progress
+topic) or a snapshot mode, it hands out units of work in order: a snapshot, a commit, the
+announcement that the location holds a new table, or a bare start position. The publisher turns
+them into records; after any failure the service calls :meth:`TableWatcher.start` again with the
+last *committed* position, so a version is never skipped and never published twice.
+
+Finding new versions costs one ``stat`` of ``<next>.json`` per poll whatever the log's length; a
+listing runs only every ``check_interval_s`` to notice what probing cannot see: a gap (versions
+cleaned before they were published), the latest version going backwards, or a table deleted.
+Version 0 is ``stat``-ed whenever new versions appear: a new ``0.json`` with another ``metaData.id``
+means the table was re-created at the same path.
+
+A commit is read twice, streaming: once to count its actions and summarize it (every event carries
+``index``/``count``, and the summary and timestamp must be known before the first record goes out),
+once to hand out its actions in batches as raw JSON bytes, exactly as the log has them. Memory is
+bounded by the batch size, whatever the size of the commit. Small commits are read once and kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import json
+import logging
+import os
+import select
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import IO, Any, Literal
+
+import orjson
+
+from deltamirror.core import features
+from deltamirror.core.checkpoint import arrow_to_python
+from deltamirror.core.commits import TimestampTracker, probe_next_versions
+from deltamirror.core.errors import (
+    CorruptLogError,
+    IncompleteTableStateError,
+    LogGapError,
+    VersionNotFoundError,
+)
+from deltamirror.core.events import SCHEMA_VERSION, CommitSummary
+from deltamirror.core.log import commit_name
+from deltamirror.core.models import Metadata, Protocol
+from deltamirror.core.storage import FileInfo, TableStorage
+from deltamirror.core.table import DeltaTable, open_table
+from deltamirror.core.timestamps import (
+    CommitTimestamp,
+    IctConfig,
+    TimestampSource,
+    parse_timestamp,
+    version_at_or_after,
+)
+from deltamirror.producer.snapshot_events import ActionBatch, Body, SnapshotWork
+
+log = logging.getLogger(__name__)
+
+SnapshotMode = Literal["initial", "latest", "from-version", "from-timestamp", "when-needed"]
+SNAPSHOT_MODES: tuple[str, ...] = ("initial", "latest", "from-version", "from-timestamp", "when-needed")
+
+#: commit files up to this size are read once and kept for the second pass
+SMALL_COMMIT_BYTES = 16 * 1024 * 1024
+#: distinct partitions listed in a commit summary
+MAX_PARTITIONS_LISTED = 1000
+#: versions probed ahead in one go while catching up
+PROBE_AHEAD = 100
+
+
+# --- positions and units of work --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """The last published action of a table: ``index`` of ``version`` (of its snapshot).
+
+    ``index + 1 == count`` means the version is complete. ``index == -1, count == 0`` is a start
+    position with nothing published for ``version`` (``latest`` mode begins after it).
+    """
+
+    table_id: str
+    version: int
+    index: int
+    count: int
+    timestamp: CommitTimestamp
+    snapshot: bool = False
+
+    @property
+    def complete(self) -> bool:
+        return self.index + 1 >= self.count
+
+
+@dataclass(frozen=True)
+class TableReplacedWork:
+    """The location holds another table than the one published so far."""
+
+    previous_table_id: str
+    previous_version: int
+    table_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class PositionWork:
+    """Nothing to publish, but a position to record (``latest`` mode's starting point)."""
+
+    position: Position
+
+
+@dataclass
+class _Summary:
+    """Counters of one version, filled while scanning it."""
+
+    adds: int = 0
+    removes: int = 0
+    cdc: int = 0
+    bytes_added: int = 0
+    bytes_removed: int = 0
+    partitions: dict[tuple[tuple[str, Any], ...], dict[str, Any]] = field(default_factory=dict)
+    truncated: bool = False
+
+    def touch(self, values: Any) -> None:
+        if not isinstance(values, dict) or not values or self.truncated:
+            return
+        key = tuple(sorted(values.items()))
+        if key not in self.partitions:
+            if len(self.partitions) >= MAX_PARTITIONS_LISTED:
+                self.truncated = True
+                return
+            self.partitions[key] = values
+
+
+class CommitWork:
+    """One version to publish, from action ``start`` on."""
+
+    snapshot = False
+
+    def __init__(
+        self,
+        storage: TableStorage,
+        table_id: str,
+        version: int,
+        timestamp: CommitTimestamp,
+        scan: VersionScan,
+        start: int = 0,
+    ) -> None:
+        self._storage = storage
+        self.table_id = table_id
+        self.table_uri = storage.uri
+        self.version = version
+        self.timestamp = timestamp
+        self.scan = scan
+        self.count = scan.count
+        self.start = start
+
+    def __repr__(self) -> str:
+        return f"CommitWork(version={self.version}, count={self.count}, start={self.start})"
+
+    def batches(self, size: int) -> Iterator[ActionBatch]:
+        batch: ActionBatch = []
+        index = 0
+        for action_type, body in iter_raw_actions(self._storage, self.version, self.scan):
+            if index >= self.start:
+                batch.append((action_type, body))
+                if len(batch) >= size:
+                    yield batch
+                    batch = []
+            index += 1
+        if index != self.count:
+            raise CorruptLogError(
+                f"commit changed while it was read ({self.count} actions, then {index})",
+                table=self.table_uri,
+                version=self.version,
+                file=self._storage.log_file(commit_name(self.version)),
+            )
+        if batch:
+            yield batch
+
+    def summary(self) -> CommitSummary:
+        s = self.scan.summary
+        ci = self.scan.commit_info or {}
+        read_version = ci.get("readVersion")
+        blind = ci.get("isBlindAppend")
+        return CommitSummary(
+            schema_version=SCHEMA_VERSION,
+            table_id=self.table_id,
+            table_uri=self.table_uri,
+            version=self.version,
+            commit_timestamp=self.timestamp.timestamp,
+            commit_timestamp_source=str(self.timestamp.source),  # type: ignore[arg-type]
+            snapshot=False,
+            action_count=self.count,
+            operation=ci.get("operation") if isinstance(ci.get("operation"), str) else None,
+            read_version=read_version if isinstance(read_version, int) else None,
+            is_blind_append=blind if isinstance(blind, bool) else None,
+            adds=s.adds,
+            removes=s.removes,
+            cdc_files=s.cdc,
+            bytes_added=s.bytes_added,
+            bytes_removed=s.bytes_removed,
+            partitions_touched=list(s.partitions.values()),
+            partitions_touched_truncated=s.truncated,
+            metadata_changed=self.scan.metadata is not None,
+            protocol_changed=self.scan.protocol is not None,
+        )
+
+
+PublishUnit = CommitWork | SnapshotWork
+Work = CommitWork | SnapshotWork | TableReplacedWork | PositionWork
+
+
+def position_after(unit: PublishUnit, index: int) -> Position:
+    """The position once action ``index`` of ``unit`` is published."""
+    return Position(unit.table_id, unit.version, index, unit.count, unit.timestamp, unit.snapshot)
+
+
+# --- reading a commit -------------------------------------------------------------------------
+
+
+@dataclass
+class VersionScan:
+    """What the first pass over a commit learned."""
+
+    version: int
+    file: FileInfo
+    count: int = 0
+    commit_info: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    protocol: dict[str, Any] | None = None
+    summary: _Summary = field(default_factory=_Summary)
+    #: line numbers that must be decoded and re-encoded (several actions on a line, NaN, escapes)
+    slow_lines: set[int] = field(default_factory=set)
+    #: the whole file when it is small (read once)
+    data: bytes | None = None
+
+
+def _corrupt(storage: TableStorage, version: int, line: int, message: str) -> CorruptLogError:
+    return CorruptLogError(
+        message, table=storage.uri, version=version, file=storage.log_file(commit_name(version)), line=line
+    )
+
+
+def _open_lines(
+    storage: TableStorage, version: int, data: bytes | None
+) -> tuple[Iterator[bytes], IO[bytes] | None]:
+    if data is not None:
+        return iter(data.splitlines()), None
+    path = storage.log_file(commit_name(version))
+    try:
+        fh = storage.open(path)
+    except FileNotFoundError:
+        raise VersionNotFoundError(
+            f"commit {version} disappeared while it was read", table=storage.uri, version=version, file=path
+        ) from None
+    return iter(fh), fh
+
+
+def scan_version(storage: TableStorage, version: int, info: FileInfo) -> VersionScan:
+    """First pass: validate every line, count actions, keep commitInfo/metaData/protocol, summarize."""
+    scan = VersionScan(version, info)
+    if info.size <= SMALL_COMMIT_BYTES:
+        try:
+            scan.data = storage.read_bytes(storage.log_file(commit_name(version)))
+        except FileNotFoundError:
+            raise VersionNotFoundError(
+                f"commit {version} disappeared while it was read",
+                table=storage.uri,
+                version=version,
+                file=storage.log_file(commit_name(version)),
+            ) from None
+    lines, fh = _open_lines(storage, version, scan.data)
+    summary = scan.summary
+    with fh if fh is not None else contextlib.nullcontext():
+        for lineno, raw in enumerate(lines, start=1):
+            if not raw.strip():
+                continue
+            try:
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                try:  # Python's parser accepts NaN/Infinity, as core's reader does
+                    obj = json.loads(raw)
+                except ValueError as exc:
+                    raise _corrupt(storage, version, lineno, f"invalid JSON: {exc}") from exc
+                scan.slow_lines.add(lineno)
+            if not isinstance(obj, dict) or not obj:
+                raise _corrupt(storage, version, lineno, "a log line must be a JSON object holding an action")
+            if len(obj) > 1 or _split_line(raw) is None:
+                scan.slow_lines.add(lineno)
+            for name, body in obj.items():
+                scan.count += 1
+                if name == "add":
+                    summary.adds += 1
+                    summary.bytes_added += _int(body, "size")
+                    summary.touch(body.get("partitionValues") if isinstance(body, dict) else None)
+                elif name == "remove":
+                    summary.removes += 1
+                    summary.bytes_removed += _int(body, "size")
+                    summary.touch(body.get("partitionValues") if isinstance(body, dict) else None)
+                elif name == "cdc":
+                    summary.cdc += 1
+                    summary.touch(body.get("partitionValues") if isinstance(body, dict) else None)
+                elif name == "commitInfo" and scan.commit_info is None and isinstance(body, dict):
+                    scan.commit_info = body
+                elif name == "metaData" and isinstance(body, dict):
+                    scan.metadata = body
+                elif name == "protocol" and isinstance(body, dict):
+                    scan.protocol = body
+    return scan
+
+
+def _int(body: Any, key: str) -> int:
+    value = body.get(key) if isinstance(body, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _split_line(raw: bytes) -> tuple[str, bytes] | None:
+    """(action type, raw body) of a ``{"type": {...}}`` line without decoding it; None if unusual."""
+    s = raw.strip()
+    if not s.startswith(b'{"') or not s.endswith(b"}"):
+        return None
+    end = s.find(b'"', 2)
+    if end < 0:
+        return None
+    key = s[2:end]
+    if b"\\" in key:
+        return None
+    colon = s.find(b":", end + 1)
+    if colon < 0 or s[end + 1 : colon].strip():
+        return None
+    body = s[colon + 1 : -1].strip()
+    if not body:
+        return None
+    return key.decode(), body
+
+
+def iter_raw_actions(storage: TableStorage, version: int, scan: VersionScan) -> Iterator[tuple[str, Body]]:
+    """Second pass: (type, body) per action in file order; bodies are the log's own bytes."""
+    lines, fh = _open_lines(storage, version, scan.data)
+    with fh if fh is not None else contextlib.nullcontext():
+        for lineno, raw in enumerate(lines, start=1):
+            if lineno in scan.slow_lines:
+                if not raw.strip():
+                    continue
+                try:
+                    obj = orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    obj = json.loads(raw)
+                yield from obj.items()
+                continue
+            split = _split_line(raw)
+            if split is None:
+                if not raw.strip():
+                    continue
+                raise _corrupt(storage, version, lineno, "commit changed while it was read")
+            yield split
+
+
+# --- finding the table's start and timestamps ------------------------------------------------
+
+
+def timestamp_of(table: DeltaTable, version: int, ict: IctConfig) -> CommitTimestamp:
+    """The resolved timestamp of ``version`` exactly as ``DeltaTable.commit_timestamps()`` gives it."""
+    found = previous_timestamp(table, version, ict)
+    if found is None or found.version != version:
+        # a checkpoint whose commit file is gone: the snapshot's own resolution is all there is
+        return table.snapshot(version, check_features=False).timestamp
+    return found
+
+
+def previous_timestamp(table: DeltaTable, version: int, ict: IctConfig) -> CommitTimestamp | None:
+    """The resolved timestamp of the last commit at or before ``version`` (None if none is listed).
+
+    It seeds the monotonic adjustment of the versions after it. ICT versions need only their own
+    commitInfo; file-time versions only the listing (the adjustment chains from the first listed
+    commit, as in ``commit_timestamps``).
+    """
+    if ict.applies_to(version) and version in table.listing(version).commits:
+        value = table.commit_info(version).in_commit_timestamp
+        if value is None:
+            raise CorruptLogError(
+                "In-Commit Timestamps are enabled for this version but its commitInfo has no inCommitTimestamp",
+                table=table.uri,
+                version=version,
+            )
+        return CommitTimestamp(version, value, TimestampSource.ICT)
+    resolved = table.commit_timestamps(0, version, ict=ict)
+    return resolved[-1] if resolved else None
+
+
+def _v0_table_id(storage: TableStorage) -> str | None:
+    """metaData.id of version 0, reading no further than its metaData line."""
+    path = storage.log_file(commit_name(0))
+    with storage.open(path) as fh:
+        for raw in fh:
+            if b'"metaData"' not in raw:
+                continue
+            try:
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue
+            meta = obj.get("metaData") if isinstance(obj, dict) else None
+            if isinstance(meta, dict) and isinstance(meta.get("id"), str):
+                return str(meta["id"])
+    return None
+
+
+@dataclass(frozen=True)
+class TableHead:
+    """The metaData and protocol in force at a version: all the watcher needs to start there."""
+
+    version: int
+    metadata: Metadata
+    protocol: Protocol
+
+    @property
+    def ict(self) -> IctConfig:
+        return IctConfig.from_configuration(self.metadata.configuration)
+
+
+def _head_actions(lines: Iterator[bytes]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The last metaData and protocol bodies among JSON log lines, decoding no other line."""
+    metadata = protocol = None
+    for raw in lines:
+        split = _split_line(raw)
+        if split is not None:
+            if split[0] not in ("metaData", "protocol"):
+                continue
+            obj = {split[0]: orjson.loads(split[1])}
+        elif raw.strip():
+            try:
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                obj = json.loads(raw)
+        else:
+            continue
+        if isinstance(obj.get("metaData"), dict):
+            metadata = obj["metaData"]
+        if isinstance(obj.get("protocol"), dict):
+            protocol = obj["protocol"]
+    return metadata, protocol
+
+
+def read_head(table: DeltaTable, version: int) -> TableHead:
+    """metaData and protocol at ``version`` without replaying the table's files.
+
+    The commits of the version's log segment are streamed newest first until both are found; a
+    checkpoint is read only for its metaData and protocol columns. A huge commit or checkpoint
+    costs reading time, never memory.
+    """
+    storage = table.storage
+    segment = table.segment(version)
+    metadata = protocol = None
+    for v, _ in reversed(segment.commits):
+        lines, fh = _open_lines(storage, v, None)
+        with fh if fh is not None else contextlib.nullcontext():
+            m, p = _head_actions(lines)
+        metadata = metadata or m
+        protocol = protocol or p
+        if metadata is not None and protocol is not None:
+            break
+    if (metadata is None or protocol is None) and segment.checkpoint is not None:
+        for info in segment.checkpoint.files:
+            path = storage.log_file(info.name)
+            if info.name.endswith(".json"):
+                with storage.open(path) as fh:
+                    m, p = _head_actions(iter(fh))
+            else:
+                pf = storage.parquet_file(path)
+                names = [n for n in ("metaData", "protocol") if n in pf.schema_arrow.names]
+                data = pf.read(columns=names)
+                m = p = None
+                for name in names:
+                    col = data.column(name)
+                    values = [v for v in col.to_pylist() if v is not None]
+                    if values:
+                        body = arrow_to_python(values[-1], col.type)
+                        m, p = (body, p) if name == "metaData" else (m, body)
+            metadata = metadata or m
+            protocol = protocol or p
+    if metadata is None or protocol is None:
+        missing = "metaData" if metadata is None else "protocol"
+        raise IncompleteTableStateError(
+            f"no {missing} action in the log segment", table=table.uri, version=version
+        )
+    return TableHead(segment.version, Metadata.model_validate(metadata), Protocol.model_validate(protocol))
+
+
+# --- the watcher ------------------------------------------------------------------------------
+
+
+class TableWatcher:
+    """Hands out what to publish next for one table, in order, from a position or a snapshot mode."""
+
+    def __init__(
+        self,
+        uri: str,
+        storage_options: dict[str, Any] | None = None,
+        *,
+        mode: SnapshotMode = "initial",
+        from_version: int | None = None,
+        from_timestamp: str | int | None = None,
+        check_interval_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if mode not in SNAPSHOT_MODES:
+            raise ValueError(f"unknown snapshot mode {mode!r}")
+        self.table = open_table(uri, storage_options)
+        self.storage = self.table.storage
+        self.uri = self.table.uri
+        self.mode = mode
+        self.from_version = from_version
+        self.from_timestamp = from_timestamp
+        self.check_interval_s = check_interval_s
+        self._clock = clock
+        self._pending: deque[Work] = deque()
+        self._ahead: deque[tuple[int, FileInfo]] = deque()
+        self._table_id: str | None = None
+        self._cursor = -1
+        self._tracker = TimestampTracker(IctConfig())
+        self._v0: FileInfo | None = None
+        self._next_check = 0.0
+        self._idle = True
+
+    def __repr__(self) -> str:
+        return f"TableWatcher({self.uri!r}, cursor={self._cursor})"
+
+    @property
+    def table_id(self) -> str | None:
+        return self._table_id
+
+    @property
+    def cursor(self) -> int:
+        """The last version handed out (or the version a start position is at)."""
+        return self._cursor
+
+    def next_commit_size(self) -> int:
+        """Size in bytes of the next commit already found (0 if none is known yet)."""
+        return self._ahead[0][1].size if self._ahead and not self._pending else 0
+
+    @property
+    def versions_ahead(self) -> int:
+        """Versions known to exist after the cursor (a lower bound while catching up)."""
+        return len(self._ahead)
+
+    # --- starting ------------------------------------------------------------------------------
+
+    def start(self, position: Position | None) -> None:
+        """(Re)start right after ``position``; without one, where the snapshot mode says.
+
+        Called again after any failure with the last committed position: everything handed out
+        since is forgotten and will be handed out again.
+        """
+        self._pending.clear()
+        self._ahead.clear()
+        self._v0 = self._stat_version0()
+        self._idle = True
+        self._next_check = self._clock() + self.check_interval_s
+        if position is None:
+            self._start_fresh(self.mode)
+        else:
+            self._resume(position)
+
+    def _start_fresh(self, mode: str, *, replaced: bool = False) -> None:
+        latest = self.table.latest_version()
+        if mode in ("initial", "when-needed"):
+            self._begin_snapshot(latest)
+            return
+        if mode == "latest" and not replaced:
+            head = self._checked_head(latest)
+            ts = timestamp_of(self.table, latest, head.ict)
+            self._set_cursor(head.metadata.id, latest, head.ict, ts)
+            self._pending.append(PositionWork(Position(head.metadata.id, latest, -1, 0, ts)))
+            return
+        if replaced or mode == "latest":
+            first = min(self.table.listing(0).commits, default=None)
+            if first is None or first != 0:
+                self._begin_snapshot(latest)  # the new table's start is gone: its state will do
+                return
+            start = 0
+        elif mode == "from-version":
+            assert self.from_version is not None, "from-version needs from_version"
+            start = self.from_version
+        else:
+            assert self.from_timestamp is not None, "from-timestamp needs from_timestamp"
+            ts_ms = (
+                parse_timestamp(self.from_timestamp)
+                if isinstance(self.from_timestamp, str)
+                else int(self.from_timestamp)
+            )
+            ict = read_head(self.table, latest).ict
+            found = version_at_or_after(self.table.commit_timestamps(ict=ict), ts_ms, ict, table=self.uri)
+            start = latest + 1 if found is None else found
+        self._begin_at(start, latest)
+
+    def _checked_head(self, version: int) -> TableHead:
+        head = read_head(self.table, version)
+        features.check_readable(head.protocol, table=self.uri, version=head.version)
+        return head
+
+    def _begin_at(self, start: int, latest: int) -> None:
+        """Publish from version ``start`` on (it may not exist yet)."""
+        if start <= latest:
+            listing = self.table.listing(start)
+            if start not in listing.commits:
+                raise VersionNotFoundError(
+                    f"version {start} is not in the log (cleaned up, or never written)",
+                    table=self.uri,
+                    version=start,
+                )
+        try:
+            head = self._checked_head(min(start, latest))
+        except VersionNotFoundError:  # cleaned up before any checkpoint: the latest state names the table
+            head = self._checked_head(latest)
+        previous = previous_timestamp(self.table, min(start - 1, latest), head.ict) if start > 0 else None
+        self._set_cursor(head.metadata.id, start - 1, head.ict, previous)
+
+    def _begin_snapshot(self, version: int) -> None:
+        snap = self.table.snapshot(version)
+        ict = IctConfig.from_configuration(snap.metadata.configuration)
+        ts = timestamp_of(self.table, version, ict)
+        self._set_cursor(snap.metadata.id, version, ict, ts)
+        self._pending.append(SnapshotWork(snap, self.uri, ts))
+
+    def _set_cursor(
+        self, table_id: str, version: int, ict: IctConfig, previous: CommitTimestamp | None
+    ) -> None:
+        self._table_id = table_id
+        self._cursor = version
+        self._tracker = TimestampTracker(ict, previous)
+
+    def _resume(self, position: Position) -> None:
+        latest = self.table.latest_version()
+        if latest < position.version:
+            self._replaced(position, f"the latest version went backwards ({position.version} -> {latest})")
+            return
+        try:
+            head: TableHead | None = read_head(self.table, position.version)
+        except VersionNotFoundError:
+            head = None
+        if head is not None and head.metadata.id != position.table_id:
+            self._replaced(position, f"version {position.version} now belongs to table {head.metadata.id}")
+            return
+        if head is None:
+            # the published version cannot be rebuilt any more (log cleaned): fine if what follows is there
+            needed = position.version + (1 if position.complete else 0)
+            if needed not in self.table.listing(needed).commits:
+                self._gap(position.version, latest, position)
+                return
+            head = read_head(self.table, latest)
+        features.check_readable(head.protocol, table=self.uri, version=head.version)
+        self._set_cursor(position.table_id, position.version, head.ict, position.timestamp)
+        if position.complete:
+            return
+        start = position.index + 1
+        if position.snapshot:
+            if head.version != position.version:
+                self._gap(position.version, latest, position)
+                return
+            snap = self.table.snapshot(position.version)
+            self._pending.append(SnapshotWork(snap, self.uri, position.timestamp, start))
+            return
+        info = self.table.listing(position.version).commits.get(position.version)
+        if info is None:
+            self._gap(position.version, latest, position)
+            return
+        scan = scan_version(self.storage, position.version, info)
+        self._pending.append(
+            CommitWork(self.storage, position.table_id, position.version, position.timestamp, scan, start)
+        )
+
+    def _gap(self, missing_after: int, latest: int, position: Position | None) -> None:
+        if self.mode == "when-needed":
+            log.warning(
+                "versions after %d were cleaned from the log before they were published: new snapshot",
+                missing_after,
+                extra={"table": self.uri, "version": latest},
+            )
+            self._begin_snapshot(latest)
+            return
+        raise LogGapError(
+            f"version {missing_after + 1} is no longer in the log but was never published "
+            "(snapshot mode when-needed would publish a new snapshot)",
+            table=self.uri,
+            version=missing_after + 1,
+        )
+
+    def _replaced(self, position: Position, reason: str) -> None:
+        self._pending.clear()
+        self._ahead.clear()
+        self._start_fresh(self.mode, replaced=True)
+        assert self._table_id is not None
+        log.warning("table re-created at the same location: %s", reason, extra={"table": self.uri})
+        self._pending.appendleft(
+            TableReplacedWork(position.table_id, position.version, self._table_id, reason)
+        )
+
+    # --- tailing -------------------------------------------------------------------------------
+
+    def next_work(self) -> Work | None:
+        """The next unit to publish, or None when the table has nothing new right now."""
+        if self._pending:
+            return self._pending.popleft()
+        if not self._ahead:
+            found = probe_next_versions(self.storage, self._cursor, limit=PROBE_AHEAD)
+            if not found:
+                self._idle = True
+                if self._clock() >= self._next_check:
+                    self._next_check = self._clock() + self.check_interval_s
+                    self._check_log()
+                    if self._pending:
+                        return self._pending.popleft()
+                return None
+            self._ahead.extend(found)
+        if self._idle:
+            self._idle = False
+            if self._check_version0():
+                return self._pending.popleft()
+        version, info = self._ahead[0]
+        scan = scan_version(self.storage, version, info)
+        if scan.protocol is not None:
+            protocol = Protocol.model_validate(scan.protocol)
+            features.check_readable(protocol, table=self.uri, version=version)
+        if scan.metadata is not None:
+            metadata = Metadata.model_validate(scan.metadata)
+            self._tracker.observe_metadata(metadata)
+            if metadata.id != self._table_id:
+                log.warning(
+                    "metaData.id changed within the log (%s -> %s)",
+                    self._table_id,
+                    metadata.id,
+                    extra={"table": self.uri, "version": version},
+                )
+                self._table_id = metadata.id
+        ict_value = (scan.commit_info or {}).get("inCommitTimestamp")
+        ts = self._tracker.resolve(
+            version, info.modification_time, ict_value if isinstance(ict_value, int) else None
+        )
+        self._ahead.popleft()
+        self._cursor = version
+        assert self._table_id is not None
+        return CommitWork(self.storage, self._table_id, version, ts, scan)
+
+    def _current_position(self) -> Position:
+        assert self._table_id is not None
+        ts = self._tracker.previous or CommitTimestamp(self._cursor, 0, TimestampSource.FILE_TIME)
+        return Position(self._table_id, self._cursor, 0, 1, ts)
+
+    def _stat_version0(self) -> FileInfo | None:
+        try:
+            return self.storage.info(self.storage.log_file(commit_name(0)))
+        except FileNotFoundError:
+            return None
+
+    def _check_version0(self) -> bool:
+        """True (and work queued) when ``0.json`` was written again, for another table.
+
+        Log cleanup deletes ``0.json`` and never writes it back: a new one means a new table.
+        """
+        info = self._stat_version0()
+        known, self._v0 = self._v0, info
+        if info is None or info == known:
+            return False
+        new_id = _v0_table_id(self.storage)
+        if new_id is None or new_id == self._table_id:
+            return False
+        self._replaced(self._current_position(), f"version 0 was written again with metaData.id {new_id}")
+        return True
+
+    def _check_log(self) -> None:
+        """The slow checks (a listing): the table deleted, re-created, or versions cleaned unpublished."""
+        latest = self.table.latest_version()
+        if latest < self._cursor:
+            self._replaced(
+                self._current_position(), f"the latest version went backwards ({self._cursor} -> {latest})"
+            )
+            return
+        if self._check_version0():
+            return
+        if latest > self._cursor and self._cursor + 1 not in self.table.listing(self._cursor + 1).commits:
+            self._gap(self._cursor, latest, None)
+
+
+# --- waking up early on a local file system -------------------------------------------------
+
+
+class LogWaker:
+    """Waits for the next poll, or less when a file appears in a local ``_delta_log`` (Linux inotify).
+
+    Elsewhere (object stores, other systems, inotify unavailable) it simply waits.
+    """
+
+    _IN_CREATE = 0x00000100
+    _IN_MOVED_TO = 0x00000080
+    _IN_CLOSE_WRITE = 0x00000008
+
+    def __init__(self, storage: TableStorage, enabled: bool = True) -> None:
+        self._fd: int | None = None
+        if not enabled or not storage.uri.startswith("file://") or not hasattr(os, "O_NONBLOCK"):
+            return
+        name = ctypes.util.find_library("c")
+        if name is None:
+            return
+        try:
+            libc = ctypes.CDLL(name, use_errno=True)
+            init = libc.inotify_init1
+            add = libc.inotify_add_watch
+        except (OSError, AttributeError):
+            return
+        fd = init(os.O_NONBLOCK | os.O_CLOEXEC)
+        if fd < 0:
+            return
+        mask = self._IN_CREATE | self._IN_MOVED_TO | self._IN_CLOSE_WRITE
+        if add(fd, storage.log_path.encode(), mask) < 0:
+            os.close(fd)
+            return
+        self._fd = fd
+
+    @property
+    def notifying(self) -> bool:
+        return self._fd is not None
+
+    def wait(self, timeout: float, stop: threading.Event | None = None) -> None:
+        """Return after ``timeout`` seconds, on a log file event, or when ``stop`` is set."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or (stop is not None and stop.is_set()):
+                return
+            step = min(left, 0.1)
+            if self._fd is None:
+                if stop is not None:
+                    stop.wait(step)
+                else:
+                    time.sleep(step)
+                continue
+            ready, _, _ = select.select([self._fd], [], [], step)
+            if ready:
+                with contextlib.suppress(BlockingIOError):
+                    while os.read(self._fd, 65536):
+                        pass
+                return
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+__all__ = [
+    "SNAPSHOT_MODES",
+    "CommitWork",
+    "LogWaker",
+    "Position",
+    "PositionWork",
+    "PublishUnit",
+    "SnapshotWork",
+    "TableReplacedWork",
+    "TableWatcher",
+    "Work",
+    "position_after",
+    "scan_version",
+    "timestamp_of",
+]
