@@ -61,20 +61,42 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process, all threads: steadier than wall time on a shared machine."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _child(name: str, root: str, checkpoint: str) -> dict[str, Any]:
+    cpu = _cpu_s()
+    result = _load(name, root, checkpoint)
+    result["cpu_s"] = _cpu_s() - cpu - result.pop("import_cpu_s")
+    return result
+
+
+def _load(name: str, root: str, checkpoint: str) -> dict[str, Any]:
+    started_cpu = _cpu_s()
     if name == "deltamirror":
         from deltamirror.core.table import open_table
 
-        imported = _rss_mb()
+        imported, import_cpu = _rss_mb(), _cpu_s() - started_cpu
         t0 = time.perf_counter()
         snap = open_table(root).snapshot()
         files = snap.files.num_rows
         t1 = time.perf_counter()
-        return {"total_s": t1 - t0, "files": files, "version": snap.version, "import_rss_mb": imported}
+        return {
+            "total_s": t1 - t0,
+            "files": files,
+            "version": snap.version,
+            "import_rss_mb": imported,
+            "import_cpu_s": import_cpu,
+        }
     if name == "delta-rs":
         from deltalake import DeltaTable
 
-        imported = _rss_mb()
+        imported, import_cpu = _rss_mb(), _cpu_s() - started_cpu
         t0 = time.perf_counter()
         dt = DeltaTable(root)
         t1 = time.perf_counter()
@@ -87,15 +109,16 @@ def _child(name: str, root: str, checkpoint: str) -> dict[str, Any]:
             "files": int(files),
             "version": dt.version(),
             "import_rss_mb": imported,
+            "import_cpu_s": import_cpu,
         }
     if name == "pyarrow":
         import pyarrow.parquet as pq
 
-        imported = _rss_mb()
+        imported, import_cpu = _rss_mb(), _cpu_s() - started_cpu
         t0 = time.perf_counter()
         rows = pq.read_table(checkpoint, columns=["add"]).num_rows
         t1 = time.perf_counter()
-        return {"total_s": t1 - t0, "rows": rows, "import_rss_mb": imported}
+        return {"total_s": t1 - t0, "rows": rows, "import_rss_mb": imported, "import_cpu_s": import_cpu}
     raise SystemExit(f"unknown contender {name!r}")
 
 
@@ -118,7 +141,7 @@ def _median(runs: list[dict[str, Any]], key: str) -> float | None:
 
 
 def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    keys = ["total_s", "open_s", "file_list_s", "peak_rss_mb", "import_rss_mb"]
+    keys = ["total_s", "open_s", "file_list_s", "cpu_s", "peak_rss_mb", "import_rss_mb"]
     out: dict[str, Any] = {k: _median(runs, k) for k in keys if _median(runs, k) is not None}
     out["runs"] = runs
     return out
@@ -135,8 +158,8 @@ def _versions() -> dict[str, str]:
 def _markdown(summary: dict[str, dict[str, Any]]) -> str:
     rs, arrow = summary["delta-rs"], summary["pyarrow"]
     lines = [
-        "| contender | time (median) | vs delta-rs | vs pyarrow | peak RSS | RSS after imports |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| contender | wall time (median) | vs delta-rs | vs pyarrow | CPU time | peak RSS | RSS after imports |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name in CONTENDERS:
         s = summary[name]
@@ -147,7 +170,7 @@ def _markdown(summary: dict[str, dict[str, Any]]) -> str:
         if name == "pyarrow":
             label += ' (read_table(columns=["add"]))'
         lines.append(
-            f"| {label} | {t:.3f} s | {t / rs['total_s']:.2f}x | {t / arrow['total_s']:.2f}x "
+            f"| {label} | {t:.3f} s | {t / rs['total_s']:.2f}x | {t / arrow['total_s']:.2f}x | {s['cpu_s']:.2f} s "
             f"| {s['peak_rss_mb']:.0f} MB ({s['peak_rss_mb'] / rs['peak_rss_mb']:.2f}x delta-rs) "
             f"| {s['import_rss_mb']:.0f} MB |"
         )

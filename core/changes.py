@@ -16,8 +16,11 @@ is produced, as in delta-spark), then the :class:`ChangeFeed` streams one data f
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -69,6 +72,13 @@ TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
 MONOTONIZATION_LOOKBACK = 100
 #: raw commit files kept from the checking pass for the reading pass, so each is fetched once
 COMMIT_CACHE_BYTES = 64 * 1024 * 1024
+#: small data files are read ahead on threads (decoding releases the GIL): at most this many, this big
+PREFETCH_FILES = 4
+PREFETCH_MAX_BYTES = 16 * 1024 * 1024
+PREFETCH_THREADS = 2
+#: commit files are fetched this many at a time, on this many threads
+FETCH_CHUNK = 64
+FETCH_THREADS = 8
 _MERGE_METRICS = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")
 _STRING = PrimitiveType(name="string")
 
@@ -237,8 +247,7 @@ def _scan_commits(table: DeltaTable, rng: ChangeRange) -> _Scan:
     """metaData, protocol and commitInfo of each version; only lines naming one are parsed."""
     scan = _Scan()
     cached = 0
-    for v in range(rng.start, rng.end + 1):
-        data = _read_commit_bytes(table, v)
+    for v, data in _fetch_commits(table, range(rng.start, rng.end + 1)):
         if cached + len(data) <= COMMIT_CACHE_BYTES:
             scan.commit_bytes[v] = data
             cached += len(data)
@@ -265,6 +274,14 @@ def _scan_commits(table: DeltaTable, rng: ChangeRange) -> _Scan:
                     ict = action.in_commit_timestamp
         scan.in_commit_timestamps[v] = ict
     return scan
+
+
+def _fetch_commits(table: DeltaTable, versions: range) -> Iterator[tuple[int, bytes]]:
+    """(version, commit bytes) in order, fetched a chunk at a time on threads (object stores are slow)."""
+    with ThreadPoolExecutor(max_workers=FETCH_THREADS, thread_name_prefix="deltamirror-log") as pool:
+        for lo in range(versions.start, versions.stop, FETCH_CHUNK):
+            chunk = range(lo, min(lo + FETCH_CHUNK, versions.stop))
+            yield from zip(chunk, pool.map(partial(_read_commit_bytes, table), chunk), strict=True)
 
 
 def _timestamps(
@@ -329,6 +346,13 @@ class ChangeFeed:
         self._mode: ColumnMappingMode = column_mapping_mode(metadata.configuration)
         self._partition_columns = list(metadata.partition_columns)
         self._data_columns = self._select(columns)
+        # columns=None reads every column without building a projected schema per file
+        every = self._data_columns == list(self._table_schema.names)
+        self._columns_arg: list[str] | None = None if every else self._data_columns
+        self._cdc_schema = StructType(
+            fields=(*self._table_schema.fields, StructField(name=CHANGE_TYPE, type=_STRING))
+        )
+        self._cdc_columns_arg = None if every else [*self._data_columns, CHANGE_TYPE]
         self._filter = _FileFilter(
             partition_filter, self._table_schema, self._partition_columns, self._mode, table.uri
         )
@@ -378,31 +402,39 @@ class ChangeFeed:
         return out
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
-        for entry in self._plan.versions:
-            yield from self._coalesce(self._version_batches(entry))
+        reads = (read for entry in self._plan.versions for read in self._version_reads(entry))
+        return self._coalesce(_prefetched(reads))
 
     def to_arrow(self) -> pa.Table:
         """The whole feed in memory (small ranges and tests; iterate for anything large)."""
         return pa.Table.from_batches(list(self), schema=self.schema)
 
-    def _coalesce(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def _coalesce(self, parts: Iterator[tuple[int, Iterable[pa.RecordBatch]]]) -> Iterator[pa.RecordBatch]:
+        """Batches of up to ``batch_size`` rows, each from one version."""
         pending: list[pa.RecordBatch] = []
         rows = 0
-        for batch in batches:
-            while batch.num_rows:
-                take = min(batch.num_rows, self._batch_size - rows)
-                pending.append(batch.slice(0, take))
-                rows += take
-                batch = batch.slice(take)
-                if rows == self._batch_size:
-                    yield _concat(pending, self.schema)
-                    pending, rows = [], 0
+        current: int | None = None
+        for version, batches in parts:
+            if version != current and rows:
+                yield _concat(pending)
+                pending, rows = [], 0
+            current = version
+            for batch in batches:
+                while batch.num_rows:
+                    take = min(batch.num_rows, self._batch_size - rows)
+                    pending.append(batch.slice(0, take))
+                    rows += take
+                    batch = batch.slice(take)
+                    if rows == self._batch_size:
+                        yield _concat(pending)
+                        pending, rows = [], 0
         if rows:
-            yield _concat(pending, self.schema)
+            yield _concat(pending)
 
     # --- one version ---
 
-    def _version_batches(self, entry: _Version) -> Iterator[pa.RecordBatch]:
+    def _version_reads(self, entry: _Version) -> Iterator[_Read]:
+        """The file reads that make up one version's rows, in commit order."""
         version = entry.version
         data = self._plan.commit_bytes.pop(version, None)
         if data is None:
@@ -427,7 +459,7 @@ class ChangeFeed:
         if cdc:
             for action in cdc:
                 if self._filter.keeps(action, version):
-                    yield from self._read_cdc_file(action, meta)
+                    yield _Read(version, action.get("size"), partial(self._read_cdc_file, action, meta))
             return
         if commit_info is not None and _is_noop_merge(commit_info):
             return
@@ -435,12 +467,29 @@ class ChangeFeed:
             remove = removes.get(path)
             if remove is None:
                 if self._filter.keeps(add, version):
-                    yield from self._read_file(add, "insert", meta, dv=add.get("deletionVector"))
+                    dv = add.get("deletionVector")
+                    yield _Read(
+                        version, add.get("size"), partial(self._read_file, add, "insert", meta, dv=dv)
+                    )
             else:
-                yield from self._read_dv_update(add, remove, meta)
+                self._check_dv_pair(add, remove, meta)
+                if self._filter.keeps(add, version):
+                    yield _Read(version, add.get("size"), partial(self._read_dv_update, add, remove, meta))
         for path, remove in removes.items():
             if path not in adds and self._filter.keeps(remove, version):
-                yield from self._read_file(remove, "delete", meta, dv=remove.get("deletionVector"))
+                dv = remove.get("deletionVector")
+                yield _Read(
+                    version, remove.get("size"), partial(self._read_file, remove, "delete", meta, dv=dv)
+                )
+
+    def _check_dv_pair(self, add: Mapping[str, Any], remove: Mapping[str, Any], meta: _Meta) -> None:
+        if remove.get("deletionVector") is None and add.get("deletionVector") is None:
+            raise CorruptLogError(
+                f"file {add['path']!r} is both removed and added in one version, neither with a "
+                "deletion vector; delta-spark refuses such a change feed too",
+                table=self.table.uri,
+                version=meta.version,
+            )
 
     def _read_dv_update(
         self, add: dict[str, Any], remove: dict[str, Any], meta: _Meta
@@ -448,15 +497,6 @@ class ChangeFeed:
         """Rows whose deletion bit flipped between the removed and the added DV of one file."""
         path = add["path"]
         remove_dv, add_dv = remove.get("deletionVector"), add.get("deletionVector")
-        if remove_dv is None and add_dv is None:
-            raise CorruptLogError(
-                f"file {path!r} is both removed and added in one version, neither with a deletion "
-                "vector; delta-spark refuses such a change feed too",
-                table=self.table.uri,
-                version=meta.version,
-            )
-        if not self._filter.keeps(add, meta.version):
-            return
         before = self._deleted_rows(remove_dv, path)
         after = self._deleted_rows(add_dv, path)
         newly_deleted = _difference(after, before)
@@ -492,7 +532,7 @@ class ChangeFeed:
             column_mapping=self._mode,
             partition_values=partition_values,
             deletion_vector=dv,
-            columns=self._data_columns,
+            columns=self._columns_arg,
             table=self.table.uri,
         )
         if only_rows is not None:
@@ -506,13 +546,10 @@ class ChangeFeed:
         path = action["path"]
         if self._mode == "id":  # _change_type has no field id: read it beside the data columns
             types = _ColumnCursor(self.table, path, CHANGE_TYPE)
-            schema, columns = self._table_schema, self._data_columns
+            schema, columns = self._table_schema, self._columns_arg
         else:
             types = None
-            schema = StructType(
-                fields=(*self._table_schema.fields, StructField(name=CHANGE_TYPE, type=_STRING))
-            )
-            columns = [*self._data_columns, CHANGE_TYPE]
+            schema, columns = self._cdc_schema, self._cdc_columns_arg
         try:
             for batch in read_data_file(
                 self.table.storage,
@@ -568,12 +605,54 @@ class ChangeFeed:
 
 
 @dataclass(frozen=True)
+class _Read:
+    """One data file's contribution to a version: its size (bytes, if the log says) and the read."""
+
+    version: int
+    size: int | None
+    read: Callable[[], Iterator[pa.RecordBatch]]
+
+
+def _prefetched(reads: Iterator[_Read]) -> Iterator[tuple[int, Iterable[pa.RecordBatch]]]:
+    """(version, batches) per read, in order; small files are read ahead on worker threads.
+
+    Decoding parquet releases the GIL, so reading the next few small files while the caller
+    consumes the current one uses the other cores. Only files of at most PREFETCH_MAX_BYTES are
+    read ahead (whole), at most PREFETCH_FILES at a time, so memory stays bounded; a larger file,
+    or one of unknown size, is streamed in place once the reads before it are handed out.
+    """
+    window: deque[tuple[int, Future[list[pa.RecordBatch]]]] = deque()
+    pool = ThreadPoolExecutor(max_workers=PREFETCH_THREADS, thread_name_prefix="deltamirror-cdf")
+    try:
+        for item in reads:
+            if item.size is not None and item.size <= PREFETCH_MAX_BYTES:
+                window.append((item.version, pool.submit(_drain, item.read)))
+                if len(window) > PREFETCH_FILES:
+                    version, future = window.popleft()
+                    yield version, future.result()
+                continue
+            while window:
+                version, future = window.popleft()
+                yield version, future.result()
+            yield item.version, item.read()
+        while window:
+            version, future = window.popleft()
+            yield version, future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _drain(read: Callable[[], Iterator[pa.RecordBatch]]) -> list[pa.RecordBatch]:
+    return list(read())
+
+
+@dataclass(frozen=True)
 class _Meta:
     version: int
     timestamp_us: int
 
 
-def _concat(batches: list[pa.RecordBatch], schema: pa.Schema) -> pa.RecordBatch:
+def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
 
 

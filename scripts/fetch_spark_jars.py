@@ -83,7 +83,7 @@ def main() -> int:
         return 1
     conf = spark_support.spark_conf("<tmp>")
     if "spark.jars" in conf:
-        source = "spark.jars (.cache/jars)"
+        source = f"spark.jars from {spark_support.JARS_DIR}"
     else:
         source = f"spark.jars.packages={conf['spark.jars.packages']}"
     print(f"pyspark {pyspark.__version__}; {source}")

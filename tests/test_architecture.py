@@ -108,3 +108,14 @@ def test_the_rule_checker_sees_a_violation(tmp_path: Path) -> None:
         assert not (_is_stdlib("confluent_kafka") or "confluent_kafka" in CORE_ALLOWED)
     finally:
         bad.unlink()
+
+
+def test_the_wire_format_lives_in_one_module() -> None:
+    """Envelope field names appear only in core/events.py; everyone else goes through it."""
+    owners = set()
+    for folder in PACKAGES:
+        for path in _files(folder):
+            text = path.read_text()
+            if '"schemaVersion"' in text or '"commitTimestampSource"' in text:
+                owners.add(str(path.relative_to(ROOT)))
+    assert owners == {"core/events.py"}

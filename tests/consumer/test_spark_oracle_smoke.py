@@ -58,7 +58,7 @@ def test_normalize_matches_arrow_style_values() -> None:
     """An Arrow-side row (Decimal, aware datetime) normalizes to what spark_cdf returns (str, int)."""
     ts = dt.datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=dt.UTC)
     micros = 1714564800123456
-    arrow_rows = [
+    arrow_rows: list[dict[str, Any]] = [
         {
             "id": 10,
             "amount": Decimal("1.50"),
@@ -75,7 +75,7 @@ def test_normalize_matches_arrow_style_values() -> None:
         },
         {"id": 2, "amount": None, "_change_type": "insert", "_commit_version": 1, "_commit_timestamp": ts},
     ]
-    spark_rows = [
+    spark_rows: list[dict[str, Any]] = [
         {
             "id": 2,
             "amount": None,

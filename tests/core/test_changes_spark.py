@@ -72,7 +72,9 @@ def _spark_read(
 
 
 def _mirror_read(path: str, options: dict[str, Any]) -> tuple[Any, str | None]:
-    kw = {_OPTION_NAMES[k]: int(v) if k.endswith("Version") else v for k, v in options.items()}
+    kw: dict[str, Any] = {
+        _OPTION_NAMES[k]: int(v) if k.endswith("Version") else v for k, v in options.items()
+    }
     try:
         table = read_changes(open_table(path), **kw).to_arrow()
     except ChangeDataFeedError as exc:

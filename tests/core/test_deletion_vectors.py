@@ -20,6 +20,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from deltamirror.core import deletion_vectors as dvmod
 from deltamirror.core.deletion_vectors import (
     decode_bitmap_array,
@@ -32,8 +35,6 @@ from deltamirror.core.deletion_vectors import (
 )
 from deltamirror.core.errors import DeletionVectorError
 from deltamirror.core.storage import TableStorage
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 pyroaring = pytest.importorskip("pyroaring")
 

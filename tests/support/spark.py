@@ -92,14 +92,20 @@ def get_spark_session() -> SparkSession:
     """Create (once) and return the process-wide oracle session."""
     global _session, _work_dir
     if _session is not None:
-        return _session  # type: ignore[no-any-return]
+        return _session
     from pyspark.sql import SparkSession
 
     _work_dir = tempfile.mkdtemp(prefix="deltamirror-spark-")
     builder = SparkSession.builder
     for key, value in spark_conf(_work_dir).items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    try:
+        session = builder.getOrCreate()
+    except Exception as exc:
+        raise RuntimeError(
+            f"could not start the delta-spark oracle session ({DELTA_SPARK_PACKAGE}); "
+            "warm the jar cache with `python scripts/fetch_spark_jars.py` (or `--mvn`)"
+        ) from exc
     session.sparkContext.setLogLevel("ERROR")
     _session = session
     atexit.register(stop_spark_session)

@@ -176,7 +176,7 @@ def spark_cdf_error(
     spark: SparkSession, path: str, start: int | None = 0, end: int | None = None, **opts: Any
 ) -> str | None:
     """Error class of a failing CDF read of `path` (the read is fully collected), or None if it succeeds."""
-    from py4j.protocol import Py4JJavaError
+    from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
     from pyspark.errors import PySparkException
 
     try:
