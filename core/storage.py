@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import time
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +23,19 @@ import pyarrow.parquet as pq
 from .errors import InvalidTableUriError, StorageError
 
 LOG_DIR = "_delta_log"
+
+#: a failed storage call is tried this many times in all before its error is raised
+STORAGE_ATTEMPTS = 4
+#: seconds before the second attempt; doubled before each further one (0.2, 0.4, 0.8)
+STORAGE_BACKOFF_S = 0.2
+#: errors that say the request, not the storage, was wrong: retrying cannot help
+_PERMANENT_ERRORS = (
+    FileNotFoundError,
+    PermissionError,
+    IsADirectoryError,
+    NotADirectoryError,
+    FileExistsError,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,19 +85,35 @@ def _epoch_ms(info: dict[str, Any]) -> int:
 class TableStorage:
     """The files of one table: its log folder, data files and deletion vectors."""
 
-    def __init__(self, uri: str, storage_options: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        uri: str,
+        storage_options: dict[str, Any] | None = None,
+        *,
+        attempts: int = STORAGE_ATTEMPTS,
+        backoff_s: float = STORAGE_BACKOFF_S,
+    ) -> None:
         self.uri = normalize_table_uri(uri)
         self.storage_options = dict(storage_options or {})
+        self.attempts = max(1, attempts)
+        self.backoff_s = backoff_s
         self._fs: fsspec.AbstractFileSystem | None = None
         self._root: str | None = None
 
     # pickling: credentials travel, the filesystem object (sockets, caches) is rebuilt on arrival
     def __getstate__(self) -> dict[str, Any]:
-        return {"uri": self.uri, "storage_options": self.storage_options}
+        return {
+            "uri": self.uri,
+            "storage_options": self.storage_options,
+            "attempts": self.attempts,
+            "backoff_s": self.backoff_s,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.uri = state["uri"]
         self.storage_options = state["storage_options"]
+        self.attempts = state.get("attempts", STORAGE_ATTEMPTS)
+        self.backoff_s = state.get("backoff_s", STORAGE_BACKOFF_S)
         self._fs = None
         self._root = None
 
@@ -135,13 +165,36 @@ class TableStorage:
 
     # --- reading ------------------------------------------------------------------------------
 
+    def _retrying(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Call ``fn``, trying again with backoff on transient errors (timeouts, dropped connections).
+
+        Object stores throttle and time out now and then; one such error must not fail a read or
+        stop a watcher. Errors that retrying cannot fix (missing file, no permission) pass at once.
+        """
+        delay = self.backoff_s
+        for attempt in range(1, self.attempts + 1):
+            try:
+                return fn(*args, **kwargs)
+            except _PERMANENT_ERRORS:
+                raise
+            except (OSError, TimeoutError):
+                if attempt == self.attempts:
+                    raise
+                time.sleep(delay)
+                delay *= 2
+        raise AssertionError("unreachable")  # pragma: no cover
+
     def _call(self, what: str, path: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            return self._retrying(fn, *args, **kwargs)
         except FileNotFoundError:
             raise
         except (OSError, TimeoutError) as exc:
-            raise StorageError(f"storage error during {what}: {exc}", table=self.uri, file=path) from exc
+            raise StorageError(
+                f"storage error during {what} (after {self.attempts} attempts): {exc}",
+                table=self.uri,
+                file=path,
+            ) from exc
 
     def exists(self, path: str) -> bool:
         return bool(self._call("exists", path, self.fs.exists, path))
@@ -185,13 +238,17 @@ class TableStorage:
         """
         try:
             if prefix and self._find_takes_prefix():
-                entries = self.fs.find(folder, maxdepth=1, detail=True, prefix=prefix).values()
+                entries = self._retrying(
+                    self.fs.find, folder, maxdepth=1, detail=True, prefix=prefix
+                ).values()
             else:
-                entries = self.fs.ls(folder, detail=True)
+                entries = self._retrying(self.fs.ls, folder, detail=True)
         except FileNotFoundError:
             return []
         except (OSError, TimeoutError) as exc:
-            raise StorageError(f"cannot list: {exc}", table=self.uri, file=folder) from exc
+            raise StorageError(
+                f"cannot list (after {self.attempts} attempts): {exc}", table=self.uri, file=folder
+            ) from exc
         out = []
         for e in entries:
             if e.get("type") == "directory":

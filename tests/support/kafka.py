@@ -74,7 +74,10 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         bootstrap = broker.start()
     except EnvironmentMissingError as exc:
-        pytest.skip(f"no Kafka: KAFKA_BOOTSTRAP_SERVERS unset, no Docker, and {exc}")
+        reason = f"no Kafka: KAFKA_BOOTSTRAP_SERVERS unset, no Docker, and {exc}"
+        if os.environ.get("DELTAMIRROR_REQUIRE_ALL"):  # CI: a missing broker is a failure, not a skip
+            pytest.fail(reason)
+        pytest.skip(reason)
     try:
         yield bootstrap
     finally:

@@ -138,6 +138,8 @@ def spark() -> Iterator[SparkSession]:
     """The shared delta-spark session (skips the test when pyspark is unavailable)."""
     reason = _pyspark_missing_reason()
     if reason is not None:
+        if os.environ.get("DELTAMIRROR_REQUIRE_ALL"):  # CI: a missing oracle is a failure, not a skip
+            pytest.fail(reason)
         pytest.skip(reason)
     yield get_spark_session()
     stop_spark_session()
