@@ -57,7 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "schema",
         help="print the JSON Schema of the events",
         description="Print the JSON Schema of the records deltamirror publishes (an action event at the "
-        "root; commit summaries, heartbeats and progress records under $defs).",
+        "root; commit summaries, heartbeats, table-replaced announcements and progress records under "
+        "$defs).",
     )
     p.set_defaults(handler=cmd_schema)
 

@@ -178,7 +178,7 @@ def _plan(
     features.check_readable(start_snapshot.protocol, table=table.uri, version=rng.start)
     features.check_readable(latest_snapshot.protocol, table=table.uri, version=latest)
 
-    scan = _scan_commits(table, rng)
+    scan = _scan_commits(table, rng, ict)
     end_metadata = scan.metadata[-1][1] if scan.metadata else start_metadata
     mapped = (
         uses_column_mapping(latest_snapshot.metadata)
@@ -243,8 +243,12 @@ def _read_commit_bytes(table: DeltaTable, version: int) -> bytes:
 _SCAN_KEYS = (b'"metaData"', b'"protocol"', b'"commitInfo"')
 
 
-def _scan_commits(table: DeltaTable, rng: ChangeRange) -> _Scan:
-    """metaData, protocol and commitInfo of each version; only lines naming one are parsed."""
+def _scan_commits(table: DeltaTable, rng: ChangeRange, ict: IctConfig) -> _Scan:
+    """metaData, protocol and commitInfo of each version; only lines naming one are parsed.
+
+    commitInfo is parsed only where In-Commit Timestamps apply (its only use here): every commit
+    has one, and parsing it costs as much as the rest of the scan.
+    """
     scan = _Scan()
     cached = 0
     for v, data in _fetch_commits(table, range(rng.start, rng.end + 1)):
@@ -252,9 +256,10 @@ def _scan_commits(table: DeltaTable, rng: ChangeRange) -> _Scan:
             scan.commit_bytes[v] = data
             cached += len(data)
         file = table.storage.log_file(commit_name(v))
-        ict: int | None = None
+        in_commit_timestamp: int | None = None
+        keys = _SCAN_KEYS if ict.applies_to(v) else _SCAN_KEYS[:2]
         for lineno, line in enumerate(data.splitlines(), start=1):
-            if not any(key in line for key in _SCAN_KEYS):
+            if not any(key in line for key in keys):
                 continue
             try:
                 actions = list(iter_json_actions([line], table=table.uri, file=file))
@@ -270,14 +275,21 @@ def _scan_commits(table: DeltaTable, rng: ChangeRange) -> _Scan:
                     scan.metadata.append((v, action))
                 elif isinstance(action, Protocol):
                     scan.protocols.append((v, action))
-                elif isinstance(action, CommitInfo) and ict is None:
-                    ict = action.in_commit_timestamp
-        scan.in_commit_timestamps[v] = ict
+                elif isinstance(action, CommitInfo) and in_commit_timestamp is None:
+                    in_commit_timestamp = action.in_commit_timestamp
+        scan.in_commit_timestamps[v] = in_commit_timestamp
     return scan
 
 
 def _fetch_commits(table: DeltaTable, versions: range) -> Iterator[tuple[int, bytes]]:
-    """(version, commit bytes) in order, fetched a chunk at a time on threads (object stores are slow)."""
+    """(version, commit bytes) in order, fetched a chunk at a time on threads (object stores are slow).
+
+    A local disk answers faster than a thread hand-off costs, so local commits are read in turn.
+    """
+    if table.uri.startswith("file://"):
+        for v in versions:
+            yield v, _read_commit_bytes(table, v)
+        return
     with ThreadPoolExecutor(max_workers=FETCH_THREADS, thread_name_prefix="deltamirror-log") as pool:
         for lo in range(versions.start, versions.stop, FETCH_CHUNK):
             chunk = range(lo, min(lo + FETCH_CHUNK, versions.stop))
@@ -533,10 +545,10 @@ class ChangeFeed:
             partition_values=partition_values,
             deletion_vector=dv,
             columns=self._columns_arg,
+            only_rows=only_rows,
             table=self.table.uri,
+            use_threads=not _prefetchable(action),
         )
-        if only_rows is not None:
-            batches = _only_rows(batches, only_rows)
         for batch in batches:
             yield self._finish(batch, pa.repeat(pa.scalar(change_type, pa.string()), batch.num_rows), meta)
 
@@ -560,6 +572,7 @@ class ChangeFeed:
                 partition_values=partition_values,
                 columns=columns,
                 table=self.table.uri,
+                use_threads=not _prefetchable(action),
             ):
                 if types is None:
                     change_types = batch.column(batch.num_columns - 1)
@@ -646,6 +659,12 @@ def _drain(read: Callable[[], Iterator[pa.RecordBatch]]) -> list[pa.RecordBatch]
     return list(read())
 
 
+def _prefetchable(action: Mapping[str, Any]) -> bool:
+    """Small enough to be read ahead whole on a worker thread (which then decodes it alone)."""
+    size = action.get("size")
+    return size is not None and size <= PREFETCH_MAX_BYTES
+
+
 @dataclass(frozen=True)
 class _Meta:
     version: int
@@ -654,29 +673,6 @@ class _Meta:
 
 def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
-
-
-def _only_rows(batches: Iterator[pa.RecordBatch], rows: pa.UInt64Array) -> Iterator[pa.RecordBatch]:
-    """The rows at the given file positions of a file read whole (no deletion vector), in file order.
-
-    read_data_file's ``only_rows`` would skip row groups, but it gathers with ``take``, which
-    pyarrow 26 lacks for string_view columns (what delta-rs files read as); a mask filter works.
-    """
-    wanted = rows.cast(pa.int64())
-    offset = 0
-    for batch in batches:
-        n = batch.num_rows
-        positions = pc.add(_positions(n), pa.scalar(offset, pa.int64()))
-        offset += n
-        kept = batch.filter(pc.is_in(positions, value_set=wanted))
-        if kept.num_rows:
-            yield kept
-
-
-def _positions(n: int) -> pa.Int64Array:
-    """0, 1, ..., n - 1 without a Python loop."""
-    ones = pa.repeat(pa.scalar(1, pa.int64()), n)
-    return pc.subtract(pc.cumulative_sum(ones), pa.scalar(1, pa.int64()))
 
 
 def _difference(left: pa.UInt64Array, right: pa.UInt64Array) -> pa.UInt64Array:

@@ -199,3 +199,7 @@ class ProducerFencedError(KafkaError):
 
 class EnvironmentMissingError(DeltaMirrorError):
     """A required program (java) or optional extra (pyspark) is not installed."""
+
+
+class EventStreamError(DeltaMirrorError):
+    """Records read from the mirror do not fit the contract (e.g. a fragment missing or out of order)."""

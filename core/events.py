@@ -38,6 +38,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import to_json
 
 from . import models
+from .errors import EventStreamError
 
 SCHEMA_VERSION = 1
 SCHEMA_ID = "https://github.com/deltamirror/deltamirror/schemas/event.schema.json"
@@ -102,7 +103,11 @@ class CommitSummary(_Record):
     commit_timestamp: int
     commit_timestamp_source: TimestampSourceName
     snapshot: bool = Field(description="True when this summarizes a snapshot rather than a commit.")
-    action_count: int = Field(ge=0, description="Records published for the version on the actions topic.")
+    action_count: int = Field(
+        ge=0,
+        description="Actions of the version, one actions-topic record each (a record split by the "
+        "oversize policy counts once).",
+    )
     operation: str | None = Field(default=None, description="commitInfo.operation (SNAPSHOT for snapshots).")
     read_version: int | None = None
     is_blind_append: bool | None = None
@@ -128,7 +133,11 @@ class Heartbeat(_Record):
     schema_version: int
     table_id: str
     table_uri: str
-    latest_version: int = Field(ge=0, description="The latest version published for the table.")
+    latest_version: int = Field(
+        ge=0,
+        description="The latest version the watcher has handled: published, or the version it started "
+        "after (snapshot mode latest) while nothing newer has been committed.",
+    )
     commit_timestamp: int = Field(description="Commit timestamp of latest_version, epoch ms.")
     commit_timestamp_source: TimestampSourceName
     heartbeat_timestamp: int = Field(description="Wall-clock time of the heartbeat, epoch ms.")
@@ -327,3 +336,38 @@ __all__: Sequence[str] = [
     "json_schema_text",
     "parse_commits_record",
 ]
+
+
+class FragmentAssembler:
+    """Joins the fragment records of the ``split`` oversize policy back into one value.
+
+    Fragments of one value are consecutive records of one partition (same key, same transaction),
+    each with a ``fragment`` header ``"<i>/<n>"``. Feed every record of a partition in order;
+    :meth:`feed` returns a whole value, or ``None`` while a value is still incomplete. A fragment
+    out of order means records were lost or reordered: that is an error, never a guess.
+    """
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+        self._total = 0
+
+    def feed(self, value: bytes, headers: Sequence[tuple[str, bytes | str | None]] | None) -> bytes | None:
+        fragment = next((v for k, v in headers or () if k == HEADER_FRAGMENT), None)
+        if fragment is None:
+            if self._parts:
+                raise EventStreamError(
+                    f"fragment {len(self._parts)}/{self._total} missing: a whole record came next"
+                )
+            return value
+        text = fragment.decode() if isinstance(fragment, bytes) else str(fragment)
+        index, total = (int(x) for x in text.split("/"))
+        if index != len(self._parts) or (self._parts and total != self._total):
+            raise EventStreamError(
+                f"fragment {text} out of order (expected {len(self._parts)}/{self._total or total})"
+            )
+        self._parts.append(value)
+        self._total = total
+        if index + 1 < total:
+            return None
+        whole, self._parts, self._total = b"".join(self._parts), [], 0
+        return whole

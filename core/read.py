@@ -9,11 +9,12 @@ row group so a large file never sits in memory whole.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from . import deletion_vectors
@@ -184,24 +185,175 @@ def _conform_variant(array: pa.Array, target: pa.DataType, path: str) -> pa.Arra
 # --- reading one file -----------------------------------------------------------------------
 
 
-def _open(storage: TableStorage, fs_path: str, path_in_log: str, table: str) -> pq.ParquetFile:
-    """The parquet file, int96 timestamps read as microseconds (nanoseconds overflow past 2262)."""
-    try:
-        return pq.ParquetFile(
-            fs_path, filesystem=storage.fs, pre_buffer=True, coerce_int96_timestamp_unit="us"
-        )
-    except FileNotFoundError as exc:
-        raise DataFileNotFoundError(
-            "data file referenced by the log is missing (vacuumed?)", table=table, file=path_in_log
-        ) from exc
-    except (OSError, pa.ArrowInvalid) as exc:
-        raise StorageError(f"cannot open data file: {exc}", table=table, file=path_in_log) from exc
+class _OpenFile:
+    """A parquet file and the handle under it (closed together).
+
+    A local file is opened through pyarrow's own filesystem: handing pyarrow the fsspec filesystem
+    makes it convert that filesystem on every open, which costs a third of opening a small file.
+    Pre-buffering coalesces a remote file's reads into few requests; on a local disk it only adds work.
+    """
+
+    def __init__(self, storage: TableStorage, path_in_log: str, table: str) -> None:
+        fs_path = storage.data_path(path_in_log)
+        self._source: pa.NativeFile | None = None
+        try:
+            if storage.uri.startswith("file://"):
+                self._source = _LOCAL_FS.open_input_file(fs_path)
+                self.parquet = pq.ParquetFile(
+                    self._source, pre_buffer=False, coerce_int96_timestamp_unit="us"
+                )
+            else:
+                self.parquet = pq.ParquetFile(
+                    fs_path, filesystem=storage.fs, pre_buffer=True, coerce_int96_timestamp_unit="us"
+                )
+        except FileNotFoundError as exc:
+            self.close()
+            raise DataFileNotFoundError(
+                "data file referenced by the log is missing (vacuumed?)", table=table, file=path_in_log
+            ) from exc
+        except (OSError, pa.ArrowInvalid) as exc:
+            self.close()
+            raise StorageError(f"cannot open data file: {exc}", table=table, file=path_in_log) from exc
+
+    def close(self) -> None:
+        parquet = getattr(self, "parquet", None)
+        if parquet is not None:
+            parquet.close()
+        if self._source is not None:
+            self._source.close()
+
+
+_LOCAL_FS = pafs.LocalFileSystem()
 
 
 def _selected_fields(schema: StructType, columns: Sequence[str] | None) -> list[StructField]:
     if columns is None:
         return list(schema.fields)
     return list(schema.select(columns).fields)
+
+
+class _FileColumns:
+    """Which file column feeds each output column, for files whose top-level columns are alike."""
+
+    def __init__(self, read_names: list[str], sources: list[str | None]) -> None:
+        self.read_names = read_names  # the file columns to decode
+        self.sources = sources  # per output column: its file column (None: absent or partition)
+
+
+class _SchemaReader:
+    """What reading files of one table schema needs, worked out once instead of once per file.
+
+    A change feed or a snapshot opens thousands of small files, where per-file Python work costs
+    as much as decoding: Arrow types, the output schema and the partition columns depend only on
+    the schema, and the file-to-table column match only on the file's column names (and ids).
+    """
+
+    def __init__(
+        self,
+        schema: StructType,
+        partition_columns: Sequence[str],
+        mode: ColumnMappingMode,
+        columns: Sequence[str] | None,
+    ) -> None:
+        self.mode = mode
+        self.fields = _selected_fields(schema, columns)
+        self.targets = [to_arrow_type(f.type) for f in self.fields]
+        self.out_schema = pa.schema([to_arrow_field(f) for f in self.fields])
+        part_names = {schema.field(name).name for name in partition_columns}
+        self.partition = [f.name in part_names for f in self.fields]
+        self._layouts: dict[tuple[Any, ...], _FileColumns] = {}
+
+    def constants(
+        self, partition_values: Mapping[str, str | None], table: str, path_in_log: str
+    ) -> dict[int, pa.Scalar]:
+        """Output position -> the file's partition value there."""
+        return {
+            i: parse_partition_value(
+                partition_value_of(partition_values, f, self.mode),
+                f.type,
+                column=f.name,
+                table=table,
+                file=path_in_log,
+            )
+            for i, f in enumerate(self.fields)
+            if self.partition[i]
+        }
+
+    def file_columns(self, file_schema: pa.Schema, table: str, path_in_log: str) -> _FileColumns:
+        if self.mode == "id":
+            key: tuple[Any, ...] = tuple((f.name, _file_field_id(f)) for f in file_schema)
+        else:
+            key = tuple(file_schema.names)
+        found = self._layouts.get(key)
+        if found is None:
+            found = self._match(list(file_schema), table, path_in_log)
+            if len(self._layouts) >= _LAYOUTS_KEPT:
+                self._layouts.clear()
+            self._layouts[key] = found
+        return found
+
+    def _match(self, file_fields: list[pa.Field], table: str, path_in_log: str) -> _FileColumns:
+        if self.mode == "id" and file_fields and all(_file_field_id(f) is None for f in file_fields):
+            raise SchemaError(
+                "the table uses column mapping mode 'id' but the data file has no parquet field ids",
+                table=table,
+                file=path_in_log,
+            )
+        sources: list[str | None] = []
+        for f, is_partition in zip(self.fields, self.partition, strict=True):
+            i = None if is_partition else _find_child(file_fields, f, self.mode)
+            sources.append(None if i is None else file_fields[i].name)
+        return _FileColumns(sorted({s for s in sources if s is not None}), sources)
+
+    def assemble(
+        self,
+        layout: _FileColumns,
+        constants: Mapping[int, pa.Scalar],
+        raw: pa.RecordBatch | None,
+        num_rows: int,
+    ) -> pa.RecordBatch:
+        arrays = []
+        for i, source in enumerate(layout.sources):
+            if self.partition[i]:
+                arrays.append(pa.repeat(constants[i], num_rows))
+            elif source is None or raw is None:
+                arrays.append(pa.nulls(num_rows, self.targets[i]))
+            else:
+                column = raw.column(raw.schema.get_field_index(source))
+                if self.mode == "id" or column.type != self.targets[i]:
+                    f = self.fields[i]
+                    column = _conform(column, f.type, self.mode, f.name)
+                arrays.append(column)
+        return pa.RecordBatch.from_arrays(arrays, schema=self.out_schema)
+
+
+#: distinct file column layouts remembered per schema reader (files of one writer share one)
+_LAYOUTS_KEPT = 64
+#: schema readers remembered, by the identity of the (frozen) schema they were built for
+_READERS_KEPT = 16
+_readers: dict[tuple[Any, ...], tuple[StructType, _SchemaReader]] = {}
+
+
+def _schema_reader(
+    schema: StructType,
+    partition_columns: Sequence[str],
+    mode: ColumnMappingMode,
+    columns: Sequence[str] | None,
+) -> _SchemaReader:
+    """The reader for this schema, shared by the reads of one snapshot or change feed.
+
+    Keyed by the schema object's identity (hashing a wide schema per file would cost what the
+    cache saves); the entry holds the schema, so its id cannot be reused while it is cached.
+    """
+    key = (id(schema), tuple(partition_columns), mode, None if columns is None else tuple(columns))
+    entry = _readers.get(key)
+    if entry is not None and entry[0] is schema:
+        return entry[1]
+    reader = _SchemaReader(schema, partition_columns, mode, columns)
+    if len(_readers) >= _READERS_KEPT:
+        _readers.clear()
+    _readers[key] = (schema, reader)
+    return reader
 
 
 def read_data_file(
@@ -216,61 +368,34 @@ def read_data_file(
     columns: Sequence[str] | None = None,
     only_rows: pa.UInt64Array | None = None,
     table: str | None = None,
+    use_threads: bool = True,
 ) -> Iterator[pa.RecordBatch]:
     """The live rows of one data file, in the logical schema (``columns`` only, in table order).
 
     ``only_rows`` keeps exactly those row indexes (the change feed's rows whose DV bit flipped) and
     replaces the deletion vector; otherwise rows the deletion vector deletes are dropped.
     Partition columns are constants parsed from ``partition_values`` (keys: physical names).
+    ``use_threads=False`` decodes on the calling thread only: for small files read on worker
+    threads, where pyarrow's own thread pool would cost more than it gives.
     """
     table = table if table is not None else storage.uri
-    fields = _selected_fields(schema, columns)
-    out_schema = pa.schema([to_arrow_field(f) for f in fields])
-    part_names = {schema.field(name).name for name in partition_columns}
-    constants: dict[str, pa.Scalar] = {}
-    for f in fields:
-        if f.name in part_names:
-            raw = partition_value_of(partition_values, f, column_mapping)
-            constants[f.name] = parse_partition_value(
-                raw, f.type, column=f.name, table=table, file=path_in_log
-            )
-
-    pf = _open(storage, storage.data_path(path_in_log), path_in_log, table)
+    reader = _schema_reader(schema, partition_columns, column_mapping, columns)
+    constants = reader.constants(partition_values, table, path_in_log)
+    opened = _OpenFile(storage, path_in_log, table)
+    pf = opened.parquet
     try:
-        file_fields = list(pf.schema_arrow)
-        if column_mapping == "id" and file_fields and all(_file_field_id(f) is None for f in file_fields):
-            raise SchemaError(
-                "the table uses column mapping mode 'id' but the data file has no parquet field ids",
-                table=table,
-                file=path_in_log,
-            )
-        # logical field -> position in the file (None: not in the file, read as nulls)
-        positions: dict[str, int | None] = {}
-        for f in fields:
-            if f.name not in part_names:
-                positions[f.name] = _find_child(file_fields, f, column_mapping)
-        read_names = sorted({file_fields[i].name for i in positions.values() if i is not None})
+        layout = reader.file_columns(pf.schema_arrow, table, path_in_log)
 
         def assemble(raw: pa.RecordBatch | None, num_rows: int) -> pa.RecordBatch:
-            arrays = []
-            for f in fields:
-                if f.name in constants:
-                    arrays.append(pa.repeat(constants[f.name], num_rows))
-                    continue
-                i = positions[f.name]
-                if i is None or raw is None:
-                    arrays.append(pa.nulls(num_rows, to_arrow_type(f.type)))
-                else:
-                    column = raw.column(raw.schema.get_field_index(file_fields[i].name))
-                    arrays.append(_conform(column, f.type, column_mapping, f.name))
-            return pa.RecordBatch.from_arrays(arrays, schema=out_schema)
+            return reader.assemble(layout, constants, raw, num_rows)
 
         try:
             yield from _stream(
                 pf,
-                read_names,
+                layout.read_names,
                 assemble,
                 _row_filter(storage, pf, deletion_vector, only_rows, table, path_in_log),
+                use_threads,
             )
         except DeletionVectorError as exc:
             if exc.table is None:
@@ -279,50 +404,7 @@ def read_data_file(
         except OSError as exc:
             raise StorageError(f"cannot read data file: {exc}", table=table, file=path_in_log) from exc
     finally:
-        pf.close()
-
-
-class _RowFilter:
-    """Which rows of the file survive: a keep mask (deletion vector) or a sorted index list."""
-
-    def __init__(self, mask: pa.BooleanArray | None, rows: pa.Int64Array | None) -> None:
-        self.mask = mask
-        self.rows = rows
-
-    def any_in(self, start: int, stop: int) -> bool:
-        if self.mask is not None:
-            return bool(pc.any(self.mask.slice(start, stop - start)).as_py())
-        if self.rows is not None:
-            return self._rows_in(start, stop) is not None
-        return True
-
-    def _rows_in(self, start: int, stop: int) -> pa.Array | None:
-        assert self.rows is not None
-        lo = _search(self.rows, start)
-        hi = _search(self.rows, stop)
-        return self.rows.slice(lo, hi - lo) if hi > lo else None
-
-    def apply(self, batch: pa.RecordBatch, start: int) -> pa.RecordBatch:
-        if self.mask is not None:
-            return batch.filter(self.mask.slice(start, batch.num_rows))
-        if self.rows is not None:
-            wanted = self._rows_in(start, start + batch.num_rows)
-            if wanted is None:
-                return batch.slice(0, 0)
-            return batch.take(pc.subtract(wanted, pa.scalar(start, pa.int64())))
-        return batch
-
-
-def _search(sorted_rows: pa.Int64Array, value: int) -> int:
-    """Index of the first element >= value (binary search on an Arrow array)."""
-    lo, hi = 0, len(sorted_rows)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if sorted_rows[mid].as_py() < value:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
+        opened.close()
 
 
 def _row_filter(
@@ -332,51 +414,70 @@ def _row_filter(
     only_rows: pa.UInt64Array | None,
     table: str,
     path_in_log: str,
-) -> _RowFilter:
+) -> pa.BooleanArray | None:
+    """Which rows of the file survive, as a mask over the whole file (None: all of them).
+
+    A mask, not row indexes: pyarrow 26 cannot ``take`` from string_view columns (what delta-rs
+    files read as), and the mask is applied only after columns are made logical.
+    """
     num_rows = pf.metadata.num_rows
     if only_rows is not None:
-        rows = pc.unique(only_rows.cast(pa.int64()))
-        rows = pc.take(rows, pc.sort_indices(rows))
-        if len(rows) and rows[-1].as_py() >= num_rows:
+        try:
+            wanted = deletion_vectors.keep_mask(only_rows, num_rows, data_file=path_in_log)
+        except DeletionVectorError:
+            highest = pc.max(only_rows).as_py()
             raise DeletionVectorError(
-                f"row {rows[-1].as_py()} requested but the data file has {num_rows} rows",
+                f"row {highest} requested but the data file has {num_rows} rows",
                 table=table,
                 file=path_in_log,
-            )
-        return _RowFilter(None, rows)
+            ) from None
+        return pc.invert(wanted)
     if deletion_vector is None:
-        return _RowFilter(None, None)
+        return None
     deleted = deletion_vectors.read_deleted_rows(storage, deletion_vector, table=table, data_file=path_in_log)
     if len(deleted) == 0:
-        return _RowFilter(None, None)
-    return _RowFilter(deletion_vectors.keep_mask(deleted, num_rows, data_file=path_in_log), None)
+        return None
+    return deletion_vectors.keep_mask(deleted, num_rows, data_file=path_in_log)
 
 
 def _stream(
     pf: pq.ParquetFile,
     read_names: list[str],
-    assemble: Any,
-    row_filter: _RowFilter,
+    assemble: Callable[[pa.RecordBatch | None, int], pa.RecordBatch],
+    keep: pa.BooleanArray | None,
+    use_threads: bool,
 ) -> Iterator[pa.RecordBatch]:
+    if keep is None and read_names:  # every row: no row group needs to be looked at
+        for raw in pf.iter_batches(batch_size=BATCH_SIZE, columns=read_names, use_threads=use_threads):
+            if raw.num_rows:
+                yield assemble(raw, raw.num_rows)
+        return
+    metadata = pf.metadata
     start = 0
-    for rg in range(pf.metadata.num_row_groups):
-        rg_rows = pf.metadata.row_group(rg).num_rows
+    for rg in range(metadata.num_row_groups):
+        rg_rows = metadata.row_group(rg).num_rows
         rg_start, start = start, start + rg_rows
-        if rg_rows == 0 or not row_filter.any_in(rg_start, rg_start + rg_rows):
+        if rg_rows == 0 or (keep is not None and not pc.any(keep.slice(rg_start, rg_rows)).as_py()):
             continue
         if not read_names:  # only partition columns or columns absent from the file
-            for offset in range(0, rg_rows, BATCH_SIZE):
-                n = min(BATCH_SIZE, rg_rows - offset)
-                out = row_filter.apply(assemble(None, n), rg_start + offset)
-                if out.num_rows:
-                    yield out
-            continue
+            batches: Iterable[tuple[pa.RecordBatch | None, int]] = (
+                (None, min(BATCH_SIZE, rg_rows - offset)) for offset in range(0, rg_rows, BATCH_SIZE)
+            )
+        else:
+            batches = (
+                (raw, raw.num_rows)
+                for raw in pf.iter_batches(
+                    batch_size=BATCH_SIZE, row_groups=[rg], columns=read_names, use_threads=use_threads
+                )
+            )
         offset = rg_start
-        for raw in pf.iter_batches(batch_size=BATCH_SIZE, row_groups=[rg], columns=read_names):
-            kept = row_filter.apply(raw, offset)
-            offset += raw.num_rows
-            if kept.num_rows:
-                yield assemble(kept, kept.num_rows)
+        for raw, n in batches:
+            out = assemble(raw, n)
+            if keep is not None:
+                out = out.filter(keep.slice(offset, n))
+            offset += n
+            if out.num_rows:
+                yield out
 
 
 # --- reading a snapshot ---------------------------------------------------------------------

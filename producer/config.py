@@ -332,8 +332,8 @@ class WatchConfig(_Settings):
     ``max_record_bytes`` (a huge ``schemaString`` or ``stats``); nothing is ever dropped:
 
     - ``split``: the record is published as consecutive fragment records with the same key, in the
-      same transaction, whose headers say which fragment of how many they are; deltamirror
-      consumers reassemble them before handing the action on.
+      same transaction, whose headers say which fragment of how many they are;
+      ``deltamirror.core.events.FragmentAssembler`` joins them again.
     - ``fail``: the table stops with an error naming the version and the action index, and resumes
       once the limit (here and on the broker) is raised.
     """

@@ -290,6 +290,8 @@ class TablePipeline:
         self._completed: list[tuple[int, int]] = []
         self._events_in_txn = 0
         self._last_txn_end = time.monotonic()
+        #: last transaction that published events, or last heartbeat: heartbeats count from it
+        self._last_activity = self._last_txn_end
         self._needs_start = True
         self._table_failing = False
 
@@ -444,7 +446,8 @@ class TablePipeline:
             return  # the new table's first work goes in the same transaction
         elif isinstance(work, PositionWork):
             self._produced = work.position
-        if self._bounds_reached():
+        # _publish may have committed its last chunk already (a stop mid-version): no txn, no commit
+        if self._pub.in_transaction and self._bounds_reached():
             self._commit()
 
     def _bounds_reached(self) -> bool:
@@ -590,13 +593,15 @@ class TablePipeline:
         """Heartbeats, and the periodic progress re-write that makes a fenced idle watcher notice."""
         if self.committed is None or self._pub is None:
             return
-        idle_s = time.monotonic() - self._last_txn_end
+        now_s = time.monotonic()
         heartbeat = self.cfg.heartbeat_interval_s
-        due_heartbeat = heartbeat is not None and idle_s >= heartbeat
-        if not due_heartbeat and idle_s < LIVENESS_INTERVAL_S:
+        # the liveness re-write is not activity: it must not postpone a heartbeat forever
+        due_heartbeat = heartbeat is not None and now_s - self._last_activity >= heartbeat
+        if not due_heartbeat and now_s - self._last_txn_end < LIVENESS_INTERVAL_S:
             return
         self._pub.begin()
         if due_heartbeat:
+            self._last_activity = now_s
             now = int(time.time() * 1000)
             beat = Heartbeat(
                 schema_version=SCHEMA_VERSION,
@@ -629,6 +634,7 @@ class TablePipeline:
         self._last_txn_end = time.monotonic()
         self.metrics.transaction_committed(self.uri)
         if self._events_in_txn:
+            self._last_activity = self._last_txn_end
             self.metrics.event_published(self.uri, self._events_in_txn)
         for version, ts in self._completed:
             self.metrics.published_version(self.uri, version, ts)

@@ -456,20 +456,16 @@ def test_a_record_over_the_size_limit_is_split_never_dropped(
     _run_until(service, lambda: _last_summary_version(kit, setup) >= 0, timeout_s=60)
     expected = kit.events_output(table)
     records = setup.actions_records()
+    from deltamirror.core.events import FragmentAssembler
+
+    assembler = FragmentAssembler()
     rebuilt: list[bytes] = []
-    fragments: list[bytes] = []
     for record in records:
         assert len(record.value or b"") <= 1024
-        fragment = record.headers.get("fragment")
-        if fragment is None:
-            rebuilt.append(record.value or b"")
-            continue
-        index, total = (int(x) for x in fragment.split(b"/"))
-        assert index == len(fragments)
-        fragments.append(record.value or b"")
-        if index + 1 == total:
-            rebuilt.append(b"".join(fragments))
-            fragments = []
+        whole = assembler.feed(record.value or b"", list(record.headers.items()))
+        if whole is not None:
+            rebuilt.append(whole)
+    assert any("fragment" in r.headers for r in records)
     assert len(records) > len(expected)  # the metaData action did not fit
     assert rebuilt == expected
 
@@ -488,3 +484,29 @@ def test_the_demo_prints_what_a_subscriber_receives(
     assert [line.split()[0] for line in lines] == ["v0"] * 3 + ["v1"] * 2 + ["v2"] * 3 + ["v3"] * 3
     assert "snapshot complete" in lines[2]
     assert any("UPDATE" in line for line in lines) and any("DELETE" in line for line in lines)
+
+
+@pytest.mark.timeout(90)
+def test_an_idle_table_gets_heartbeats_even_with_liveness_rewrites_in_between(
+    kafka_bootstrap: str, tmp_path: Path, kit: Any, watch_setup: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The periodic progress re-write is not activity: heartbeats must still come at their interval."""
+    from deltamirror.producer import service as service_module
+
+    monkeypatch.setattr(service_module, "LIVENESS_INTERVAL_S", 0.3)  # re-writes far more often than beats
+    table = kit.make_table(tmp_path / "t", versions=2)
+    setup = watch_setup(kafka_bootstrap, table)
+    cfg = _cfg(setup, heartbeat_interval_s=1.5)
+    service = WatchService(cfg)
+
+    def beats() -> list[dict[str, Any]]:
+        records = kit.consume(setup.bootstrap, [setup.commits], idle_s=0.3, timeout_s=10)
+        return [r.json for r in records if r.headers.get("kind") == b"heartbeat"]
+
+    _run_until(service, lambda: len(beats()) >= 2, timeout_s=60)
+    found = beats()
+    assert all(
+        b["latestVersion"] == 1 and b["tableUri"] == setup.cfg().tables[0].normalized_uri for b in found
+    )
+    progress = [r.json for r in setup.progress_records()]
+    assert len(progress) > len(found)  # liveness re-writes did happen in between
