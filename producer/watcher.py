@@ -21,12 +21,8 @@ bounded by the batch size, whatever the size of the commit. Small commits are re
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import json
 import logging
-import os
-import select
 import threading
 import time
 from collections import deque
@@ -789,40 +785,41 @@ class TableWatcher:
 
 
 class LogWaker:
-    """Waits for the next poll, or less when a file appears in a local ``_delta_log`` (Linux inotify).
+    """Waits for the next poll, or less when a file appears in a local ``_delta_log``.
 
-    Elsewhere (object stores, other systems, inotify unavailable) it simply waits.
+    Notifications come from watchdog (inotify, FSEvents, ReadDirectoryChangesW). They only shorten
+    the wait: the listing stays the source of truth, so a lost or spurious notification costs at
+    most one poll interval. Object stores have no notifications here: there it simply waits.
     """
 
-    _IN_CREATE = 0x00000100
-    _IN_MOVED_TO = 0x00000080
-    _IN_CLOSE_WRITE = 0x00000008
-
     def __init__(self, storage: TableStorage, enabled: bool = True) -> None:
-        self._fd: int | None = None
-        if not enabled or not storage.uri.startswith("file://") or not hasattr(os, "O_NONBLOCK"):
+        self._changed = threading.Event()
+        self._observer: Any = None
+        if not enabled or not storage.uri.startswith("file://"):
             return
-        name = ctypes.util.find_library("c")
-        if name is None:
-            return
+        from watchdog.events import FileSystemEvent, FileSystemEventHandler
+        from watchdog.observers import Observer
+
+        changed = self._changed
+
+        class _OnLogFile(FileSystemEventHandler):
+            def on_any_event(self, event: FileSystemEvent) -> None:
+                if event.event_type in ("created", "moved", "closed") and not event.is_directory:
+                    changed.set()
+
+        observer = Observer()
         try:
-            libc = ctypes.CDLL(name, use_errno=True)
-            init = libc.inotify_init1
-            add = libc.inotify_add_watch
-        except (OSError, AttributeError):
+            observer.schedule(_OnLogFile(), storage.log_path, recursive=False)
+            observer.daemon = True
+            observer.start()
+        except OSError as exc:  # no _delta_log yet, or the inotify watch limit reached: just poll
+            log.info("no file notifications for %s (%s); polling", storage.log_path, exc)
             return
-        fd = init(os.O_NONBLOCK | os.O_CLOEXEC)
-        if fd < 0:
-            return
-        mask = self._IN_CREATE | self._IN_MOVED_TO | self._IN_CLOSE_WRITE
-        if add(fd, storage.log_path.encode(), mask) < 0:
-            os.close(fd)
-            return
-        self._fd = fd
+        self._observer = observer
 
     @property
     def notifying(self) -> bool:
-        return self._fd is not None
+        return self._observer is not None
 
     def wait(self, timeout: float, stop: threading.Event | None = None) -> None:
         """Return after ``timeout`` seconds, on a log file event, or when ``stop`` is set."""
@@ -831,24 +828,15 @@ class LogWaker:
             left = deadline - time.monotonic()
             if left <= 0 or (stop is not None and stop.is_set()):
                 return
-            step = min(left, 0.1)
-            if self._fd is None:
-                if stop is not None:
-                    stop.wait(step)
-                else:
-                    time.sleep(step)
-                continue
-            ready, _, _ = select.select([self._fd], [], [], step)
-            if ready:
-                with contextlib.suppress(BlockingIOError):
-                    while os.read(self._fd, 65536):
-                        pass
+            if self._changed.wait(min(left, 0.1)):
+                self._changed.clear()
                 return
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout=5)
+            self._observer = None
 
 
 __all__ = [

@@ -327,3 +327,44 @@ def test_a_huge_commit_is_streamed_with_bounded_memory(tmp_path: Path, kit: Any)
     assert peak < 20_000_000, (
         f"peak Python memory {peak / 1e6:.1f} MB for a {commit.stat().st_size / 1e6:.0f} MB commit"
     )
+
+
+def test_log_waker_returns_early_when_a_commit_file_appears(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    from deltamirror.core.storage import TableStorage
+    from deltamirror.producer.watcher import LogWaker
+
+    (tmp_path / "_delta_log").mkdir()
+    waker = LogWaker(TableStorage(str(tmp_path)))
+    try:
+        assert waker.notifying
+        timer = threading.Timer(0.3, (tmp_path / "_delta_log" / f"{0:020d}.json").write_text, args=("{}\n",))
+        started = time.monotonic()
+        timer.start()
+        waker.wait(20)
+        assert 0.2 < time.monotonic() - started < 10
+    finally:
+        waker.close()
+
+
+def test_log_waker_without_notifications_waits_the_poll_or_the_stop(tmp_path: Path) -> None:
+    import threading
+    import time
+
+    from deltamirror.core.storage import TableStorage
+    from deltamirror.producer.watcher import LogWaker
+
+    no_log_yet = LogWaker(TableStorage(str(tmp_path / "missing")))
+    memory = LogWaker(TableStorage("memory://t"))
+    disabled = LogWaker(TableStorage(str(tmp_path)), enabled=False)
+    assert not (no_log_yet.notifying or memory.notifying or disabled.notifying)
+    started = time.monotonic()
+    memory.wait(0.3)
+    assert time.monotonic() - started >= 0.3
+    stop = threading.Event()
+    stop.set()
+    started = time.monotonic()
+    memory.wait(20, stop)
+    assert time.monotonic() - started < 1
