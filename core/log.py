@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 from .errors import (
     CorruptLogError,
@@ -235,14 +235,18 @@ def read_commit(storage: TableStorage, version: int) -> list[dict[str, Any]]:
     return [a for _, a in iter_json_actions(data, table=storage.uri, file=path)]
 
 
-def iter_commit_stream(storage: TableStorage, version: int) -> Iterator[tuple[int, dict[str, Any]]]:
-    """The actions of one commit, read line by line (a commit may hold millions of actions)."""
+def open_commit(storage: TableStorage, version: int) -> IO[bytes]:
+    """The commit file of ``version``, opened for streaming; VersionNotFoundError if it is not there."""
     path = storage.log_file(commit_name(version))
     try:
-        fh = storage.open(path)
+        return storage.open(path)
     except FileNotFoundError:
         raise VersionNotFoundError(
             f"commit {version} does not exist", table=storage.uri, version=version, file=path
         ) from None
-    with fh:
-        yield from iter_json_actions(fh, table=storage.uri, file=path)
+
+
+def iter_commit_stream(storage: TableStorage, version: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The actions of one commit, read line by line (a commit may hold millions of actions)."""
+    with open_commit(storage, version) as fh:
+        yield from iter_json_actions(fh, table=storage.uri, file=storage.log_file(commit_name(version)))

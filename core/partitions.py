@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from .errors import CorruptLogError, SchemaError
 from .schema import (
+    PRIMITIVE_TYPE_NAMES,
     ColumnMappingMode,
     DecimalType,
     DeltaType,
@@ -26,22 +27,8 @@ from .schema import (
     to_arrow_type,
 )
 
-_PARTITIONABLE = frozenset(
-    {
-        "string",
-        "long",
-        "integer",
-        "short",
-        "byte",
-        "float",
-        "double",
-        "boolean",
-        "binary",
-        "date",
-        "timestamp",
-        "timestamp_ntz",
-    }
-)
+#: every primitive type can be a partition column except variant and void
+_PARTITIONABLE = PRIMITIVE_TYPE_NAMES - {"variant", "void"}
 # a zone at the end of an ISO-8601 timestamp: Z, +hh:mm, +hhmm, +hh
 _ZONED = r"(?:[Zz]|[+-]\d{2}(?::?\d{2})?)$"
 

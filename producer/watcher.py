@@ -42,7 +42,7 @@ from deltamirror.core.errors import (
     VersionNotFoundError,
 )
 from deltamirror.core.events import SCHEMA_VERSION, CommitSummary
-from deltamirror.core.log import commit_name
+from deltamirror.core.log import commit_name, open_commit
 from deltamirror.core.models import Metadata, Protocol
 from deltamirror.core.storage import FileInfo, TableStorage
 from deltamirror.core.table import DeltaTable, open_table
@@ -246,13 +246,7 @@ def _open_lines(
 ) -> tuple[Iterator[bytes], IO[bytes] | None]:
     if data is not None:
         return iter(data.splitlines()), None
-    path = storage.log_file(commit_name(version))
-    try:
-        fh = storage.open(path)
-    except FileNotFoundError:
-        raise VersionNotFoundError(
-            f"commit {version} disappeared while it was read", table=storage.uri, version=version, file=path
-        ) from None
+    fh = open_commit(storage, version)  # it was listed: if it is gone now, the log was cleaned under us
     return iter(fh), fh
 
 
