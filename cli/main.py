@@ -19,6 +19,7 @@ PLUGINS = (
     "deltamirror.cli.table_cmds",
     "deltamirror.cli.changes_cmd",
     "deltamirror.cli.producer_cmds",
+    "deltamirror.cli.consumer_cmds",
     "deltamirror.cli.local_kafka_cmd",
 )
 

@@ -75,7 +75,7 @@ def test_the_validation_catches_a_broken_file(tmp_path: Path, compose: dict[str,
 
 
 def test_services(compose: dict[str, Any]) -> None:
-    assert set(_services(compose)) == {"kafka", "demo-table", "watcher", "subscriber"}
+    assert set(_services(compose)) == {"kafka", "demo-table", "watcher", "snapshot-consumer"}
     declared = set(compose["volumes"])
     for service in _services(compose).values():
         for mount in service.get("volumes", []):
@@ -155,20 +155,27 @@ def test_watcher_config_is_valid_and_names_the_subscribed_topic(
     )
     (table,) = cfg.tables  # the positional TABLE is the config's table, not a second one
     assert table.normalized_uri == "file:///data/demo"
-    subscriber = _services(compose)["subscriber"]["command"]
-    assert _option(subscriber, "--topic") == table.actions_topic
-    assert _option(subscriber, "--bootstrap-server") == cfg.kafka.bootstrap_servers
+    consumer = _services(compose)["snapshot-consumer"]["command"]
+    assert _option(consumer, "--topic") == table.actions_topic
+    assert _option(consumer, "--bootstrap-servers") == cfg.kafka.bootstrap_servers
 
 
-def test_subscriber_reads_committed_records_with_kafkas_console_consumer(compose: dict[str, Any]) -> None:
+def test_snapshot_consumer_runs_a_real_consume_snapshot_command(compose: dict[str, Any]) -> None:
     services = _services(compose)
-    subscriber = services["subscriber"]
-    assert subscriber["image"] == services["kafka"]["image"]
-    command = subscriber["command"]
-    assert command[0] == "/opt/kafka/bin/kafka-console-consumer.sh"
-    assert _option(command, "--command-property") == "isolation.level=read_committed"
-    assert "--from-beginning" in command
-    assert subscriber["depends_on"] == {"watcher": {"condition": "service_healthy"}}
+    consumer = services["snapshot-consumer"]
+    assert consumer["image"] == services["watcher"]["image"]
+    command = consumer["command"]
+    assert command[0] == "consume-snapshot"
+    assert "--once" not in command  # the demo keeps following the table
+    parser = _cli_parser_with("consume-snapshot")
+    try:
+        args = parser.parse_args(command)
+    except SystemExit as exc:
+        pytest.fail(f"`deltamirror {shlex.join(command)}` is refused by the CLI (exit {exc.code})")
+    assert consumer["depends_on"] == {"watcher": {"condition": "service_healthy"}}
+    # the state survives restarts: it lives on a declared volume
+    mounts = dict(m.split(":")[:2] for m in consumer["volumes"])
+    assert any(args.state_dir.startswith(target.rstrip("/") + "/") for target in mounts.values())
 
 
 def test_demo_table_service_runs_the_script_the_image_ships(compose: dict[str, Any]) -> None:
