@@ -447,7 +447,9 @@ class SnapshotConsumer:
             )
             at_end: set[int] = set()
             while not self.stop_event.is_set():
-                for msg in consumer.consume(self.batch_size, timeout=0.5):
+                # consume(n, timeout) waits for n records or the whole timeout: keep it short so a
+                # live stream's versions are applied (and invalidated) promptly
+                for msg in consumer.consume(self.batch_size, timeout=0.05):
                     if self._is_end(msg):
                         at_end.add(msg.partition() or 0)
                         continue

@@ -193,6 +193,9 @@ def read_progress(kafka: dict[str, str], topic: str, uri: str, timeout_s: float 
     """The last committed progress of ``uri``: the progress topic read with read_committed to its end."""
     consumer = Consumer(
         {
+            # the end of a partition is known only when a fetch returns, and the broker holds a
+            # fetch that finds nothing new for fetch.wait.max.ms (500 ms by default)
+            "fetch.wait.max.ms": 10,
             **kafka,
             "group.id": f"deltamirror-progress-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
@@ -217,7 +220,9 @@ def read_progress(kafka: dict[str, str], topic: str, uri: str, timeout_s: float 
                     f"could not read the progress topic {topic} to its end within {timeout_s:.0f} s",
                     topic=topic,
                 )
-            for msg in consumer.consume(1000, timeout=0.5):
+            # consume(n, timeout) returns only once n records came or the timeout passed: a short
+            # timeout, or every (re)start waits ~1 s on a small progress topic
+            for msg in consumer.consume(1000, timeout=0.05):
                 err = msg.error()
                 if err is not None:
                     if err.code() == _RdKafkaError._PARTITION_EOF:
