@@ -16,8 +16,10 @@ delta-spark, which takes minutes, runs once. Row counts must agree, or the scrip
 compared on the versions before the DV commits when it cannot read those).
 
     python bench/bench_changes.py [--versions 1000] [--rows-per-append 1500] [--reps 3] [--no-spark]
+                                  [--output PATH]
 
-Results: a table on stdout and bench/results/changes.json.
+Results: a table on stdout and bench/results/changes.json (with --no-spark, by default
+bench/results/changes-no-spark.json, so that a run without delta-spark never replaces its numbers).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 DATA = BENCH / ".data" / "changes"
 RESULTS = BENCH / "results" / "changes.json"
+RESULTS_NO_SPARK = BENCH / "results" / "changes-no-spark.json"
 READERS = ("deltamirror", "delta-rs", "delta-spark")
 DV_MAGIC = 1681511377
 
@@ -291,6 +294,7 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--rebuild", action="store_true")
     parser.add_argument("--no-spark", action="store_true")
+    parser.add_argument("--output", type=Path, help="results file (default: see the module docstring)")
     parser.add_argument("--child", choices=READERS)
     parser.add_argument("--path")
     parser.add_argument("--end", type=int)
@@ -349,8 +353,9 @@ def main() -> int:
         "all_versions": full,
         "delta_rs_versions_only": partial,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    output = args.output or (RESULTS_NO_SPARK if args.no_spark else RESULTS)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(report, indent=2) + "\n")
 
     print(
         f"\ntable: {info['versions']} versions, {info['dv_commits']} DV deletes; medians of {args.reps} runs"

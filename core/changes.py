@@ -16,6 +16,8 @@ is produced, as in delta-spark), then the :class:`ChangeFeed` streams one data f
 
 from __future__ import annotations
 
+import struct
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -46,9 +48,10 @@ from .errors import (
     StorageError,
     VersionNotFoundError,
 )
-from .log import commit_name, iter_json_actions
+from .log import LogListing, commit_name, iter_json_actions
 from .models import CommitInfo, Metadata, Protocol, parse_action
 from .partitions import parse_partition_value, partition_value_of
+from .read import BATCH_SIZE as READ_BATCH_ROWS
 from .read import read_data_file
 from .schema import (
     ColumnMappingMode,
@@ -61,7 +64,7 @@ from .schema import (
 from .timestamps import CommitTime, IctConfig, resolve_timestamps
 
 if TYPE_CHECKING:
-    from .table import DeltaTable
+    from .table import DeltaTable, Snapshot
 
 CHANGE_TYPE = "_change_type"
 COMMIT_VERSION = "_commit_version"
@@ -72,10 +75,13 @@ TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
 MONOTONIZATION_LOOKBACK = 100
 #: raw commit files kept from the checking pass for the reading pass, so each is fetched once
 COMMIT_CACHE_BYTES = 64 * 1024 * 1024
-#: small data files are read ahead on threads (decoding releases the GIL): at most this many, this big
-PREFETCH_FILES = 4
+#: small data files are read ahead on threads (decoding releases the GIL), in groups of at most
+#: this many files and bytes, at most this many groups ahead. More threads than a small machine
+#: has cores: a thread waiting for the GIL or for storage leaves its core to the others.
+PREFETCH_GROUP_FILES = 4
 PREFETCH_MAX_BYTES = 16 * 1024 * 1024
-PREFETCH_THREADS = 2
+PREFETCH_GROUPS = 4
+PREFETCH_THREADS = 4
 #: commit files are fetched this many at a time, on this many threads
 FETCH_CHUNK = 64
 FETCH_THREADS = 8
@@ -153,7 +159,16 @@ def _plan(
         return _Plan(rng, read, [])
 
     lookback = max(rng.start - MONOTONIZATION_LOOKBACK, 0)
-    listing = table.listing(lookback)
+    # the start snapshot is built first so that its listing can serve below; an error building it
+    # is raised only after the range check, as if it had been built after
+    start_snapshot: Snapshot | None = latest_snapshot
+    start_error: Exception | None = None
+    if rng.start != latest:
+        try:
+            start_snapshot = table.snapshot(rng.start, check_features=False)
+        except Exception as exc:
+            start_snapshot, start_error = None, exc
+    listing = _listing_from(table, (latest_snapshot, start_snapshot), lookback)
     for v in range(rng.start, rng.end + 1):
         if v not in listing.commits:
             raise ChangeVersionNotFoundError(
@@ -162,16 +177,15 @@ def _plan(
                 table=table.uri,
                 version=v,
             )
-    try:
-        start_snapshot = (
-            latest_snapshot if rng.start == latest else table.snapshot(rng.start, check_features=False)
-        )
-    except VersionNotFoundError as exc:
+    if isinstance(start_error, VersionNotFoundError):
         raise ChangeVersionNotFoundError(
-            f"the table state at the starting version cannot be rebuilt: {exc.message}",
+            f"the table state at the starting version cannot be rebuilt: {start_error.message}",
             table=table.uri,
             version=rng.start,
-        ) from exc
+        ) from start_error
+    if start_error is not None:
+        raise start_error
+    assert start_snapshot is not None
     start_metadata = start_snapshot.metadata
     if not is_cdf_enabled(start_metadata):
         raise _not_enabled(table, rng.start, rng)
@@ -213,6 +227,21 @@ def _plan(
     return _Plan(rng, read, versions, scan.commit_bytes)
 
 
+def _listing_from(table: DeltaTable, snapshots: Iterable[Snapshot | None], version: int) -> LogListing:
+    """The log files of ``version`` on: the listing a snapshot was built from when it reaches back
+    that far (it lists from its checkpoint, or from version 0 without one), else a new listing.
+
+    Every listing costs a round trip per thousand files, and the snapshots were just listed.
+    """
+    for snapshot in snapshots:
+        if snapshot is None:
+            continue
+        segment = snapshot.segment
+        if segment.checkpoint is None or segment.checkpoint.version <= version:
+            return segment.listing
+    return table.listing(version)
+
+
 def _not_enabled(table: DeltaTable, version: int, rng: ChangeRange) -> ChangeDataNotEnabledError:
     return ChangeDataNotEnabledError(
         f"change data was not recorded for version {version} (delta.enableChangeDataFeed is not true), "
@@ -233,11 +262,18 @@ class _Scan:
 def _read_commit_bytes(table: DeltaTable, version: int) -> bytes:
     path = table.storage.log_file(commit_name(version))
     try:
-        return table.storage.read_bytes(path)
+        if not table.uri.startswith("file://"):
+            return table.storage.read_bytes(path)
+        # a local commit is read directly: fsspec's cat_file costs several times the read itself,
+        # and a change feed reads one commit per version
+        with open(path, "rb") as fh:
+            return fh.read()
     except FileNotFoundError:
         raise ChangeVersionNotFoundError(
             f"commit {version} does not exist", table=table.uri, version=version, file=path
         ) from None
+    except OSError as exc:  # what storage.read_bytes raises for a local read error
+        raise StorageError(f"storage error during read: {exc}", table=table.uri, file=path) from exc
 
 
 _SCAN_KEYS = (b'"metaData"', b'"protocol"', b'"commitInfo"')
@@ -358,6 +394,7 @@ class ChangeFeed:
         self._mode: ColumnMappingMode = column_mapping_mode(metadata.configuration)
         self._partition_columns = list(metadata.partition_columns)
         self._data_columns = self._select(columns)
+        self._data_positions: dict[tuple[str, ...], list[int]] = {}
         # columns=None reads every column without building a projected schema per file
         every = self._data_columns == list(self._table_schema.names)
         self._columns_arg: list[str] | None = None if every else self._data_columns
@@ -550,7 +587,7 @@ class ChangeFeed:
             use_threads=not _prefetchable(action),
         )
         for batch in batches:
-            yield self._finish(batch, pa.repeat(pa.scalar(change_type, pa.string()), batch.num_rows), meta)
+            yield self._finish(batch, _repeated_string(change_type, batch.num_rows), meta)
 
     def _read_cdc_file(self, action: Mapping[str, Any], meta: _Meta) -> Iterator[pa.RecordBatch]:
         """A change data file: the data columns plus its physical ``_change_type`` column."""
@@ -574,9 +611,8 @@ class ChangeFeed:
                 table=self.table.uri,
                 use_threads=not _prefetchable(action),
             ):
-                if types is None:
+                if types is None:  # _finish keeps the data columns only
                     change_types = batch.column(batch.num_columns - 1)
-                    batch = batch.drop_columns([CHANGE_TYPE])
                 else:
                     change_types = types.take(batch.num_rows)
                 if change_types.null_count:
@@ -593,13 +629,18 @@ class ChangeFeed:
 
     def _finish(self, batch: pa.RecordBatch, change_types: pa.Array, meta: _Meta) -> pa.RecordBatch:
         n = batch.num_rows
-        data = [batch.column(batch.schema.get_field_index(name)) for name in self._data_columns]
+        names = tuple(batch.schema.names)
+        positions = self._data_positions.get(names)
+        if positions is None:  # per batch layout (data files, change data files): worked out once
+            positions = self._data_positions[names] = [names.index(c) for c in self._data_columns]
+        columns = batch.columns
+        data = [columns[i] for i in positions]
         return pa.RecordBatch.from_arrays(
             [
                 *data,
                 change_types,
-                pa.repeat(pa.scalar(meta.version, pa.int64()), n),
-                pa.repeat(pa.scalar(meta.timestamp_us, TIMESTAMP_TYPE), n),
+                _repeated_int64(meta.version, n, pa.int64()),
+                _repeated_int64(meta.timestamp_us, n, TIMESTAMP_TYPE),
             ],
             schema=self.schema,
         )
@@ -629,34 +670,81 @@ class _Read:
 def _prefetched(reads: Iterator[_Read]) -> Iterator[tuple[int, Iterable[pa.RecordBatch]]]:
     """(version, batches) per read, in order; small files are read ahead on worker threads.
 
-    Decoding parquet releases the GIL, so reading the next few small files while the caller
-    consumes the current one uses the other cores. Only files of at most PREFETCH_MAX_BYTES are
-    read ahead (whole), at most PREFETCH_FILES at a time, so memory stays bounded; a larger file,
-    or one of unknown size, is streamed in place once the reads before it are handed out.
+    Decoding parquet releases the GIL, so reading the next small files while the caller consumes
+    the current one uses the other cores. Small files go to the workers in groups (a hand-off per
+    file costs about what reading a small file does) of at most PREFETCH_GROUP_FILES files and
+    PREFETCH_MAX_BYTES, at most PREFETCH_GROUPS groups ahead, so memory stays bounded; a larger
+    file, or one of unknown size, is streamed in place once the reads before it are handed out.
     """
-    window: deque[tuple[int, Future[list[pa.RecordBatch]]]] = deque()
+    window: deque[Future[_Drained]] = deque()
+    group: list[_Read] = []
+    group_bytes = 0
     pool = ThreadPoolExecutor(max_workers=PREFETCH_THREADS, thread_name_prefix="deltamirror-cdf")
     try:
         for item in reads:
-            if item.size is not None and item.size <= PREFETCH_MAX_BYTES:
-                window.append((item.version, pool.submit(_drain, item.read)))
-                if len(window) > PREFETCH_FILES:
-                    version, future = window.popleft()
-                    yield version, future.result()
+            if item.size is None or item.size > PREFETCH_MAX_BYTES:
+                if group:
+                    window.append(pool.submit(_drain, group))
+                    group, group_bytes = [], 0
+                while window:
+                    yield from _handed(window.popleft().result())
+                yield item.version, item.read()
                 continue
-            while window:
-                version, future = window.popleft()
-                yield version, future.result()
-            yield item.version, item.read()
+            if group and group_bytes + item.size > PREFETCH_MAX_BYTES:
+                window.append(pool.submit(_drain, group))
+                group, group_bytes = [], 0
+            group.append(item)
+            group_bytes += item.size
+            if len(group) == PREFETCH_GROUP_FILES:
+                window.append(pool.submit(_drain, group))
+                group, group_bytes = [], 0
+            while len(window) > PREFETCH_GROUPS:
+                yield from _handed(window.popleft().result())
+        if group:
+            window.append(pool.submit(_drain, group))
         while window:
-            version, future = window.popleft()
-            yield version, future.result()
+            yield from _handed(window.popleft().result())
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _drain(read: Callable[[], Iterator[pa.RecordBatch]]) -> list[pa.RecordBatch]:
-    return list(read())
+_Drained = tuple[list[tuple[int, list[pa.RecordBatch]]], Exception | None]
+
+
+def _drain(group: list[_Read]) -> _Drained:
+    """The group's reads, up to the first that fails (whose error comes after the reads before it)."""
+    done = []
+    try:
+        for item in group:
+            try:
+                done.append((item.version, list(item.read())))
+            except Exception as exc:  # raised on the caller's thread by _handed, in order
+                return done, exc
+        return done, None
+    finally:
+        _release_unused_memory()
+
+
+#: a prefetch thread hands its freed memory back to the OS after this many groups
+RELEASE_EVERY_GROUPS = 4
+_groups_drained = threading.local()
+
+
+def _release_unused_memory() -> None:
+    """pyarrow's default allocator (mimalloc) keeps a heap per thread and holds on to its freed
+    pages, so each prefetch thread would keep the memory of its largest groups; releasing it now
+    and then keeps the threads' memory small (every group would cost page faults instead)."""
+    drained = getattr(_groups_drained, "count", 0) + 1
+    _groups_drained.count = drained
+    if drained % RELEASE_EVERY_GROUPS == 0:
+        pa.default_memory_pool().release_unused()
+
+
+def _handed(drained: _Drained) -> Iterator[tuple[int, list[pa.RecordBatch]]]:
+    done, error = drained
+    yield from done
+    if error is not None:
+        raise error
 
 
 def _prefetchable(action: Mapping[str, Any]) -> bool:
@@ -680,6 +768,24 @@ def _difference(left: pa.UInt64Array, right: pa.UInt64Array) -> pa.UInt64Array:
     if len(right) == 0 or len(left) == 0:
         return left
     return left.filter(pc.invert(pc.is_in(left, value_set=right)))
+
+
+_INT64 = struct.Struct("=q")  # Arrow buffers hold native-endian values
+#: "insert"/"delete" columns long enough for any batch read_data_file yields, sliced per batch
+_STRING_RUNS: dict[str, pa.Array] = {}
+
+
+def _repeated_int64(value: int, n: int, arrow_type: pa.DataType) -> pa.Array:
+    """``n`` copies of a 64-bit value (int64, timestamp): straight from bytes, several times faster
+    than ``pa.repeat`` for the per-batch ``_commit_version``/``_commit_timestamp`` columns."""
+    return pa.Array.from_buffers(arrow_type, n, [None, pa.py_buffer(_INT64.pack(value) * n)])
+
+
+def _repeated_string(value: str, n: int) -> pa.Array:
+    run = _STRING_RUNS.get(value)
+    if run is None:
+        run = _STRING_RUNS[value] = pa.repeat(pa.scalar(value, pa.string()), READ_BATCH_ROWS)
+    return run.slice(0, n) if n <= len(run) else pa.repeat(pa.scalar(value, pa.string()), n)
 
 
 def _is_noop_merge(commit_info: Mapping[str, Any]) -> bool:

@@ -194,7 +194,7 @@ class _OpenFile:
     """
 
     def __init__(self, storage: TableStorage, path_in_log: str, table: str) -> None:
-        fs_path = storage.data_path(path_in_log)
+        fs_path = _fs_path(storage, path_in_log)
         self._source: pa.NativeFile | None = None
         try:
             if storage.uri.startswith("file://"):
@@ -224,6 +224,13 @@ class _OpenFile:
 
 
 _LOCAL_FS = pafs.LocalFileSystem()
+
+
+def _fs_path(storage: TableStorage, path_in_log: str) -> str:
+    """``storage.data_path``, skipping its URL parsing for the usual path: relative, nothing escaped."""
+    if ":" in path_in_log or "%" in path_in_log:
+        return storage.data_path(path_in_log)
+    return f"{storage.root}/{path_in_log}"
 
 
 def _selected_fields(schema: StructType, columns: Sequence[str] | None) -> list[StructField]:
@@ -313,13 +320,14 @@ class _SchemaReader:
         num_rows: int,
     ) -> pa.RecordBatch:
         arrays = []
+        by_name = {} if raw is None else dict(zip(raw.schema.names, raw.columns, strict=True))
         for i, source in enumerate(layout.sources):
             if self.partition[i]:
                 arrays.append(pa.repeat(constants[i], num_rows))
             elif source is None or raw is None:
                 arrays.append(pa.nulls(num_rows, self.targets[i]))
             else:
-                column = raw.column(raw.schema.get_field_index(source))
+                column = by_name[source]
                 if self.mode == "id" or column.type != self.targets[i]:
                     f = self.fields[i]
                     column = _conform(column, f.type, self.mode, f.name)
@@ -420,8 +428,8 @@ def _row_filter(
     A mask, not row indexes: pyarrow 26 cannot ``take`` from string_view columns (what delta-rs
     files read as), and the mask is applied only after columns are made logical.
     """
-    num_rows = pf.metadata.num_rows
     if only_rows is not None:
+        num_rows = pf.metadata.num_rows
         try:
             wanted = deletion_vectors.keep_mask(only_rows, num_rows, data_file=path_in_log)
         except DeletionVectorError:
@@ -437,7 +445,7 @@ def _row_filter(
     deleted = deletion_vectors.read_deleted_rows(storage, deletion_vector, table=table, data_file=path_in_log)
     if len(deleted) == 0:
         return None
-    return deletion_vectors.keep_mask(deleted, num_rows, data_file=path_in_log)
+    return deletion_vectors.keep_mask(deleted, pf.metadata.num_rows, data_file=path_in_log)
 
 
 def _stream(
