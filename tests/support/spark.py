@@ -29,9 +29,12 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 # delta-spark for Spark 4.2 / Scala 2.13 (its pom depends on spark-sql 4.2.0); pyspark must be 4.2.x.
 # 4.4.0, not 4.4.1: the PyPI wheel delta-spark==4.4.1 exists, but Maven Central has no 4.4.1 jar
-# (io.delta:delta-spark_4.2_2.13 lists only 4.4.0), so Ivy cannot resolve 4.4.1.
+# (io.delta:delta-spark_4.2_2.13 lists only 4.4.0; .../4.4.1/delta-spark_4.2_2.13-4.4.1.jar is a 404,
+# checked again 2026-11-23), so Ivy cannot resolve 4.4.1.
 DELTA_SPARK_PACKAGE = os.environ.get("DELTAMIRROR_DELTA_SPARK_PACKAGE", "io.delta:delta-spark_4.2_2.13:4.4.0")
 IVY_DIR = Path(os.environ.get("DELTAMIRROR_IVY_DIR", REPO_ROOT / ".cache" / "ivy"))
+#: resolve from Maven Central only (see the file for why not ~/.m2)
+IVY_SETTINGS = Path(__file__).with_name("ivysettings.xml")
 # Fallback when Ivy cannot resolve: jars copied by `mvn dependency:copy-dependencies` (see
 # scripts/fetch_spark_jars.py --mvn). Used only if the directory holds a delta-spark jar.
 JARS_DIR = Path(os.environ.get("DELTAMIRROR_SPARK_JARS_DIR", REPO_ROOT / ".cache" / "jars"))
@@ -64,8 +67,9 @@ def spark_conf(work_dir: str) -> dict[str, str]:
             " -XX:TieredStopAtLevel=1"
         ),
         "spark.sql.adaptive.enabled": "false",
-        # Tables are tiny; no broadcast / codegen warm-up overhead worth paying.
+        # Tables are tiny: compiling generated code (Janino) costs more CPU than interpreting it.
         "spark.sql.codegen.wholeStage": "false",
+        "spark.sql.codegen.factoryMode": "NO_CODEGEN",
         "spark.databricks.delta.snapshotPartitions": "2",
         # Keep scenario tables deterministic: no background auto-compaction / optimize-write.
         "spark.databricks.delta.autoCompact.enabled": "false",
@@ -81,6 +85,7 @@ def spark_conf(work_dir: str) -> dict[str, str]:
     else:
         conf["spark.jars.packages"] = DELTA_SPARK_PACKAGE
         conf["spark.jars.ivy"] = str(IVY_DIR)
+        conf["spark.jars.ivySettings"] = str(IVY_SETTINGS)
     return conf
 
 
@@ -129,7 +134,7 @@ def _pyspark_missing_reason() -> str | None:
     except ImportError as exc:
         return f"pyspark not importable ({exc}); install with `pip install -e .[spark]`"
     if not pyspark.__version__.startswith("4.2."):
-        return f"pyspark {pyspark.__version__} installed; delta-spark 4.4.1 needs pyspark 4.2.x"
+        return f"pyspark {pyspark.__version__} installed; {DELTA_SPARK_PACKAGE} needs pyspark 4.2.x"
     return None
 
 

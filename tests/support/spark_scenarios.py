@@ -15,11 +15,15 @@ Scenario tables are shared across tests: treat them as read-only.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
 import re
+import shutil
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -440,18 +444,28 @@ def scenario_noop_merge(spark: SparkSession, path: str) -> Scenario:
 
 
 def scenario_restore(spark: SparkSession, path: str) -> Scenario:
-    ins = _create(spark, path, CDF, DV, rows=(0, 10))
-    ins2 = _insert(spark, path, 10, 20)
-    dele = _sql(spark, path, "DELETE FROM {t} WHERE id IN (1, 2, 12)")
+    ins = _create(spark, path, CDF, DV, rows=(0, 10))  # file A: ids 0-9
+    ins2 = _insert(spark, path, 10, 20)  # file B: ids 10-19
+    dele = _sql(spark, path, "DELETE FROM {t} WHERE id IN (1, 2, 12)")  # DVs on A and B
+    dele2 = _sql(spark, path, "DELETE FROM {t} WHERE id IN (5, 6)")  # A's DV grows
+    restore_dv = _sql(spark, path, f"RESTORE TABLE {{t}} TO VERSION AS OF {dele}")
     restore = _sql(spark, path, f"RESTORE TABLE {{t}} TO VERSION AS OF {ins2}")
     return Scenario(
         "restore",
         path,
         dele,
         restore,
-        "RESTORE to before a DV delete: remove+dv and add (no DV) of the same paths, no cdc file; rows the "
-        "removed DV masked come back as inserts (the DV diff in reverse), nothing else",
-        marks={"insert": ins, "insert2": ins2, "dv_delete": dele, "restore": restore},
+        "two DV deletes, then RESTOREs: to the first delete (remove+dv / add+dv of A, the DV shrinks: "
+        "ids 5, 6 come back as inserts) and to before any delete (remove+dv / add without DV of A and "
+        "B: ids 1, 2, 12 come back). No cdc file; rows are the DV diff in reverse, nothing else",
+        marks={
+            "insert": ins,
+            "insert2": ins2,
+            "dv_delete": dele,
+            "dv_delete2": dele2,
+            "restore_dv": restore_dv,
+            "restore": restore,
+        },
     )
 
 
@@ -656,38 +670,133 @@ ALL_SCENARIOS: dict[str, ScenarioBuilder] = {
 }
 
 
+#: scenario tables built at once in the background (Spark's driver work is mostly single-threaded)
+PREFETCH_THREADS = 2
+
+
 class ScenarioCache:
-    """Builds each scenario at most once per test session (tables are read-only once built)."""
+    """Builds each scenario at most once per test session (tables are read-only once built).
+
+    delta-spark's CDF of each scenario's own range is read once too (`rows`, `error`): the oracle
+    self-checks and the deltamirror comparisons share it. `prefetch` builds and reads scenarios on
+    background threads of the same SparkSession, so tests check one while the next is written.
+    """
 
     def __init__(self, spark: SparkSession, root: Path) -> None:
-        self._spark = spark
+        self.spark = spark
         self._root = root
         self._built: dict[str, Scenario] = {}
-        self._rows: dict[str, list[dict[str, Any]]] = {}
+        self._results: dict[str, tuple[list[dict[str, Any]] | None, str | None]] = {}
         self._failed: dict[str, BaseException] = {}
+        self._locks = {name: threading.RLock() for name in ALL_SCENARIOS}
+        self._pool: ThreadPoolExecutor | None = None
+        self._prefetched: dict[str, Future[None]] = {}
+
+    def prefetch(self, names: Iterable[str]) -> None:
+        """Build and read these scenarios on background threads, in this order."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(PREFETCH_THREADS, thread_name_prefix="spark-scenario")
+        for name in names:
+            if name not in self._prefetched:
+                self._prefetched[name] = self._pool.submit(self._build_and_read, name)
+
+    def close(self) -> None:
+        """Stop prefetching (builds under way finish) before the SparkSession goes."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
 
     def get(self, name: str) -> Scenario:
-        if name in self._failed:  # a half-built table stays broken: report the original error again
-            raise RuntimeError(f"scenario {name!r} failed to build earlier") from self._failed[name]
-        if name not in self._built:
-            try:
-                self._built[name] = ALL_SCENARIOS[name](self._spark, os.fspath(self._root / name))
-            except BaseException as exc:
-                self._failed[name] = exc
-                raise
-        return self._built[name]
+        self._wait(name)
+        return self._build(name)
+
+    def result(self, name: str) -> tuple[list[dict[str, Any]] | None, str | None]:
+        """(`spark_cdf` rows, None) or (None, error class) of the scenario's own range, read once."""
+        self._wait(name)
+        return self._read(name)
 
     def rows(self, name: str) -> list[dict[str, Any]]:
-        """`spark_cdf` over the scenario's own range, read once per session."""
-        if name not in self._rows:
-            self._rows[name] = self.get(name).spark_rows(self._spark)
-        return self._rows[name]
+        """`spark_cdf` over the scenario's own range (fails if delta-spark refuses the range)."""
+        rows, error = self.result(name)
+        if rows is None:
+            raise AssertionError(f"delta-spark refused the CDF of scenario {name!r}: {error}")
+        return rows
+
+    def error(self, name: str) -> str | None:
+        """The error class delta-spark raised for the scenario's own range (None: it read fine)."""
+        return self.result(name)[1]
+
+    def copy(self, name: str, dest: Path) -> Path:
+        """A private, writable copy of a built scenario table (commit file times are kept)."""
+        target = dest / name
+        shutil.copytree(self.get(name).path, target)
+        return target
 
     def __iter__(self) -> Iterator[Scenario]:
         return (self.get(name) for name in ALL_SCENARIOS)
 
+    def _wait(self, name: str) -> None:
+        future = self._prefetched.get(name)
+        if future is not None and not future.cancelled():
+            future.result()  # re-raises a failed build
+
+    def _build(self, name: str) -> Scenario:
+        with self._locks[name]:
+            if name in self._failed:  # a half-built table stays broken: report the original error again
+                raise RuntimeError(f"scenario {name!r} failed to build earlier") from self._failed[name]
+            if name not in self._built:
+                try:
+                    self._built[name] = ALL_SCENARIOS[name](self.spark, os.fspath(self._root / name))
+                except BaseException as exc:
+                    self._failed[name] = exc
+                    raise
+            return self._built[name]
+
+    def _read(self, name: str) -> tuple[list[dict[str, Any]] | None, str | None]:
+        with self._locks[name]:
+            if name not in self._results:
+                sc = self._build(name)
+                error = sc.spark_error(self.spark) if sc.expected_error is not None else None
+                self._results[name] = (
+                    (None, error) if error is not None else (sc.spark_rows(self.spark), None)
+                )
+            return self._results[name]
+
+    def _build_and_read(self, name: str) -> None:
+        self._build(name)
+        # A read that fails here is tried again, and reported, by the test that needs it.
+        with contextlib.suppress(Exception):
+            self._read(name)
+
+
+def scenarios_used_by(items: Iterable[pytest.Item]) -> list[str]:
+    """Scenario names the selected tests take as their `name` parameter, in test order."""
+    names: dict[str, None] = {}
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is None or "spark_scenarios" not in getattr(item, "fixturenames", ()):
+            continue
+        name = callspec.params.get("name")
+        if isinstance(name, str) and name in ALL_SCENARIOS:
+            names.setdefault(name, None)
+    return list(names)
+
+
+_cache: ScenarioCache | None = None
+
 
 @pytest.fixture(scope="session")
-def spark_scenarios(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> ScenarioCache:
-    """Session-wide cache of scenario tables: `spark_scenarios.get("merge_dv")`."""
-    return ScenarioCache(spark, tmp_path_factory.mktemp("spark-scenarios"))
+def spark_scenarios(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[ScenarioCache]:
+    """Session-wide cache of scenario tables: `spark_scenarios.get("merge_dv")`.
+
+    Each test module that imports this fixture gets its own session-scoped copy of it from pytest,
+    so the cache itself is a module global: every module sees the same tables, built once. The
+    scenarios the selected tests are parametrized with are built in the background from the start.
+    """
+    global _cache
+    if _cache is None or _cache.spark is not spark:
+        _cache = ScenarioCache(spark, tmp_path_factory.mktemp("spark-scenarios"))
+        _cache.prefetch(scenarios_used_by(request.session.items))
+    yield _cache
+    _cache.close()

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from support.spark import spark  # noqa: F401  (session fixture)
 from support.spark_scenarios import (
     ALL_SCENARIOS,
     Scenario,
@@ -32,6 +31,8 @@ from support.spark_scenarios import (
 )
 
 spark_test = pytest.mark.spark
+# per test, with the JVM start and one scenario build in the worst case (a hang must not eat the run)
+pytestmark = pytest.mark.timeout(180)
 
 
 def _types_by_version(rows: list[dict[str, Any]]) -> dict[int, Counter[str]]:
@@ -132,7 +133,7 @@ def test_scenario_reads_as_declared(name: str, spark: Any, spark_scenarios: Scen
         0 <= sc.start_version <= (sc.end_version if sc.end_version is not None else latest_version(sc.path))
     )
     if sc.expected_error is not None:
-        assert sc.spark_error(spark) == sc.expected_error
+        assert spark_scenarios.error(name) == sc.expected_error
         return
     rows = spark_scenarios.rows(name)
     assert rows, "every readable scenario has at least one change row"
@@ -237,10 +238,20 @@ def test_noop_merge_has_no_rows(spark: Any, spark_scenarios: ScenarioCache) -> N
 @spark_test
 def test_restore_undeletes_dv_rows(spark: Any, spark_scenarios: ScenarioCache) -> None:  # noqa: F811
     sc, rows = _read(spark_scenarios, "restore")
-    assert _types_by_version(rows)[sc.marks["dv_delete"]] == Counter(delete=3)
+    assert _types_by_version(rows) == {
+        sc.marks["dv_delete"]: Counter(delete=3),
+        sc.marks["dv_delete2"]: Counter(delete=2),
+        sc.marks["restore_dv"]: Counter(insert=2),
+        sc.marks["restore"]: Counter(insert=3),
+    }
+    assert _ids(rows, sc.marks["restore_dv"], "insert") == {5, 6}
     assert _ids(rows, sc.marks["restore"], "insert") == {1, 2, 12}
-    assert _types_by_version(rows)[sc.marks["restore"]] == Counter(insert=3)
-    assert commit_info(sc.path, sc.marks["restore"])["operation"] == "RESTORE"
+    for v in (sc.marks["restore_dv"], sc.marks["restore"]):
+        assert commit_info(sc.path, v)["operation"] == "RESTORE"
+        assert "cdc" not in commit_summary(sc.path, v)
+    # The first RESTORE swaps one DV for a smaller one; the second drops the DVs.
+    assert commit_summary(sc.path, sc.marks["restore_dv"]) == {"remove+dv": 1, "add+dv": 1}
+    assert commit_summary(sc.path, sc.marks["restore"]) == {"remove+dv": 2, "add": 2}
 
 
 @spark_test
@@ -285,13 +296,13 @@ def test_column_mapping_add_column(spark: Any, spark_scenarios: ScenarioCache) -
 @spark_test
 def test_incompatible_schema_changes_are_refused(spark: Any, spark_scenarios: ScenarioCache) -> None:  # noqa: F811
     rename = spark_scenarios.get("column_mapping_rename")
-    assert rename.spark_error(spark) == "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_SCHEMA_CHANGE"
+    assert spark_scenarios.error(rename.name) == "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_SCHEMA_CHANGE"
     # A range that starts at the rename is readable, under the new name.
     rows = spark_cdf(spark, rename.path, rename.marks["rename"], rename.marks["update"])
     assert _ids(rows, rename.marks["update"], "update_postimage") == {2}
     assert {r["full_name"] for r in rows if r["_change_type"] == "update_postimage"} == {"upd"}
     drop = spark_scenarios.get("drop_column_in_range")
-    assert drop.spark_error(spark) == "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_DATA_SCHEMA"
+    assert spark_scenarios.error(drop.name) == "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_DATA_SCHEMA"
 
 
 @spark_test
@@ -355,7 +366,7 @@ def test_add_column_after_end(name: str, has_extra: bool, spark: Any, spark_scen
 @spark_test
 def test_cdf_enabled_later(spark: Any, spark_scenarios: ScenarioCache) -> None:  # noqa: F811
     sc = spark_scenarios.get("cdf_enabled_later")
-    assert sc.spark_error(spark) == "DELTA_MISSING_CHANGE_DATA"
+    assert spark_scenarios.error(sc.name) == "DELTA_MISSING_CHANGE_DATA"
     rows = spark_cdf(spark, sc.path, sc.marks["enable_cdf"], sc.end_version)
     assert _types_by_version(rows) == {sc.marks["insert2"]: Counter(insert=3)}
 
