@@ -75,7 +75,7 @@ from .publisher import (
     TransactionAbortableError,
     TransactionalPublisher,
 )
-from .snapshot_events import ProgressBar, SnapshotWork
+from .snapshot_events import ActionBatch, ProgressBar, SnapshotWork
 from .topics import TableTopics, TopicLimits, TopicManager, default_topics
 from .watcher import (
     CommitWork,
@@ -112,6 +112,47 @@ def transactional_id(prefix: str, uri: str) -> str:
 def table_topics(table: TableConfig) -> TableTopics:
     default = default_topics(table.uri)
     return TableTopics(table.actions_topic or default.actions, table.commits_topic or default.commits)
+
+
+#: the ``type`` header of each action type, one pair shared by all its records (no encode per record)
+_TYPE_HEADERS: dict[str, tuple[str, bytes]] = {}
+#: the ``index`` headers of the first actions of a version (most versions have fewer), made once
+_INDEX_HEADERS: tuple[tuple[str, bytes], ...] = tuple((HEADER_INDEX, str(i).encode()) for i in range(4096))
+
+
+def _type_header(action_type: str) -> tuple[str, bytes]:
+    header = _TYPE_HEADERS.get(action_type)
+    if header is None:
+        header = (HEADER_TYPE, action_type.encode())
+        if len(_TYPE_HEADERS) < 1024:
+            _TYPE_HEADERS[action_type] = header
+    return header
+
+
+def action_headers(
+    version_header: tuple[str, bytes], start: int, batch: ActionBatch, extra: Headers
+) -> list[Headers]:
+    """The headers of consecutive actions, the first at index ``start``: version, index, type, ``extra``.
+
+    Header pairs are immutable tuples, so they are shared by every record that has them: per
+    record only its list is new (and its index pair past the first few thousand actions).
+    """
+    stop = start + len(batch)
+    indexes = (
+        _INDEX_HEADERS[start:stop]
+        if stop <= len(_INDEX_HEADERS)
+        else [(HEADER_INDEX, str(i).encode()) for i in range(start, stop)]
+    )
+    types = _TYPE_HEADERS
+    if extra:
+        return [
+            [version_header, index, types.get(t) or _type_header(t), *extra]
+            for index, (t, _) in zip(indexes, batch, strict=True)
+        ]
+    return [
+        [version_header, index, types.get(t) or _type_header(t)]
+        for index, (t, _) in zip(indexes, batch, strict=True)
+    ]
 
 
 def encoder_for(unit: PublishUnit) -> EnvelopeEncoder:
@@ -481,7 +522,7 @@ class TablePipeline:
         self, topic: str, values: list[bytes], headers: list[Headers], where: tuple[int, int]
     ) -> tuple[list[bytes], list[Headers]]:
         limit = self._limits[topic].max_value_bytes if topic in self._limits else self.cfg.max_record_bytes
-        if all(len(v) <= limit for v in values):
+        if not values or max(map(len, values)) <= limit:
             return values, headers
         out_v: list[bytes] = []
         out_h: list[Headers] = []
@@ -512,6 +553,7 @@ class TablePipeline:
         encoder = encoder_for(unit)
         key = unit.table_id.encode()
         version_b = str(unit.version).encode()
+        version_header = (HEADER_VERSION, version_b)
         ts, ts_headers = self._record_timestamp(topic, unit.timestamp.timestamp)
         if ts_headers:
             log.warning(
@@ -531,15 +573,7 @@ class TablePipeline:
         try:
             for batch in unit.batches(self.batch_size):
                 values = encoder.encode_many(index, batch)
-                headers: list[Headers] = [
-                    [
-                        (HEADER_VERSION, version_b),
-                        (HEADER_INDEX, str(i).encode()),
-                        (HEADER_TYPE, action_type.encode()),
-                        *ts_headers,
-                    ]
-                    for i, (action_type, _) in enumerate(batch, index)
-                ]
+                headers = action_headers(version_header, index, batch, ts_headers)
                 values, headers = self._expand_oversize(topic, values, headers, (unit.version, index))
                 pub.produce_many(topic, values, key, headers, ts)
                 index += len(batch)

@@ -12,15 +12,16 @@ cleaned before they were published), the latest version going backwards, or a ta
 Version 0 is ``stat``-ed whenever new versions appear: a new ``0.json`` with another ``metaData.id``
 means the table was re-created at the same path.
 
-A commit is read twice, streaming: once to count its actions and summarize it (every event carries
-``index``/``count``, and the summary and timestamp must be known before the first record goes out),
-once to hand out its actions in batches as raw JSON bytes, exactly as the log has them. Memory is
-bounded by the batch size, whatever the size of the commit. Small commits are read once and kept.
+Every action of a commit is counted and summarized, and every line checked, before the first
+record goes out (events carry ``index``/``count``; the summary and timestamp must be known; a
+corrupt line must stop the version before any of it is published). Actions go out as the log's own
+JSON bytes. A small commit is read and split once, its actions kept until they are published. A
+large one is read twice, streaming (count and check, then hand out in batches): memory is bounded
+by the batch size, whatever the size of the commit.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import threading
@@ -119,9 +120,14 @@ class _Summary:
     bytes_removed: int = 0
     partitions: dict[tuple[tuple[str, Any], ...], dict[str, Any]] = field(default_factory=dict)
     truncated: bool = False
+    #: the partitions above in the key order they were met in (skips the sorting for a repeat)
+    _seen: dict[tuple[tuple[str, Any], ...], None] = field(default_factory=dict, repr=False)
 
     def touch(self, values: Any) -> None:
-        if not isinstance(values, dict) or not values or self.truncated:
+        if self.truncated or type(values) is not dict or not values:
+            return
+        seen = tuple(values.items())  # as written: most files of a commit repeat a few of these
+        if seen in self._seen:
             return
         key = tuple(sorted(values.items()))
         if key not in self.partitions:
@@ -129,6 +135,8 @@ class _Summary:
                 self.truncated = True
                 return
             self.partitions[key] = values
+        if len(self._seen) < 4 * MAX_PARTITIONS_LISTED:
+            self._seen[seen] = None
 
 
 class CommitWork:
@@ -158,6 +166,11 @@ class CommitWork:
         return f"CommitWork(version={self.version}, count={self.count}, start={self.start})"
 
     def batches(self, size: int) -> Iterator[ActionBatch]:
+        actions = self.scan.actions
+        if actions is not None:  # a small commit, split already
+            for i in range(self.start, len(actions), size):
+                yield actions[i : i + size]
+            return
         batch: ActionBatch = []
         index = 0
         for action_type, body in iter_raw_actions(self._storage, self.version, self.scan):
@@ -231,8 +244,45 @@ class VersionScan:
     summary: _Summary = field(default_factory=_Summary)
     #: line numbers that must be decoded and re-encoded (several actions on a line, NaN, escapes)
     slow_lines: set[int] = field(default_factory=set)
-    #: the whole file when it is small (read once)
-    data: bytes | None = None
+    #: every action of a small commit as it is published (the file was read and split once)
+    actions: list[tuple[str, Body]] | None = None
+
+    def observe(self, name: str, body: Any) -> None:
+        """Count one action into the summary; keep commitInfo, metaData and protocol."""
+        self.count += 1
+        if name == "add":
+            summary = self.summary
+            summary.adds += 1
+            if type(body) is dict:
+                size = body.get("size")
+                if type(size) is int:  # not a bool
+                    summary.bytes_added += size
+                values = body.get("partitionValues")
+                if values:
+                    summary.touch(values)
+        elif name == "remove":
+            summary = self.summary
+            summary.removes += 1
+            if type(body) is dict:
+                size = body.get("size")
+                if type(size) is int:
+                    summary.bytes_removed += size
+                values = body.get("partitionValues")
+                if values:
+                    summary.touch(values)
+        elif name == "cdc":
+            summary = self.summary
+            summary.cdc += 1
+            if type(body) is dict:
+                values = body.get("partitionValues")
+                if values:
+                    summary.touch(values)
+        elif name == "commitInfo" and self.commit_info is None and isinstance(body, dict):
+            self.commit_info = body
+        elif name == "metaData" and isinstance(body, dict):
+            self.metadata = body
+        elif name == "protocol" and isinstance(body, dict):
+            self.protocol = body
 
 
 def _corrupt(storage: TableStorage, version: int, line: int, message: str) -> CorruptLogError:
@@ -241,21 +291,17 @@ def _corrupt(storage: TableStorage, version: int, line: int, message: str) -> Co
     )
 
 
-def _open_lines(
-    storage: TableStorage, version: int, data: bytes | None
-) -> tuple[Iterator[bytes], IO[bytes] | None]:
-    if data is not None:
-        return iter(data.splitlines()), None
-    fh = open_commit(storage, version)  # it was listed: if it is gone now, the log was cleaned under us
-    return iter(fh), fh
-
-
 def scan_version(storage: TableStorage, version: int, info: FileInfo) -> VersionScan:
-    """First pass: validate every line, count actions, keep commitInfo/metaData/protocol, summarize."""
+    """First pass: validate every line, count actions, keep commitInfo/metaData/protocol, summarize.
+
+    A small commit is read whole and each line split (and its body decoded) once: its actions are
+    kept for :func:`iter_raw_actions`. A large one is streamed, keeping nothing but the summary.
+    Lines are walked inside the buffer read, never copied out of it one by one.
+    """
     scan = VersionScan(version, info)
     if info.size <= SMALL_COMMIT_BYTES:
         try:
-            scan.data = storage.read_bytes(storage.log_file(commit_name(version)))
+            data = storage.read_bytes(storage.log_file(commit_name(version)))
         except FileNotFoundError:
             raise VersionNotFoundError(
                 f"commit {version} disappeared while it was read",
@@ -263,91 +309,187 @@ def scan_version(storage: TableStorage, version: int, info: FileInfo) -> Version
                 version=version,
                 file=storage.log_file(commit_name(version)),
             ) from None
-    lines, fh = _open_lines(storage, version, scan.data)
-    summary = scan.summary
-    with fh if fh is not None else contextlib.nullcontext():
-        for lineno, raw in enumerate(lines, start=1):
-            if not raw.strip():
-                continue
-            try:
-                obj = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                try:  # Python's parser accepts NaN/Infinity, as core's reader does
-                    obj = json.loads(raw)
-                except ValueError as exc:
-                    raise _corrupt(storage, version, lineno, f"invalid JSON: {exc}") from exc
-                scan.slow_lines.add(lineno)
-            if not isinstance(obj, dict) or not obj:
-                raise _corrupt(storage, version, lineno, "a log line must be a JSON object holding an action")
-            if len(obj) > 1 or _split_line(raw) is None:
-                scan.slow_lines.add(lineno)
-            for name, body in obj.items():
-                scan.count += 1
-                if name == "add":
-                    summary.adds += 1
-                    summary.bytes_added += _int(body, "size")
-                    summary.touch(body.get("partitionValues") if isinstance(body, dict) else None)
-                elif name == "remove":
-                    summary.removes += 1
-                    summary.bytes_removed += _int(body, "size")
-                    summary.touch(body.get("partitionValues") if isinstance(body, dict) else None)
-                elif name == "cdc":
-                    summary.cdc += 1
-                    summary.touch(body.get("partitionValues") if isinstance(body, dict) else None)
-                elif name == "commitInfo" and scan.commit_info is None and isinstance(body, dict):
-                    scan.commit_info = body
-                elif name == "metaData" and isinstance(body, dict):
-                    scan.metadata = body
-                elif name == "protocol" and isinstance(body, dict):
-                    scan.protocol = body
+        if b"\r" in data:  # a lone CR ends a line too here (bytes.splitlines), as it always did
+            data = b"\n".join(data.splitlines())
+        scan.actions = []
+        _scan_buffer(storage, scan, data, len(data), 0, scan.actions)
+        return scan
+    with open_commit(storage, version) as fh:  # listed: if it is gone now, the log was cleaned under us
+        lineno = 0
+        for data, end in _line_buffers(fh):
+            lineno = _scan_buffer(storage, scan, data, end, lineno, None)
     return scan
 
 
-def _int(body: Any, key: str) -> int:
-    value = body.get(key) if isinstance(body, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+def _scan_buffer(
+    storage: TableStorage,
+    scan: VersionScan,
+    data: bytes,
+    end: int,
+    lineno: int,
+    keep: list[tuple[str, Body]] | None,
+) -> int:
+    """Validate and summarize the lines of ``data[:end]``, the first being line ``lineno + 1``.
+
+    With ``keep``, each action is appended as it will be published. A ``{"type": body}`` line is
+    valid JSON exactly when its body is (the split checks the rest), so only the body is decoded;
+    any other line is decoded whole and marked slow. Returns the number of the last line.
+    """
+    observe = scan.observe
+    loads = orjson.loads
+    find = data.find
+    pos = 0
+    while pos < end:
+        eol = find(b"\n", pos, end)
+        if eol < 0:
+            eol = end
+        lineno += 1
+        split = _split_span(data, pos, eol)
+        if split is not None:
+            try:
+                body = loads(split[1])
+            except orjson.JSONDecodeError:
+                pass  # NaN, a duplicate key...: decoded whole below
+            else:
+                if keep is not None:
+                    keep.append(split)
+                observe(split[0], body)
+                pos = eol + 1
+                continue
+        raw = data[pos:eol]
+        pos = eol + 1
+        if not raw.strip():
+            continue
+        scan.slow_lines.add(lineno)
+        for name, value in _decode_line(storage, scan.version, lineno, raw):
+            if keep is not None:
+                keep.append((name, value))
+            observe(name, value)
+    return lineno
+
+
+#: a streamed commit is read this much at a time
+_STREAM_CHUNK = 1024 * 1024
+
+
+def _line_buffers(fh: IO[bytes]) -> Iterator[tuple[bytes, int]]:
+    """A file as (buffer, end): whole lines in ``buffer[:end]``, cut at newlines as iterating it would."""
+    pieces: list[bytes] = []  # a line longer than a chunk waits here for its end
+    while block := fh.read(_STREAM_CHUNK):
+        last = block.rfind(b"\n")
+        if last < 0:
+            pieces.append(block)
+            continue
+        data = b"".join((*pieces, block)) if pieces else block
+        yield data, len(data) - len(block) + last + 1
+        pieces = [block[last + 1 :]] if last + 1 < len(block) else []
+    if pieces:
+        data = b"".join(pieces)
+        yield data, len(data)
+
+
+def _line_spans(data: bytes, end: int) -> Iterator[tuple[int, int]]:
+    """(start, stop) of each line of ``data[:end]``, newline left out."""
+    pos = 0
+    while pos < end:
+        eol = data.find(b"\n", pos, end)
+        if eol < 0:
+            eol = end
+        yield pos, eol
+        pos = eol + 1
+
+
+def _decode_line(storage: TableStorage, version: int, lineno: int, raw: bytes) -> list[tuple[str, Any]]:
+    """The actions of a line that is not a plain ``{"type": body}``, decoded; CorruptLogError if invalid."""
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        try:  # Python's parser accepts NaN/Infinity, as core's reader does
+            obj = json.loads(raw)
+        except ValueError as exc:
+            raise _corrupt(storage, version, lineno, f"invalid JSON: {exc}") from exc
+    if not isinstance(obj, dict) or not obj:
+        raise _corrupt(storage, version, lineno, "a log line must be a JSON object holding an action")
+    return list(obj.items())
+
+
+#: JSON's whitespace: a line is split only where a JSON parser would have accepted it
+_JSON_WS = b" \t\r\n"
+#: action type names as raw key bytes -> the decoded name (checked once, then the same str each time)
+_ACTION_KEYS: dict[bytes, str] = {}
+
+
+def _action_key(raw: bytes) -> str | None:
+    """The action type of the key bytes between the quotes; None unless a plain, valid JSON string."""
+    if b"\\" in raw:
+        return None
+    try:  # control characters and invalid UTF-8 are refused here, as a whole-line parse would
+        key = orjson.loads(b'"' + raw + b'"')
+    except orjson.JSONDecodeError:
+        return None
+    assert isinstance(key, str)
+    if len(_ACTION_KEYS) < 1024:
+        _ACTION_KEYS[raw] = key
+    return key
+
+
+def _split_span(buf: bytes, start: int, stop: int) -> tuple[str, bytes] | None:
+    """(action type, raw body) of the ``{"type": body}`` line ``buf[start:stop]``; None if unusual.
+
+    The body is the log's own bytes, JSON whitespace around it left out, not decoded: whether the
+    line is valid JSON is then the body's question (what the split accepted around it is).
+    """
+    # bytes indexing is an int: cheaper than startswith/endswith with bounds, millions of times
+    if stop - start < 3 or buf[start] != 0x7B or buf[start + 1] != 0x22 or buf[stop - 1] != 0x7D:  # {" }
+        buf = buf[start:stop].strip(_JSON_WS)
+        start, stop = 0, len(buf)
+        if not (buf.startswith(b'{"') and buf.endswith(b"}")):
+            return None
+    end = buf.find(b'"', start + 2, stop)
+    if end < 0:
+        return None
+    colon = end + 1
+    if buf[colon] != 0x3A:  # ':' (the closing brace is after the quote: end + 1 is in bounds)
+        colon = buf.find(b":", colon, stop)
+        if colon < 0 or buf[end + 1 : colon].strip(_JSON_WS):
+            return None
+    raw_key = buf[start + 2 : end]
+    key = _ACTION_KEYS.get(raw_key)
+    if key is None:
+        key = _action_key(raw_key)
+        if key is None:
+            return None
+    body = buf[colon + 1 : stop - 1].strip(_JSON_WS)  # strip() returns the same bytes if there is none
+    if not body:
+        return None
+    return key, body
 
 
 def _split_line(raw: bytes) -> tuple[str, bytes] | None:
-    """(action type, raw body) of a ``{"type": {...}}`` line without decoding it; None if unusual."""
-    s = raw.strip()
-    if not s.startswith(b'{"') or not s.endswith(b"}"):
-        return None
-    end = s.find(b'"', 2)
-    if end < 0:
-        return None
-    key = s[2:end]
-    if b"\\" in key:
-        return None
-    colon = s.find(b":", end + 1)
-    if colon < 0 or s[end + 1 : colon].strip():
-        return None
-    body = s[colon + 1 : -1].strip()
-    if not body:
-        return None
-    return key.decode(), body
+    return _split_span(raw, 0, len(raw))
 
 
 def iter_raw_actions(storage: TableStorage, version: int, scan: VersionScan) -> Iterator[tuple[str, Body]]:
     """Second pass: (type, body) per action in file order; bodies are the log's own bytes."""
-    lines, fh = _open_lines(storage, version, scan.data)
-    with fh if fh is not None else contextlib.nullcontext():
-        for lineno, raw in enumerate(lines, start=1):
-            if lineno in scan.slow_lines:
-                if not raw.strip():
+    if scan.actions is not None:
+        yield from scan.actions
+        return
+    with open_commit(storage, version) as fh:
+        lineno = 0
+        for data, end in _line_buffers(fh):
+            for start, stop in _line_spans(data, end):
+                lineno += 1
+                if lineno in scan.slow_lines:
+                    raw = data[start:stop]
+                    if raw.strip():
+                        yield from _decode_line(storage, version, lineno, raw)
                     continue
-                try:
-                    obj = orjson.loads(raw)
-                except orjson.JSONDecodeError:
-                    obj = json.loads(raw)
-                yield from obj.items()
-                continue
-            split = _split_line(raw)
-            if split is None:
-                if not raw.strip():
-                    continue
-                raise _corrupt(storage, version, lineno, "commit changed while it was read")
-            yield split
+                split = _split_span(data, start, stop)
+                if split is None:
+                    if not data[start:stop].strip():
+                        continue
+                    raise _corrupt(storage, version, lineno, "commit changed while it was read")
+                yield split
 
 
 # --- finding the table's start and timestamps ------------------------------------------------
@@ -446,9 +588,8 @@ def read_head(table: DeltaTable, version: int) -> TableHead:
     segment = table.segment(version)
     metadata = protocol = None
     for v, _ in reversed(segment.commits):
-        lines, fh = _open_lines(storage, v, None)
-        with fh if fh is not None else contextlib.nullcontext():
-            m, p = _head_actions(lines)
+        with open_commit(storage, v) as fh:
+            m, p = _head_actions(iter(fh))
         metadata = metadata or m
         protocol = protocol or p
         if metadata is not None and protocol is not None:
