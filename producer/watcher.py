@@ -313,11 +313,25 @@ def scan_version(storage: TableStorage, version: int, info: FileInfo) -> Version
             data = b"\n".join(data.splitlines())
         scan.actions = []
         _scan_buffer(storage, scan, data, len(data), 0, scan.actions)
-        return scan
+        return _not_empty(storage, scan)
     with open_commit(storage, version) as fh:  # listed: if it is gone now, the log was cleaned under us
         lineno = 0
         for data, end in _line_buffers(fh):
             lineno = _scan_buffer(storage, scan, data, end, lineno, None)
+    return _not_empty(storage, scan)
+
+
+def _not_empty(storage: TableStorage, scan: VersionScan) -> VersionScan:
+    """A commit always holds at least one action: an empty file is one still being written (a
+    writer without atomic put) or a broken one. Publishing it as a version of 0 actions would lose
+    whatever it ends up holding, so the table stops and retries until the file has actions."""
+    if scan.count == 0:
+        raise CorruptLogError(
+            f"commit {scan.version} has no actions (empty, or still being written)",
+            table=storage.uri,
+            version=scan.version,
+            file=storage.log_file(commit_name(scan.version)),
+        )
     return scan
 
 

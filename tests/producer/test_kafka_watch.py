@@ -48,6 +48,13 @@ def _last_summary_version(kit: Any, setup: Any) -> int:
     return max((s["version"] for s in summaries), default=-1)
 
 
+def _write_atomically(path: Path, text: str) -> None:
+    """As Delta writers do: the watcher must never see a half-written commit file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def _assert_exactly(records: list[Any], expected: list[bytes]) -> None:
     got = [r.value for r in records]
     assert len(got) == len(expected), f"{len(got)} records, expected {len(expected)}"
@@ -323,7 +330,7 @@ def test_a_corrupt_commit_stops_the_table_naming_file_and_line_until_fixed(
 
     def done() -> bool:
         if state["step"] == 0 and _last_summary_version(kit, setup) >= 1:
-            bad.write_text(good_lines[0] + "\n{not json\n")
+            _write_atomically(bad, good_lines[0] + "\n{not json\n")
             state["step"] = 1
         if state["step"] == 1:
             ok, body = service.metrics.health()
@@ -331,7 +338,7 @@ def test_a_corrupt_commit_stops_the_table_naming_file_and_line_until_fixed(
             if not ok and str(bad) in reason:
                 assert "line=2" in reason and "version=2" in reason
                 assert _last_summary_version(kit, setup) == 1  # nothing of version 2, nothing after it
-                bad.write_text("\n".join(good_lines) + "\n")  # the fix
+                _write_atomically(bad, "\n".join(good_lines) + "\n")  # the fix
                 state["step"] = 2
         return state["step"] == 2 and _last_summary_version(kit, setup) >= 2
 
