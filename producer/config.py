@@ -40,6 +40,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -160,22 +161,15 @@ class KafkaSettings(_Settings):
     ssl_key_password: SecretStr | None = None
     extra: dict[str, str | SecretStr] = Field(default_factory=dict)
 
-    @field_validator("security_protocol")
+    @field_validator("security_protocol", "sasl_mechanism")
     @classmethod
-    def _known_protocol(cls, value: str | None) -> str | None:
+    def _known_name(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """librdkafka names, case-insensitive in the file, upper-case on the wire."""
         if value is None:
             return None
-        if value.upper() not in _SECURITY_PROTOCOLS:
-            raise ValueError(f"must be one of {', '.join(_SECURITY_PROTOCOLS)}")
-        return value.upper()
-
-    @field_validator("sasl_mechanism")
-    @classmethod
-    def _known_mechanism(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        if value.upper() not in _SASL_MECHANISMS:
-            raise ValueError(f"must be one of {', '.join(_SASL_MECHANISMS)}")
+        known = _SECURITY_PROTOCOLS if info.field_name == "security_protocol" else _SASL_MECHANISMS
+        if value.upper() not in known:
+            raise ValueError(f"must be one of {', '.join(known)}")
         return value.upper()
 
     @field_validator("extra", mode="before")
