@@ -94,14 +94,7 @@ def _apply_small(wrapped: dict[str, Any], state: CheckpointState, *, file: str, 
 
 def _read_parquet_part(storage: TableStorage, path: str) -> Iterator[tuple[str, pa.Table]]:
     """(kind, table) pieces of one checkpoint parquet file: 'add', 'remove' and 'small'."""
-    try:
-        pf = storage.parquet_file(path)
-    except FileNotFoundError:
-        raise CorruptLogError(
-            "checkpoint file disappeared while reading", table=storage.uri, file=path
-        ) from None
-    except (OSError, pa.ArrowInvalid) as exc:
-        raise CorruptLogError(f"unreadable checkpoint: {exc}", table=storage.uri, file=path) from exc
+    pf = _open_part(storage, path)
     names = set(pf.schema_arrow.names)
     for kind in ("add", "remove"):
         if kind in names:
@@ -110,6 +103,17 @@ def _read_parquet_part(storage: TableStorage, path: str) -> Iterator[tuple[str, 
     for name in _SMALL_ACTIONS:
         if name in names:
             yield "small", _read_action_column(pf, name)
+
+
+def _open_part(storage: TableStorage, path: str) -> pq.ParquetFile:
+    try:
+        return storage.parquet_file(path)
+    except FileNotFoundError:
+        raise CorruptLogError(
+            "checkpoint file disappeared while reading", table=storage.uri, file=path
+        ) from None
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise CorruptLogError(f"unreadable checkpoint: {exc}", table=storage.uri, file=path) from exc
 
 
 def _read_action_column(pf: pq.ParquetFile, name: str) -> pa.Table:
@@ -187,6 +191,30 @@ def read_checkpoint(storage: TableStorage, checkpoint: Checkpoint) -> Checkpoint
         state.adds = pa.concat_tables(adds)
     if removes:
         state.removes = pa.concat_tables(removes)
+    return state
+
+
+def read_checkpoint_config(storage: TableStorage, checkpoint: Checkpoint) -> CheckpointState:
+    """Only the protocol and metaData of a checkpoint (no file actions, no sidecars).
+
+    What a reader needs to know the table's schema and features at a version: a change feed plan
+    needs that at its start and at the latest version, never their file lists.
+    """
+    state = CheckpointState(
+        checkpoint.version, action_schema.ADD.empty_table(), action_schema.REMOVE.empty_table()
+    )
+    for info in checkpoint.files:
+        path = storage.log_file(info.name)
+        if checkpoint.format == "json":
+            for _, wrapped in iter_json_actions(storage.read_bytes(path), table=storage.uri, file=path):
+                if "metaData" in wrapped or "protocol" in wrapped:
+                    _apply_small(wrapped, state, file=path, uri=storage.uri)
+            continue
+        pf = _open_part(storage, path)
+        names = set(pf.schema_arrow.names)
+        for name in ("metaData", "protocol"):
+            if name in names:
+                _small_actions(_read_action_column(pf, name), state, file=path, uri=storage.uri)
     return state
 
 

@@ -17,10 +17,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import action_schema
-from .checkpoint import CheckpointState, read_checkpoint
+from .checkpoint import CheckpointState, read_checkpoint, read_checkpoint_config
 from .deletion_vectors import dv_unique_ids
-from .errors import IncompleteTableStateError
-from .log import LogSegment, commit_name, read_commit
+from .errors import IncompleteTableStateError, VersionNotFoundError
+from .log import LogSegment, commit_name, iter_json_actions, read_commit
 from .models import CommitInfo, DomainMetadata, Metadata, Protocol, Txn, parse_action
 from .storage import TableStorage
 
@@ -219,3 +219,50 @@ def replay(storage: TableStorage, segment: LogSegment) -> TableState:
         pending.commit_infos,
         pending.unknown,
     )
+
+
+_CONFIG_KEYS = (b'"metaData"', b'"protocol"')
+
+
+def replay_config(storage: TableStorage, segment: LogSegment) -> tuple[Metadata, Protocol]:
+    """The metaData and protocol in force at ``segment.version``, without reconciling any file.
+
+    Commits are read newest first and only their metaData/protocol lines are parsed; the
+    checkpoint is read only when a commit after it did not replace both. A change feed plan
+    needs this at two versions, and a full replay would read every file action of both.
+    """
+    metadata: Metadata | None = None
+    protocol: Protocol | None = None
+    for version in reversed(segment.commit_versions):
+        file = storage.log_file(commit_name(version))
+        try:
+            data = storage.read_bytes(file)
+        except FileNotFoundError:
+            raise VersionNotFoundError(
+                f"commit {version} does not exist", table=storage.uri, version=version, file=file
+            ) from None
+        for lineno, line in enumerate(data.splitlines(), start=1):
+            if not any(key in line for key in _CONFIG_KEYS):
+                continue
+            for _, wrapped in iter_json_actions([line], table=storage.uri, file=file):
+                if "metaData" in wrapped or "protocol" in wrapped:
+                    action = parse_action(wrapped, file=file, line=lineno, table=storage.uri)
+                    if isinstance(action, Metadata) and metadata is None:
+                        metadata = action
+                    elif isinstance(action, Protocol) and protocol is None:
+                        protocol = action
+        if metadata is not None and protocol is not None:
+            return metadata, protocol
+    if segment.checkpoint is not None:
+        cp = read_checkpoint_config(storage, segment.checkpoint)
+        metadata = metadata or cp.metadata
+        protocol = protocol or cp.protocol
+    if protocol is None:
+        raise IncompleteTableStateError(
+            "no protocol action in the log segment", table=storage.uri, version=segment.version
+        )
+    if metadata is None:
+        raise IncompleteTableStateError(
+            "no metaData action in the log segment", table=storage.uri, version=segment.version
+        )
+    return metadata, protocol

@@ -236,6 +236,8 @@ class TableStorage:
         Object stores filter by prefix on the server; elsewhere the folder is listed and filtered.
         Hadoop checksum files (``.*.crc``) are never returned.
         """
+        if self.uri.startswith("file://"):
+            return self._list_local_dir(folder, prefix)
         try:
             if prefix and self._find_takes_prefix():
                 entries = self._retrying(
@@ -257,6 +259,30 @@ class TableStorage:
             if not name.startswith(prefix) or (name.startswith(".") and name.endswith(".crc")):
                 continue
             out.append(FileInfo(name, int(e.get("size") or 0), _epoch_ms(e)))
+        out.sort(key=lambda f: f.name)
+        return out
+
+    def _list_local_dir(self, folder: str, prefix: str) -> list[FileInfo]:
+        """``list_dir`` on a local disk: one ``scandir`` (fsspec's ``ls`` costs ten times more per file,
+        which every snapshot and change feed pays over its whole log segment)."""
+        out = []
+        try:
+            with os.scandir(folder) as entries:
+                for e in entries:
+                    name = e.name
+                    if not name.startswith(prefix) or (name.startswith(".") and name.endswith(".crc")):
+                        continue
+                    try:
+                        if e.is_dir():
+                            continue
+                        st = e.stat()
+                    except FileNotFoundError:  # removed while listed (a cleanup): not there
+                        continue
+                    out.append(FileInfo(name, st.st_size, int(st.st_mtime * 1000)))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as exc:
+            raise StorageError(f"cannot list: {exc}", table=self.uri, file=folder) from exc
         out.sort(key=lambda f: f.name)
         return out
 

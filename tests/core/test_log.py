@@ -235,3 +235,34 @@ def test_copy_helper_is_independent(tmp_path: Path) -> None:
     path = copy_table("golden__snapshot-data0", tmp_path)
     shutil.rmtree(path / "_delta_log")
     assert (TABLES / "golden__snapshot-data0" / "_delta_log").exists()
+
+
+def test_lone_surrogate_escape_is_read_as_the_standard_library_reads_it(tmp_path: Path) -> None:
+    """Java writers can emit a lone surrogate escape; the fast parser refuses it, the fallback reads it."""
+    path = copy_table("golden__snapshot-data0", tmp_path)
+    f = path / "_delta_log" / f"{0:020d}.json"
+    f.chmod(0o644)
+    f.write_text(f.read_text() + '{"commitInfo": {"operation": "WRITE", "note": "\\ud800"}}\n')
+    actions = open_table(str(path)).read_commit(0)
+    assert actions[-1] == {"commitInfo": {"operation": "WRITE", "note": "\ud800"}}
+
+
+def test_local_listing_matches_fsspec(tmp_path: Path) -> None:
+    """The local scandir listing gives what fsspec's listing gives: names, sizes, times; no folders, no .crc."""
+    path = copy_table("drs__simple_table_with_checkpoint", tmp_path)
+    log = path / "_delta_log"
+    (log / "subfolder").mkdir()
+    (log / ".00000000000000000000.json.crc").write_text("x")
+    storage = TableStorage(str(path))
+    fs = fsspec.filesystem("file")
+    expected = sorted(
+        (e["name"].rsplit("/", 1)[-1], int(e["size"]), int(e["mtime"] * 1000))
+        for e in fs.ls(str(log), detail=True)
+        if e["type"] == "file" and not e["name"].endswith(".crc")
+    )
+    got = [(f.name, f.size, f.modification_time) for f in storage.list_log()]
+    assert got == expected and got
+    assert [f.name for f in storage.list_dir(str(log), "0000000000000000000")] == [
+        n for n, _, _ in expected if n.startswith("0000000000000000000")
+    ]
+    assert storage.list_dir(str(tmp_path / "absent")) == []
