@@ -217,6 +217,10 @@ def _type_part(action_type: str) -> bytes:
     return part
 
 
+#: the text of the first indexes (most versions have fewer actions), made once
+_INDEX_TEXT: tuple[bytes, ...] = tuple(str(i).encode() for i in range(4096))
+
+
 class EnvelopeEncoder:
     """Encodes the action events of one version (or snapshot) in bulk.
 
@@ -263,8 +267,27 @@ class EnvelopeEncoder:
     def encode_many(
         self, start: int, actions: Iterable[tuple[str, bytes | Mapping[str, Any]]]
     ) -> list[bytes]:
-        """Events for consecutive actions, the first at index ``start``."""
-        return [self.encode(i, t, body) for i, (t, body) in enumerate(actions, start)]
+        """Events for consecutive actions, the first at index ``start``.
+
+        The same bytes as :meth:`encode` per action, without its call per action (the watcher's
+        hot path: a method call and an int-to-text conversion cost a fifth of the encoding).
+        """
+        if self.snapshot:
+            return [self.encode(i, t, body) for i, (t, body) in enumerate(actions, start)]
+        prefix, join, types = self._prefix, b"".join, _TYPE_PART
+        small = _INDEX_TEXT
+        return [
+            join(
+                (
+                    prefix,
+                    small[i] if i < len(small) else str(i).encode(),
+                    types.get(t) or _type_part(t),
+                    body if isinstance(body, bytes) else to_json(body),
+                    b"}",
+                )
+            )
+            for i, (t, body) in enumerate(actions, start)
+        ]
 
 
 # --- JSON Schema ----------------------------------------------------------------------------------

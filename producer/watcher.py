@@ -335,6 +335,10 @@ def _not_empty(storage: TableStorage, scan: VersionScan) -> VersionScan:
     return scan
 
 
+#: the lines most commits are made of, as writers write them: ``{"add":{...}}`` and ``{"remove":{...}}``
+_FILE_LINE_PREFIXES = ((b'{"add":{', "add", 7), (b'{"remove":{', "remove", 10))
+
+
 def _scan_buffer(
     storage: TableStorage,
     scan: VersionScan,
@@ -348,37 +352,87 @@ def _scan_buffer(
     With ``keep``, each action is appended as it will be published. A ``{"type": body}`` line is
     valid JSON exactly when its body is (the split checks the rest), so only the body is decoded;
     any other line is decoded whole and marked slow. Returns the number of the last line.
+
+    Plain add and remove lines (nearly every line of a large commit) take a short path with the
+    summary counted inline: per action the Python around the decoding cost twice the decoding.
     """
-    observe = scan.observe
+    lines = (data if end == len(data) else data[:end]).split(b"\n")
+    if end and data[end - 1] == 0x0A:  # the newline ends the last line, it does not start one
+        lines.pop()
     loads = orjson.loads
-    find = data.find
-    pos = 0
-    while pos < end:
-        eol = find(b"\n", pos, end)
-        if eol < 0:
-            eol = end
-        lineno += 1
-        split = _split_span(data, pos, eol)
-        if split is not None:
-            try:
-                body = loads(split[1])
-            except orjson.JSONDecodeError:
-                pass  # NaN, a duplicate key...: decoded whole below
-            else:
-                if keep is not None:
-                    keep.append(split)
-                observe(split[0], body)
-                pos = eol + 1
+    decode_error = orjson.JSONDecodeError
+    observe = scan.observe
+    summary = scan.summary
+    touch = summary.touch
+    (add_prefix, _, add_cut), (remove_prefix, _, remove_cut) = _FILE_LINE_PREFIXES
+    count = adds = removes = bytes_added = bytes_removed = 0
+    last_values: Any = None
+    try:
+        for line in lines:
+            lineno += 1
+            if line.endswith(b"}}"):
+                if line.startswith(add_prefix):
+                    body = line[add_cut:-1]
+                    try:
+                        obj = loads(body)
+                    except decode_error:
+                        pass  # NaN, a second action on the line...: the general path below
+                    else:
+                        if keep is not None:
+                            keep.append(("add", body))
+                        count += 1
+                        adds += 1
+                        size = obj.get("size")
+                        if type(size) is int:  # not a bool
+                            bytes_added += size
+                        values = obj.get("partitionValues")
+                        if values and values != last_values:  # files of a commit come in runs
+                            touch(values)
+                            last_values = values
+                        continue
+                elif line.startswith(remove_prefix):
+                    body = line[remove_cut:-1]
+                    try:
+                        obj = loads(body)
+                    except decode_error:
+                        pass
+                    else:
+                        if keep is not None:
+                            keep.append(("remove", body))
+                        count += 1
+                        removes += 1
+                        size = obj.get("size")
+                        if type(size) is int:
+                            bytes_removed += size
+                        values = obj.get("partitionValues")
+                        if values and values != last_values:  # files of a commit come in runs
+                            touch(values)
+                            last_values = values
+                        continue
+            split = _split_span(line, 0, len(line))
+            if split is not None:
+                try:
+                    body = loads(split[1])
+                except decode_error:
+                    pass  # NaN, a duplicate key...: decoded whole below
+                else:
+                    if keep is not None:
+                        keep.append(split)
+                    observe(split[0], body)
+                    continue
+            if not line.strip():
                 continue
-        raw = data[pos:eol]
-        pos = eol + 1
-        if not raw.strip():
-            continue
-        scan.slow_lines.add(lineno)
-        for name, value in _decode_line(storage, scan.version, lineno, raw):
-            if keep is not None:
-                keep.append((name, value))
-            observe(name, value)
+            scan.slow_lines.add(lineno)
+            for name, value in _decode_line(storage, scan.version, lineno, line):
+                if keep is not None:
+                    keep.append((name, value))
+                observe(name, value)
+    finally:  # counted so far, also when a later line is corrupt
+        scan.count += count
+        summary.adds += adds
+        summary.removes += removes
+        summary.bytes_added += bytes_added
+        summary.bytes_removed += bytes_removed
     return lineno
 
 

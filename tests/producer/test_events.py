@@ -103,6 +103,26 @@ def test_encoder_output_round_trips_through_the_model() -> None:
         VALIDATOR.validate(json.loads(value))
 
 
+@pytest.mark.parametrize("start", [0, 4094, 10_000])
+def test_encoding_in_bulk_gives_the_bytes_of_one_by_one(start: int) -> None:
+    enc = events.EnvelopeEncoder(
+        table_id="t",
+        table_uri="file:///x",
+        version=3,
+        commit_timestamp=5,
+        commit_timestamp_source="ict",
+        count=start + 3,
+    )
+    actions: list[tuple[str, bytes | dict[str, object]]] = [
+        ("add", b'{"path":"a"}'),
+        ("newActionType", {"x": [1, None]}),
+        ("remove", b"{}"),
+    ]
+    assert enc.encode_many(start, actions) == [
+        enc.encode(start + i, t, b) for i, (t, b) in enumerate(actions)
+    ]
+
+
 def test_snapshot_events_mark_the_last_one() -> None:
     enc = events.EnvelopeEncoder(
         table_id="t",

@@ -368,3 +368,44 @@ def test_log_waker_without_notifications_waits_the_poll_or_the_stop(tmp_path: Pa
     started = time.monotonic()
     memory.wait(20, stop)
     assert time.monotonic() - started < 1
+
+
+_ODD_LINES = [
+    '{"add":{"path":"a","partitionValues":{"d":"1"},"size":10,"modificationTime":1,"dataChange":true}}',
+    '{"add":{"path":"b","partitionValues":{"d":"1"},"size":true,"modificationTime":1,"dataChange":true}}',
+    '{"add": {"path":"c","partitionValues":{"d":"2"},"size":5,"modificationTime":1,"dataChange":true}}',
+    "",
+    '  {"remove":{"path":"a","partitionValues":{"d":"1"},"size":10,"dataChange":true}}  ',
+    '{"add":{"path":"d","partitionValues":{},"size":NaN,"modificationTime":1,"dataChange":true}}',
+    '{"add":{"path":"e","size":1},"txn":{"appId":"x","version":1}}',
+    '{"remove":{"path":"f","size":3,"partitionValues":{"d":"3"}}}',
+    '{"cdc":{"path":"g","partitionValues":{"d":"4"},"size":2,"dataChange":false}}',
+    '{"add":{"path":"h\\u00e9","partitionValues":{"d":"1"},"size":7,"modificationTime":1,"dataChange":true}}',
+    '{"commitInfo":{"operation":"WRITE","readVersion":0,"isBlindAppend":false}}',
+]
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["read-whole", "streamed"])
+def test_odd_lines_publish_what_a_json_parser_reads(
+    tmp_path: Path, kit: Any, monkeypatch: pytest.MonkeyPatch, streamed: bool
+) -> None:
+    """Whitespace, blank lines, NaN, two actions on a line, escapes: the fast paths for plain
+    add/remove lines and the general one agree with a plain JSON parser, and so does the summary."""
+    from deltamirror.producer import watcher as watcher_module
+
+    if streamed:
+        monkeypatch.setattr(watcher_module, "SMALL_COMMIT_BYTES", 0)
+    path = kit.make_table(tmp_path / "t", versions=1)
+    write_commit(path, 1, _ODD_LINES)
+    watcher = TableWatcher(str(path), mode="from-version", from_version=1)
+    watcher.start(None)
+    (work,) = drain(watcher)
+    assert isinstance(work, CommitWork)
+    reference = [{k: v} for line in _ODD_LINES if line.strip() for k, v in json.loads(line).items()]
+    got = actions_of(work, size=3)
+    assert json.dumps(got) == json.dumps(reference)  # NaN compares equal only as text
+    summary = work.summary()
+    assert (summary.adds, summary.removes, summary.cdc_files, summary.action_count) == (6, 2, 1, 11)
+    assert (summary.bytes_added, summary.bytes_removed) == (10 + 5 + 1 + 7, 10 + 3)
+    assert summary.partitions_touched == [{"d": "1"}, {"d": "2"}, {"d": "3"}, {"d": "4"}]
+    assert summary.operation == "WRITE" and summary.read_version == 0 and summary.is_blind_append is False
