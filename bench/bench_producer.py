@@ -14,7 +14,7 @@ Three measurements in one run, against one broker:
 2. **The peer ceiling.** The same values (taken from ``iter_event_values``, the encoder the
    watcher uses), with the same key, headers and timestamps, produced by a bare confluent-kafka
    ``Producer`` built from deltamirror's own ``producer_config`` (idempotent, acks=all, lz4,
-   linger 5 ms): once transactional, committing as often as the watcher did in the run just
+   linger 50 ms): once transactional, committing as often as the watcher did in the run just
    before (its records per transaction, rounded up to whole 1000-record batches; the watcher's
    ``txn_max_bytes``/``txn_max_ms`` bounds apply too, checked every 1000 records as the watcher
    does), once idempotent without transactions (flush at the end). Both are warmed up first (one
