@@ -104,50 +104,30 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from deltamirror.producer import config as cfgmod
     from deltamirror.producer.service import run_watch
 
-    options: dict[str, Any] = parse_storage_options(args.storage_option)
+    # The same flags, by the same rules, over a configuration file or over nothing: an unset flag
+    # (None, no table) leaves the file's setting, or the default; --from-version/--from-timestamp
+    # without --snapshot-mode imply their mode.
+    options = parse_storage_options(args.storage_option)
+    flags: dict[str, Any] = {
+        "bootstrap_servers": args.bootstrap_servers,
+        "tables": args.tables,
+        "snapshot_mode": args.snapshot_mode,
+        "from_version": args.from_version,
+        "from_timestamp": args.from_timestamp,
+        "storage_options": options or None,
+        "poll_interval_s": args.poll_interval,
+        "progress_topic": args.progress_topic,
+        "transactional_id_prefix": args.transactional_id_prefix,
+        "heartbeat_interval_s": args.heartbeat_interval,
+        "metrics_host": args.metrics_host,
+        "metrics_port": args.metrics_port,
+    }
     if args.config:
-        cfg = cfgmod.load_config(args.config)
-        cfg = cfgmod.merge_cli_overrides(
-            cfg,
-            bootstrap_servers=args.bootstrap_servers,
-            tables=args.tables or None,
-            snapshot_mode=args.snapshot_mode,
-            from_version=args.from_version,
-            from_timestamp=args.from_timestamp,
-            storage_options=options or None,
-            poll_interval_s=args.poll_interval,
-            progress_topic=args.progress_topic,
-            transactional_id_prefix=args.transactional_id_prefix,
-            heartbeat_interval_s=args.heartbeat_interval,
-            metrics_host=args.metrics_host,
-            metrics_port=args.metrics_port,
-        )
+        cfg = cfgmod.merge_cli_overrides(cfgmod.load_config(args.config), **flags)
+    elif not args.bootstrap_servers:
+        raise ConfigError("--bootstrap-servers is required without --config")
     else:
-        if not args.bootstrap_servers:
-            raise ConfigError("--bootstrap-servers is required without --config")
-        mode = args.snapshot_mode
-        if mode is None:
-            mode = (
-                "from-version"
-                if args.from_version is not None
-                else "from-timestamp"
-                if args.from_timestamp is not None
-                else "initial"
-            )
-        cfg = cfgmod.config_from_args(
-            args.bootstrap_servers,
-            args.tables,
-            mode,
-            from_version=args.from_version,
-            from_timestamp=args.from_timestamp,
-            storage_options=options or None,
-            poll_interval_s=args.poll_interval,
-            progress_topic=args.progress_topic,
-            transactional_id_prefix=args.transactional_id_prefix,
-            heartbeat_interval_s=args.heartbeat_interval,
-            metrics_host=args.metrics_host,
-            metrics_port=args.metrics_port,
-        )
+        cfg = cfgmod.config_from_args(**flags)
     return run_watch(cfg)
 
 

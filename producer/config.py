@@ -688,7 +688,7 @@ def merge_cli_overrides(
 def config_from_args(
     bootstrap_servers: str,
     tables: Sequence[str],
-    snapshot_mode: str = "initial",
+    snapshot_mode: str | None = None,
     *,
     from_version: int | None = None,
     from_timestamp: str | None = None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import struct
 import zoneinfo
 from decimal import Decimal
 from pathlib import Path
@@ -574,6 +575,75 @@ def test_real_deletion_vectors_with_only_rows() -> None:
         total_live += len(live)
         total_deleted += len(gone)
     assert total_deleted > 0 and total_live > 0
+
+
+def _inline_dv(deleted: list[int]) -> dict[str, Any]:
+    """An inline ('i') DV descriptor, built from the protocol's layout (not deltamirror's decoder).
+
+    Bitmap: LE magic, portable 64-bit Roaring with one bucket (high 32 bits 0) holding a no-run
+    32-bit Roaring of one array container (high 16 bits 0); Z85 over the bytes zero-padded to 4.
+    """
+    assert deleted == sorted(set(deleted)) and deleted[-1] < 2**16 and len(deleted) <= 4096
+    bitmap32 = struct.pack("<II", 12346, 1) + struct.pack("<HH", 0, len(deleted) - 1)
+    bitmap32 += struct.pack("<I", len(bitmap32) + 4) + struct.pack(f"<{len(deleted)}H", *deleted)
+    bitmap = struct.pack("<IQI", 1681511377, 1, 0) + bitmap32
+    padded = bitmap + b"\x00" * (-len(bitmap) % 4)
+    digits = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
+    text = []
+    for i in range(0, len(padded), 4):
+        value = int.from_bytes(padded[i : i + 4], "big")
+        text.append("".join(digits[value // 85**k % 85] for k in range(4, -1, -1)))
+    return {
+        "storageType": "i",
+        "pathOrInlineDv": "".join(text),
+        "sizeInBytes": len(bitmap),
+        "cardinality": len(deleted),
+    }
+
+
+@pytest.mark.parametrize("how", ["deletion-vector", "only-rows"])
+def test_string_view_columns_with_dropped_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """Files by delta-rs/arrow-rs store an ARROW:schema saying string_view, which pyarrow can
+    neither ``take`` from nor ``filter``: rows a DV drops (or only_rows keeps) must still come out,
+    as the table's logical string type."""
+    n = 300
+    names = [
+        None if i % 11 == 0 else f"name {i}" + " long enough not to be inlined" * (i % 2) for i in range(n)
+    ]
+    tags = [None if i % 13 == 0 else {"t": f"t{i % 5}"} for i in range(n)]
+    file_schema = pa.schema(
+        [("id", pa.int64()), ("name", pa.string_view()), ("s", pa.struct([("t", pa.string_view())]))]
+    )
+    # three row groups, each written from its own arrays (pyarrow cannot slice string_view)
+    with pq.ParquetWriter(tmp_path / "f.parquet", file_schema) as writer:
+        for lo in range(0, n, 100):
+            rows = range(lo, lo + 100)
+            writer.write_table(
+                pa.table([list(rows), [names[i] for i in rows], [tags[i] for i in rows]], schema=file_schema)
+            )
+    stored = pq.ParquetFile(tmp_path / "f.parquet").schema_arrow
+    assert stored.field("name").type == pa.string_view()  # the case under test, as read back
+    assert stored.field("s").type.field("t").type == pa.string_view()
+    assert pq.ParquetFile(tmp_path / "f.parquet").metadata.num_row_groups == 3
+    schema = _schema(
+        _f("id", "long"), _f("name", "string"), _f("s", {"type": "struct", "fields": [_f("t", "string")]})
+    )
+    deleted = [0, 5, 99, 100, 101, 150, *range(200, 300)]  # the third row group entirely
+    monkeypatch.setattr(read_module, "BATCH_SIZE", 40)
+    if how == "deletion-vector":
+        batches = _read(tmp_path, "f.parquet", schema, deletion_vector=_inline_dv(deleted))
+        kept = [i for i in range(n) if i not in set(deleted)]
+    else:
+        batches = _read(tmp_path, "f.parquet", schema, only_rows=pa.array(deleted, pa.uint64()))
+        kept = deleted
+    assert _rows(batches) == [{"id": i, "name": names[i], "s": tags[i]} for i in kept]
+    logical = to_arrow_schema(schema)
+    assert logical.field("name").type == pa.string()
+    for batch in batches:
+        assert batch.schema.field("name").type == logical.field("name").type
+        assert batch.schema.field("s").type == logical.field("s").type
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,183 @@
+"""``deltamirror watch``: the configuration its flags (alone or over a file) hand to the service."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deltamirror.cli.main import main
+from deltamirror.producer import service
+from deltamirror.producer.config import WatchConfig
+
+
+@pytest.fixture
+def handed(monkeypatch: pytest.MonkeyPatch) -> list[WatchConfig]:
+    """The configurations ``watch`` passes to ``run_watch`` (which is not started)."""
+    seen: list[WatchConfig] = []
+
+    def fake_run_watch(cfg: WatchConfig) -> int:
+        seen.append(cfg)
+        return 0
+
+    monkeypatch.setattr(service, "run_watch", fake_run_watch)
+    return seen
+
+
+def watch(*argv: str) -> int:
+    return main(["watch", *argv])
+
+
+def table_starts(cfg: WatchConfig) -> list[tuple[str, str, int | None, str | None]]:
+    return [(Path(t.uri).name, t.snapshot_mode, t.from_version, t.from_timestamp) for t in cfg.tables]
+
+
+def test_flags_alone_default_to_an_initial_snapshot(tmp_path: Path, handed: list[WatchConfig]) -> None:
+    assert watch("--bootstrap-servers", "k:9092", str(tmp_path / "a"), str(tmp_path / "b")) == 0
+    (cfg,) = handed
+    assert cfg.kafka.bootstrap_servers == "k:9092"
+    assert table_starts(cfg) == [("a", "initial", None, None), ("b", "initial", None, None)]
+    assert [t.poll_interval_s for t in cfg.tables] == [1.0, 1.0]
+    assert cfg.metrics_port is None
+
+
+@pytest.mark.parametrize(
+    ("flags", "start"),
+    [
+        (["--from-version", "7"], ("a", "from-version", 7, None)),
+        (["--from-timestamp", "2026-01-01T00:00:00Z"], ("a", "from-timestamp", None, "2026-01-01T00:00:00Z")),
+        (["--snapshot-mode", "latest"], ("a", "latest", None, None)),
+        (["--snapshot-mode", "from-version", "--from-version", "0"], ("a", "from-version", 0, None)),
+    ],
+)
+def test_flags_alone_start_where_they_say(
+    tmp_path: Path, handed: list[WatchConfig], flags: list[str], start: tuple[Any, ...]
+) -> None:
+    assert watch("--bootstrap-servers", "k:9092", str(tmp_path / "a"), *flags) == 0
+    assert table_starts(handed[0]) == [start]
+
+
+def test_flags_alone_set_every_option(tmp_path: Path, handed: list[WatchConfig]) -> None:
+    argv = [
+        "--bootstrap-servers",
+        "k1:9092,k2:9092",
+        str(tmp_path / "a"),
+        "--poll-interval",
+        "0.5",
+        "--progress-topic",
+        "my-progress",
+        "--transactional-id-prefix",
+        "tx-",
+        "--heartbeat-interval",
+        "30",
+        "--metrics-port",
+        "9100",
+        "--metrics-host",
+        "0.0.0.0",
+        "-S",
+        "region=eu-west-1",
+        "-S",
+        "anon=true",
+    ]
+    assert watch(*argv) == 0
+    (cfg,) = handed
+    (table,) = cfg.tables
+    assert cfg.kafka.bootstrap_servers == "k1:9092,k2:9092"
+    assert (cfg.progress_topic, cfg.transactional_id_prefix, cfg.heartbeat_interval_s) == (
+        "my-progress",
+        "tx-",
+        30,
+    )
+    assert (cfg.metrics_host, cfg.metrics_port) == ("0.0.0.0", 9100)
+    assert table.poll_interval_s == 0.5
+    assert set(table.storage_options_plain()) == {"region", "anon"}
+
+
+def test_flags_alone_need_a_broker_and_a_table(
+    tmp_path: Path, handed: list[WatchConfig], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert watch(str(tmp_path / "a")) != 0
+    assert "--bootstrap-servers is required" in capsys.readouterr().err
+    assert watch("--bootstrap-servers", "k:9092") != 0
+    assert "no table to watch" in capsys.readouterr().err
+    assert handed == []
+
+
+def write_config(tmp_path: Path) -> Path:
+    path = tmp_path / "watch.yaml"
+    path.write_text(
+        "kafka:\n"
+        "  bootstrap_servers: file:9092\n"
+        "progress_topic: file-progress\n"
+        "tables:\n"
+        f"  - uri: {tmp_path / 'a'}\n"
+        "    snapshot_mode: latest\n"
+        "    poll_interval_s: 3\n"
+        "    storage_options: {region: from-file, endpoint: http://x}\n"
+        f"  - uri: {tmp_path / 'b'}\n"
+        "    snapshot_mode: from-version\n"
+        "    from_version: 4\n"
+    )
+    return path
+
+
+def test_a_config_file_alone_is_taken_as_written(tmp_path: Path, handed: list[WatchConfig]) -> None:
+    assert watch("--config", str(write_config(tmp_path))) == 0
+    (cfg,) = handed
+    assert cfg.kafka.bootstrap_servers == "file:9092" and cfg.progress_topic == "file-progress"
+    assert table_starts(cfg) == [("a", "latest", None, None), ("b", "from-version", 4, None)]
+    assert [t.poll_interval_s for t in cfg.tables] == [3, 1.0]
+
+
+def test_flags_override_the_config_file(tmp_path: Path, handed: list[WatchConfig]) -> None:
+    argv = [
+        "--config",
+        str(write_config(tmp_path)),
+        str(tmp_path / "a"),  # already in the file: keeps its settings
+        str(tmp_path / "c"),
+        "--bootstrap-servers",
+        "flag:9092",
+        "--from-timestamp",
+        "1700000000000",
+        "--poll-interval",
+        "0.25",
+        "-S",
+        "region=from-flag",
+        "--metrics-port",
+        "9200",
+    ]
+    assert watch(*argv) == 0
+    (cfg,) = handed
+    assert cfg.kafka.bootstrap_servers == "flag:9092" and cfg.progress_topic == "file-progress"
+    assert table_starts(cfg) == [
+        ("a", "from-timestamp", None, "1700000000000"),
+        ("b", "from-timestamp", None, "1700000000000"),
+        ("c", "from-timestamp", None, "1700000000000"),
+    ]
+    assert [t.poll_interval_s for t in cfg.tables] == [0.25, 0.25, 0.25]
+    assert cfg.tables[0].storage_options_plain() == {"region": "from-flag", "endpoint": "http://x"}
+    assert cfg.metrics_port == 9200
+
+
+def test_watch_help_names_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        watch("--help")
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    assert "Flags override the configuration file" in text
+    for flag in (
+        "--bootstrap-servers",
+        "--config",
+        "--snapshot-mode",
+        "--from-version",
+        "--from-timestamp",
+        "--poll-interval",
+        "--progress-topic",
+        "--transactional-id-prefix",
+        "--heartbeat-interval",
+        "--metrics-port",
+        "--metrics-host",
+        "--storage-option",
+    ):
+        assert flag in text
