@@ -53,7 +53,7 @@ from .log import LogListing, LogSegment, build_segment, commit_name, iter_json_a
 from .models import CommitInfo, Metadata, Protocol, parse_action
 from .partitions import parse_partition_value, partition_value_of
 from .read import BATCH_SIZE as READ_BATCH_ROWS
-from .read import read_data_file
+from .read import AppendColumns, read_data_file
 from .replay import replay_config
 from .schema import (
     ColumnMappingMode,
@@ -418,6 +418,9 @@ class ChangeFeed:
         self._mode: ColumnMappingMode = column_mapping_mode(metadata.configuration)
         self._partition_columns = list(metadata.partition_columns)
         self._data_columns = self._select(columns)
+        # read batches come in table order: asked for in that order, they need no reordering
+        chosen = set(self._data_columns)
+        self._in_table_order = self._data_columns == [c for c in self._table_schema.names if c in chosen]
         self._data_positions: dict[tuple[str, ...], list[int]] = {}
         # columns=None reads every column without building a projected schema per file
         every = self._data_columns == list(self._table_schema.names)
@@ -597,6 +600,13 @@ class ChangeFeed:
         partition_from: Mapping[str, Any] | None = None,
     ) -> Iterator[pa.RecordBatch]:
         partition_values = self._partition_values(partition_from or action, meta.version)
+        append = None
+        if self._in_table_order:  # the CDF columns are added in the same batch
+
+            def cdf_columns(n: int) -> tuple[pa.Array, ...]:
+                return _repeated_string(change_type, n), *meta.columns(n)
+
+            append = AppendColumns(self.schema, cdf_columns)
         batches = read_data_file(
             self.table.storage,
             action["path"],
@@ -609,7 +619,11 @@ class ChangeFeed:
             only_rows=only_rows,
             table=self.table.uri,
             use_threads=not _prefetchable(action),
+            append=append,
         )
+        if append is not None:
+            yield from batches
+            return
         for batch in batches:
             yield self._finish(batch, _repeated_string(change_type, batch.num_rows), meta)
 
@@ -617,12 +631,26 @@ class ChangeFeed:
         """A change data file: the data columns plus its physical ``_change_type`` column."""
         partition_values = self._partition_values(action, meta.version)
         path = action["path"]
+        append = None
         if self._mode == "id":  # _change_type has no field id: read it beside the data columns
-            types = _ColumnCursor(self.table, path, CHANGE_TYPE)
+            cursor = types = _ColumnCursor(self.table, path, CHANGE_TYPE)
             schema, columns = self._table_schema, self._columns_arg
+            if self._in_table_order:
+
+                def cdf_columns(n: int) -> tuple[pa.Array, ...]:
+                    return cursor.take(n), *meta.columns(n)
+
+                append = AppendColumns(self.schema, cdf_columns)
         else:
             types = None
             schema, columns = self._cdc_schema, self._cdc_columns_arg
+            if self._in_table_order:  # _change_type is the last column read
+
+                def cdf_columns(n: int) -> tuple[pa.Array, ...]:
+                    return meta.columns(n)
+
+                append = AppendColumns(self.schema, cdf_columns)
+        change_type_at = len(self._data_columns)
         try:
             for batch in read_data_file(
                 self.table.storage,
@@ -634,8 +662,11 @@ class ChangeFeed:
                 columns=columns,
                 table=self.table.uri,
                 use_threads=not _prefetchable(action),
+                append=append,
             ):
-                if types is None:  # _finish keeps the data columns only
+                if append is not None:
+                    change_types = batch.column(change_type_at)
+                elif types is None:  # _finish keeps the data columns only
                     change_types = batch.column(batch.num_columns - 1)
                 else:
                     change_types = types.take(batch.num_rows)
@@ -646,7 +677,7 @@ class ChangeFeed:
                         version=meta.version,
                         file=path,
                     )
-                yield self._finish(batch, change_types, meta)
+                yield batch if append is not None else self._finish(batch, change_types, meta)
         finally:
             if types is not None:
                 types.close()
@@ -784,6 +815,12 @@ def _prefetchable(action: Mapping[str, Any]) -> bool:
 class _Meta:
     version: int
     timestamp_us: int
+
+    def columns(self, n: int) -> tuple[pa.Array, pa.Array]:
+        """``_commit_version`` and ``_commit_timestamp`` for ``n`` rows."""
+        return _repeated_int64(self.version, n, pa.int64()), _repeated_int64(
+            self.timestamp_us, n, TIMESTAMP_TYPE
+        )
 
 
 def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:

@@ -10,6 +10,7 @@ row group so a large file never sits in memory whole.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -245,6 +246,20 @@ class _FileColumns:
     def __init__(self, read_names: list[str], sources: list[str | None]) -> None:
         self.read_names = read_names  # the file columns to decode
         self.sources = sources  # per output column: its file column (None: absent or partition)
+        #: a decoded batch schema whose columns all have their table types already, with the
+        #: position in such a batch of each output column's source (checked once, not per batch)
+        self.plain: tuple[pa.Schema, list[int | None]] | None = None
+
+
+@dataclass(frozen=True)
+class AppendColumns:
+    """Columns a caller adds after the table's to every batch read (a change feed's
+    ``_change_type``, ``_commit_version``...): built in the same batch, not in a second one."""
+
+    #: the schema of the whole batch: the table's columns read, then the appended ones
+    schema: pa.Schema
+    #: the appended columns for a batch of ``n`` rows (before deletion-vector filtering)
+    arrays: Callable[[int], Sequence[pa.Array]]
 
 
 class _SchemaReader:
@@ -318,9 +333,36 @@ class _SchemaReader:
         constants: Mapping[int, pa.Scalar],
         raw: pa.RecordBatch | None,
         num_rows: int,
+        append: AppendColumns | None = None,
     ) -> pa.RecordBatch:
+        arrays = self._arrays(layout, constants, raw, num_rows)
+        if append is None:
+            return pa.RecordBatch.from_arrays(arrays, schema=self.out_schema)
+        return pa.RecordBatch.from_arrays([*arrays, *append.arrays(num_rows)], schema=append.schema)
+
+    def _arrays(
+        self,
+        layout: _FileColumns,
+        constants: Mapping[int, pa.Scalar],
+        raw: pa.RecordBatch | None,
+        num_rows: int,
+    ) -> list[pa.Array]:
+        if raw is not None and layout.plain is not None:
+            schema, positions = layout.plain
+            if raw.schema == schema:  # every source column already has its table type
+                columns = raw.columns
+                return [
+                    columns[j]
+                    if j is not None
+                    else pa.repeat(constants[i], num_rows)
+                    if self.partition[i]
+                    else pa.nulls(num_rows, self.targets[i])
+                    for i, j in enumerate(positions)
+                ]
         arrays = []
-        by_name = {} if raw is None else dict(zip(raw.schema.names, raw.columns, strict=True))
+        names = [] if raw is None else raw.schema.names
+        by_name = {} if raw is None else dict(zip(names, raw.columns, strict=True))
+        conformed = False
         for i, source in enumerate(layout.sources):
             if self.partition[i]:
                 arrays.append(pa.repeat(constants[i], num_rows))
@@ -331,8 +373,15 @@ class _SchemaReader:
                 if self.mode == "id" or column.type != self.targets[i]:
                     f = self.fields[i]
                     column = _conform(column, f.type, self.mode, f.name)
+                    conformed = True
                 arrays.append(column)
-        return pa.RecordBatch.from_arrays(arrays, schema=self.out_schema)
+        if raw is not None and not conformed:
+            positions = [
+                None if s is None or self.partition[i] else names.index(s)
+                for i, s in enumerate(layout.sources)
+            ]
+            layout.plain = (raw.schema, positions)
+        return arrays
 
 
 #: distinct file column layouts remembered per schema reader (files of one writer share one)
@@ -377,8 +426,10 @@ def read_data_file(
     only_rows: pa.UInt64Array | None = None,
     table: str | None = None,
     use_threads: bool = True,
+    append: AppendColumns | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """The live rows of one data file, in the logical schema (``columns`` only, in table order).
+    """The live rows of one data file, in the logical schema (``columns`` only, in table order),
+    followed by the ``append`` columns if given.
 
     ``only_rows`` keeps exactly those row indexes (the change feed's rows whose DV bit flipped) and
     replaces the deletion vector; otherwise rows the deletion vector deletes are dropped.
@@ -395,7 +446,7 @@ def read_data_file(
         layout = reader.file_columns(pf.schema_arrow, table, path_in_log)
 
         def assemble(raw: pa.RecordBatch | None, num_rows: int) -> pa.RecordBatch:
-            return reader.assemble(layout, constants, raw, num_rows)
+            return reader.assemble(layout, constants, raw, num_rows, append)
 
         try:
             yield from _stream(
