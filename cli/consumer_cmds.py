@@ -16,12 +16,24 @@ def register(sub: argparse._SubParsersAction) -> None:
         'Prints one JSON line per applied version: {"tableId","version","files","added","removed",'
         '"snapshot"} (counts of active, added and removed files). With --state-dir the state and '
         "the position are saved after every batch and a restart continues from there; without it "
-        "the topic is read from its beginning. Stops cleanly on SIGTERM/SIGINT (exit 0).",
+        "the topic is read from its beginning. With --commits-topic the commits topic is read too: on "
+        "a tableReplaced record (a table deleted and re-created at its location) the previous "
+        'table\'s state is dropped and one line {"kind":"tableReplaced","tableId","previousTableId",'
+        '"previousVersion","droppedVersion","droppedFiles","tableUri"} is printed. Stops cleanly on '
+        "SIGTERM/SIGINT (exit 0).",
     )
     p.add_argument(
         "--bootstrap-servers", required=True, metavar="HOSTS", help="Kafka brokers, host:port[,...]"
     )
     p.add_argument("--topic", required=True, metavar="ACTIONS_TOPIC", help="the actions topic to read")
+    p.add_argument(
+        "--commits-topic",
+        nargs="?",
+        const="",
+        metavar="COMMITS_TOPIC",
+        help="also read this commits topic and drop the state of re-created tables; without a name, "
+        "the watcher's default pair of the actions topic (deltamirror.<name>.actions -> .commits)",
+    )
     p.add_argument("--group-id", metavar="G", help="consumer group for committed offsets (lag monitoring)")
     p.add_argument("--state-dir", metavar="DIR", help="where to persist the state and the position")
     p.add_argument("--once", action="store_true", help="exit once every partition is read to its end")
@@ -39,13 +51,18 @@ def cmd_consume_snapshot(args: argparse.Namespace) -> int:
         IncrementalSnapshot,
         Invalidation,
         SnapshotConsumer,
+        TableReplacement,
     )
     from deltamirror.core.errors import InvalidArgumentError
+    from deltamirror.core.topic_names import default_commits_topic
 
     if not args.bootstrap_servers.strip():
         raise InvalidArgumentError("--bootstrap-servers is empty")
     if not args.topic.strip():
         raise InvalidArgumentError("--topic is empty")
+    commits_topic = args.commits_topic
+    if commits_topic is not None:
+        commits_topic = commits_topic.strip() or default_commits_topic(args.topic.strip())
     logging.basicConfig(
         level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
     )
@@ -59,6 +76,22 @@ def cmd_consume_snapshot(args: argparse.Namespace) -> int:
             "removed": len(invalidation.removed),
             "snapshot": invalidation.snapshot,
         }
+        write(line)
+
+    def report_replaced(notice: TableReplacement) -> None:
+        write(
+            {
+                "kind": "tableReplaced",
+                "tableId": notice.table_id,
+                "previousTableId": notice.previous_table_id,
+                "previousVersion": notice.previous_version,
+                "droppedVersion": notice.dropped_version,
+                "droppedFiles": notice.dropped_files,
+                "tableUri": notice.table_uri,
+            }
+        )
+
+    def write(line: dict[str, Any]) -> None:
         sys.stdout.write(json.dumps(line, separators=(",", ":")) + "\n")
         sys.stdout.flush()
 
@@ -68,6 +101,8 @@ def cmd_consume_snapshot(args: argparse.Namespace) -> int:
         group_id=args.group_id or DEFAULT_GROUP_ID,
         state_dir=args.state_dir,
         on_applied=report,
+        commits_topic=commits_topic,
+        on_replaced=report_replaced,
     )
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

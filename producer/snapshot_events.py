@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltamirror.core.events import SCHEMA_VERSION, CommitSummary
+from deltamirror.core.partitions import distinct_partitions
 from deltamirror.core.table import Snapshot
 from deltamirror.core.timestamps import CommitTimestamp
 
@@ -46,53 +47,6 @@ def file_rows(files: pa.Table) -> list[dict[str, Any]]:
     return [
         {name: values[i] for name, values in columns if values[i] is not None} for i in range(files.num_rows)
     ]
-
-
-def distinct_partitions(values: pa.ChunkedArray | pa.Array, limit: int) -> tuple[list[dict[str, Any]], bool]:
-    """The distinct non-empty ``partitionValues`` maps, first met first, at most ``limit`` of them.
-
-    Two maps are the same partition whatever the order of their entries (as in the watcher's
-    commit summary). The comparison runs in Arrow, so that only the distinct maps become Python
-    objects, not one per file: each entry becomes one integer (dictionary codes of its key and
-    value), and each map the string of its entry codes in ascending order. Returns the maps
-    (entries in the order of the first file that has them) and whether more than ``limit``
-    distinct ones were left out.
-    """
-    maps = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
-    map_type = maps.type
-    entries = maps.cast(pa.list_(pa.struct([map_type.key_field, map_type.item_field])))
-    lengths = pc.fill_null(pc.list_value_length(entries), 0)
-    present = pc.indices_nonzero(pc.greater(lengths, 0))
-    if not len(present):
-        return [], False
-    flat = pc.list_flatten(entries)  # null maps add no entries
-    keys = pc.dictionary_encode(flat.field(0))
-    items = pc.dictionary_encode(flat.field(1), null_encoding="encode")
-    codes = pc.add(
-        pc.multiply(pc.cast(keys.indices, pa.int64()), len(items.dictionary)),
-        pc.cast(items.indices, pa.int64()),
-    )
-    rows = pc.list_parent_indices(entries)
-    if len(codes) > 1:
-        same_row = pc.equal(rows.slice(1), rows.slice(0, len(rows) - 1))
-        if pc.any(pc.and_(same_row, pc.less(codes.slice(1), codes.slice(0, len(codes) - 1)))).as_py():
-            codes = codes.take(
-                pc.sort_indices(
-                    pa.table({"row": rows, "code": codes}), [("row", "ascending"), ("code", "ascending")]
-                )
-            )
-    offsets = pa.concat_arrays([pa.array([0], pa.int64()), pc.cumulative_sum(pc.cast(lengths, pa.int64()))])
-    per_row = pa.LargeListArray.from_arrays(offsets, pc.cast(codes, pa.string()))
-    row_keys = pc.binary_join(per_row, ",").take(present)
-    firsts = (
-        pa.table({"key": row_keys, "row": present})
-        .group_by("key", use_threads=False)
-        .aggregate([("row", "min")])
-        .column("row_min")
-    )
-    firsts = firsts.take(pc.sort_indices(firsts))
-    truncated = len(firsts) > limit
-    return [dict(v) for v in maps.take(firsts.slice(0, limit)).to_pylist()], truncated
 
 
 class SnapshotWork:
@@ -193,4 +147,4 @@ class ProgressBar:
             self._enabled = False
 
 
-__all__ = ["ProgressBar", "SnapshotWork", "distinct_partitions", "file_rows"]
+__all__ = ["ProgressBar", "SnapshotWork", "file_rows"]

@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import logging
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +25,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from deltamirror.core.errors import ConfigError, KafkaError
-from deltamirror.core.storage import normalize_table_uri
+from deltamirror.core.topic_names import TableTopics, default_topics
 
 from .publisher import RECORD_OVERHEAD
 
@@ -36,26 +35,6 @@ LONG_MAX = 2**63 - 1
 BROKER_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 #: keep this far inside a topic's timestamp window when clamping (clock skew with the broker)
 CLAMP_MARGIN_MS = 60_000
-
-_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-@dataclass(frozen=True)
-class TableTopics:
-    actions: str
-    commits: str
-
-
-def default_topics(uri: str) -> TableTopics:
-    """``deltamirror.<last path segment>.actions`` / ``.commits``; stable for a location.
-
-    The table's directory name is its name for people; two watched tables with the same directory
-    name must be given topic names in the configuration (the service refuses a collision).
-    """
-    name = normalize_table_uri(uri).rstrip("/").rsplit("/", 1)[-1] or "table"
-    name = _NAME_UNSAFE.sub("_", name).strip("._") or "table"
-    name = name[:200]
-    return TableTopics(f"deltamirror.{name}.actions", f"deltamirror.{name}.commits")
 
 
 @dataclass

@@ -14,9 +14,17 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from deltamirror.consumer.snapshot import IncrementalSnapshot, Invalidation, SnapshotConsumer, parse_event
-from deltamirror.core.errors import EventStreamError
-from deltamirror.core.events import ActionEvent
+from deltamirror.consumer.snapshot import (
+    IncrementalSnapshot,
+    Invalidation,
+    SnapshotConsumer,
+    StateStore,
+    TableReplacement,
+    file_key,
+    parse_event,
+)
+from deltamirror.core.errors import ConfigError, EventStreamError
+from deltamirror.core.events import ActionEvent, TableReplaced
 from deltamirror.core.replay import file_keys
 from deltamirror.core.table import open_table
 from deltamirror.producer.service import encoder_for, iter_event_values
@@ -194,10 +202,420 @@ def test_state_round_trips_through_json() -> None:
     assert again.metadata == state.metadata and again.txns == state.txns
 
 
+def _partition_set(values: list[dict[str, str | None]]) -> set[str]:
+    return {json.dumps(v, sort_keys=True) for v in values}
+
+
+@pytest.mark.parametrize("table_id", TABLES_FROM_ZERO)
+def test_invalidations_are_the_difference_between_cores_snapshots(table_id: str) -> None:
+    """Per version: removed = files of core's snapshot before and not after; added = files after
+    that an add of the version names; partitions = theirs (computed here from core and the raw
+    actions, not with the consumer's code)."""
+    table = open_table(str(TABLES / table_id))
+    values = list(iter_event_values(str(TABLES / table_id)))
+    state = IncrementalSnapshot(json.loads(values[0])["tableId"])
+    before: dict[tuple[str, str], dict[str, Any]] = {}
+    for version, vals in sorted(_by_version(values).items()):
+        (inv,) = state.apply_values(vals)
+        after = _rows_by_key(table.snapshot(version, check_features=False).files)
+        actions = [json.loads(v) for v in vals]
+        add_keys = {file_key(a["action"]) for a in actions if a["type"] == "add"}
+        added = add_keys & set(after)
+        removed = set(before) - set(after)
+        assert sorted(inv.added) == sorted(p for p, _ in added), f"version {version}"
+        assert sorted(inv.removed) == sorted(p for p, _ in removed), f"version {version}"
+        expected_partitions = [after[k]["partitionValues"] for k in added]
+        expected_partitions += [before[k]["partitionValues"] for k in removed]
+        assert _partition_set(list(inv.partitions)) == _partition_set(expected_partitions)
+        assert len(inv.partitions) == len(_partition_set(list(inv.partitions)))  # distinct
+        before = after
+
+
+def _version_values(
+    version: int, actions: list[tuple[str, dict[str, Any]]], *, snapshot: bool = False
+) -> list[bytes]:
+    from deltamirror.core.events import EnvelopeEncoder
+
+    encoder = EnvelopeEncoder(
+        table_id="t",
+        table_uri="file:///t",
+        version=version,
+        commit_timestamp=1,
+        commit_timestamp_source="ict",
+        count=len(actions),
+        snapshot=snapshot,
+    )
+    return encoder.encode_many(0, actions)
+
+
+def _add(path: str, part: str, **extra: Any) -> tuple[str, dict[str, Any]]:
+    return "add", {"path": path, "partitionValues": {"p": part}, "size": 1, "dataChange": True, **extra}
+
+
+def _remove(path: str, part: str, **extra: Any) -> tuple[str, dict[str, Any]]:
+    return "remove", {"path": path, "partitionValues": {"p": part}, "dataChange": True, **extra}
+
+
+def test_invalidation_of_rewrites_dv_updates_and_snapshots_in_one_version() -> None:
+    dv = {
+        "storageType": "u",
+        "pathOrInlineDv": "ab^-aqEH.-t@S}K{vb[*k^",
+        "offset": 4,
+        "sizeInBytes": 40,
+        "cardinality": 6,
+    }
+    state = IncrementalSnapshot("t")
+    state.apply_values(
+        _version_values(
+            0,
+            [
+                ("protocol", {"minReaderVersion": 1}),
+                ("metaData", {"id": "t"}),
+                _add("a", "1"),
+                _add("b", "2"),
+                _add("c", "3"),
+                _add("file:/d", "4"),
+            ],
+        )
+    )
+    (inv,) = state.apply_values(
+        _version_values(
+            1,
+            [
+                _remove("a", "1"),
+                _add("a", "1", stats="new"),  # the same key removed and written again: added only
+                _remove("b", "2"),
+                _add("b", "2", deletionVector=dv),  # a DV update: another key, the path in both lists
+                _add("e", "5"),
+                _remove("e", "5"),  # added and removed within the version: neither
+                _remove("/d", "4"),  # the canonical path of file:/d
+            ],
+        )
+    )
+    assert sorted(inv.added) == ["a", "b"] and sorted(inv.removed) == ["/d", "b"]
+    assert _partition_set(list(inv.partitions)) == _partition_set([{"p": "1"}, {"p": "2"}, {"p": "4"}])
+    assert inv.files == 3
+    rows = {(r["path"], r["deletionVector"] is not None): r for r in state.files.to_pylist()}
+    assert set(rows) == {("a", False), ("b", True), ("c", False)} and rows["a", False]["stats"] == "new"
+    # a snapshot is compared with the state it replaces
+    (snap,) = state.apply_values(
+        _version_values(
+            5,
+            [
+                ("protocol", {"minReaderVersion": 1}),
+                ("metaData", {"id": "t"}),
+                _add("c", "3"),
+                _add("f", "6"),
+            ],
+            snapshot=True,
+        )
+    )
+    assert snap.snapshot and sorted(snap.added) == ["f"] and sorted(snap.removed) == ["a", "b"]
+    assert _partition_set(list(snap.partitions)) == _partition_set([{"p": "6"}, {"p": "1"}, {"p": "2"}])
+    assert state.file_keys == {("c", ""), ("f", "")}
+
+
+def test_files_is_one_arrow_table_with_the_columns_of_an_add() -> None:
+    from deltamirror.core.action_schema import ADD
+
+    values = list(iter_event_values(str(TABLES / "golden__basic-with-inserts-deletes-checkpoint")))
+    state = IncrementalSnapshot(json.loads(values[0])["tableId"])
+    state.apply_values(values)
+    assert state.files.schema == ADD
+    assert state.files is state.files  # the state itself, not rebuilt per access
+    assert state.files.num_rows == state.file_count == len(state.file_keys)
+
+
+def test_an_add_that_does_not_fit_the_add_columns_is_an_event_stream_error() -> None:
+    values = list(iter_event_values(str(TABLES / "golden__basic-with-inserts-updates"), ending_version=0))
+    events = [json.loads(v) for v in values]
+    first_add = next(e for e in events if e["type"] == "add")
+    first_add["action"]["size"] = "not a number"
+    state = IncrementalSnapshot(events[0]["tableId"])
+    with pytest.raises(EventStreamError, match="does not fit") as info:
+        state.apply_values([json.dumps(e) for e in events])
+    assert info.value.version == 0
+    assert state.version is None  # nothing applied
+
+
+# --- persistence --------------------------------------------------------------------------------
+
+
+def _applied(table_id: str, **versions: int) -> IncrementalSnapshot:
+    values = list(iter_event_values(str(TABLES / table_id), **versions))
+    state = IncrementalSnapshot(json.loads(values[0])["tableId"])
+    state.apply_values(values)
+    return state
+
+
+def _assert_same_state(a: IncrementalSnapshot, b: IncrementalSnapshot) -> None:
+    assert (a.table_id, a.table_uri, a.version, a.complete) == (
+        b.table_id,
+        b.table_uri,
+        b.version,
+        b.complete,
+    )
+    assert a.files.equals(b.files)
+    assert (a.metadata, a.protocol, a.txns, a.domains) == (b.metadata, b.protocol, b.txns, b.domains)
+
+
+@pytest.mark.parametrize("table_id", TABLES_FROM_ZERO)
+def test_state_store_round_trips_files_as_parquet_and_the_rest_as_json(table_id: str, tmp_path: Path) -> None:
+    state = _applied(table_id)
+    store = StateStore(tmp_path, "t.actions")
+    store.save([state], {0: 42})
+    (sidecar,) = (tmp_path / "tables").glob("*.json")
+    data = json.loads(sidecar.read_text())
+    assert data["format"] == 2 and data["fileCount"] == state.file_count
+    assert isinstance(data["files"], str) and (tmp_path / "tables" / data["files"]).is_file()
+    assert [p.name for p in (tmp_path / "tables").glob("*.parquet")] == [data["files"]]
+    tables, offsets = StateStore(tmp_path, "t.actions").load()
+    assert offsets == {0: 42}
+    _assert_same_state(tables[state.table_id], state)
+    # the loaded state goes on like the original: core's snapshot at the latest version
+    table = open_table(str(TABLES / table_id))
+    _assert_matches_core(tables[state.table_id], table, table.latest_version())
+
+
+def test_a_newer_save_replaces_the_parquet_file_and_leftovers_are_cleaned_on_load(tmp_path: Path) -> None:
+    path = TABLES / "golden__log-replay-dv-key-cases"
+    versions = _by_version(list(iter_event_values(str(path))))
+    state = IncrementalSnapshot(json.loads(versions[0][0])["tableId"])
+    store = StateStore(tmp_path, "t.actions")
+    state.apply_values(versions[0])
+    store.save([state], {0: 1})
+    state.apply_values(versions[1])
+    store.save([state], {0: 2})
+    tables_dir = tmp_path / "tables"
+    (only,) = tables_dir.glob("*.parquet")  # the version-0 file went once the sidecar named the new one
+    assert "-v1-" in only.name
+    # what a crash in the middle of a save leaves: an unnamed Parquet file, a temp file
+    (tables_dir / "0123456789abcdef-v9-00000000.parquet").write_bytes(b"partial")
+    (tables_dir / ".x.json.tmp").write_bytes(b"{")
+    tables, _ = StateStore(tmp_path, "t.actions").load()
+    assert sorted(p.name for p in tables_dir.iterdir()) == sorted(
+        [only.name, next(tables_dir.glob("*.json")).name]
+    )
+    _assert_matches_core(tables[state.table_id], open_table(str(path)), 1)
+
+
+def test_format_1_state_files_are_read_and_migrated_to_parquet(tmp_path: Path) -> None:
+    state = _applied("krs__cdf-table-partitioned")
+    tables_dir = tmp_path / "tables"
+    tables_dir.mkdir(parents=True)
+    # a state directory written before format 2: one JSON document per table, every add inline
+    legacy = state.to_json()
+    assert legacy["format"] == 1 and len(legacy["files"]) == state.file_count
+    (tables_dir / "aaaaaaaaaaaaaaaa.json").write_text(json.dumps(legacy))
+    (tmp_path / "offsets.json").write_text(json.dumps({"topic": "t.actions", "partitions": {"0": 7}}))
+    tables, offsets = StateStore(tmp_path, "t.actions").load()
+    assert offsets == {0: 7}
+    loaded = tables[state.table_id]
+    assert loaded.file_keys == state.file_keys and loaded.version == state.version
+    assert _rows_by_key(loaded.files) == _rows_by_key(state.files)
+    # rewritten as format 2 at once; loading again reads the Parquet file
+    sidecars = [json.loads(p.read_text()) for p in tables_dir.glob("*.json")]
+    assert [d["format"] for d in sidecars] == [2]
+    again, _ = StateStore(tmp_path, "t.actions").load()
+    assert again[state.table_id].files.equals(loaded.files)
+
+
+def test_unknown_state_formats_and_damaged_state_dirs_are_refused(tmp_path: Path) -> None:
+    state = _applied("golden__basic-with-inserts-updates")
+    StateStore(tmp_path, "t.actions").save([state], {0: 1})
+    with pytest.raises(ConfigError, match="not 'other'"):
+        StateStore(tmp_path, "other").load()
+    (sidecar,) = (tmp_path / "tables").glob("*.json")
+    data = json.loads(sidecar.read_text())
+    sidecar.write_text(json.dumps({**data, "fileCount": data["fileCount"] + 1}))
+    with pytest.raises(ConfigError, match="delete"):
+        StateStore(tmp_path, "t.actions").load()
+    sidecar.write_text(json.dumps({**data, "format": 3}))
+    with pytest.raises(ConfigError, match="format 3"):
+        StateStore(tmp_path, "t.actions").load()
+
+
+class _FakeKafka:
+    """Takes the offsets a checkpoint stores for the group commit."""
+
+    def __init__(self) -> None:
+        self.stored: list[dict[tuple[str, int], int]] = []
+
+    def store_offsets(self, offsets: list[Any]) -> None:
+        self.stored.append({(tp.topic, tp.partition): tp.offset for tp in offsets})
+
+
+def test_a_restart_continues_from_the_unfinished_version_without_the_broker(tmp_path: Path) -> None:
+    path = TABLES / "golden__log-replay-dv-key-cases"
+    table = open_table(str(path))
+    values = list(iter_event_values(str(path)))
+    versions = _by_version(values)
+    cut = len(versions[0]) + len(versions[1]) + 1  # versions 0 and 1, and the first action of 2
+    applied: list[Invalidation] = []
+    first = SnapshotConsumer(
+        "unused:9092", "t.actions", state_dir=tmp_path, on_applied=lambda i, _: applied.append(i)
+    )
+    kafka = _FakeKafka()
+    for offset, value in enumerate(values[:cut]):
+        first.handle("t.actions", 0, offset, value)
+    assert applied == []  # reported only once persisted
+    first.checkpoint(kafka)
+    assert [i.version for i in applied] == [0, 1]
+    restart_at = len(versions[0]) + len(versions[1])
+    assert kafka.stored == [{("t.actions", 0): restart_at}]
+
+    second = SnapshotConsumer("unused:9092", "t.actions", state_dir=tmp_path)
+    assert second.position.offsets == {0: restart_at}
+    (state,) = second.tables.values()
+    _assert_matches_core(state, table, 1)
+    for offset in range(restart_at, len(values)):
+        second.handle("t.actions", 0, offset, values[offset])
+    second.checkpoint()
+    assert state.skipped_events == 0
+    _assert_matches_core(state, table, table.latest_version())
+    # read again from the start (e.g. offsets lost): every event is skipped, nothing changes
+    third = SnapshotConsumer("unused:9092", "t.actions", state_dir=tmp_path)
+    for offset, value in enumerate(values):
+        third.handle("t.actions", 0, offset, value)
+    (state3,) = third.tables.values()
+    assert state3.skipped_events == len(values)
+    _assert_same_state(state3, state)
+
+
+# --- re-created tables --------------------------------------------------------------------------
+
+OLD_TABLE = "golden__log-replay-dv-key-cases"
+NEW_TABLE = "krs__cdf-table-partitioned"
+
+
+def _replaced_value(old: str, new: str, previous_version: int) -> bytes:
+    return TableReplaced(
+        schema_version=1,
+        table_uri="file:///somewhere/t",
+        table_id=new,
+        previous_table_id=old,
+        previous_version=previous_version,
+        reason="version 0 was written again",
+        detected_at=1,
+    ).to_json_bytes()
+
+
+@pytest.mark.parametrize("notice_first", [False, True])
+def test_table_replaced_drops_the_previous_tables_state_and_files(tmp_path: Path, notice_first: bool) -> None:
+    old_values = list(iter_event_values(str(TABLES / OLD_TABLE)))
+    new_values = list(iter_event_values(str(TABLES / NEW_TABLE)))
+    old_id, new_id = json.loads(old_values[0])["tableId"], json.loads(new_values[0])["tableId"]
+    assert old_id != new_id
+    old_latest = open_table(str(TABLES / OLD_TABLE)).latest_version()
+    notices: list[TableReplacement] = []
+    order: list[str] = []
+
+    def consumer() -> SnapshotConsumer:
+        return SnapshotConsumer(
+            "unused:9092",
+            "t.actions",
+            commits_topic="t.commits",
+            state_dir=tmp_path,
+            on_applied=lambda inv, _: order.append(f"{inv.table_id}@{inv.version}"),
+            on_replaced=lambda n: (notices.append(n), order.append("replaced")),
+        )
+
+    first = consumer()
+    for offset, value in enumerate(old_values):
+        first.handle("t.actions", 0, offset, value)
+    first.checkpoint()
+    (sidecar,) = (tmp_path / "tables").glob("*.json")
+    assert len(list((tmp_path / "tables").glob("*.parquet"))) == 1
+    old_files = first.tables[old_id].file_count
+    assert order == [f"{old_id}@{v}" for v in range(old_latest + 1)]
+    order.clear()
+
+    # the commits topic: a heartbeat-like record of another kind is ignored, then the notice
+    second = consumer()
+    commits = [b'{"kind":"somethingNew"}', _replaced_value(old_id, new_id, old_latest)]
+    headers = [[("kind", b"somethingNew")], [("kind", b"tableReplaced")]]
+    actions = list(enumerate(new_values, start=len(old_values)))
+    if notice_first:
+        for offset, (value, hdrs) in enumerate(zip(commits, headers, strict=True)):
+            second.handle("t.commits", 0, offset, value, hdrs)
+        # old events read again after the notice (e.g. actions lagging): skipped, no new state
+        for offset, value in enumerate(old_values):
+            second.handle("t.actions", 0, offset, value)
+        assert old_id not in second.tables and second.skipped_retired_events == len(old_values)
+    for offset, value in actions:
+        second.handle("t.actions", 0, offset, value)
+    if not notice_first:
+        for offset, (value, hdrs) in enumerate(zip(commits, headers, strict=True)):
+            second.handle("t.commits", 0, offset, value, hdrs)
+    kafka = _FakeKafka()
+    second.checkpoint(kafka)
+
+    (notice,) = notices
+    assert (notice.previous_table_id, notice.table_id, notice.previous_version) == (
+        old_id,
+        new_id,
+        old_latest,
+    )
+    assert (notice.dropped_version, notice.dropped_files) == (old_latest, old_files)
+    new_latest = open_table(str(TABLES / NEW_TABLE)).latest_version()
+    applied_new = [f"{new_id}@{v}" for v in range(new_latest + 1)]
+    assert order == (["replaced", *applied_new] if notice_first else [*applied_new, "replaced"])
+    assert set(second.tables) == {new_id}
+    assert kafka.stored[-1][("t.commits", 0)] == 2
+    # on disk: the new table only; the previous one's sidecar and Parquet file are gone
+    assert not sidecar.exists()
+    assert len(list((tmp_path / "tables").glob("*.json"))) == 1
+    assert len(list((tmp_path / "tables").glob("*.parquet"))) == 1
+    offsets = json.loads((tmp_path / "offsets.json").read_text())
+    assert offsets["retired"] == {old_id: old_latest} and offsets["commitsTopic"] == "t.commits"
+
+    # a restart: the new table is there, the old one's events are still skipped
+    third = consumer()
+    assert set(third.tables) == {new_id} and third.position.commits_offsets == {0: 2}
+    _assert_matches_core(third.tables[new_id], open_table(str(TABLES / NEW_TABLE)), new_latest)
+    for offset, value in enumerate(old_values):
+        third.handle("t.actions", 0, offset, value)
+    assert set(third.tables) == {new_id}
+
+
+def test_a_crash_after_the_offsets_but_before_the_drop_is_finished_on_load(tmp_path: Path) -> None:
+    state = _applied(OLD_TABLE)
+    store = StateStore(tmp_path, "t.actions", "t.commits")
+    store.save([state], {0: 13})
+    # step 2 done (the id is retired in offsets.json), step 3 (deleting its files) not
+    store.save([], {0: 13}, commits_offsets={0: 1}, retired={state.table_id: 3})
+    assert list((tmp_path / "tables").glob("*.parquet"))
+    tables, _ = StateStore(tmp_path, "t.actions", "t.commits").load()
+    assert tables == {}
+    assert list((tmp_path / "tables").iterdir()) == []
+
+
+def test_a_state_dir_of_another_commits_topic_is_refused(tmp_path: Path) -> None:
+    StateStore(tmp_path, "t.actions", "t.commits").save([], {0: 1}, commits_offsets={0: 5})
+    with pytest.raises(ConfigError, match=r"commits topic 't\.commits'"):
+        StateStore(tmp_path, "t.actions", "other.commits").load()
+    # following no commits topic any more keeps the retired ids; starting to follow one reads it all
+    assert StateStore(tmp_path, "t.actions").load_all()[1].commits_offsets == {}
+    assert StateStore(tmp_path, "t.actions", "t.commits").load_all()[1].commits_offsets == {0: 5}
+
+
+def test_default_commits_topic_follows_the_watchers_naming_rule() -> None:
+    from deltamirror.core.topic_names import default_commits_topic
+    from deltamirror.producer.topics import default_topics
+
+    for uri in ("/data/demo", "s3://bucket/a b/sales.v2", "file:///x/_weird-"):
+        topics = default_topics(uri)
+        assert default_commits_topic(topics.actions) == topics.commits
+    with pytest.raises(ConfigError, match="give the commits topic"):
+        default_commits_topic("my.own.actions.topic")
+
+
 # --- against a real broker ----------------------------------------------------------------------
 
 
-def _watch(bootstrap: str, table: Path, actions: str, until_version: int, prefix: str) -> None:
+def _watch(
+    bootstrap: str, table: Path, actions: str, until_version: int, prefix: str, table_id: str | None = None
+) -> None:
     """Run the watcher in-process (snapshot first) until ``until_version`` is published."""
     from deltamirror.producer.config import WatchConfig
     from deltamirror.producer.service import WatchService
@@ -222,7 +640,7 @@ def _watch(bootstrap: str, table: Path, actions: str, until_version: int, prefix
     service.start()
     deadline = time.monotonic() + 40
     try:
-        while _published_version(bootstrap, cfg.tables[0].commits_topic or "") < until_version:
+        while _published_version(bootstrap, cfg.tables[0].commits_topic or "", table_id) < until_version:
             assert time.monotonic() < deadline, "the watcher did not publish in time"
             assert service._failure is None, service._failure
             time.sleep(0.3)
@@ -232,7 +650,7 @@ def _watch(bootstrap: str, table: Path, actions: str, until_version: int, prefix
         service.close()
 
 
-def _published_version(bootstrap: str, commits: str) -> int:
+def _published_version(bootstrap: str, commits: str, table_id: str | None = None) -> int:
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
@@ -250,13 +668,15 @@ def _published_version(bootstrap: str, commits: str) -> int:
         while msgs := consumer.consume(500, timeout=1.0):
             for m in msgs:
                 if m.error() is None and (m.value() or b"").startswith(b'{"kind":"commit"'):
-                    best = max(best, json.loads(m.value() or b"{}")["version"])
+                    summary = json.loads(m.value() or b"{}")
+                    if table_id is None or summary["tableId"] == table_id:
+                        best = max(best, summary["version"])
         return best
     finally:
         consumer.close()
 
 
-def _consume_once(bootstrap: str, topic: str, state_dir: Path) -> list[dict[str, Any]]:
+def _consume_once(bootstrap: str, topic: str, state_dir: Path, *extra: str) -> list[dict[str, Any]]:
     done = subprocess.run(
         [
             sys.executable,
@@ -270,6 +690,7 @@ def _consume_once(bootstrap: str, topic: str, state_dir: Path) -> list[dict[str,
             "--state-dir",
             str(state_dir),
             "--once",
+            *extra,
         ],
         capture_output=True,
         timeout=40,
@@ -296,10 +717,9 @@ def test_consumer_follows_the_watcher_and_resumes_from_its_state_dir(
     lines = _consume_once(kafka_bootstrap, actions, state_dir)
     assert [(line["version"], line["snapshot"]) for line in lines] == [(latest, True)]
     assert lines[0]["files"] == core.snapshot(latest).files.num_rows
-    persisted = IncrementalSnapshot.from_json(
-        json.loads(next((state_dir / "tables").glob("*.json")).read_text())
-    )
+    (persisted,) = StateStore(state_dir, actions).load()[0].values()
     assert persisted.file_keys == _core_keys(core.snapshot(latest).files)
+    assert len(list((state_dir / "tables").glob("*.parquet"))) == 1
 
     # another commit (delta-rs writes to the copied table), published, then the same state dir
     write_deltalake(str(table), open_table(str(table)).snapshot(latest).to_arrow().slice(0, 3), mode="append")
@@ -331,3 +751,81 @@ def test_events_model_is_the_contract() -> None:
     """parse_event accepts exactly what the encoder writes (guards a drift between the two)."""
     value = next(iter(iter_event_values(str(TABLES / "golden__basic-with-inserts-updates"))))
     assert parse_event(value) == ActionEvent.model_validate_json(value)
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(180)
+def test_a_recreated_table_drops_the_previous_state_with_commits_topic(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    import shutil
+
+    from deltalake import write_deltalake
+
+    table = copy_table("golden__basic-with-inserts-updates", tmp_path)
+    name = f"dmsc-{uuid.uuid4().hex[:10]}"
+    actions = f"{name}.actions"
+    state_dir = tmp_path / "state"
+    old = open_table(str(table)).snapshot()
+    _watch(kafka_bootstrap, table, actions, old.version, name)
+    lines = _consume_once(kafka_bootstrap, actions, state_dir, "--commits-topic", f"{name}.commits")
+    assert [(line["tableId"], line["version"]) for line in lines] == [(old.metadata.id, old.version)]
+
+    # the table deleted and written again at the same place: another metaData.id, version 0 again
+    rows = old.to_arrow()
+    shutil.rmtree(table)
+    write_deltalake(str(table), rows.slice(0, 5))
+    write_deltalake(str(table), rows.slice(5, 5), mode="append")
+    new = open_table(str(table)).snapshot()
+    assert new.metadata.id != old.metadata.id
+    _watch(kafka_bootstrap, table, actions, new.version, name, table_id=new.metadata.id)
+
+    lines = _consume_once(kafka_bootstrap, actions, state_dir, "--commits-topic", f"{name}.commits")
+    replaced = [line for line in lines if line.get("kind") == "tableReplaced"]
+    assert replaced == [
+        {
+            "kind": "tableReplaced",
+            "tableId": new.metadata.id,
+            "previousTableId": old.metadata.id,
+            "previousVersion": old.version,
+            "droppedVersion": old.version,
+            "droppedFiles": old.files.num_rows,
+            "tableUri": new.table.uri,
+        }
+    ]
+    applied = [line for line in lines if "kind" not in line]
+    assert {line["tableId"] for line in applied} == {new.metadata.id}
+    assert applied[-1]["version"] == new.version and applied[-1]["files"] == new.files.num_rows
+    (state,) = StateStore(state_dir, actions, f"{name}.commits").load()[0].values()
+    assert state.table_id == new.metadata.id and state.file_keys == _core_keys(new.files)
+    assert len(list((state_dir / "tables").glob("*.parquet"))) == 1
+
+    # from scratch, the library reads both topics from their beginning and ends the same
+    notices: list[TableReplacement] = []
+    consumer = SnapshotConsumer(
+        kafka_bootstrap, actions, commits_topic=f"{name}.commits", on_replaced=notices.append
+    )
+    consumer.run(once=True)
+    assert list(consumer.tables) == [new.metadata.id]
+    assert [(n.previous_table_id, n.table_id) for n in notices] == [(old.metadata.id, new.metadata.id)]
+    assert consumer.retired == {old.metadata.id: old.version}
+
+
+def test_cli_refuses_to_guess_the_commits_topic_of_a_non_default_actions_topic() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "deltamirror.cli.main",
+            "consume-snapshot",
+            "--bootstrap-servers",
+            "127.0.0.1:1",
+            "--topic",
+            "orders-events",
+            "--commits-topic",
+        ],
+        capture_output=True,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    assert b"give the commits topic by name" in done.stderr

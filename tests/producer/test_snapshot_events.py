@@ -10,9 +10,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from deltamirror.core.partitions import distinct_partitions
 from deltamirror.core.table import open_table
 from deltamirror.producer import snapshot_events
-from deltamirror.producer.snapshot_events import SnapshotWork, distinct_partitions
+from deltamirror.producer.snapshot_events import SnapshotWork
 
 STRING_MAP = pa.map_(pa.string(), pa.string())
 
