@@ -146,7 +146,9 @@ def _plan(
     ending_version: int | None,
     ending_timestamp: TimestampLike | None,
 ) -> _Plan:
-    latest_config = _config_at(table, None)
+    # where every listing reads the whole folder anyway, the plan lists it once
+    whole_log = table.listing(0) if table.storage.lists_whole_folder else None
+    latest_config = _config_at(table, None, whole_log)
     latest = latest_config.version
     ict = IctConfig.from_configuration(latest_config.metadata.configuration)
     rng = resolve_range(
@@ -170,10 +172,10 @@ def _plan(
     start_error: Exception | None = None
     if rng.start != latest:
         try:
-            start_config = _config_at(table, rng.start)
+            start_config = _config_at(table, rng.start, whole_log)
         except Exception as exc:
             start_config, start_error = None, exc
-    listing = _listing_from(table, (latest_config, start_config), lookback)
+    listing = whole_log or _listing_from(table, (latest_config, start_config), lookback)
     for v in range(rng.start, rng.end + 1):
         if v not in listing.commits:
             raise ChangeVersionNotFoundError(
@@ -245,8 +247,8 @@ class _Config:
         return self.segment.version
 
 
-def _config_at(table: DeltaTable, version: int | None) -> _Config:
-    segment = build_segment(table.storage, version)
+def _config_at(table: DeltaTable, version: int | None, whole_log: LogListing | None) -> _Config:
+    segment = build_segment(table.storage, version, whole_log=whole_log)
     metadata, protocol = replay_config(table.storage, segment)
     return _Config(segment, metadata, protocol)
 

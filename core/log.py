@@ -146,17 +146,25 @@ def _require_log(storage: TableStorage, listing: LogListing) -> None:
         raise TableNotFoundError("not a Delta table: _delta_log holds no commit", table=storage.uri)
 
 
-def build_segment(storage: TableStorage, version: int | None = None) -> LogSegment:
-    """The log segment for ``version`` (the latest when None)."""
+def build_segment(
+    storage: TableStorage, version: int | None = None, *, whole_log: LogListing | None = None
+) -> LogSegment:
+    """The log segment for ``version`` (the latest when None).
+
+    ``whole_log``: a listing of the whole log just made (several segments of one read need not list
+    a folder that is listed whole each time, as a local one is).
+    """
     if version is not None and version < 0:
         raise VersionNotFoundError(f"invalid version {version}", table=storage.uri, version=version)
-    hint = read_last_checkpoint(storage)
-    start = hint.version if hint is not None and (version is None or hint.version <= version) else 0
-    listing = list_log(storage, start)
-    if start > 0 and (not listing.versions or _best_checkpoint(listing, version) is None):
-        # stale or wrong hint: fall back to the whole log
-        start = 0
-        listing = list_log(storage, 0)
+    if whole_log is not None:
+        listing = whole_log
+    else:
+        hint = read_last_checkpoint(storage)
+        start = hint.version if hint is not None and (version is None or hint.version <= version) else 0
+        listing = list_log(storage, start)
+        if start > 0 and (not listing.versions or _best_checkpoint(listing, version) is None):
+            # stale or wrong hint: fall back to the whole log
+            listing = list_log(storage, 0)
     _require_log(storage, listing)
     latest = listing.versions[-1]
     target = latest if version is None else version

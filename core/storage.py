@@ -286,6 +286,11 @@ class TableStorage:
         out.sort(key=lambda f: f.name)
         return out
 
+    @property
+    def lists_whole_folder(self) -> bool:
+        """True when any listing of the log reads the whole folder (no server-side prefix filter)."""
+        return self.uri.startswith("file://") or not self._find_takes_prefix()
+
     def iter_log_from(self, start_version: int, block_digits: int = 3) -> Iterator[FileInfo]:
         """Log files of versions >= ``start_version``, in name order.
 
