@@ -517,9 +517,12 @@ def parse_event(value: bytes | str) -> ActionEvent:
     try:
         return ActionEvent.model_validate_json(value)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise EventStreamError(f"not an action event: {where}: {first['msg']}") from None
+        raise EventStreamError(f"not an action event: {_first_error(exc)}") from None
+
+
+def _first_error(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
 
 
 def parse_table_replaced(value: bytes | str) -> TableReplaced | None:
@@ -537,9 +540,7 @@ def parse_table_replaced(value: bytes | str) -> TableReplaced | None:
     try:
         return TableReplaced.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise EventStreamError(f"not a tableReplaced record: {where}: {first['msg']}") from None
+        raise EventStreamError(f"not a tableReplaced record: {_first_error(exc)}") from None
 
 
 # --- persistence on disk --------------------------------------------------------------------------

@@ -244,16 +244,23 @@ def _parse_json_line(raw: bytes, *, table: str, file: str, line: int) -> Any:
         raise CorruptLogError(f"invalid JSON: {exc}", table=table, file=file, line=line) from exc
 
 
-def read_commit(storage: TableStorage, version: int) -> list[dict[str, Any]]:
-    """The actions of one commit file, in file order."""
+def read_commit_bytes(storage: TableStorage, version: int) -> bytes:
+    """The bytes of one commit file; VersionNotFoundError if it is not there."""
     path = storage.log_file(commit_name(version))
     try:
-        data = storage.read_bytes(path)
+        return storage.read_bytes(path)
     except FileNotFoundError:
         raise VersionNotFoundError(
             f"commit {version} does not exist", table=storage.uri, version=version, file=path
         ) from None
-    return [a for _, a in iter_json_actions(data, table=storage.uri, file=path)]
+
+
+def read_commit(storage: TableStorage, version: int) -> list[dict[str, Any]]:
+    """The actions of one commit file, in file order."""
+    data = read_commit_bytes(storage, version)
+    return [
+        a for _, a in iter_json_actions(data, table=storage.uri, file=storage.log_file(commit_name(version)))
+    ]
 
 
 def open_commit(storage: TableStorage, version: int) -> IO[bytes]:

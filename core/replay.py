@@ -19,8 +19,8 @@ import pyarrow.compute as pc
 from . import action_schema
 from .checkpoint import CheckpointState, read_checkpoint, read_checkpoint_config
 from .deletion_vectors import dv_unique_ids
-from .errors import IncompleteTableStateError, VersionNotFoundError
-from .log import LogSegment, commit_name, iter_json_actions, read_commit
+from .errors import IncompleteTableStateError
+from .log import LogSegment, commit_name, iter_json_actions, read_commit, read_commit_bytes
 from .models import CommitInfo, DomainMetadata, Metadata, Protocol, Txn, parse_action
 from .storage import TableStorage
 
@@ -184,16 +184,12 @@ def replay(storage: TableStorage, segment: LogSegment) -> TableState:
     if segment.checkpoint is not None:
         cp = read_checkpoint(storage, segment.checkpoint)
     pending = _collect(storage, segment.commit_versions)
-    metadata = pending.metadata or (cp.metadata if cp else None)
-    protocol = pending.protocol or (cp.protocol if cp else None)
-    if protocol is None:
-        raise IncompleteTableStateError(
-            "no protocol action in the log segment", table=storage.uri, version=segment.version
-        )
-    if metadata is None:
-        raise IncompleteTableStateError(
-            "no metaData action in the log segment", table=storage.uri, version=segment.version
-        )
+    metadata, protocol = _required(
+        storage,
+        segment,
+        pending.metadata or (cp.metadata if cp else None),
+        pending.protocol or (cp.protocol if cp else None),
+    )
     txns = dict(cp.txns) if cp else {}
     txns.update(pending.txns)
     domains = dict(cp.domains) if cp else {}
@@ -235,12 +231,7 @@ def replay_config(storage: TableStorage, segment: LogSegment) -> tuple[Metadata,
     protocol: Protocol | None = None
     for version in reversed(segment.commit_versions):
         file = storage.log_file(commit_name(version))
-        try:
-            data = storage.read_bytes(file)
-        except FileNotFoundError:
-            raise VersionNotFoundError(
-                f"commit {version} does not exist", table=storage.uri, version=version, file=file
-            ) from None
+        data = read_commit_bytes(storage, version)
         for lineno, line in enumerate(data.splitlines(), start=1):
             if not any(key in line for key in _CONFIG_KEYS):
                 continue
@@ -257,6 +248,13 @@ def replay_config(storage: TableStorage, segment: LogSegment) -> tuple[Metadata,
         cp = read_checkpoint_config(storage, segment.checkpoint)
         metadata = metadata or cp.metadata
         protocol = protocol or cp.protocol
+    return _required(storage, segment, metadata, protocol)
+
+
+def _required(
+    storage: TableStorage, segment: LogSegment, metadata: Metadata | None, protocol: Protocol | None
+) -> tuple[Metadata, Protocol]:
+    """Every table state has a metaData and a protocol; a segment without one is incomplete."""
     if protocol is None:
         raise IncompleteTableStateError(
             "no protocol action in the log segment", table=storage.uri, version=segment.version

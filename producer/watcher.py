@@ -371,38 +371,24 @@ def _scan_buffer(
         for line in lines:
             lineno += 1
             if line.endswith(b"}}"):
-                if line.startswith(add_prefix):
-                    body = line[add_cut:-1]
+                is_add = line.startswith(add_prefix)
+                if is_add or line.startswith(remove_prefix):
+                    body = line[add_cut:-1] if is_add else line[remove_cut:-1]
                     try:
                         obj = loads(body)
                     except decode_error:
-                        pass  # NaN, a second action on the line...: the general path below
-                    else:
+                        obj = None  # NaN, a second action on the line...: the general path below
+                    if obj is not None:
                         if keep is not None:
-                            keep.append(("add", body))
+                            keep.append(("add" if is_add else "remove", body))
                         count += 1
-                        adds += 1
                         size = obj.get("size")
-                        if type(size) is int:  # not a bool
+                        size = size if type(size) is int else 0  # not a bool
+                        if is_add:
+                            adds += 1
                             bytes_added += size
-                        values = obj.get("partitionValues")
-                        if values and values != last_values:  # files of a commit come in runs
-                            touch(values)
-                            last_values = values
-                        continue
-                elif line.startswith(remove_prefix):
-                    body = line[remove_cut:-1]
-                    try:
-                        obj = loads(body)
-                    except decode_error:
-                        pass
-                    else:
-                        if keep is not None:
-                            keep.append(("remove", body))
-                        count += 1
-                        removes += 1
-                        size = obj.get("size")
-                        if type(size) is int:
+                        else:
+                            removes += 1
                             bytes_removed += size
                         values = obj.get("partitionValues")
                         if values and values != last_values:  # files of a commit come in runs
