@@ -35,7 +35,7 @@ Three measurements in one run, against one broker:
 
 After one untimed warm-up round of the raw transactional peer (a fresh broker is a cold JVM),
 each throughput contender runs ``--reps`` times, interleaved (deltamirror, raw transactional, raw
-idempotent) so background load hits them alike; medians are reported, with process CPU seconds
+idempotent, the order turning by one each round) so background load hits them alike; medians are reported, with process CPU seconds
 (this process, all threads, librdkafka's included) and, when the bench runs its own broker, the
 broker's CPU seconds. The machine has 2 cores shared by the broker, the watcher and whatever else
 runs: load averages before and after are recorded, with the busiest other processes at the start
@@ -1010,8 +1010,11 @@ def main(argv: list[str] | None = None) -> int:
                 "raw_transactional": [],
                 "raw_idempotent": [],
             }
+            names = list(runs)
             for rep in range(args.reps):
-                for name in runs:
+                # the order turns each round: background work a contender leaves behind (its topic's
+                # deletion, the read-back) lands on each contender alike, not always on the next one
+                for name in names[rep % len(names) :] + names[: rep % len(names)]:
                     print(f"  rep {rep + 1}/{args.reps}: {name}...", file=sys.stderr)
                     if name == "deltamirror":
                         result = run_deltamirror(broker.bootstrap, table, work, broker.pid)
