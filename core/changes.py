@@ -320,25 +320,17 @@ def _scan_commits(table: DeltaTable, rng: ChangeRange, ict: IctConfig) -> _Scan:
         file = table.storage.log_file(commit_name(v))
         in_commit_timestamp: int | None = None
         keys = _SCAN_KEYS if ict.applies_to(v) else _SCAN_KEYS[:2]
-        for lineno, line in enumerate(data.splitlines(), start=1):
-            if not any(key in line for key in keys):
+        for lineno, wrapped in iter_json_actions(data, table=table.uri, file=file, only=keys):
+            name = next(iter(wrapped))
+            if name not in ("metaData", "protocol", "commitInfo"):
                 continue
-            try:
-                actions = list(iter_json_actions([line], table=table.uri, file=file))
-            except CorruptLogError as exc:
-                exc.line = lineno
-                raise
-            for _, wrapped in actions:
-                name = next(iter(wrapped))
-                if name not in ("metaData", "protocol", "commitInfo"):
-                    continue
-                action = parse_action(wrapped, file=file, line=lineno, table=table.uri)
-                if isinstance(action, Metadata):
-                    scan.metadata.append((v, action))
-                elif isinstance(action, Protocol):
-                    scan.protocols.append((v, action))
-                elif isinstance(action, CommitInfo) and in_commit_timestamp is None:
-                    in_commit_timestamp = action.in_commit_timestamp
+            action = parse_action(wrapped, file=file, line=lineno, table=table.uri)
+            if isinstance(action, Metadata):
+                scan.metadata.append((v, action))
+            elif isinstance(action, Protocol):
+                scan.protocols.append((v, action))
+            elif isinstance(action, CommitInfo) and in_commit_timestamp is None:
+                in_commit_timestamp = action.in_commit_timestamp
         scan.in_commit_timestamps[v] = in_commit_timestamp
     return scan
 

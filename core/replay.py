@@ -20,7 +20,7 @@ from . import action_schema
 from .checkpoint import CheckpointState, read_checkpoint, read_checkpoint_config
 from .deletion_vectors import dv_unique_ids
 from .errors import IncompleteTableStateError
-from .log import LogSegment, commit_name, iter_json_actions, read_commit, read_commit_bytes
+from .log import LogSegment, commit_name, iter_json_actions, open_commit, read_commit
 from .models import CommitInfo, DomainMetadata, Metadata, Protocol, Txn, parse_action
 from .storage import TableStorage
 
@@ -223,25 +223,23 @@ _CONFIG_KEYS = (b'"metaData"', b'"protocol"')
 def replay_config(storage: TableStorage, segment: LogSegment) -> tuple[Metadata, Protocol]:
     """The metaData and protocol in force at ``segment.version``, without reconciling any file.
 
-    Commits are read newest first and only their metaData/protocol lines are parsed; the
-    checkpoint is read only when a commit after it did not replace both. A change feed plan
-    needs this at two versions, and a full replay would read every file action of both.
+    Commits are streamed newest first and only their metaData/protocol lines are decoded; the
+    checkpoint is read only when the commits after it did not replace both. A change feed plan and
+    a watcher's start need this, never the files: a full replay would read every file action, and
+    a huge commit costs reading time here, never memory.
     """
     metadata: Metadata | None = None
     protocol: Protocol | None = None
     for version in reversed(segment.commit_versions):
         file = storage.log_file(commit_name(version))
-        data = read_commit_bytes(storage, version)
-        for lineno, line in enumerate(data.splitlines(), start=1):
-            if not any(key in line for key in _CONFIG_KEYS):
-                continue
-            for _, wrapped in iter_json_actions([line], table=storage.uri, file=file):
+        in_commit: dict[type, Any] = {}  # the last of each in the commit wins, as in a replay
+        with open_commit(storage, version) as fh:
+            for lineno, wrapped in iter_json_actions(fh, table=storage.uri, file=file, only=_CONFIG_KEYS):
                 if "metaData" in wrapped or "protocol" in wrapped:
                     action = parse_action(wrapped, file=file, line=lineno, table=storage.uri)
-                    if isinstance(action, Metadata) and metadata is None:
-                        metadata = action
-                    elif isinstance(action, Protocol) and protocol is None:
-                        protocol = action
+                    in_commit[type(action)] = action
+        metadata = metadata or in_commit.get(Metadata)
+        protocol = protocol or in_commit.get(Protocol)
         if metadata is not None and protocol is not None:
             return metadata, protocol
     if segment.checkpoint is not None:

@@ -34,17 +34,16 @@ from typing import IO, Any, Literal
 import orjson
 
 from deltamirror.core import features
-from deltamirror.core.checkpoint import arrow_to_python
 from deltamirror.core.commits import TimestampTracker, probe_next_versions
 from deltamirror.core.errors import (
     CorruptLogError,
-    IncompleteTableStateError,
     LogGapError,
     VersionNotFoundError,
 )
 from deltamirror.core.events import SCHEMA_VERSION, CommitSummary
 from deltamirror.core.log import commit_name, open_commit
 from deltamirror.core.models import Metadata, Protocol
+from deltamirror.core.replay import replay_config
 from deltamirror.core.storage import FileInfo, TableStorage
 from deltamirror.core.table import DeltaTable, open_table
 from deltamirror.core.timestamps import (
@@ -123,7 +122,32 @@ class _Summary:
     #: the partitions above in the key order they were met in (skips the sorting for a repeat)
     _seen: dict[tuple[tuple[str, Any], ...], None] = field(default_factory=dict, repr=False)
 
+    _last: Any = field(default=None, repr=False)
+
+    def count_file(self, name: str, body: Any) -> None:
+        """One add, remove or cdc action: its count, its bytes (cdc has none) and its partition."""
+        if name == "add":
+            self.adds += 1
+        elif name == "remove":
+            self.removes += 1
+        else:
+            self.cdc += 1
+        if type(body) is not dict:
+            return
+        size = body.get("size")
+        if type(size) is int and name != "cdc":  # not a bool
+            if name == "add":
+                self.bytes_added += size
+            else:
+                self.bytes_removed += size
+        values = body.get("partitionValues")
+        if values:
+            self.touch(values)
+
     def touch(self, values: Any) -> None:
+        if values == self._last:  # files of a commit come in runs of one partition
+            return
+        self._last = values
         if self.truncated or type(values) is not dict or not values:
             return
         seen = tuple(values.items())  # as written: most files of a commit repeat a few of these
@@ -250,39 +274,17 @@ class VersionScan:
     def observe(self, name: str, body: Any) -> None:
         """Count one action into the summary; keep commitInfo, metaData and protocol."""
         self.count += 1
-        if name == "add":
-            summary = self.summary
-            summary.adds += 1
-            if type(body) is dict:
-                size = body.get("size")
-                if type(size) is int:  # not a bool
-                    summary.bytes_added += size
-                values = body.get("partitionValues")
-                if values:
-                    summary.touch(values)
-        elif name == "remove":
-            summary = self.summary
-            summary.removes += 1
-            if type(body) is dict:
-                size = body.get("size")
-                if type(size) is int:
-                    summary.bytes_removed += size
-                values = body.get("partitionValues")
-                if values:
-                    summary.touch(values)
-        elif name == "cdc":
-            summary = self.summary
-            summary.cdc += 1
-            if type(body) is dict:
-                values = body.get("partitionValues")
-                if values:
-                    summary.touch(values)
+        if name in _FILE_ACTIONS:
+            self.summary.count_file(name, body)
         elif name == "commitInfo" and self.commit_info is None and isinstance(body, dict):
             self.commit_info = body
         elif name == "metaData" and isinstance(body, dict):
             self.metadata = body
         elif name == "protocol" and isinstance(body, dict):
             self.protocol = body
+
+
+_FILE_ACTIONS = frozenset({"add", "remove", "cdc"})
 
 
 def _corrupt(storage: TableStorage, version: int, line: int, message: str) -> CorruptLogError:
@@ -335,8 +337,16 @@ def _not_empty(storage: TableStorage, scan: VersionScan) -> VersionScan:
     return scan
 
 
-#: the lines most commits are made of, as writers write them: ``{"add":{...}}`` and ``{"remove":{...}}``
+#: the lines most commits are made of, as writers write them: (prefix, action type, where its body starts)
 _FILE_LINE_PREFIXES = ((b'{"add":{', "add", 7), (b'{"remove":{', "remove", 10))
+
+
+def _buffer_lines(data: bytes, end: int) -> list[bytes]:
+    """The lines of ``data[:end]``, newlines left out (a final newline ends a line, it starts none)."""
+    lines = (data if end == len(data) else data[:end]).split(b"\n")
+    if end and data[end - 1] == 0x0A:
+        lines.pop()
+    return lines
 
 
 def _scan_buffer(
@@ -352,73 +362,40 @@ def _scan_buffer(
     With ``keep``, each action is appended as it will be published. A ``{"type": body}`` line is
     valid JSON exactly when its body is (the split checks the rest), so only the body is decoded;
     any other line is decoded whole and marked slow. Returns the number of the last line.
-
-    Plain add and remove lines (nearly every line of a large commit) take a short path with the
-    summary counted inline: per action the Python around the decoding cost twice the decoding.
+    Plain add and remove lines (nearly every line of a large commit) are split by their prefix
+    alone: the general split costs more than decoding their body.
     """
-    lines = (data if end == len(data) else data[:end]).split(b"\n")
-    if end and data[end - 1] == 0x0A:  # the newline ends the last line, it does not start one
-        lines.pop()
     loads = orjson.loads
     decode_error = orjson.JSONDecodeError
     observe = scan.observe
-    summary = scan.summary
-    touch = summary.touch
     (add_prefix, _, add_cut), (remove_prefix, _, remove_cut) = _FILE_LINE_PREFIXES
-    count = adds = removes = bytes_added = bytes_removed = 0
-    last_values: Any = None
-    try:
-        for line in lines:
-            lineno += 1
-            if line.endswith(b"}}"):
-                is_add = line.startswith(add_prefix)
-                if is_add or line.startswith(remove_prefix):
-                    body = line[add_cut:-1] if is_add else line[remove_cut:-1]
-                    try:
-                        obj = loads(body)
-                    except decode_error:
-                        obj = None  # NaN, a second action on the line...: the general path below
-                    if obj is not None:
-                        if keep is not None:
-                            keep.append(("add" if is_add else "remove", body))
-                        count += 1
-                        size = obj.get("size")
-                        size = size if type(size) is int else 0  # not a bool
-                        if is_add:
-                            adds += 1
-                            bytes_added += size
-                        else:
-                            removes += 1
-                            bytes_removed += size
-                        values = obj.get("partitionValues")
-                        if values and values != last_values:  # files of a commit come in runs
-                            touch(values)
-                            last_values = values
-                        continue
-            split = _split_span(line, 0, len(line))
-            if split is not None:
-                try:
-                    body = loads(split[1])
-                except decode_error:
-                    pass  # NaN, a duplicate key...: decoded whole below
-                else:
-                    if keep is not None:
-                        keep.append(split)
-                    observe(split[0], body)
-                    continue
-            if not line.strip():
-                continue
-            scan.slow_lines.add(lineno)
-            for name, value in _decode_line(storage, scan.version, lineno, line):
+    for line in _buffer_lines(data, end):
+        lineno += 1
+        split: tuple[str, bytes] | None = None
+        if line.endswith(b"}}"):
+            if line.startswith(add_prefix):
+                split = "add", line[add_cut:-1]
+            elif line.startswith(remove_prefix):
+                split = "remove", line[remove_cut:-1]
+        if split is None:
+            split = _split_line(line)
+        if split is not None:
+            try:
+                body = loads(split[1])
+            except decode_error:
+                pass  # NaN, a duplicate key, a second action on the line...: decoded whole below
+            else:
                 if keep is not None:
-                    keep.append((name, value))
-                observe(name, value)
-    finally:  # counted so far, also when a later line is corrupt
-        scan.count += count
-        summary.adds += adds
-        summary.removes += removes
-        summary.bytes_added += bytes_added
-        summary.bytes_removed += bytes_removed
+                    keep.append(split)
+                observe(split[0], body)
+                continue
+        if not line.strip():
+            continue
+        scan.slow_lines.add(lineno)
+        for name, value in _decode_line(storage, scan.version, lineno, line):
+            if keep is not None:
+                keep.append((name, value))
+            observe(name, value)
     return lineno
 
 
@@ -440,17 +417,6 @@ def _line_buffers(fh: IO[bytes]) -> Iterator[tuple[bytes, int]]:
     if pieces:
         data = b"".join(pieces)
         yield data, len(data)
-
-
-def _line_spans(data: bytes, end: int) -> Iterator[tuple[int, int]]:
-    """(start, stop) of each line of ``data[:end]``, newline left out."""
-    pos = 0
-    while pos < end:
-        eol = data.find(b"\n", pos, end)
-        if eol < 0:
-            eol = end
-        yield pos, eol
-        pos = eol + 1
 
 
 def _decode_line(storage: TableStorage, version: int, lineno: int, raw: bytes) -> list[tuple[str, Any]]:
@@ -487,40 +453,34 @@ def _action_key(raw: bytes) -> str | None:
     return key
 
 
-def _split_span(buf: bytes, start: int, stop: int) -> tuple[str, bytes] | None:
-    """(action type, raw body) of the ``{"type": body}`` line ``buf[start:stop]``; None if unusual.
+def _split_line(line: bytes) -> tuple[str, bytes] | None:
+    """(action type, raw body) of the ``{"type": body}`` line; None if unusual.
 
     The body is the log's own bytes, JSON whitespace around it left out, not decoded: whether the
     line is valid JSON is then the body's question (what the split accepted around it is).
     """
-    # bytes indexing is an int: cheaper than startswith/endswith with bounds, millions of times
-    if stop - start < 3 or buf[start] != 0x7B or buf[start + 1] != 0x22 or buf[stop - 1] != 0x7D:  # {" }
-        buf = buf[start:stop].strip(_JSON_WS)
-        start, stop = 0, len(buf)
-        if not (buf.startswith(b'{"') and buf.endswith(b"}")):
+    if not (line.startswith(b'{"') and line.endswith(b"}")):
+        line = line.strip(_JSON_WS)
+        if not (line.startswith(b'{"') and line.endswith(b"}")):
             return None
-    end = buf.find(b'"', start + 2, stop)
+    end = line.find(b'"', 2)
     if end < 0:
         return None
     colon = end + 1
-    if buf[colon] != 0x3A:  # ':' (the closing brace is after the quote: end + 1 is in bounds)
-        colon = buf.find(b":", colon, stop)
-        if colon < 0 or buf[end + 1 : colon].strip(_JSON_WS):
+    if line[colon] != 0x3A:  # ':' (the closing brace is after the quote: end + 1 is in bounds)
+        colon = line.find(b":", colon)
+        if colon < 0 or line[end + 1 : colon].strip(_JSON_WS):
             return None
-    raw_key = buf[start + 2 : end]
+    raw_key = line[2:end]
     key = _ACTION_KEYS.get(raw_key)
     if key is None:
         key = _action_key(raw_key)
         if key is None:
             return None
-    body = buf[colon + 1 : stop - 1].strip(_JSON_WS)  # strip() returns the same bytes if there is none
+    body = line[colon + 1 : -1].strip(_JSON_WS)  # strip() returns the same bytes if there is none
     if not body:
         return None
     return key, body
-
-
-def _split_line(raw: bytes) -> tuple[str, bytes] | None:
-    return _split_span(raw, 0, len(raw))
 
 
 def iter_raw_actions(storage: TableStorage, version: int, scan: VersionScan) -> Iterator[tuple[str, Body]]:
@@ -531,16 +491,15 @@ def iter_raw_actions(storage: TableStorage, version: int, scan: VersionScan) -> 
     with open_commit(storage, version) as fh:
         lineno = 0
         for data, end in _line_buffers(fh):
-            for start, stop in _line_spans(data, end):
+            for raw in _buffer_lines(data, end):
                 lineno += 1
                 if lineno in scan.slow_lines:
-                    raw = data[start:stop]
                     if raw.strip():
                         yield from _decode_line(storage, version, lineno, raw)
                     continue
-                split = _split_span(data, start, stop)
+                split = _split_line(raw)
                 if split is None:
-                    if not data[start:stop].strip():
+                    if not raw.strip():
                         continue
                     raise _corrupt(storage, version, lineno, "commit changed while it was read")
                 yield split
@@ -608,71 +567,12 @@ class TableHead:
         return IctConfig.from_configuration(self.metadata.configuration)
 
 
-def _head_actions(lines: Iterator[bytes]) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """The last metaData and protocol bodies among JSON log lines, decoding no other line."""
-    metadata = protocol = None
-    for raw in lines:
-        split = _split_line(raw)
-        if split is not None:
-            if split[0] not in ("metaData", "protocol"):
-                continue
-            obj = {split[0]: orjson.loads(split[1])}
-        elif raw.strip():
-            try:
-                obj = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                obj = json.loads(raw)
-        else:
-            continue
-        if isinstance(obj.get("metaData"), dict):
-            metadata = obj["metaData"]
-        if isinstance(obj.get("protocol"), dict):
-            protocol = obj["protocol"]
-    return metadata, protocol
-
-
 def read_head(table: DeltaTable, version: int) -> TableHead:
-    """metaData and protocol at ``version`` without replaying the table's files.
-
-    The commits of the version's log segment are streamed newest first until both are found; a
-    checkpoint is read only for its metaData and protocol columns. A huge commit or checkpoint
-    costs reading time, never memory.
-    """
-    storage = table.storage
+    """metaData and protocol at ``version`` without replaying the table's files (core's
+    :func:`~deltamirror.core.replay.replay_config`: commits streamed newest first, then the checkpoint)."""
     segment = table.segment(version)
-    metadata = protocol = None
-    for v, _ in reversed(segment.commits):
-        with open_commit(storage, v) as fh:
-            m, p = _head_actions(iter(fh))
-        metadata = metadata or m
-        protocol = protocol or p
-        if metadata is not None and protocol is not None:
-            break
-    if (metadata is None or protocol is None) and segment.checkpoint is not None:
-        for info in segment.checkpoint.files:
-            path = storage.log_file(info.name)
-            if info.name.endswith(".json"):
-                with storage.open(path) as fh:
-                    m, p = _head_actions(iter(fh))
-            else:
-                pf = storage.parquet_file(path)
-                names = [n for n in ("metaData", "protocol") if n in pf.schema_arrow.names]
-                data = pf.read(columns=names)
-                m = p = None
-                for name in names:
-                    col = data.column(name)
-                    values = [v for v in col.to_pylist() if v is not None]
-                    if values:
-                        body = arrow_to_python(values[-1], col.type)
-                        m, p = (body, p) if name == "metaData" else (m, body)
-            metadata = metadata or m
-            protocol = protocol or p
-    if metadata is None or protocol is None:
-        missing = "metaData" if metadata is None else "protocol"
-        raise IncompleteTableStateError(
-            f"no {missing} action in the log segment", table=table.uri, version=version
-        )
-    return TableHead(segment.version, Metadata.model_validate(metadata), Protocol.model_validate(protocol))
+    metadata, protocol = replay_config(table.storage, segment)
+    return TableHead(segment.version, metadata, protocol)
 
 
 # --- the watcher ------------------------------------------------------------------------------
