@@ -436,7 +436,7 @@ class IncrementalSnapshot:
         return {
             **self.sidecar(""),
             "format": STATE_FORMAT_JSON,
-            "files": [_without_nulls(row) for row in self._files.to_pylist()],
+            "files": action_schema.file_rows(self._files),
         }
 
     @classmethod
@@ -496,20 +496,6 @@ def _gone(before: pa.Table, adds: pa.Table, removes: pa.Table, live: pa.Table) -
         pc.is_in(named_keys, value_set=touched), pc.invert(pc.is_in(named_keys, value_set=_keys(live)))
     )
     return named.filter(hit)
-
-
-def _without_nulls(row: Mapping[str, Any]) -> dict[str, Any]:
-    """An ``add`` row as an action body: null fields left out, maps as objects."""
-    out: dict[str, Any] = {}
-    for name, value in row.items():
-        if value is None:
-            continue
-        if name in ("partitionValues", "tags"):
-            value = dict(value)
-        elif name == "deletionVector":
-            value = {k: v for k, v in value.items() if v is not None}
-        out[name] = value
-    return out
 
 
 def parse_event(value: bytes | str) -> ActionEvent:

@@ -7,7 +7,7 @@ The names are Delta's own (camelCase), as in a checkpoint's ``add`` struct.
 from __future__ import annotations
 
 import itertools
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -131,3 +131,23 @@ def _cast(col: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
             chunks.append(pa.StructArray.from_arrays(arrays, fields=list(target), mask=chunk.is_null()))
         return pa.chunked_array(chunks, type=target)
     return col.cast(target)
+
+
+def file_rows(files: pa.Table) -> list[dict[str, Any]]:
+    """Active-file rows as ``add`` action bodies (Delta's names, nulls left out), column by column."""
+    columns: list[tuple[str, list[Any]]] = []
+    for name, col in zip(files.column_names, files.columns, strict=True):
+        if col.null_count == len(col):
+            continue
+        values = col.to_pylist()
+        typ = col.type
+        if pa.types.is_map(typ):
+            values = [dict(v) if v is not None else None for v in values]
+        elif pa.types.is_struct(typ):
+            values = [
+                {k: x for k, x in v.items() if x is not None} if v is not None else None for v in values
+            ]
+        columns.append((name, values))
+    return [
+        {name: values[i] for name, values in columns if values[i] is not None} for i in range(files.num_rows)
+    ]

@@ -15,9 +15,9 @@ import time
 from collections.abc import Iterator
 from typing import IO, Any
 
-import pyarrow as pa
 import pyarrow.compute as pc
 
+from deltamirror.core import action_schema
 from deltamirror.core.events import SCHEMA_VERSION, CommitSummary
 from deltamirror.core.partitions import distinct_partitions
 from deltamirror.core.table import Snapshot
@@ -27,26 +27,6 @@ MAX_PARTITIONS_LISTED = 1000
 
 Body = bytes | dict[str, Any]
 ActionBatch = list[tuple[str, Body]]
-
-
-def file_rows(files: pa.Table) -> list[dict[str, Any]]:
-    """Active-file rows as ``add`` action bodies (Delta's names, nulls left out), column by column."""
-    columns: list[tuple[str, list[Any]]] = []
-    for name, col in zip(files.column_names, files.columns, strict=True):
-        if col.null_count == len(col):
-            continue
-        values = col.to_pylist()
-        typ = col.type
-        if pa.types.is_map(typ):
-            values = [dict(v) if v is not None else None for v in values]
-        elif pa.types.is_struct(typ):
-            values = [
-                {k: x for k, x in v.items() if x is not None} if v is not None else None for v in values
-            ]
-        columns.append((name, values))
-    return [
-        {name: values[i] for name, values in columns if values[i] is not None} for i in range(files.num_rows)
-    ]
 
 
 class SnapshotWork:
@@ -83,7 +63,7 @@ class SnapshotWork:
             if room > 0 and offset < total:
                 chunk = self._files.slice(offset, room)
                 offset += chunk.num_rows
-                pending.extend(("add", row) for row in file_rows(chunk))
+                pending.extend(("add", row) for row in action_schema.file_rows(chunk))
             if len(pending) >= size or offset >= total:
                 yield pending[:size]
                 pending = pending[size:]
@@ -147,4 +127,4 @@ class ProgressBar:
             self._enabled = False
 
 
-__all__ = ["ProgressBar", "SnapshotWork", "file_rows"]
+__all__ = ["ProgressBar", "SnapshotWork"]
