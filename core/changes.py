@@ -288,18 +288,11 @@ class _Scan:
 def _read_commit_bytes(table: DeltaTable, version: int) -> bytes:
     path = table.storage.log_file(commit_name(version))
     try:
-        if not table.uri.startswith("file://"):
-            return table.storage.read_bytes(path)
-        # a local commit is read directly: fsspec's cat_file costs several times the read itself,
-        # and a change feed reads one commit per version
-        with open(path, "rb") as fh:
-            return fh.read()
+        return table.storage.read_bytes(path)
     except FileNotFoundError:
         raise ChangeVersionNotFoundError(
             f"commit {version} does not exist", table=table.uri, version=version, file=path
         ) from None
-    except OSError as exc:  # what storage.read_bytes raises for a local read error
-        raise StorageError(f"storage error during read: {exc}", table=table.uri, file=path) from exc
 
 
 _SCAN_KEYS = (b'"metaData"', b'"protocol"', b'"commitInfo"')

@@ -206,7 +206,10 @@ def read_checkpoint_config(storage: TableStorage, checkpoint: Checkpoint) -> Che
     for info in checkpoint.files:
         path = storage.log_file(info.name)
         if checkpoint.format == "json":
-            for _, wrapped in iter_json_actions(storage.read_bytes(path), table=storage.uri, file=path):
+            only = (b'"metaData"', b'"protocol"')
+            for _, wrapped in iter_json_actions(
+                storage.read_bytes(path), table=storage.uri, file=path, only=only
+            ):
                 if "metaData" in wrapped or "protocol" in wrapped:
                     _apply_small(wrapped, state, file=path, uri=storage.uri)
             continue

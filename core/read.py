@@ -195,7 +195,7 @@ class _OpenFile:
     """
 
     def __init__(self, storage: TableStorage, path_in_log: str, table: str) -> None:
-        fs_path = _fs_path(storage, path_in_log)
+        fs_path = storage.data_path(path_in_log)
         self._source: pa.NativeFile | None = None
         try:
             if storage.uri.startswith("file://"):
@@ -225,13 +225,6 @@ class _OpenFile:
 
 
 _LOCAL_FS = pafs.LocalFileSystem()
-
-
-def _fs_path(storage: TableStorage, path_in_log: str) -> str:
-    """``storage.data_path``, skipping its URL parsing for the usual path: relative, nothing escaped."""
-    if ":" in path_in_log or "%" in path_in_log:
-        return storage.data_path(path_in_log)
-    return f"{storage.root}/{path_in_log}"
 
 
 def _selected_fields(schema: StructType, columns: Sequence[str] | None) -> list[StructField]:

@@ -156,6 +156,8 @@ class TableStorage:
         Relative paths in the log are URL-encoded and relative to the table root; absolute ones
         are URIs (``file:/x``, ``s3://b/k``) and are used as they are (decoded).
         """
+        if ":" not in path_in_log and "%" not in path_in_log:  # the usual path: nothing to parse
+            return f"{self.root}/{path_in_log}"
         parsed = urllib.parse.urlparse(path_in_log)
         if parsed.scheme and len(parsed.scheme) > 1:
             if parsed.scheme == "file":
@@ -202,6 +204,8 @@ class TableStorage:
     def read_bytes(self, path: str, start: int | None = None, end: int | None = None) -> bytes:
         """Read a whole file, or the byte range [start, end). Raises FileNotFoundError."""
         if start is None and end is None:
+            if self.uri.startswith("file://"):  # fsspec's cat_file costs several times a local read
+                return self._call("read", path, _read_local, path)
             return self._call("read", path, self.fs.cat_file, path)
         return self._call("read", path, self.fs.cat_file, path, start=start, end=end)
 
@@ -316,6 +320,11 @@ class TableStorage:
     def list_log(self) -> list[FileInfo]:
         """Everything in ``_delta_log`` (no subfolders)."""
         return self.list_dir(self.log_path)
+
+
+def _read_local(path: str) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read()
 
 
 def _version_of(name: str) -> int:
