@@ -217,8 +217,9 @@ def _type_part(action_type: str) -> bytes:
     return part
 
 
-#: the text of the first indexes (most versions have fewer actions), made once
-_INDEX_TEXT: tuple[bytes, ...] = tuple(str(i).encode() for i in range(4096))
+#: the text of the first indexes (most versions have fewer actions), made once: the envelope's
+#: ``index`` and the ``index`` header share it
+INDEX_TEXT: tuple[bytes, ...] = tuple(str(i).encode() for i in range(4096))
 
 
 class EnvelopeEncoder:
@@ -275,7 +276,7 @@ class EnvelopeEncoder:
         if self.snapshot:
             return [self.encode(i, t, body) for i, (t, body) in enumerate(actions, start)]
         prefix, join, types = self._prefix, b"".join, _TYPE_PART
-        small = _INDEX_TEXT
+        small = INDEX_TEXT
         return [
             join(
                 (
@@ -346,6 +347,7 @@ __all__: Sequence[str] = [
     "HEADER_KIND",
     "HEADER_TYPE",
     "HEADER_VERSION",
+    "INDEX_TEXT",
     "SCHEMA_VERSION",
     "ActionEvent",
     "CommitSummary",

@@ -58,6 +58,7 @@ from deltamirror.core.events import (
     HEADER_KIND,
     HEADER_TYPE,
     HEADER_VERSION,
+    INDEX_TEXT,
     SCHEMA_VERSION,
     EnvelopeEncoder,
     Heartbeat,
@@ -117,7 +118,7 @@ def table_topics(table: TableConfig) -> TableTopics:
 #: the ``type`` header of each action type, one pair shared by all its records (no encode per record)
 _TYPE_HEADERS: dict[str, tuple[str, bytes]] = {}
 #: the ``index`` headers of the first actions of a version (most versions have fewer), made once
-_INDEX_HEADERS: tuple[tuple[str, bytes], ...] = tuple((HEADER_INDEX, str(i).encode()) for i in range(4096))
+_INDEX_HEADERS: tuple[tuple[str, bytes], ...] = tuple((HEADER_INDEX, text) for text in INDEX_TEXT)
 
 
 def _type_header(action_type: str) -> tuple[str, bytes]:
@@ -144,13 +145,8 @@ def action_headers(
         else [(HEADER_INDEX, str(i).encode()) for i in range(start, stop)]
     )
     types = _TYPE_HEADERS
-    if extra:
-        return [
-            [version_header, index, types.get(t) or _type_header(t), *extra]
-            for index, (t, _) in zip(indexes, batch, strict=True)
-        ]
     return [
-        [version_header, index, types.get(t) or _type_header(t)]
+        [version_header, index, types.get(t) or _type_header(t), *extra]
         for index, (t, _) in zip(indexes, batch, strict=True)
     ]
 
