@@ -266,3 +266,16 @@ def test_local_listing_matches_fsspec(tmp_path: Path) -> None:
         n for n, _, _ in expected if n.startswith("0000000000000000000")
     ]
     assert storage.list_dir(str(tmp_path / "absent")) == []
+
+
+def test_only_named_actions_are_decoded_with_their_own_line_numbers() -> None:
+    from deltamirror.core.log import iter_json_actions
+
+    data = b'{"add":{"path":"a"}}\n{"metaData":{"id":"x"}}\nnot json at all\n\n{"protocol":{"minReaderVersion":1}}\n'
+    got = list(iter_json_actions(data, table="t", file="f", only=(b'"metaData"', b'"protocol"')))
+    assert got == [(2, {"metaData": {"id": "x"}}), (5, {"protocol": {"minReaderVersion": 1}})]
+    with pytest.raises(errors.CorruptLogError) as info:  # a named line that is not JSON still fails
+        list(
+            iter_json_actions(b'{"add":{}}\n{"metaData": oops}\n', table="t", file="f", only=(b'"metaData"',))
+        )
+    assert info.value.line == 2
