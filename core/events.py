@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import repeat
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -275,20 +276,36 @@ class EnvelopeEncoder:
         """
         if self.snapshot:
             return [self.encode(i, t, body) for i, (t, body) in enumerate(actions, start)]
-        prefix, join, types = self._prefix, b"".join, _TYPE_PART
-        small = INDEX_TEXT
-        return [
-            join(
-                (
-                    prefix,
-                    small[i] if i < len(small) else str(i).encode(),
-                    types.get(t) or _type_part(t),
-                    body if isinstance(body, bytes) else to_json(body),
-                    b"}",
+        actions = actions if isinstance(actions, list) else list(actions)
+        if not actions:
+            return []
+        stop = start + len(actions)
+        indexes = (
+            INDEX_TEXT[start:stop]
+            if stop <= len(INDEX_TEXT)
+            else [str(i).encode() for i in range(start, stop)]
+        )
+        types, bodies = zip(*actions, strict=True)
+        try:  # C-level maps: no Python step per action
+            return list(
+                map(
+                    b"".join,
+                    zip(
+                        repeat(self._prefix),
+                        indexes,
+                        map(_TYPE_PART.__getitem__, types),
+                        bodies,
+                        repeat(b"}"),
+                        strict=False,  # repeat() is endless
+                    ),
                 )
             )
-            for i, (t, body) in enumerate(actions, start)
-        ]
+        except (KeyError, TypeError):  # a type met for the first time, a body to encode
+            prefix, join = self._prefix, b"".join
+            return [
+                join((prefix, i, _type_part(t), body if isinstance(body, bytes) else to_json(body), b"}"))
+                for i, t, body in zip(indexes, types, bodies, strict=True)
+            ]
 
 
 # --- JSON Schema ----------------------------------------------------------------------------------

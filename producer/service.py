@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import operator
 import signal
 import sys
 import threading
@@ -36,6 +37,7 @@ import traceback
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from itertools import repeat
 from types import FrameType
 from typing import IO, Any
 
@@ -121,6 +123,9 @@ _TYPE_HEADERS: dict[str, tuple[str, bytes]] = {}
 _INDEX_HEADERS: tuple[tuple[str, bytes], ...] = tuple((HEADER_INDEX, text) for text in INDEX_TEXT)
 
 
+_TYPE_OF = operator.itemgetter(0)
+
+
 def _type_header(action_type: str) -> tuple[str, bytes]:
     header = _TYPE_HEADERS.get(action_type)
     if header is None:
@@ -144,10 +149,23 @@ def action_headers(
         if stop <= len(_INDEX_HEADERS)
         else [(HEADER_INDEX, str(i).encode()) for i in range(start, stop)]
     )
-    types = _TYPE_HEADERS
+    if not extra:
+        try:  # C-level maps: no Python step per record
+            return list(
+                map(
+                    list,
+                    zip(
+                        repeat(version_header),
+                        indexes,
+                        map(_TYPE_HEADERS.__getitem__, map(_TYPE_OF, batch)),
+                        strict=False,  # repeat() is endless
+                    ),
+                )
+            )
+        except KeyError:  # a type met for the first time
+            pass
     return [
-        [version_header, index, types.get(t) or _type_header(t), *extra]
-        for index, (t, _) in zip(indexes, batch, strict=True)
+        [version_header, index, _type_header(t), *extra] for index, (t, _) in zip(indexes, batch, strict=True)
     ]
 
 
@@ -358,6 +376,7 @@ class TablePipeline:
         finally:
             self._close_publisher()
             self.waker.close()
+            self.watcher.close()
 
     def _open(self) -> None:
         manager = TopicManager(self.kafka, max_record_bytes=self.cfg.max_record_bytes)
@@ -840,22 +859,25 @@ def iter_event_values(
         )
     watcher.from_version = start
     watcher.start(None)
-    while watcher.cursor < end:
-        work = watcher.next_work()
-        if work is None:
-            missing = watcher.cursor + 1
-            raise LogGapError(
-                f"commit {missing} is missing from the log (versions up to {end} exist)",
-                table=watcher.uri,
-                version=missing,
-            )
-        if not isinstance(work, CommitWork) or work.version > end:
-            return
-        encoder = encoder_for(work)
-        index = work.start
-        for batch in work.batches(BATCH):
-            yield from encoder.encode_many(index, batch)
-            index += len(batch)
+    try:
+        while watcher.cursor < end:
+            work = watcher.next_work()
+            if work is None:
+                missing = watcher.cursor + 1
+                raise LogGapError(
+                    f"commit {missing} is missing from the log (versions up to {end} exist)",
+                    table=watcher.uri,
+                    version=missing,
+                )
+            if not isinstance(work, CommitWork) or work.version > end:
+                return
+            encoder = encoder_for(work)
+            index = work.start
+            for batch in work.batches(BATCH):
+                yield from encoder.encode_many(index, batch)
+                index += len(batch)
+    finally:
+        watcher.close()
 
 
 __all__ = [

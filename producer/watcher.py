@@ -22,15 +22,20 @@ by the batch size, whatever the size of the commit.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import operator
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import IO, Any, Literal
+from itertools import repeat
+from typing import IO, Annotated, Any, Literal
 
+import msgspec
 import orjson
 
 from deltamirror.core import features
@@ -124,25 +129,36 @@ class _Summary:
 
     _last: Any = field(default=None, repr=False)
 
-    def count_file(self, name: str, body: Any) -> None:
+    def count_file(self, name: str, size: Any, partition_values: Any) -> None:
         """One add, remove or cdc action: its count, its bytes (cdc has none) and its partition."""
+        counted = type(size) is int and size >= 0  # not a bool, not nonsense
         if name == "add":
             self.adds += 1
+            if counted:
+                self.bytes_added += size
         elif name == "remove":
             self.removes += 1
+            if counted:
+                self.bytes_removed += size
         else:
             self.cdc += 1
-        if type(body) is not dict:
+        if partition_values:
+            self.touch(partition_values)
+
+    def count_plain(self, name: str, sizes: list[int | None], partitions: list[msgspec.Raw]) -> None:
+        """Many adds (or removes) at once: their sizes, and their partition values in file order
+        as JSON text (:class:`_FileFields`)."""
+        if name == "add":
+            self.adds += len(sizes)
+            self.bytes_added += sum(filter(None, sizes))
+        else:
+            self.removes += len(sizes)
+            self.bytes_removed += sum(filter(None, sizes))
+        if self.truncated:
             return
-        size = body.get("size")
-        if type(size) is int and name != "cdc":  # not a bool
-            if name == "add":
-                self.bytes_added += size
-            else:
-                self.bytes_removed += size
-        values = body.get("partitionValues")
-        if values:
-            self.touch(values)
+        for text in dict.fromkeys(map(bytes, partitions)):  # the distinct ones, in the order met
+            if text != b"null":
+                self.touch(msgspec.json.decode(text))
 
     def touch(self, values: Any) -> None:
         if values == self._last:  # files of a commit come in runs of one partition
@@ -150,15 +166,22 @@ class _Summary:
         self._last = values
         if self.truncated or type(values) is not dict or not values:
             return
-        seen = tuple(values.items())  # as written: most files of a commit repeat a few of these
+        if not all(v is None or type(v) is str for v in values.values()):
+            # not the string map the protocol says: listed with its other values as JSON text
+            values = {
+                k: v if v is None or type(v) is str else orjson.dumps(v).decode() for k, v in values.items()
+            }
+        self._touch_items(tuple(values.items()), values)
+
+    def _touch_items(self, seen: tuple[tuple[str, Any], ...], values: dict[str, Any] | None = None) -> None:
         if seen in self._seen:
             return
-        key = tuple(sorted(values.items()))
+        key = tuple(sorted(seen))
         if key not in self.partitions:
             if len(self.partitions) >= MAX_PARTITIONS_LISTED:
                 self.truncated = True
                 return
-            self.partitions[key] = values
+            self.partitions[key] = dict(seen) if values is None else values
         if len(self._seen) < 4 * MAX_PARTITIONS_LISTED:
             self._seen[seen] = None
 
@@ -275,7 +298,10 @@ class VersionScan:
         """Count one action into the summary; keep commitInfo, metaData and protocol."""
         self.count += 1
         if name in _FILE_ACTIONS:
-            self.summary.count_file(name, body)
+            if type(body) is dict:
+                self.summary.count_file(name, body.get("size"), body.get("partitionValues"))
+            else:
+                self.summary.count_file(name, None, None)
         elif name == "commitInfo" and self.commit_info is None and isinstance(body, dict):
             self.commit_info = body
         elif name == "metaData" and isinstance(body, dict):
@@ -293,17 +319,20 @@ def _corrupt(storage: TableStorage, version: int, line: int, message: str) -> Co
     )
 
 
-def scan_version(storage: TableStorage, version: int, info: FileInfo) -> VersionScan:
+def scan_version(
+    storage: TableStorage, version: int, info: FileInfo, data: bytes | None = None
+) -> VersionScan:
     """First pass: validate every line, count actions, keep commitInfo/metaData/protocol, summarize.
 
-    A small commit is read whole and each line split (and its body decoded) once: its actions are
-    kept for :func:`iter_raw_actions`. A large one is streamed, keeping nothing but the summary.
-    Lines are walked inside the buffer read, never copied out of it one by one.
+    A small commit is read whole (unless ``data``, its bytes read already, is given) and each line
+    split (and its body decoded) once: its actions are kept for :func:`iter_raw_actions`. A large
+    one is streamed, keeping nothing but the summary.
     """
     scan = VersionScan(version, info)
     if info.size <= SMALL_COMMIT_BYTES:
         try:
-            data = storage.read_bytes(storage.log_file(commit_name(version)))
+            if data is None:
+                data = storage.read_bytes(storage.log_file(commit_name(version)))
         except FileNotFoundError:
             raise VersionNotFoundError(
                 f"commit {version} disappeared while it was read",
@@ -349,6 +378,63 @@ def _buffer_lines(data: bytes, end: int) -> list[bytes]:
     return lines
 
 
+class _FileFields(msgspec.Struct, gc=False):
+    """What the summary needs of an add/remove body; the rest of the body is checked, not built.
+
+    ``size`` is strict (``true``, ``1.0`` or ``-1`` is refused: such a body is decoded by orjson
+    and summarized the general way). Partition values stay JSON text: a commit repeats a few of them,
+    so only the distinct texts are decoded.
+    """
+
+    size: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    partitionValues: msgspec.Raw = msgspec.Raw(b"null")  # Delta's field name
+
+
+_decode_file_fields = msgspec.json.Decoder(_FileFields).decode
+
+
+def _utf8(data: bytes) -> bool:
+    """Whether ``data`` is valid UTF-8. msgspec does not check the strings it skips: a buffer
+    that fails this is decoded the general way, by orjson, line by line."""
+    if data.isascii():
+        return True
+    try:
+        str(data, "utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+#: per line, whether it is a plain add (1) or remove (2) line, as writers write them
+_STARTS_ADD = operator.methodcaller("startswith", _FILE_LINE_PREFIXES[0][0])
+_STARTS_REMOVE = operator.methodcaller("startswith", _FILE_LINE_PREFIXES[1][0])
+_ENDS_ACTION = operator.methodcaller("endswith", b"}}")
+#: plain kind -> (action type, the body of such a line)
+_PLAIN_BODY = {
+    1: ("add", operator.itemgetter(slice(_FILE_LINE_PREFIXES[0][2], -1))),
+    2: ("remove", operator.itemgetter(slice(_FILE_LINE_PREFIXES[1][2], -1))),
+}
+_SIZE = operator.attrgetter("size")
+_PARTITION_VALUES = operator.attrgetter("partitionValues")
+
+
+def _plain_kinds(data: bytes, lines: list[bytes]) -> list[int]:
+    """Per line: 1 for a plain add line, 2 for a plain remove line, 0 for any other.
+
+    Computed by C-level maps, without a Python step per line.
+    """
+    kinds = map(_STARTS_ADD, lines)
+    if _FILE_LINE_PREFIXES[1][0] in data:
+        kinds = map(operator.add, kinds, map(operator.lshift, map(_STARTS_REMOVE, lines), repeat(1)))
+    return list(map(operator.mul, kinds, map(_ENDS_ACTION, lines)))
+
+
+#: where a line ending in ``}`` meets an add line: splitting a buffer here gives nearly every
+#: add body whole, in one copy and one C call, without a Python step per line
+_ADD_BOUNDARY = b'}\n{"add":'
+_HAS_NEWLINE = operator.methodcaller("__contains__", b"\n")
+
+
 def _scan_buffer(
     storage: TableStorage,
     scan: VersionScan,
@@ -359,42 +445,101 @@ def _scan_buffer(
 ) -> int:
     """Validate and summarize the lines of ``data[:end]``, the first being line ``lineno + 1``.
 
-    With ``keep``, each action is appended as it will be published. A ``{"type": body}`` line is
-    valid JSON exactly when its body is (the split checks the rest), so only the body is decoded;
-    any other line is decoded whole and marked slow. Returns the number of the last line.
-    Plain add and remove lines (nearly every line of a large commit) are split by their prefix
-    alone: the general split costs more than decoding their body.
+    With ``keep``, each action is appended as it will be published. Returns the number of the
+    last line.
+
+    The buffer is split at :data:`_ADD_BOUNDARY`. A piece between two boundaries without a
+    newline is exactly the body of an add line (``{"add":`` before it, ``}`` after it); runs of
+    those are checked together by :func:`_scan_bodies`. Any other piece (the first, the last, one
+    holding other lines) is turned back into its lines for :func:`_scan_line_run`, as is a run
+    whose bodies are refused.
     """
+    text = data if end == len(data) else data[:end]
+    kept: list[tuple[str, Body]] = []
+    if not _utf8(text):
+        lineno = _scan_lines(storage, scan, _buffer_lines(text, len(text)), lineno, kept)
+    else:
+        pieces = text.split(_ADD_BOUNDARY)
+        last = len(pieces) - 1
+        bodies = list(map(operator.not_, map(_HAS_NEWLINE, pieces)))
+        bodies[0] = bodies[last] = False
+        first = 0
+        for is_body, run in itertools.groupby(bodies):
+            n = len(list(run))
+            chunk = pieces[first : first + n]
+            if is_body and _scan_bodies(scan, "add", chunk, kept):
+                lineno += n
+            else:
+                prefix = b"" if first == 0 else _ADD_BOUNDARY[2:]
+                suffix = b"" if first + n - 1 == last else b"}"
+                span = b"".join((prefix, _ADD_BOUNDARY.join(chunk), suffix))  # the log's own text
+                lineno = _scan_line_run(storage, scan, span, lineno, kept)
+            first += n
+    if keep is not None:
+        keep.extend(kept)
+    return lineno
+
+
+def _scan_line_run(
+    storage: TableStorage, scan: VersionScan, text: bytes, lineno: int, kept: list[tuple[str, Body]]
+) -> int:
+    """The lines of ``text``: runs of plain add or remove lines by :func:`_scan_bodies`, the rest
+    (and a run it refuses) one by one by :func:`_scan_lines`. Returns the number of the last line."""
+    lines = _buffer_lines(text, len(text))
+    first = 0
+    for kind, run in itertools.groupby(_plain_kinds(text, lines)):
+        n = len(list(run))
+        chunk = lines[first : first + n] if n < len(lines) else lines
+        if kind:
+            name, body_of = _PLAIN_BODY[kind]
+            if _scan_bodies(scan, name, list(map(body_of, chunk)), kept):
+                first += n
+                continue
+        _scan_lines(storage, scan, chunk, lineno + first, kept)
+        first += n
+    return lineno + len(lines)
+
+
+def _scan_bodies(scan: VersionScan, name: str, bodies: list[bytes], kept: list[tuple[str, Body]]) -> bool:
+    """The bodies of a run of plain add (or remove) lines, checked by msgspec, which builds only
+    what the summary reads. False (nothing counted) if any is refused: then the run is scanned
+    line by line and orjson decides, as for every other line."""
+    try:
+        fields = list(map(_decode_file_fields, bodies))
+    except msgspec.DecodeError:
+        return False
+    kept.extend(zip(repeat(name), bodies, strict=False))  # repeat() is endless
+    scan.count += len(fields)
+    scan.summary.count_plain(name, list(map(_SIZE, fields)), list(map(_PARTITION_VALUES, fields)))
+    return True
+
+
+def _scan_lines(
+    storage: TableStorage, scan: VersionScan, lines: list[bytes], lineno: int, kept: list[tuple[str, Body]]
+) -> int:
+    """Lines one by one, the first being line ``lineno + 1``. A ``{"type": body}`` line is valid
+    JSON exactly when its body is (the split checks the rest), so only the body is decoded; any
+    other line is decoded whole and marked slow. Returns the number of the last line."""
     loads = orjson.loads
     decode_error = orjson.JSONDecodeError
     observe = scan.observe
-    (add_prefix, _, add_cut), (remove_prefix, _, remove_cut) = _FILE_LINE_PREFIXES
-    for line in _buffer_lines(data, end):
+    for line in lines:
         lineno += 1
-        split: tuple[str, bytes] | None = None
-        if line.endswith(b"}}"):
-            if line.startswith(add_prefix):
-                split = "add", line[add_cut:-1]
-            elif line.startswith(remove_prefix):
-                split = "remove", line[remove_cut:-1]
-        if split is None:
-            split = _split_line(line)
+        split = _split_line(line)
         if split is not None:
             try:
                 body = loads(split[1])
             except decode_error:
                 pass  # NaN, a duplicate key, a second action on the line...: decoded whole below
             else:
-                if keep is not None:
-                    keep.append(split)
+                kept.append(split)
                 observe(split[0], body)
                 continue
         if not line.strip():
             continue
         scan.slow_lines.add(lineno)
         for name, value in _decode_line(storage, scan.version, lineno, line):
-            if keep is not None:
-                keep.append((name, value))
+            kept.append((name, value))
             observe(name, value)
     return lineno
 
@@ -575,6 +720,64 @@ def read_head(table: DeltaTable, version: int) -> TableHead:
     return TableHead(segment.version, metadata, protocol)
 
 
+# --- reading ahead ----------------------------------------------------------------------------
+
+#: small commits read ahead of the one being published
+PREFETCH_DEPTH = 2
+
+
+class CommitPrefetch:
+    """Reads the next commits in a helper thread while the current one is published.
+
+    Catching up a long log costs a read per version: on an object store a request of tens of
+    milliseconds, on a local disk a copy of the file. Either runs while the watcher's thread scans,
+    encodes and produces (the read releases the GIL). Only small commits are read ahead, at most
+    :data:`PREFETCH_DEPTH` of them; a read that failed, or a file that changed since it was listed,
+    is simply read again by the scan, which reports what it meets.
+    """
+
+    def __init__(self, storage: TableStorage) -> None:
+        self._storage = storage
+        self._pool: ThreadPoolExecutor | None = None
+        self._reads: dict[int, tuple[FileInfo, Future[bytes]]] = {}
+
+    def want(self, ahead: Iterable[tuple[int, FileInfo]]) -> None:
+        """Start reading these versions (the next ones to publish, in order)."""
+        for version, info in itertools.islice(ahead, PREFETCH_DEPTH):
+            if version in self._reads or info.size > SMALL_COMMIT_BYTES:
+                continue
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="deltamirror-prefetch")
+            path = self._storage.log_file(commit_name(version))
+            self._reads[version] = (info, self._pool.submit(self._storage.read_bytes, path))
+
+    def take(self, version: int, info: FileInfo) -> bytes | None:
+        """The bytes of ``version`` if they were read ahead and still match its listing, else None."""
+        entry = self._reads.pop(version, None)
+        if entry is None:
+            return None
+        known, future = entry
+        if known != info:
+            future.cancel()
+            return None
+        try:
+            data = future.result()
+        except Exception:  # the scan reads it again and reports what it meets
+            return None
+        return data if len(data) == info.size else None
+
+    def clear(self) -> None:
+        for _, future in self._reads.values():
+            future.cancel()
+        self._reads.clear()
+
+    def close(self) -> None:
+        self.clear()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+
 # --- the watcher ------------------------------------------------------------------------------
 
 
@@ -610,9 +813,14 @@ class TableWatcher:
         self._v0: FileInfo | None = None
         self._next_check = 0.0
         self._idle = True
+        self._prefetch = CommitPrefetch(self.storage)
 
     def __repr__(self) -> str:
         return f"TableWatcher({self.uri!r}, cursor={self._cursor})"
+
+    def close(self) -> None:
+        """Stop reading ahead (the watcher can be started again)."""
+        self._prefetch.close()
 
     @property
     def table_id(self) -> str | None:
@@ -642,6 +850,7 @@ class TableWatcher:
         """
         self._pending.clear()
         self._ahead.clear()
+        self._prefetch.clear()
         self._v0 = self._stat_version0()
         self._idle = True
         self._next_check = self._clock() + self.check_interval_s
@@ -777,6 +986,7 @@ class TableWatcher:
     def _replaced(self, position: Position, reason: str) -> None:
         self._pending.clear()
         self._ahead.clear()
+        self._prefetch.clear()
         self._start_fresh(self.mode, replaced=True)
         assert self._table_id is not None
         log.warning("table re-created at the same location: %s", reason, extra={"table": self.uri})
@@ -806,7 +1016,9 @@ class TableWatcher:
             if self._check_version0():
                 return self._pending.popleft()
         version, info = self._ahead[0]
-        scan = scan_version(self.storage, version, info)
+        data = self._prefetch.take(version, info)
+        self._prefetch.want(itertools.islice(self._ahead, 1, None))
+        scan = scan_version(self.storage, version, info, data)
         if scan.protocol is not None:
             protocol = Protocol.model_validate(scan.protocol)
             features.check_readable(protocol, table=self.uri, version=version)

@@ -409,3 +409,30 @@ def test_odd_lines_publish_what_a_json_parser_reads(
     assert (summary.bytes_added, summary.bytes_removed) == (10 + 5 + 1 + 7, 10 + 3)
     assert summary.partitions_touched == [{"d": "1"}, {"d": "2"}, {"d": "3"}, {"d": "4"}]
     assert summary.operation == "WRITE" and summary.read_version == 0 and summary.is_blind_append is False
+
+
+def test_commits_read_ahead_are_used_only_while_they_match_their_listing(tmp_path: Path) -> None:
+    from deltamirror.core.storage import TableStorage
+    from deltamirror.producer.watcher import CommitPrefetch
+
+    log = tmp_path / "_delta_log"
+    log.mkdir()
+    for v in range(3):
+        (log / f"{v:020d}.json").write_bytes(b'{"add":{"path":"%d"}}\n' % v)
+    storage = TableStorage(str(tmp_path))
+    infos = [(v, storage.info(storage.log_file(f"{v:020d}.json"))) for v in range(3)]
+    prefetch = CommitPrefetch(storage)
+    try:
+        prefetch.want(infos)  # two at most
+        assert prefetch.take(0, infos[0][1]) == b'{"add":{"path":"0"}}\n'
+        assert prefetch.take(0, infos[0][1]) is None  # handed out once
+        assert prefetch.take(2, infos[2][1]) is None  # beyond the depth: not read
+        (log / f"{1:020d}.json").write_bytes(b'{"add":{"path":"changed"}}\n')
+        changed = storage.info(storage.log_file(f"{1:020d}.json"))
+        assert changed != infos[1][1]
+        assert prefetch.take(1, changed) is None  # listed again since: read again by the scan
+        (log / f"{2:020d}.json").unlink()
+        prefetch.want(infos[2:])
+        assert prefetch.take(2, infos[2][1]) is None  # a failed read is the scan's to report
+    finally:
+        prefetch.close()
