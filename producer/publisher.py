@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError as _RdKafkaError
@@ -209,7 +209,7 @@ class TransactionalPublisher:
         topic: str,
         values: Sequence[bytes],
         key: bytes,
-        headers: Sequence[Headers],
+        headers: Iterable[Headers],
         timestamp: int,
     ) -> None:
         produce = self._producer.produce

@@ -35,7 +35,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from itertools import repeat
 from types import FrameType
@@ -137,11 +137,13 @@ def _type_header(action_type: str) -> tuple[str, bytes]:
 
 def action_headers(
     version_header: tuple[str, bytes], start: int, batch: ActionBatch, extra: Headers
-) -> list[Headers]:
+) -> Iterator[Headers]:
     """The headers of consecutive actions, the first at index ``start``: version, index, type, ``extra``.
 
     Header pairs are immutable tuples, so they are shared by every record that has them: per
-    record only its list is new (and its index pair past the first few thousand actions).
+    record only its list is new (and its index pair past the first few thousand actions). The
+    lists are made as they are produced, each freed right after: made all at once, a batch of
+    them kept the garbage collector busy.
     """
     stop = start + len(batch)
     indexes = (
@@ -149,24 +151,22 @@ def action_headers(
         if stop <= len(_INDEX_HEADERS)
         else [(HEADER_INDEX, str(i).encode()) for i in range(start, stop)]
     )
-    if not extra:
-        try:  # C-level maps: no Python step per record
-            return list(
-                map(
-                    list,
-                    zip(
-                        repeat(version_header),
-                        indexes,
-                        map(_TYPE_HEADERS.__getitem__, map(_TYPE_OF, batch)),
-                        strict=False,  # repeat() is endless
-                    ),
-                )
-            )
-        except KeyError:  # a type met for the first time
-            pass
-    return [
+    types = set(map(_TYPE_OF, batch))
+    for action_type in types:
+        _type_header(action_type)  # remembered from now on (up to 1024 types)
+    if not extra and all(t in _TYPE_HEADERS for t in types):
+        return map(  # C-level: no Python step per record
+            list,
+            zip(
+                repeat(version_header),
+                indexes,
+                map(_TYPE_HEADERS.__getitem__, map(_TYPE_OF, batch)),
+                strict=False,  # repeat() is endless
+            ),
+        )
+    return (
         [version_header, index, _type_header(t), *extra] for index, (t, _) in zip(indexes, batch, strict=True)
-    ]
+    )
 
 
 def encoder_for(unit: PublishUnit) -> EnvelopeEncoder:
@@ -534,8 +534,8 @@ class TablePipeline:
         return clamped, [(HEADER_CLAMPED_FROM, str(ts).encode())]
 
     def _expand_oversize(
-        self, topic: str, values: list[bytes], headers: list[Headers], where: tuple[int, int]
-    ) -> tuple[list[bytes], list[Headers]]:
+        self, topic: str, values: list[bytes], headers: Iterable[Headers], where: tuple[int, int]
+    ) -> tuple[list[bytes], Iterable[Headers]]:
         limit = self._limits[topic].max_value_bytes if topic in self._limits else self.cfg.max_record_bytes
         if not values or max(map(len, values)) <= limit:
             return values, headers
@@ -587,9 +587,12 @@ class TablePipeline:
         index = unit.start
         try:
             for batch in unit.batches(self.batch_size):
-                values = encoder.encode_many(index, batch)
-                headers = action_headers(version_header, index, batch, ts_headers)
-                values, headers = self._expand_oversize(topic, values, headers, (unit.version, index))
+                values, headers = self._expand_oversize(
+                    topic,
+                    encoder.encode_many(index, batch),
+                    action_headers(version_header, index, batch, ts_headers),
+                    (unit.version, index),
+                )
                 pub.produce_many(topic, values, key, headers, ts)
                 index += len(batch)
                 self._events_in_txn += len(batch)
