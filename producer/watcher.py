@@ -432,7 +432,6 @@ def _plain_kinds(data: bytes, lines: list[bytes]) -> list[int]:
 #: where a line ending in ``}`` meets an add line: splitting a buffer here gives nearly every
 #: add body whole, in one copy and one C call, without a Python step per line
 _ADD_BOUNDARY = b'}\n{"add":'
-_HAS_NEWLINE = operator.methodcaller("__contains__", b"\n")
 
 
 def _scan_buffer(
@@ -460,24 +459,33 @@ def _scan_buffer(
         lineno = _scan_lines(storage, scan, _buffer_lines(text, len(text)), lineno, kept)
     else:
         pieces = text.split(_ADD_BOUNDARY)
-        last = len(pieces) - 1
-        bodies = list(map(operator.not_, map(_HAS_NEWLINE, pieces)))
-        bodies[0] = bodies[last] = False
         first = 0
-        for is_body, run in itertools.groupby(bodies):
-            n = len(list(run))
+        for is_body, n in _piece_runs(pieces):
             chunk = pieces[first : first + n]
             if is_body and _scan_bodies(scan, "add", chunk, kept):
                 lineno += n
             else:
                 prefix = b"" if first == 0 else _ADD_BOUNDARY[2:]
-                suffix = b"" if first + n - 1 == last else b"}"
+                suffix = b"" if first + n == len(pieces) else b"}"
                 span = b"".join((prefix, _ADD_BOUNDARY.join(chunk), suffix))  # the log's own text
                 lineno = _scan_line_run(storage, scan, span, lineno, kept)
             first += n
     if keep is not None:
         keep.extend(kept)
     return lineno
+
+
+def _piece_runs(pieces: list[bytes]) -> list[tuple[bool, int]]:
+    """Runs of ``pieces`` (a buffer split at add-line boundaries): (whether they are add bodies, how many).
+
+    A piece between two boundaries is an add body unless it holds a newline (it spans other
+    lines); the first and the last never are. Usually no middle piece holds one.
+    """
+    last = len(pieces) - 1
+    if last >= 2 and max(map(bytes.find, pieces[1:last], repeat(b"\n"))) < 0:
+        return [(False, 1), (True, last - 1), (False, 1)]
+    flags = [0 < i < last and piece.find(b"\n") < 0 for i, piece in enumerate(pieces)]
+    return [(is_body, len(list(run))) for is_body, run in itertools.groupby(flags)]
 
 
 def _scan_line_run(
