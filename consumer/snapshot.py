@@ -345,6 +345,10 @@ class IncrementalSnapshot:
             self.metadata = self.protocol = None
             self.txns, self.domains = {}, {}
             added, removed = _snapshot_changes(before, live)
+        elif not _names_any(before, adds, removes):
+            # an append (nothing the version names is in the state): one lookup per file, no rebuild
+            files = pa.concat_tables([before, live]) if before.num_rows else live
+            added, removed = live, before.slice(0, 0)
         else:
             files, _ = reconcile(before, empty_removes, adds, removes)
             added, removed = live, _gone(before, adds, removes, live)
@@ -475,6 +479,15 @@ def _snapshot_changes(before: pa.Table, after: pa.Table) -> tuple[pa.Table, pa.T
     added = after.filter(pc.invert(pc.is_in(after_keys, value_set=before_keys)))
     removed = before.filter(pc.invert(pc.is_in(before_keys, value_set=after_keys)))
     return added, removed
+
+
+def _names_any(before: pa.Table, adds: pa.Table, removes: pa.Table) -> bool:
+    """Whether a path of the version's adds or removes is in ``before``."""
+    if before.num_rows == 0 or adds.num_rows + removes.num_rows == 0:
+        return False
+    paths = pa.chunked_array(adds["path"].chunks + removes["path"].chunks, type=pa.string())
+    named = pc.is_in(canonical_paths(before["path"]), value_set=pc.unique(canonical_paths(paths)))
+    return bool(pc.any(named).as_py())
 
 
 def _gone(before: pa.Table, adds: pa.Table, removes: pa.Table, live: pa.Table) -> pa.Table:
