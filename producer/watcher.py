@@ -22,6 +22,7 @@ by the batch size, whatever the size of the commit.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
 import logging
@@ -29,7 +30,7 @@ import operator
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -218,15 +219,14 @@ class CommitWork:
             for i in range(self.start, len(actions), size):
                 yield actions[i : i + size]
             return
-        batch: ActionBatch = []
-        index = 0
-        for action_type, body in iter_raw_actions(self._storage, self.version, self.scan):
-            if index >= self.start:
-                batch.append((action_type, body))
-                if len(batch) >= size:
-                    yield batch
-                    batch = []
-            index += 1
+        actions_left = iter_raw_actions(self._storage, self.version, self.scan)
+        skipped = deque(
+            enumerate(itertools.islice(actions_left, self.start), 1), maxlen=1
+        )  # published already
+        index = skipped[0][0] if skipped else 0
+        while batch := list(itertools.islice(actions_left, size)):
+            index += len(batch)
+            yield batch
         if index != self.count:
             raise CorruptLogError(
                 f"commit changed while it was read ({self.count} actions, then {index})",
@@ -234,8 +234,6 @@ class CommitWork:
                 version=self.version,
                 file=self._storage.log_file(commit_name(self.version)),
             )
-        if batch:
-            yield batch
 
     def summary(self) -> CommitSummary:
         s = self.scan.summary
@@ -461,18 +459,27 @@ def _scan_buffer(
         pieces = text.split(_ADD_BOUNDARY)
         first = 0
         for is_body, n in _piece_runs(pieces):
-            chunk = pieces[first : first + n]
-            if is_body and _scan_bodies(scan, "add", chunk, kept):
+            if is_body and _scan_bodies(scan, "add", _bodies(pieces, first, n), kept):
                 lineno += n
             else:
-                prefix = b"" if first == 0 else _ADD_BOUNDARY[2:]
-                suffix = b"" if first + n == len(pieces) else b"}"
-                span = b"".join((prefix, _ADD_BOUNDARY.join(chunk), suffix))  # the log's own text
-                lineno = _scan_line_run(storage, scan, span, lineno, kept)
+                lineno = _scan_line_run(storage, scan, _piece_text(pieces, first, n), lineno, kept)
             first += n
     if keep is not None:
         keep.extend(kept)
     return lineno
+
+
+def _bodies(pieces: list[bytes], first: int, n: int) -> list[bytes]:
+    """A run of add-body pieces as published: JSON whitespace around them left out, as
+    :func:`_split_line` leaves it out (``{"add": {...} }`` is valid too)."""
+    return list(map(bytes.strip, pieces[first : first + n], repeat(_JSON_WS)))
+
+
+def _piece_text(pieces: list[bytes], first: int, n: int) -> bytes:
+    """The log's own text of ``n`` pieces from ``first`` (the boundaries between them put back)."""
+    prefix = b"" if first == 0 else _ADD_BOUNDARY[2:]
+    suffix = b"" if first + n == len(pieces) else b"}"
+    return b"".join((prefix, _ADD_BOUNDARY.join(pieces[first : first + n]), suffix))
 
 
 def _piece_runs(pieces: list[bytes]) -> list[tuple[bool, int]]:
@@ -637,25 +644,56 @@ def _split_line(line: bytes) -> tuple[str, bytes] | None:
 
 
 def iter_raw_actions(storage: TableStorage, version: int, scan: VersionScan) -> Iterator[tuple[str, Body]]:
-    """Second pass: (type, body) per action in file order; bodies are the log's own bytes."""
+    """Second pass: (type, body) per action in file order; bodies are the log's own bytes.
+
+    A large commit is read again in the same buffers and split the same way as by the first pass,
+    so the same bytes come out; only the lines the first pass marked slow are decoded again.
+    """
     if scan.actions is not None:
         yield from scan.actions
         return
+    slow = sorted(scan.slow_lines)
     with open_commit(storage, version) as fh:
         lineno = 0
         for data, end in _line_buffers(fh):
-            for raw in _buffer_lines(data, end):
-                lineno += 1
-                if lineno in scan.slow_lines:
-                    if raw.strip():
-                        yield from _decode_line(storage, version, lineno, raw)
-                    continue
-                split = _split_line(raw)
-                if split is None:
-                    if not raw.strip():
-                        continue
-                    raise _corrupt(storage, version, lineno, "commit changed while it was read")
-                yield split
+            text = data if end == len(data) else data[:end]
+            if not _utf8(text):  # taken line by line by the first pass too
+                lineno = yield from _raw_lines(storage, version, scan, _buffer_lines(text, len(text)), lineno)
+                continue
+            pieces = text.split(_ADD_BOUNDARY)
+            first = 0
+            for is_body, n in _piece_runs(pieces):
+                i = bisect.bisect_right(slow, lineno)
+                if is_body and (i == len(slow) or slow[i] > lineno + n):  # no slow line among them
+                    yield from zip(
+                        repeat("add"), _bodies(pieces, first, n), strict=False
+                    )  # repeat() is endless
+                    lineno += n
+                else:
+                    span = _piece_text(pieces, first, n)
+                    lineno = yield from _raw_lines(
+                        storage, version, scan, _buffer_lines(span, len(span)), lineno
+                    )
+                first += n
+
+
+def _raw_lines(
+    storage: TableStorage, version: int, scan: VersionScan, lines: list[bytes], lineno: int
+) -> Generator[tuple[str, Body], None, int]:
+    """Second pass over lines one by one (see :func:`_scan_lines`); returns the number of the last line."""
+    for raw in lines:
+        lineno += 1
+        if lineno in scan.slow_lines:
+            if raw.strip():
+                yield from _decode_line(storage, version, lineno, raw)
+            continue
+        split = _split_line(raw)
+        if split is None:
+            if not raw.strip():
+                continue
+            raise _corrupt(storage, version, lineno, "commit changed while it was read")
+        yield split
+    return lineno
 
 
 # --- finding the table's start and timestamps ------------------------------------------------
