@@ -339,7 +339,13 @@ class IncrementalSnapshot:
         before = self._files
         empty_removes = action_schema.REMOVE.empty_table()
         # the touched keys active after the version: the adds no later action of the version undid
-        live, _ = reconcile(action_schema.ADD.empty_table(), empty_removes, adds, removes)
+        if (
+            removes.num_rows == 0
+            and pc.count_distinct(canonical_paths(adds["path"])).as_py() == adds.num_rows
+        ):
+            live = adds.drop_columns([ORDER])  # distinct paths, nothing removed: every add stands
+        else:
+            live, _ = reconcile(action_schema.ADD.empty_table(), empty_removes, adds, removes)
         if pending.snapshot:
             files = live
             self.metadata = self.protocol = None

@@ -256,6 +256,30 @@ def _remove(path: str, part: str, **extra: Any) -> tuple[str, dict[str, Any]]:
     return "remove", {"path": path, "partitionValues": {"p": part}, "dataChange": True, **extra}
 
 
+def test_a_file_added_twice_in_one_version_is_kept_once_as_its_last_add() -> None:
+    """Appends take a short way (no reconcile); it must not apply when a version names a file twice,
+    by the same path or by two spellings of it, even without a remove."""
+    state = IncrementalSnapshot("t")
+    state.apply_values(_version_values(0, [("protocol", {"minReaderVersion": 1}), ("metaData", {"id": "t"})]))
+    (inv,) = state.apply_values(
+        _version_values(
+            1,
+            [
+                _add("file:/a", "1", stats="first"),
+                _add("b", "2"),
+                _add("/a", "1", stats="last"),  # the canonical path of file:/a
+            ],
+        )
+    )
+    assert inv.files == 2 and sorted(inv.added) == ["/a", "b"]
+    (inv,) = state.apply_values(
+        _version_values(2, [_add("c", "3", stats="first"), _add("c", "3", stats="again")])
+    )
+    assert inv.files == 3 and inv.added == ("c",)
+    rows = {r["path"]: r["stats"] for r in state.files.to_pylist()}
+    assert rows == {"/a": "last", "b": None, "c": "again"}
+
+
 def test_invalidation_of_rewrites_dv_updates_and_snapshots_in_one_version() -> None:
     dv = {
         "storageType": "u",
