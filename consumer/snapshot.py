@@ -224,6 +224,7 @@ class IncrementalSnapshot:
         self.txns: dict[str, dict[str, Any]] = {}
         self.domains: dict[str, dict[str, Any]] = {}
         self._files: pa.Table = action_schema.ADD.empty_table()
+        self._paths: _PathIndex | None = None  # built on first use
         self._pending: _Pending | None = None
         self._invalidations: list[Invalidation] = []
         #: events ignored because their version was already applied (a re-read after a restart)
@@ -334,6 +335,20 @@ class IncrementalSnapshot:
     def _describe(pending: _Pending) -> str:
         return f"{'snapshot' if pending.snapshot else 'version'} {pending.version}"
 
+    def _names_any(self, before: pa.Table, adds: pa.Table, removes: pa.Table) -> bool:
+        """Whether a path of the version's adds or removes is in ``before`` (the state)."""
+        if before.num_rows == 0 or adds.num_rows + removes.num_rows == 0:
+            return False
+        paths = pa.chunked_array(adds["path"].chunks + removes["path"].chunks, type=pa.string())
+        touched = pc.unique(canonical_paths(paths))
+        if _PathIndex.available:
+            if self._paths is None:
+                self._paths = _PathIndex(canonical_paths(before["path"]))
+            if not self._paths.may_hold_any(touched):
+                return False
+        named = pc.is_in(canonical_paths(before["path"]), value_set=touched)  # a pass over the state
+        return bool(pc.any(named).as_py())
+
     def _apply_version(self, pending: _Pending) -> Invalidation:
         adds, removes = pending.file_actions(self.table_id)
         before = self._files
@@ -351,13 +366,19 @@ class IncrementalSnapshot:
             self.metadata = self.protocol = None
             self.txns, self.domains = {}, {}
             added, removed = _snapshot_changes(before, live)
-        elif not _names_any(before, adds, removes):
-            # an append (nothing the version names is in the state): one lookup per file, no rebuild
+        elif not self._names_any(before, adds, removes):
+            # an append (nothing the version names is in the state): no pass over the state
             files = pa.concat_tables([before, live]) if before.num_rows else live
             added, removed = live, before.slice(0, 0)
         else:
             files, _ = reconcile(before, empty_removes, adds, removes)
             added, removed = live, _gone(before, adds, removes, live)
+        if pending.snapshot:
+            self._paths = None
+        elif self._paths is not None:
+            self._paths.extend(canonical_paths(live["path"]))
+            if self._paths.size > 2 * files.num_rows + 4096:  # mostly files removed since: rebuild
+                self._paths = None
         for action_type, action in pending.others:
             if action_type == "metaData":
                 self.metadata = action
@@ -374,7 +395,7 @@ class IncrementalSnapshot:
         if files.num_rows and files.column(0).num_chunks > max(
             _MAX_CHUNKS, files.num_rows // _ROWS_PER_CHUNK
         ):
-            files = files.combine_chunks()  # every version adds chunks; kernels slow down with many
+            files = _compact(files)  # every version adds chunks; kernels slow down with many
         self._files = files
         self.version = pending.version
         self.complete = self.complete or pending.snapshot or pending.version == 0
@@ -475,6 +496,68 @@ class IncrementalSnapshot:
         return state
 
 
+class _PathIndex:
+    """Which paths may be among the state's files, answered without a pass over every file.
+
+    Sorted runs of canonical paths, searched by binary search: a run per version, merged with the
+    run before it when that one is not more than twice as long, so there are few runs and a path
+    is sorted again only a few times. It only grows: a removed file stays until the index is
+    twice the state, then it is built again. So it may say "maybe" for a path no longer there
+    (the exact check follows) but never "no" for a path that is. Without ``search_sorted``
+    (pyarrow older than 21) every version makes the exact check.
+    """
+
+    available = hasattr(pc, "search_sorted")
+
+    def __init__(self, paths: pa.Array | pa.ChunkedArray) -> None:
+        self._runs: list[pa.Array] = []
+        self.size = 0
+        self.extend(paths)
+
+    def extend(self, paths: pa.Array | pa.ChunkedArray) -> None:
+        if isinstance(paths, pa.ChunkedArray):
+            paths = paths.combine_chunks()
+        if len(paths) == 0:
+            return
+        self._runs.append(paths.take(pc.array_sort_indices(paths)))
+        self.size += len(paths)
+        while len(self._runs) > 1 and len(self._runs[-2]) <= 2 * len(self._runs[-1]):
+            last = self._runs.pop()
+            merged = pa.concat_arrays([self._runs.pop(), last])
+            self._runs.append(merged.take(pc.array_sort_indices(merged)))
+
+    def may_hold_any(self, paths: pa.Array | pa.ChunkedArray) -> bool:
+        if isinstance(paths, pa.ChunkedArray):
+            paths = paths.combine_chunks()
+        for run in self._runs:
+            at = pc.min_element_wise(pc.search_sorted(run, paths), len(run) - 1)
+            if pc.any(pc.equal(run.take(at), paths)).as_py():
+                return True
+        return False
+
+
+def _compact(files: pa.Table) -> pa.Table:
+    """Each run of small chunks merged into one; chunks of ``_ROWS_PER_CHUNK`` rows or more stay.
+
+    Versions of a few files each add a small chunk: merging only those costs their rows, where
+    combining the whole table copied every file each time.
+    """
+    out: list[pa.RecordBatch] = []
+    small: list[pa.RecordBatch] = []
+    for batch in [*files.to_batches(), None]:
+        if batch is None or batch.num_rows >= _ROWS_PER_CHUNK:
+            if len(small) > 1:
+                out.extend(pa.Table.from_batches(small, files.schema).combine_chunks().to_batches())
+            else:
+                out.extend(small)
+            small = []
+            if batch is not None:
+                out.append(batch)
+        else:
+            small.append(batch)
+    return pa.Table.from_batches(out, files.schema)
+
+
 def _keys(files: pa.Table) -> pa.Array:
     return file_keys(files["path"], files["deletionVector"])
 
@@ -485,15 +568,6 @@ def _snapshot_changes(before: pa.Table, after: pa.Table) -> tuple[pa.Table, pa.T
     added = after.filter(pc.invert(pc.is_in(after_keys, value_set=before_keys)))
     removed = before.filter(pc.invert(pc.is_in(before_keys, value_set=after_keys)))
     return added, removed
-
-
-def _names_any(before: pa.Table, adds: pa.Table, removes: pa.Table) -> bool:
-    """Whether a path of the version's adds or removes is in ``before``."""
-    if before.num_rows == 0 or adds.num_rows + removes.num_rows == 0:
-        return False
-    paths = pa.chunked_array(adds["path"].chunks + removes["path"].chunks, type=pa.string())
-    named = pc.is_in(canonical_paths(before["path"]), value_set=pc.unique(canonical_paths(paths)))
-    return bool(pc.any(named).as_py())
 
 
 def _gone(before: pa.Table, adds: pa.Table, removes: pa.Table, live: pa.Table) -> pa.Table:

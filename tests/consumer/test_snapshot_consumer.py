@@ -13,6 +13,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from deltamirror.consumer.snapshot import (
     IncrementalSnapshot,
@@ -853,3 +855,26 @@ def test_cli_refuses_to_guess_the_commits_topic_of_a_non_default_actions_topic()
     )
     assert done.returncode == 2
     assert b"give the commits topic by name" in done.stderr
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    batches=st.lists(
+        st.lists(st.sampled_from([f"p{i}" for i in range(40)] + ["file:/x", "/x"]), max_size=12), max_size=25
+    ),
+    probes=st.lists(st.sampled_from([f"p{i}" for i in range(50)] + ["/x"]), min_size=1, max_size=5),
+)
+def test_the_path_index_never_misses_a_path_it_was_given(batches: list[list[str]], probes: list[str]) -> None:
+    """The index behind the append shortcut: "no" must be right; "maybe" may be wrong."""
+    from deltamirror.consumer.snapshot import _PathIndex
+
+    if not _PathIndex.available:
+        pytest.skip("pyarrow without search_sorted")
+    index = _PathIndex(pa.array([], pa.string()))
+    given_paths: set[str] = set()
+    for batch in batches:
+        index.extend(pa.array(batch, pa.string()))
+        given_paths.update(batch)
+    assert index.size == sum(map(len, batches))
+    # nothing was removed here, so the answer is exact (the index compares paths as given)
+    assert index.may_hold_any(pa.array(probes, pa.string())) == any(p in given_paths for p in probes)
