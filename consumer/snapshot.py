@@ -503,8 +503,8 @@ class _PathIndex:
     run before it when that one is not more than twice as long, so there are few runs and a path
     is sorted again only a few times. It only grows: a removed file stays until the index is
     twice the state, then it is built again. So it may say "maybe" for a path no longer there
-    (the exact check follows) but never "no" for a path that is. Without ``search_sorted``
-    (pyarrow older than 21) every version makes the exact check.
+    (the exact check follows) but never "no" for a path that is. It costs a second copy of the
+    paths. Without pyarrow's ``search_sorted`` every version makes the exact check.
     """
 
     available = hasattr(pc, "search_sorted")
