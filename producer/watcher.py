@@ -172,9 +172,7 @@ class _Summary:
             values = {
                 k: v if v is None or type(v) is str else orjson.dumps(v).decode() for k, v in values.items()
             }
-        self._touch_items(tuple(values.items()), values)
-
-    def _touch_items(self, seen: tuple[tuple[str, Any], ...], values: dict[str, Any] | None = None) -> None:
+        seen = tuple(values.items())  # as written: most files of a commit repeat a few of these
         if seen in self._seen:
             return
         key = tuple(sorted(seen))
@@ -182,7 +180,7 @@ class _Summary:
             if len(self.partitions) >= MAX_PARTITIONS_LISTED:
                 self.truncated = True
                 return
-            self.partitions[key] = dict(seen) if values is None else values
+            self.partitions[key] = values
         if len(self._seen) < 4 * MAX_PARTITIONS_LISTED:
             self._seen[seen] = None
 
@@ -220,10 +218,7 @@ class CommitWork:
                 yield actions[i : i + size]
             return
         actions_left = iter_raw_actions(self._storage, self.version, self.scan)
-        skipped = deque(
-            enumerate(itertools.islice(actions_left, self.start), 1), maxlen=1
-        )  # published already
-        index = skipped[0][0] if skipped else 0
+        index = sum(1 for _ in itertools.islice(actions_left, self.start))  # published already
         while batch := list(itertools.islice(actions_left, size)):
             index += len(batch)
             yield batch
