@@ -154,22 +154,28 @@ def reconcile(
     if adds.num_rows == 0 and removes.num_rows == 0:
         return cp_adds, cp_removes
     add_keys = file_keys(adds["path"], adds["deletionVector"])
-    rm_keys = file_keys(removes["path"], removes["deletionVector"])
-    actions = pa.table(
-        {
-            "key": pa.concat_arrays([add_keys, rm_keys]),
-            "order": pa.concat_arrays([adds[ORDER].combine_chunks(), removes[ORDER].combine_chunks()]),
-        }
-    ).sort_by([("key", "ascending"), ("order", "descending")])
-    keys = actions["key"].combine_chunks()
-    first = pc.not_equal(keys.slice(1), keys.slice(0, len(keys) - 1))
-    is_first = pa.concat_arrays(
-        [pa.array([True]), first.combine_chunks() if isinstance(first, pa.ChunkedArray) else first]
-    )
-    winners = actions["order"].combine_chunks().filter(is_first)
-    live_adds = adds.filter(pc.is_in(adds[ORDER], winners)).drop_columns([ORDER])
-    live_removes = removes.filter(pc.is_in(removes[ORDER], winners)).drop_columns([ORDER])
-    touched = pc.unique(keys)
+    if removes.num_rows == 0 and pc.count_distinct(add_keys).as_py() == adds.num_rows:
+        # every key named once, nothing removed (an append): every add stands, nothing to order
+        live_adds = adds.drop_columns([ORDER])
+        live_removes = removes.drop_columns([ORDER])
+        touched = add_keys
+    else:
+        rm_keys = file_keys(removes["path"], removes["deletionVector"])
+        actions = pa.table(
+            {
+                "key": pa.concat_arrays([add_keys, rm_keys]),
+                "order": pa.concat_arrays([adds[ORDER].combine_chunks(), removes[ORDER].combine_chunks()]),
+            }
+        ).sort_by([("key", "ascending"), ("order", "descending")])
+        keys = actions["key"].combine_chunks()
+        first = pc.not_equal(keys.slice(1), keys.slice(0, len(keys) - 1))
+        is_first = pa.concat_arrays(
+            [pa.array([True]), first.combine_chunks() if isinstance(first, pa.ChunkedArray) else first]
+        )
+        winners = actions["order"].combine_chunks().filter(is_first)
+        live_adds = adds.filter(pc.is_in(adds[ORDER], winners)).drop_columns([ORDER])
+        live_removes = removes.filter(pc.is_in(removes[ORDER], winners)).drop_columns([ORDER])
+        touched = pc.unique(keys)
     touched_paths = pc.unique(
         canonical_paths(pa.chunked_array(adds["path"].chunks + removes["path"].chunks, type=pa.string()))
     )
