@@ -335,44 +335,39 @@ class IncrementalSnapshot:
     def _describe(pending: _Pending) -> str:
         return f"{'snapshot' if pending.snapshot else 'version'} {pending.version}"
 
-    def _names_any(self, before: pa.Table, adds: pa.Table, removes: pa.Table) -> bool:
-        """Whether a path of the version's adds or removes is in ``before`` (the state)."""
+    def _named(self, before: pa.Table, adds: pa.Table, removes: pa.Table) -> pa.Table | None:
+        """The files of ``before`` (the state) whose path an add or remove of the version names;
+        None when there is none (an append)."""
         if before.num_rows == 0 or adds.num_rows + removes.num_rows == 0:
-            return False
+            return None
         paths = pa.chunked_array(adds["path"].chunks + removes["path"].chunks, type=pa.string())
         touched = pc.unique(canonical_paths(paths))
         if _PathIndex.available:
             if self._paths is None:
                 self._paths = _PathIndex(canonical_paths(before["path"]))
             if not self._paths.may_hold_any(touched):
-                return False
-        named = pc.is_in(canonical_paths(before["path"]), value_set=touched)  # a pass over the state
-        return bool(pc.any(named).as_py())
+                return None
+        named = before.filter(pc.is_in(canonical_paths(before["path"]), value_set=touched))  # a pass
+        return named if named.num_rows else None
 
     def _apply_version(self, pending: _Pending) -> Invalidation:
         adds, removes = pending.file_actions(self.table_id)
         before = self._files
         empty_removes = action_schema.REMOVE.empty_table()
         # the touched keys active after the version: the adds no later action of the version undid
-        if (
-            removes.num_rows == 0
-            and pc.count_distinct(canonical_paths(adds["path"])).as_py() == adds.num_rows
-        ):
-            live = adds.drop_columns([ORDER])  # distinct paths, nothing removed: every add stands
-        else:
-            live, _ = reconcile(action_schema.ADD.empty_table(), empty_removes, adds, removes)
+        live, _ = reconcile(action_schema.ADD.empty_table(), empty_removes, adds, removes)
         if pending.snapshot:
             files = live
             self.metadata = self.protocol = None
             self.txns, self.domains = {}, {}
             added, removed = _snapshot_changes(before, live)
-        elif not self._names_any(before, adds, removes):
+        elif (named := self._named(before, adds, removes)) is None:
             # an append (nothing the version names is in the state): no pass over the state
             files = pa.concat_tables([before, live]) if before.num_rows else live
             added, removed = live, before.slice(0, 0)
         else:
             files, _ = reconcile(before, empty_removes, adds, removes)
-            added, removed = live, _gone(before, adds, removes, live)
+            added, removed = live, _gone(named, adds, removes, live)
         if pending.snapshot:
             self._paths = None
         elif self._paths is not None:
@@ -570,19 +565,10 @@ def _snapshot_changes(before: pa.Table, after: pa.Table) -> tuple[pa.Table, pa.T
     return added, removed
 
 
-def _gone(before: pa.Table, adds: pa.Table, removes: pa.Table, live: pa.Table) -> pa.Table:
-    """The files of ``before`` a version's actions touched and that are not active after it.
-
-    Keys are built only for the rows whose path an action names (as core's replay does).
-    """
-    if before.num_rows == 0 or adds.num_rows + removes.num_rows == 0:
-        return before.slice(0, 0)
-    paths = pa.chunked_array(adds["path"].chunks + removes["path"].chunks, type=pa.string())
-    named = before.filter(
-        pc.is_in(canonical_paths(before["path"]), value_set=pc.unique(canonical_paths(paths)))
-    )
-    if named.num_rows == 0:
-        return named
+def _gone(named: pa.Table, adds: pa.Table, removes: pa.Table, live: pa.Table) -> pa.Table:
+    """Of ``named`` (the files of the state whose path a version's actions name), those whose key
+    the version touched and that are not active after it. Keys are built only for these rows
+    (as core's replay does)."""
     touched = pa.chunked_array([_keys(adds), _keys(removes)], type=pa.string()).combine_chunks()
     named_keys = _keys(named)
     hit = pc.and_(
