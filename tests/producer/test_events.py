@@ -60,16 +60,21 @@ def test_the_schema_is_valid_draft_2020_12() -> None:
     jsonschema.Draft202012Validator.check_schema(events.json_schema())
 
 
+def _encoder(**over: Any) -> events.EnvelopeEncoder:
+    """An encoder for version 7 of table t-1 (3 actions), with ``over`` changed."""
+    fields: dict[str, Any] = {
+        "table_id": "t-1",
+        "table_uri": "file:///x",
+        "version": 7,
+        "commit_timestamp": 1_700_000_000_123,
+        "commit_timestamp_source": "adjusted-file-time",
+        "count": 3,
+    }
+    return events.EnvelopeEncoder(**{**fields, **over})
+
+
 def _envelope(**over: Any) -> dict[str, Any]:
-    enc = events.EnvelopeEncoder(
-        table_id="t-1",
-        table_uri="file:///x",
-        version=7,
-        commit_timestamp=1_700_000_000_123,
-        commit_timestamp_source="adjusted-file-time",
-        count=3,
-        snapshot=over.pop("snapshot", False),
-    )
+    enc = _encoder(snapshot=over.pop("snapshot", False))
     value = enc.encode(
         over.pop("index", 1), over.pop("type", "add"), over.pop("body", {"path": "a", "size": 1})
     )
@@ -77,14 +82,7 @@ def _envelope(**over: Any) -> dict[str, Any]:
 
 
 def test_encoder_output_round_trips_through_the_model() -> None:
-    enc = events.EnvelopeEncoder(
-        table_id="t-1",
-        table_uri="file:///x",
-        version=7,
-        commit_timestamp=1_700_000_000_123,
-        commit_timestamp_source="ict",
-        count=2,
-    )
+    enc = _encoder(commit_timestamp_source="ict", count=2)
     raw_body = b'{"path":"p%20q.parquet","partitionValues":{"d":null},"size":10,"modificationTime":1,"dataChange":true}'
     values = enc.encode_many(0, [("add", raw_body), ("commitInfo", {"operation": "WRITE", "n": 1.5})])
     first = events.ActionEvent.model_validate_json(values[0])
@@ -105,13 +103,8 @@ def test_encoder_output_round_trips_through_the_model() -> None:
 
 @pytest.mark.parametrize("start", [0, 4094, 10_000])
 def test_encoding_in_bulk_gives_the_bytes_of_one_by_one(start: int) -> None:
-    enc = events.EnvelopeEncoder(
-        table_id="t",
-        table_uri="file:///x",
-        version=3,
-        commit_timestamp=5,
-        commit_timestamp_source="ict",
-        count=start + 3,
+    enc = _encoder(
+        table_id="t", version=3, commit_timestamp=5, commit_timestamp_source="ict", count=start + 3
     )
     actions: list[tuple[str, bytes | dict[str, object]]] = [
         ("add", b'{"path":"a"}'),
@@ -124,14 +117,8 @@ def test_encoding_in_bulk_gives_the_bytes_of_one_by_one(start: int) -> None:
 
 
 def test_snapshot_events_mark_the_last_one() -> None:
-    enc = events.EnvelopeEncoder(
-        table_id="t",
-        table_uri="file:///x",
-        version=3,
-        commit_timestamp=5,
-        commit_timestamp_source="file-time",
-        count=3,
-        snapshot=True,
+    enc = _encoder(
+        table_id="t", version=3, commit_timestamp=5, commit_timestamp_source="file-time", snapshot=True
     )
     decoded = [json.loads(v) for v in enc.encode_many(0, [("protocol", {}), ("metaData", {}), ("add", {})])]
     assert [d["snapshotEnd"] for d in decoded] == [False, False, True]
