@@ -150,6 +150,28 @@ def consume(
         consumer.close()
 
 
+def uncommitted_records(bootstrap: str, topic: str) -> int:
+    """Records of ``topic``'s partition 0 in a transaction still open: high watermark minus LSO.
+
+    A read_committed client's high watermark is the last stable offset (where the first open
+    transaction begins), so the difference is what a kill now would leave for the broker to abort.
+    """
+    from confluent_kafka import Consumer, TopicPartition
+
+    offsets = []
+    for isolation in ("read_uncommitted", "read_committed"):
+        consumer = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": unique("wm"), "isolation.level": isolation}
+        )
+        try:
+            offsets.append(
+                consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)[1]
+            )
+        finally:
+            consumer.close()
+    return int(offsets[0] - offsets[1])
+
+
 def events_output(table: Path | str, *args: str) -> list[bytes]:
     """What ``deltamirror events TABLE ...`` prints, one value per line."""
     done = subprocess.run(
@@ -259,6 +281,7 @@ class Kit:
     write_versions = staticmethod(write_versions)
     unique = staticmethod(unique)
     consume = staticmethod(consume)
+    uncommitted_records = staticmethod(uncommitted_records)
     events_output = staticmethod(events_output)
     stop_process = staticmethod(stop_process)
 
