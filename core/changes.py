@@ -136,6 +136,65 @@ def read_changes(
     return ChangeFeed(table, plan, columns, partition_filter, batch_size)
 
 
+@dataclass(frozen=True)
+class VersionActions:
+    """One version's actions from wherever they were read (e.g. a Kafka mirror of the log).
+
+    ``actions`` are ``(type, body)`` pairs in commit order with Delta's field names, e.g.
+    ``("add", {"path": ..., "dataChange": true, ...})``; ``timestamp_ms`` is the resolved commit
+    timestamp, which becomes ``_commit_timestamp``.
+    """
+
+    version: int
+    timestamp_ms: int
+    actions: Iterable[tuple[str, Mapping[str, Any]]]
+
+
+def changes_from_actions(
+    table: DeltaTable,
+    metadata: Metadata,
+    metadata_version: int,
+    versions: Iterable[VersionActions],
+    *,
+    columns: Sequence[str] | None = None,
+    partition_filter: PartitionFilter | None = None,
+    batch_size: int = 65_536,
+) -> ChangeFeed:
+    """The change rows of versions whose actions the caller already has, read with ``metadata``'s schema.
+
+    The same per-version rules as :func:`read_changes`, without reading the log: the caller vouches
+    for the range (change data feed enabled, schema changes readable, reader features supported;
+    :func:`check_change_metadata` checks one metaData). ``versions`` is consumed once, lazily, so
+    the returned feed can be iterated once only. Data files are read from ``table``'s storage.
+    """
+    if batch_size <= 0:
+        raise InvalidArgumentError(f"batch_size must be > 0, got {batch_size}", table=table.uri)
+    rng = ChangeRange(
+        start=metadata_version, end=metadata_version, latest=metadata_version, requested_end=None
+    )
+    plan = _Plan(rng, ReadSchema(metadata, metadata_version), [])
+    return _GivenActionsFeed(table, plan, columns, partition_filter, batch_size, versions)
+
+
+def check_change_metadata(
+    read: ReadSchema, metadata: Metadata, version: int, *, table: str, start: int
+) -> None:
+    """Raise unless rows of ``version``, written under ``metadata``, belong in a feed read with ``read``.
+
+    The checks :func:`read_changes` makes on each metaData of its range: the change data feed must be
+    on (DELTA_MISSING_CHANGE_DATA) and the schema read-compatible with the read schema
+    (DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_SCHEMA_CHANGE).
+    """
+    if not is_cdf_enabled(metadata):
+        raise ChangeDataNotEnabledError(
+            f"change data was not recorded for version {version} (delta.enableChangeDataFeed is not "
+            "true), so no change rows can be read from there on",
+            table=table,
+            version=version,
+        )
+    check_schema_readable(read, metadata, version, schema_change=True, table=table, start=start, end=version)
+
+
 # --- planning: range, features, schema, timestamps ---------------------------------------------
 
 
@@ -296,6 +355,12 @@ def _read_commit_bytes(table: DeltaTable, version: int) -> bytes:
 
 
 _SCAN_KEYS = (b'"metaData"', b'"protocol"', b'"commitInfo"')
+
+
+def _commit_actions(data: bytes, table: str, file: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    for _, wrapped in iter_json_actions(data, table=table, file=file):
+        name, body = next(iter(wrapped.items()))
+        yield name, body
 
 
 def _scan_commits(table: DeltaTable, rng: ChangeRange, ict: IctConfig) -> _Scan:
@@ -497,18 +562,25 @@ class ChangeFeed:
     # --- one version ---
 
     def _version_reads(self, entry: _Version) -> Iterator[_Read]:
-        """The file reads that make up one version's rows, in commit order."""
-        version = entry.version
-        data = self._plan.commit_bytes.pop(version, None)
+        """The file reads of one version, from its own commit file."""
+        data = self._plan.commit_bytes.pop(entry.version, None)
         if data is None:
-            data = _read_commit_bytes(self.table, version)
-        file = self.table.storage.log_file(commit_name(version))
-        cdc: list[dict[str, Any]] = []
-        adds: dict[str, dict[str, Any]] = {}
-        removes: dict[str, dict[str, Any]] = {}
-        commit_info: dict[str, Any] | None = None
-        for _, wrapped in iter_json_actions(data, table=self.table.uri, file=file):
-            name, body = next(iter(wrapped.items()))
+            data = _read_commit_bytes(self.table, entry.version)
+        actions = _commit_actions(
+            data, self.table.uri, self.table.storage.log_file(commit_name(entry.version))
+        )
+        del data  # the generator holds the bytes only until it is read through
+        return self._reads_of(entry.version, entry.timestamp_ms, actions)
+
+    def _reads_of(
+        self, version: int, timestamp_ms: int, actions: Iterable[tuple[str, Mapping[str, Any]]]
+    ) -> Iterator[_Read]:
+        """The file reads that make up one version's rows, in commit order."""
+        cdc: list[Mapping[str, Any]] = []
+        adds: dict[str, Mapping[str, Any]] = {}
+        removes: dict[str, Mapping[str, Any]] = {}
+        commit_info: Mapping[str, Any] | None = None
+        for name, body in actions:
             if name == "cdc":
                 cdc.append(body)
             elif name == "add" and body.get("dataChange", True):
@@ -517,8 +589,7 @@ class ChangeFeed:
                 removes[body["path"]] = body
             elif name == "commitInfo" and commit_info is None:
                 commit_info = body
-        del data
-        meta = _Meta(version, entry.timestamp_ms * 1000)
+        meta = _Meta(version, timestamp_ms * 1000)
         if cdc:
             for action in cdc:
                 if self._filter.keeps(action, version):
@@ -555,7 +626,7 @@ class ChangeFeed:
             )
 
     def _read_dv_update(
-        self, add: dict[str, Any], remove: dict[str, Any], meta: _Meta
+        self, add: Mapping[str, Any], remove: Mapping[str, Any], meta: _Meta
     ) -> Iterator[pa.RecordBatch]:
         """Rows whose deletion bit flipped between the removed and the added DV of one file."""
         path = add["path"]
@@ -698,6 +769,29 @@ class ChangeFeed:
                 )
             return {}
         return dict(values)
+
+
+class _GivenActionsFeed(ChangeFeed):
+    def __init__(
+        self,
+        table: DeltaTable,
+        plan: _Plan,
+        columns: Sequence[str] | None,
+        partition_filter: PartitionFilter | None,
+        batch_size: int,
+        versions: Iterable[VersionActions],
+    ) -> None:
+        super().__init__(table, plan, columns, partition_filter, batch_size)
+        self._versions = iter(versions)
+
+    def __repr__(self) -> str:
+        return f"changes_from_actions({self.table.uri!r}, read with the schema of version {self.read_schema_version})"
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        reads = (
+            read for v in self._versions for read in self._reads_of(v.version, v.timestamp_ms, v.actions)
+        )
+        return self._coalesce(_prefetched(reads))
 
 
 @dataclass(frozen=True)

@@ -156,6 +156,12 @@ class IncompatibleSchemaChangeError(ChangeDataFeedError):
     error_class = "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_SCHEMA_CHANGE"
 
 
+class SchemaChangedError(ChangeDataFeedError):
+    """The schema changed after a stream started reading; restart the query to read with the new one."""
+
+    error_class = "DELTA_SCHEMA_CHANGED_WITH_VERSION"
+
+
 class IncompatibleDataSchemaError(IncompatibleSchemaChangeError):
     """The read schema cannot read the start version's data (no schema change inside the range)."""
 
