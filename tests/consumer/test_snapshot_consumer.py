@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import uuid
 from collections import defaultdict
 from pathlib import Path
@@ -32,6 +31,7 @@ from deltamirror.core.table import open_table
 from deltamirror.producer.service import encoder_for, iter_event_values
 from deltamirror.producer.snapshot_events import SnapshotWork
 from support.tables import TABLES, copy_table
+from support.watching import watch_until
 
 # tables whose log starts at version 0: updates, DVs, re-added files, canonicalized paths, partitions,
 # txns, domain metadata, checkpoints in between
@@ -643,63 +643,7 @@ def _watch(
     bootstrap: str, table: Path, actions: str, until_version: int, prefix: str, table_id: str | None = None
 ) -> None:
     """Run the watcher in-process (snapshot first) until ``until_version`` is published."""
-    from deltamirror.producer.config import WatchConfig
-    from deltamirror.producer.service import WatchService
-
-    cfg = WatchConfig.model_validate(
-        {
-            "kafka": {"bootstrap_servers": bootstrap},
-            "tables": [
-                {
-                    "uri": str(table),
-                    "snapshot_mode": "initial",
-                    "actions_topic": actions,
-                    "commits_topic": actions.replace(".actions", ".commits"),
-                    "poll_interval_s": 0.2,
-                }
-            ],
-            "progress_topic": actions.replace(".actions", ".progress"),
-            "transactional_id_prefix": prefix,
-        }
-    )
-    service = WatchService(cfg)
-    service.start()
-    deadline = time.monotonic() + 40
-    try:
-        while _published_version(bootstrap, cfg.tables[0].commits_topic or "", table_id) < until_version:
-            assert time.monotonic() < deadline, "the watcher did not publish in time"
-            assert service._failure is None, service._failure
-            time.sleep(0.3)
-    finally:
-        service.request_stop()
-        assert service.wait(30)
-        service.close()
-
-
-def _published_version(bootstrap: str, commits: str, table_id: str | None = None) -> int:
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"t-{uuid.uuid4().hex[:8]}",
-            "isolation.level": "read_committed",
-        }
-    )
-    try:
-        if commits not in consumer.list_topics(timeout=10).topics:
-            return -1
-        consumer.assign([TopicPartition(commits, 0, -2)])
-        best = -1
-        while msgs := consumer.consume(500, timeout=1.0):
-            for m in msgs:
-                if m.error() is None and (m.value() or b"").startswith(b'{"kind":"commit"'):
-                    summary = json.loads(m.value() or b"{}")
-                    if table_id is None or summary["tableId"] == table_id:
-                        best = max(best, summary["version"])
-        return best
-    finally:
-        consumer.close()
+    watch_until(bootstrap, table, actions, until_version, prefix, table_id=table_id)
 
 
 def _consume_once(bootstrap: str, topic: str, state_dir: Path, *extra: str) -> list[dict[str, Any]]:
