@@ -37,7 +37,9 @@ def test_murmur2_gives_kafkas_own_test_vectors() -> None:
     assert {k: murmur2(k.encode()) for k in cases} == cases
 
 
-def _summary(version: int, *, table_id: str = "id-1", snapshot: bool = False, uri: str = "file:///data/t") -> bytes:
+def _summary(
+    version: int, *, table_id: str = "id-1", snapshot: bool = False, uri: str = "file:///data/t"
+) -> bytes:
     return CommitSummary(
         schema_version=SCHEMA_VERSION,
         table_id=table_id,
