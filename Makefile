@@ -1,52 +1,59 @@
 # One entry point for people and CI. `make demo` and `make test` are the README's two commands.
+# `make help` lists the targets.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-fast test-kafka test-spark lint format bench ci clean
+.PHONY: help install demo test test-fast test-kafka test-spark lint format bench ci clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-11s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip setuptools wheel
-	$(PIP) install -q -e ".[spark,dev]" --config-settings editable_mode=strict
+	@echo "Installing deltamirror with Spark and the test tools into $(VENV): about 450 MB to download"
+	@echo "on a first run (pyspark is most of it), about 1 GB on disk. Progress follows."
+	$(PIP) install --progress-bar on --upgrade pip setuptools wheel
+	$(PIP) install --progress-bar on -e ".[spark,dev]" --config-settings editable_mode=strict
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) ## create .venv and install deltamirror with its Spark and test dependencies
 	@# strict editable installs link files: pick up modules added since the last install
 	$(PIP) install -q --no-deps -e . --config-settings editable_mode=strict
 
-demo: install
+demo: install ## start a local Kafka broker, mirror a demo table, commit, print the events
 	$(BIN)/deltamirror demo
 
-test: install
+test: install ## the whole suite: real Kafka, real delta-spark (about 20 minutes on 2 cores)
 	$(BIN)/python -m pytest
 
-test-fast: install
+test-fast: install ## the suite without Kafka and Spark
 	$(BIN)/python -m pytest -m "not kafka and not spark"
 
-test-kafka: install
+test-kafka: install ## only the tests that need a Kafka broker
 	$(BIN)/python -m pytest -m kafka
 
-test-spark: install
+test-spark: install ## only the tests that need Spark
 	$(BIN)/python -m pytest -m spark
 
-lint: install
+lint: install ## ruff and mypy, as CI runs them
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy -p deltamirror.core -p deltamirror.producer -p deltamirror.consumer -p deltamirror.cli
 
-format: install
+format: install ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-bench: install
+bench: install ## the benchmarks against delta-rs, delta-spark and raw confluent-kafka
 	$(BIN)/python bench/bench_snapshot.py
 	$(BIN)/python bench/bench_changes.py
 	$(BIN)/python bench/bench_producer.py
 
-ci: install lint test
+ci: ## what CI runs: a clean environment, install, lint, the README's commands
+	bash .ci/run
 
-clean:
+clean: ## remove the venv and caches
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

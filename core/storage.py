@@ -24,6 +24,9 @@ from .errors import InvalidTableUriError, StorageError
 
 LOG_DIR = "_delta_log"
 
+#: URL scheme -> the extra of pyproject.toml that installs its fsspec implementation
+_EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "abfs": "azure", "abfss": "azure", "az": "azure"}
+
 #: a failed storage call is tried this many times in all before its error is raised
 STORAGE_ATTEMPTS = 4
 #: seconds before the second attempt; doubled before each further one (0.2, 0.4, 0.8)
@@ -126,8 +129,10 @@ class TableStorage:
             try:
                 fs, root = fsspec.core.url_to_fs(self.uri, **self.storage_options)
             except ImportError as exc:
+                extra = _EXTRAS.get(self.uri.split(":", 1)[0])
+                hint = f" (pip install 'deltamirror[{extra}]')" if extra else ""
                 raise InvalidTableUriError(
-                    f"storage for this URL needs a package that is not installed: {exc}", table=self.uri
+                    f"storage for this URL needs a package that is not installed: {exc}{hint}", table=self.uri
                 ) from exc
             except (ValueError, TypeError) as exc:
                 raise InvalidTableUriError(f"cannot open storage: {exc}", table=self.uri) from exc

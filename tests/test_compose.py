@@ -45,7 +45,8 @@ def _option(command: list[str], flag: str) -> str:
 
 
 def _check_jsonschema(path: Path) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("check-jsonschema")
+    # the venv's own tool, beside the interpreter running the tests: a fresh machine's PATH has no venv
+    exe = shutil.which("check-jsonschema", path=str(Path(sys.executable).parent))
     if exe is None:
         pytest.skip("check-jsonschema is not installed (pip install -e '.[dev]')")
     return subprocess.run(
