@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install demo test test-fast test-kafka test-spark lint format bench ci clean
+.PHONY: help install demo test test-fast test-kafka test-spark lint format fuzz bench ci clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-11s %s\n", $$1, $$2}'
@@ -46,6 +46,9 @@ lint: install ## ruff and mypy, as CI runs them
 format: install ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+
+fuzz: install ## the full mutation campaign over real tables (SEED=11; failures by class in .dev/fuzz-report.md)
+	$(BIN)/python tests/mutation --size full --seed $(or $(SEED),11) --report .dev/fuzz-report.md
 
 bench: install ## the benchmarks against delta-rs, delta-spark and raw confluent-kafka
 	$(BIN)/python bench/bench_snapshot.py

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from .common import add_output_arguments, add_table_argument, open_table_from_args
+from .progress import ProgressLine, add_progress_argument, wanted
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -14,7 +15,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Print the rows that changed between two versions (both inclusive), each with "
         "_change_type (insert, delete, update_preimage, update_postimage), _commit_version and "
         "_commit_timestamp, with delta-spark's semantics. The table needs "
-        "delta.enableChangeDataFeed=true over the whole range.",
+        "delta.enableChangeDataFeed=true over the whole range. Timestamps print as "
+        "2026-01-01T00:00:05.500Z in jsonl and csv; csv cannot hold struct, array or map columns. "
+        "On a terminal, stderr shows the versions read.",
     )
     add_table_argument(p)
     start = p.add_mutually_exclusive_group(required=True)
@@ -31,24 +34,29 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--columns", metavar="A,B", help="only these table columns (the CDF columns always follow)"
     )
     add_output_arguments(p, ["jsonl", "parquet", "csv"], "jsonl")
+    add_progress_argument(p)
     p.set_defaults(handler=cmd_changes)
 
 
 def cmd_changes(args: argparse.Namespace) -> int:
     from deltamirror.core.changes import read_changes
 
-    from .output import open_output, write_batches
+    from .output import check_csv_schema, open_output, write_batches
 
     table = open_table_from_args(args)
     columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
-    feed = read_changes(
-        table,
-        starting_version=args.starting_version,
-        starting_timestamp=args.starting_timestamp,
-        ending_version=args.ending_version,
-        ending_timestamp=args.ending_timestamp,
-        columns=columns,
-    )
-    with open_output(args.output) as out:
-        write_batches(feed, feed.schema, args.format, out)
+    with ProgressLine(wanted(args)) as line:
+        feed = read_changes(
+            table,
+            starting_version=args.starting_version,
+            starting_timestamp=args.starting_timestamp,
+            ending_version=args.ending_version,
+            ending_timestamp=args.ending_timestamp,
+            columns=columns,
+            progress=line.callback("changes", "versions"),
+        )
+        if args.format == "csv":
+            check_csv_schema(feed.schema)
+        with open_output(args.output) as out:
+            write_batches(feed, feed.schema, args.format, out)
     return 0

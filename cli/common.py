@@ -10,10 +10,13 @@ def parse_storage_options(pairs: list[str] | None) -> dict[str, Any]:
     from deltamirror.core.errors import InvalidArgumentError
 
     options: dict[str, Any] = {}
-    for pair in pairs or []:
+    for position, pair in enumerate(pairs or [], start=1):
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise InvalidArgumentError(f"--storage-option takes KEY=VALUE, got {pair!r}")
+            # not "NAME=VALUE": the text may be a bare secret, so it is not echoed; its position is
+            raise InvalidArgumentError(
+                f"--storage-option #{position} is not NAME=VALUE (an fsspec option such as -S anon=true)"
+            )
         options[key] = value
     return options
 
@@ -29,6 +32,13 @@ def add_table_argument(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="fsspec storage option (credentials, endpoint); repeatable",
     )
+    parser.add_argument(
+        "--allow-path-prefix",
+        action="append",
+        metavar="URI",
+        help="also read files the log names under URI, outside the table root (a shallow clone's "
+        "source; same storage as the table); repeatable",
+    )
 
 
 def add_version_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,14 +51,25 @@ def add_version_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: the help of every -o
+OUTPUT_HELP = (
+    "write to PATH instead of stdout; PATH appears only once complete (written under a temporary "
+    "name beside it, then renamed)"
+)
+
+
 def add_output_arguments(parser: argparse.ArgumentParser, formats: list[str], default: str) -> None:
     parser.add_argument(
         "--format", choices=formats, default=default, help=f"output format (default {default})"
     )
-    parser.add_argument("-o", "--output", metavar="PATH", help="write to PATH instead of stdout")
+    parser.add_argument("-o", "--output", metavar="PATH", help=OUTPUT_HELP)
 
 
 def open_table_from_args(args: argparse.Namespace) -> Any:
     from deltamirror.core.table import open_table
 
-    return open_table(args.table, parse_storage_options(args.storage_option))
+    return open_table(
+        args.table,
+        parse_storage_options(args.storage_option),
+        allowed_path_prefixes=args.allow_path_prefix or (),
+    )

@@ -54,10 +54,11 @@ def cmd_consume_snapshot(args: argparse.Namespace) -> int:
         TableReplacement,
     )
     from deltamirror.core.errors import InvalidArgumentError
+    from deltamirror.core.kafka_connection import KafkaConnectionReporter, check_bootstrap_servers
+    from deltamirror.core.redact import install_redaction
     from deltamirror.core.topic_names import default_commits_topic
 
-    if not args.bootstrap_servers.strip():
-        raise InvalidArgumentError("--bootstrap-servers is empty")
+    servers = check_bootstrap_servers(args.bootstrap_servers, "--bootstrap-servers")
     if not args.topic.strip():
         raise InvalidArgumentError("--topic is empty")
     commits_topic = args.commits_topic
@@ -66,6 +67,10 @@ def cmd_consume_snapshot(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
     )
+    install_redaction(logging.getLogger())
+    # librdkafka's lines go to logging (DEBUG), its errors become one warning now and then; wrong
+    # credentials stop the consumer
+    reporter = KafkaConnectionReporter(servers, on_fatal=lambda error: consumer.request_stop())
 
     def report(invalidation: Invalidation, state: IncrementalSnapshot) -> None:
         line: dict[str, Any] = {
@@ -96,8 +101,9 @@ def cmd_consume_snapshot(args: argparse.Namespace) -> int:
         sys.stdout.flush()
 
     consumer = SnapshotConsumer(
-        args.bootstrap_servers,
+        servers,
         args.topic,
+        kafka=reporter.client_config(),
         group_id=args.group_id or DEFAULT_GROUP_ID,
         state_dir=args.state_dir,
         on_applied=report,
@@ -114,4 +120,5 @@ def cmd_consume_snapshot(args: argparse.Namespace) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    reporter.check()
     return 0

@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -57,7 +59,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
+    # SIGTERM unwinds like Ctrl-C, so an -o file being written is removed, never left half done
+    # (watch and consume-snapshot install their own handler while they run)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if in_main_thread else None
     try:
+        if getattr(args, "output", None) is not None:
+            from .output import check_output_path
+
+            check_output_path(args.output)  # before any work: not after an hour of it
         return handler(args) or 0
     except DeltaMirrorError as exc:
         print(f"deltamirror: error: {exc}", file=sys.stderr)
@@ -66,6 +76,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except KeyboardInterrupt:
         return 130
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from .common import add_table_argument, parse_storage_options
+from .common import OUTPUT_HELP, add_table_argument, parse_storage_options
+from .progress import add_progress_argument
 
 SNAPSHOT_MODES = ("initial", "latest", "from-version", "from-timestamp", "when-needed")
 
@@ -18,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Mirror one or many Delta tables into Kafka: one record per action on the actions "
         "topic, one summary per version on the commits topic, progress on a compacted topic. Flags "
         "override the configuration file. Stops cleanly on SIGTERM/SIGINT (exit 0); exits 1 when "
-        "another watcher takes over a table (fenced) or the broker fails for good.",
+        "another watcher takes over a table (fenced) or the broker fails for good. Logs are JSON "
+        "lines on stderr; on a terminal, an initial snapshot also shows the actions published.",
     )
     p.add_argument("tables", nargs="*", metavar="TABLE", help="table locations (paths or fsspec URLs)")
     p.add_argument("--bootstrap-servers", metavar="HOSTS", help="Kafka brokers, host:port[,host:port]")
@@ -39,6 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE",
         help="fsspec storage option for every table (credentials, endpoint); repeatable",
     )
+    add_progress_argument(p)
     p.set_defaults(handler=cmd_watch)
 
     p = sub.add_parser(
@@ -50,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_table_argument(p)
     p.add_argument("--starting-version", type=int, metavar="N", help="first version (default: the earliest)")
     p.add_argument("--ending-version", type=int, metavar="M", help="last version (default: the latest)")
-    p.add_argument("-o", "--output", metavar="PATH", help="write to PATH instead of stdout")
+    p.add_argument("-o", "--output", metavar="PATH", help=OUTPUT_HELP)
     p.set_defaults(handler=cmd_events)
 
     p = sub.add_parser(
@@ -67,7 +72,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="start a local Kafka, mirror a small demo table, commit to it and print what a subscriber sees",
         description="Start the local broker (or use KAFKA_BOOTSTRAP_SERVERS), create a demo Delta table, "
         "mirror it with the watcher, make an append, an update and a delete, and print the events a "
-        "read_committed subscriber receives. Needs Java 17+ (for the broker) and the deltalake package.",
+        "read_committed subscriber receives; the table is left in place, and the last lines say "
+        "where and how to look at it. Needs Java 17+ (for the broker) and the deltalake package.",
     )
     p.add_argument("--dir", metavar="DIR", help="where to create the demo table (default: a temp dir)")
     p.add_argument("--port", type=int, default=9092, help="port of the local broker (default 9092)")
@@ -93,6 +99,7 @@ def cmd_events(args: argparse.Namespace) -> int:
             parse_storage_options(args.storage_option),
             starting_version=args.starting_version,
             ending_version=args.ending_version,
+            allowed_path_prefixes=args.allow_path_prefix or (),
         ):
             out.write(value)
             out.write(b"\n")
@@ -103,6 +110,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from deltamirror.core.errors import ConfigError
     from deltamirror.producer import config as cfgmod
     from deltamirror.producer.service import run_watch
+    from deltamirror.producer.snapshot_events import ProgressBar
+
+    ProgressBar.shown = not args.no_progress
 
     # The same flags, by the same rules, over a configuration file or over nothing: an unset flag
     # (None, no table) leaves the file's setting, or the default; --from-version/--from-timestamp
@@ -165,21 +175,15 @@ def _say(text: str) -> None:
 
 
 def _demo(bootstrap: str, directory: str | None) -> int:
-    import json
     import logging
     import tempfile
-    import time
     import uuid
     from datetime import date
     from decimal import Decimal
-    from pathlib import Path
 
     import pyarrow as pa
-    from confluent_kafka import Consumer, TopicPartition
-    from deltalake import DeltaTable, write_deltalake
 
-    from deltamirror.producer.config import WatchConfig
-    from deltamirror.producer.service import WatchService, configure_logging, table_topics
+    from deltamirror.producer.service import configure_logging
 
     configure_logging(logging.WARNING)
     root = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="deltamirror-demo-"))
@@ -208,6 +212,40 @@ def _demo(bootstrap: str, directory: str | None) -> int:
         )
 
     _say(f"creating the demo table {path} (version 0: three orders)")
+    try:
+        return _run_demo(bootstrap, path, orders)
+    finally:
+        if (path / "_delta_log").is_dir():
+            print(demo_epilogue(str(path)), flush=True)
+
+
+def demo_epilogue(path: str) -> str:
+    """Where the demo left its table, with commands to paste (the table outlives the demo)."""
+    import shlex
+
+    quoted = shlex.quote(path)
+    return "\n".join(
+        [
+            f"the demo table is left at {path}; look at it with:",
+            f"  deltamirror history {quoted}",
+            f"  deltamirror changes {quoted} --starting-version 0 --format csv",
+            f"  deltamirror events {quoted}",
+        ]
+    )
+
+
+def _run_demo(bootstrap: str, path: Path, orders: Callable[[list[Any]], Any]) -> int:
+    import json
+    import time
+    import uuid
+    from datetime import date
+
+    from confluent_kafka import Consumer, TopicPartition
+    from deltalake import DeltaTable, write_deltalake
+
+    from deltamirror.producer.config import WatchConfig
+    from deltamirror.producer.service import WatchService, table_topics
+
     write_deltalake(
         str(path),
         orders(

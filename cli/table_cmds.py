@@ -8,57 +8,82 @@ from collections.abc import Iterator
 from typing import Any
 
 from .common import (
+    OUTPUT_HELP,
     add_output_arguments,
     add_table_argument,
     add_version_arguments,
     open_table_from_args,
 )
+from .progress import ProgressLine, add_progress_argument, wanted
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "snapshot",
         help="the active files of a table at a version",
-        description="Print the table's state: a header (version, timestamp, metaData, protocol) "
-        "then one record per active file.",
+        description="Print the table's state: a header (version, timestamp, timestampSource, "
+        "metaData, protocol, numFiles) then one record per active file. With --format parquet the "
+        "header is in the file's metadata (deltamirror.version, deltamirror.timestamp, ...). On a "
+        "terminal, stderr shows the log files read and the files written.",
     )
     add_table_argument(p)
     add_version_arguments(p)
     add_output_arguments(p, ["jsonl", "parquet"], "jsonl")
+    add_progress_argument(p)
     p.set_defaults(handler=cmd_snapshot)
 
-    p = sub.add_parser("read", help="the rows of a table at a version", description="Print the table's rows.")
+    p = sub.add_parser(
+        "read",
+        help="the rows of a table at a version",
+        description="Print the table's rows. Timestamps print as 2026-01-01T00:00:05.500Z in jsonl and "
+        "csv (timestamp_ntz without the Z). csv cannot hold struct, array or map columns: choose "
+        "the others with --columns, or use jsonl or parquet.",
+    )
     add_table_argument(p)
     add_version_arguments(p)
     p.add_argument("--columns", metavar="A,B", help="only these columns, comma-separated")
     add_output_arguments(p, ["jsonl", "parquet", "csv"], "jsonl")
+    add_progress_argument(p)
     p.set_defaults(handler=cmd_read)
 
     p = sub.add_parser(
         "history",
         help="every version with its resolved timestamp and operation",
-        description="Per version still in the log: resolved commit timestamp and where it came from "
-        "(ict, file-time, adjusted-file-time), operation and action counts.",
+        description="Per commit file still in the log, oldest first: resolved commit timestamp and "
+        "where it came from (ict, file-time, adjusted-file-time), operation and action counts. A "
+        "commit missing between the first and the last, or an empty one, is an error (exit 2), as "
+        "is a table whose protocol `read` refuses.",
     )
     add_table_argument(p)
     p.add_argument(
         "--format", choices=["table", "jsonl"], default="table", help="output format (default table)"
     )
-    p.add_argument("-o", "--output", metavar="PATH", help="write to PATH instead of stdout")
+    p.add_argument("-o", "--output", metavar="PATH", help=OUTPUT_HELP)
     p.set_defaults(handler=cmd_history)
 
 
-def _snapshot(args: argparse.Namespace, check_features: bool) -> Any:
+def _snapshot(args: argparse.Namespace, check_features: bool, line: ProgressLine) -> Any:
     table = open_table_from_args(args)
-    return table.snapshot(version=args.version, timestamp=args.timestamp, check_features=check_features)
+    return table.snapshot(
+        version=args.version,
+        timestamp=args.timestamp,
+        check_features=check_features,
+        progress=line.callback("reading the log", "files"),
+    )
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
+    with ProgressLine(wanted(args)) as line:
+        snap = _snapshot(args, check_features=True, line=line)  # refuses what `read` refuses
+        _write_snapshot(args, snap, line)
+    return 0
+
+
+def _write_snapshot(args: argparse.Namespace, snap: Any, line: ProgressLine) -> None:
     from deltamirror.core.timestamps import format_iso
 
     from .output import batch_to_json_rows, open_output, write_jsonl
 
-    snap = _snapshot(args, check_features=False)
     if args.format == "parquet":
         import pyarrow.parquet as pq
 
@@ -66,6 +91,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
             meta = {
                 b"deltamirror.version": str(snap.version).encode(),
                 b"deltamirror.timestamp": format_iso(snap.timestamp.timestamp).encode(),
+                b"deltamirror.timestampSource": str(snap.timestamp.source).encode(),
                 b"deltamirror.metaData": snap.metadata.model_dump_json(
                     by_alias=True, exclude_unset=True
                 ).encode(),
@@ -75,7 +101,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
             }
             files = snap.files.replace_schema_metadata(meta)
             pq.write_table(files, out)
-        return 0
+        return
 
     header = {
         "version": snap.version,
@@ -86,23 +112,30 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
         "numFiles": snap.files.num_rows,
     }
 
+    total = snap.files.num_rows
+    progress = line.callback("writing", "files")
+
     def records() -> Iterator[dict[str, Any]]:
         yield header
+        done = 0
         for batch in snap.files.to_batches(max_chunksize=10_000):
+            if progress is not None:
+                progress(done, total)
             for row in batch_to_json_rows(batch):
                 yield {k: v for k, v in row.items() if v is not None}
+            done += batch.num_rows
 
     with open_output(args.output) as out:
         write_jsonl(records(), out)
-    return 0
 
 
 def cmd_read(args: argparse.Namespace) -> int:
     from deltamirror.core.schema import to_arrow_schema
 
-    from .output import open_output, write_batches
+    from .output import check_csv_schema, open_output, write_batches
 
-    snap = _snapshot(args, check_features=True)
+    with ProgressLine(wanted(args)) as line:
+        snap = _snapshot(args, check_features=True, line=line)
     columns = [c.strip() for c in args.columns.split(",")] if args.columns else None
     schema = to_arrow_schema(snap.schema)
     if columns is not None:
@@ -112,6 +145,8 @@ def cmd_read(args: argparse.Namespace) -> int:
         if unknown:
             raise InvalidArgumentError(f"no such column: {', '.join(unknown)}", table=snap.table.uri)
         schema = pa_select(schema, columns)
+    if args.format == "csv":
+        check_csv_schema(schema)
     with open_output(args.output) as out:
         write_batches(snap.iter_batches(columns), schema, args.format, out)
     return 0

@@ -8,7 +8,7 @@ them into change rows from the table's data files, with the rules of
 ``readChangeFeed`` gives, with ``_change_type``, ``_commit_version`` and ``_commit_timestamp``.
 
 >>> from deltamirror.consumer.spark_source import register
->>> register(spark)
+>>> register(spark)  # checks, on a worker, that Spark's Python workers can import deltamirror
 >>> stream = (spark.readStream.format("deltamirror")
 ...           .option("kafka.bootstrap.servers", "127.0.0.1:9092")
 ...           .option("startingVersion", 0)
@@ -35,7 +35,9 @@ as delta-spark's does: restart it to read with the new schema.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import re
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -56,12 +58,14 @@ from deltamirror.core.changes import (
 )
 from deltamirror.core.errors import (
     ChangeDataNotEnabledError,
+    EnvironmentMissingError,
     EventStreamError,
     InvalidArgumentError,
     SchemaChangedError,
     StartVersionAfterLatestError,
     VersionNotFoundError,
 )
+from deltamirror.core.kafka_connection import check_bootstrap_servers
 from deltamirror.core.models import Metadata, Protocol
 from deltamirror.core.table import DeltaTable, open_table
 from deltamirror.core.topic_names import default_topics
@@ -77,8 +81,121 @@ DEFAULT_VERSIONS_PER_PARTITION = 64
 
 
 def register(spark: SparkSession) -> None:
-    """Make ``spark.readStream.format("deltamirror")`` available in ``spark``."""
+    """Make ``spark.readStream.format("deltamirror")`` available in ``spark``.
+
+    First checks that Spark's Python workers can import this module (see :func:`check_workers`):
+    otherwise every micro-batch would fail later, deep inside a task, with a worker traceback.
+    """
+    check_workers(spark)
     spark.dataSource.register(DeltaMirrorSource)
+
+
+#: the modules a task imports to read the mirror, in the order that makes the first failure say most
+WORKER_MODULES = ("deltamirror.core", "pyarrow", "confluent_kafka", "deltamirror.consumer.spark_source")
+_JOB_GROUP = "deltamirror-worker-check"
+_workers_ok: set[str] = set()
+
+
+def check_workers(spark: SparkSession) -> None:
+    """Fail with one line unless Spark's Python workers can import what the source's tasks import.
+
+    The check runs a one-task job, so it sees the interpreter Spark really starts for tasks (in local
+    mode, ``PYSPARK_PYTHON`` as it was when the SparkContext started, else the ``python3`` on PATH),
+    not the driver's. It runs once per SparkContext: a context keeps its worker interpreter.
+    """
+    key = _context_key(spark)
+    if key in _workers_ok:
+        return
+    try:
+        interpreter, module, error = _probe_a_worker(spark)
+    except Exception as exc:  # the worker did not start at all: a wrong path, another Python version
+        reason = _one_line_reason(exc)
+        raise EnvironmentMissingError(
+            f"Spark's Python workers could not run ({reason or type(exc).__name__}); {_advice()}"
+        ) from (None if reason else exc)
+    if error is not None:
+        raise EnvironmentMissingError(
+            f"Spark's Python workers run {interpreter}, which cannot import {module} ({error}); {_advice()}"
+        )
+    _workers_ok.add(key)
+
+
+def _advice() -> str:
+    exe = sys.executable
+    return (
+        f"set PYSPARK_PYTHON={exe} in the environment before the SparkSession starts "
+        f"(os.environ, or spark.pyspark.python={exe} with spark-submit)"
+    )
+
+
+def _context_key(spark: SparkSession) -> str:
+    try:
+        sc = spark.sparkContext
+    except Exception:  # Spark Connect: no SparkContext on the client; the server's is per session id
+        return f"session:{getattr(spark, 'session_id', id(spark))}"
+    return f"context:{sc.applicationId}:{sc.startTime}"
+
+
+def _worker_probe() -> Callable[[Any], tuple[str, str | None, str | None]]:
+    """A local function: cloudpickle sends it by value, so a worker runs it without deltamirror."""
+
+    def probe(_: Any, modules: tuple[str, ...] = WORKER_MODULES) -> tuple[str, str | None, str | None]:
+        import importlib
+        import sys
+
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception as exc:
+                return sys.executable, name, " ".join(f"{type(exc).__name__}: {exc}".split())
+        return sys.executable, None, None
+
+    return probe
+
+
+def _probe_a_worker(spark: SparkSession) -> tuple[str, str | None, str | None]:
+    probe = _worker_probe()
+    try:
+        sc = spark.sparkContext
+    except Exception:  # Spark Connect: only the DataFrame API reaches the workers
+        return _probe_with_udf(spark, probe)
+    properties = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
+    previous = {k: sc.getLocalProperty(k) for k in properties}
+    sc.setJobGroup(_JOB_GROUP, "deltamirror: can Spark's Python workers import deltamirror?")
+    try:
+        result: tuple[str, str | None, str | None] = sc.parallelize([0], 1).map(probe).collect()[0]
+    finally:
+        for k, v in previous.items():
+            sc.setLocalProperty(k, v)  # type: ignore[arg-type]  # None removes the property
+    return result
+
+
+def _probe_with_udf(
+    spark: SparkSession, probe: Callable[[Any], tuple[str, str | None, str | None]]
+) -> tuple[str, str | None, str | None]:
+    import json
+
+    from pyspark.sql.functions import lit, udf
+
+    as_json = udf(lambda x: json.dumps(probe(x)), "string", useArrow=False)
+    row = spark.range(1, numPartitions=1).select(as_json(lit(0)).alias("probe")).first()
+    assert row is not None
+    interpreter, module, error = json.loads(row["probe"])
+    return interpreter, module, error
+
+
+def _one_line_reason(exc: BaseException) -> str | None:
+    """The line of a job failure that says why the worker did not start, if it is a known one."""
+    text = str(exc)
+    for pattern in (
+        r'Cannot run program "[^"]*"[^\n]*',  # no such interpreter
+        r"\[PYTHON_[A-Z_]+\][^\n]*",  # e.g. [PYTHON_VERSION_MISMATCH]
+        r"most recent failure: Lost task [^\n]*?\): ([^\n]*)",  # the task's own error, any other
+    ):
+        found = re.search(pattern, text)
+        if found:
+            return found.group(found.lastindex or 0).strip()[:300]
+    return None
 
 
 @dataclass(frozen=True)
@@ -96,6 +213,7 @@ class _Options:
         bootstrap = options.get("kafka.bootstrap.servers")
         if not bootstrap:
             raise InvalidArgumentError("option kafka.bootstrap.servers is required", table=uri)
+        bootstrap = check_bootstrap_servers(bootstrap, "option kafka.bootstrap.servers")
         defaults = default_topics(uri)
         kafka = {
             k[len("kafka.") :]: v
@@ -356,4 +474,4 @@ def _snapshot_rows(table: DeltaTable, read: ReadSchema, part: _SnapshotPartition
         )
 
 
-__all__ = ["FORMAT", "DeltaMirrorSource", "MirrorChangeStreamReader", "register"]
+__all__ = ["FORMAT", "DeltaMirrorSource", "MirrorChangeStreamReader", "check_workers", "register"]

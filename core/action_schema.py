@@ -78,18 +78,53 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """Give a table read from any writer exactly ``schema``: missing columns as nulls, extra dropped.
 
     Checkpoints from different writers differ in which optional fields they carry and in integer
-    widths; replay concatenates them with commit actions, so they must agree.
+    widths; replay concatenates them with commit actions, so they must agree. Only casts that keep
+    values are made (integer widths, string flavours): a column of another kind (a string where a
+    long belongs) raises :class:`ColumnTypeError`, as a line with such a field is refused. An
+    integer that does not fit the narrower type raises ``pa.ArrowInvalid``.
     """
     columns = []
     for field in schema:
         if field.name in table.column_names:
             col = table.column(field.name)
             if col.type != field.type:
+                check_castable(col.type, field.type, field.name)
                 col = _cast(col, field.type)
             columns.append(col)
         else:
             columns.append(pa.nulls(table.num_rows, field.type))
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+class ColumnTypeError(ValueError):
+    """A file action column whose type is not the protocol's (nor a lossless variant of it)."""
+
+
+def _same_kind(src: pa.DataType, dst: pa.DataType) -> bool:
+    for kind in (pa.types.is_integer, pa.types.is_boolean):
+        if kind(dst):
+            return kind(src)
+    if pa.types.is_string(dst):
+        return pa.types.is_string(src) or pa.types.is_large_string(src)
+    return False
+
+
+def check_castable(src: pa.DataType, dst: pa.DataType, name: str) -> None:
+    """Raise :class:`ColumnTypeError` unless ``src`` values become ``dst`` values unchanged."""
+    if src == dst or pa.types.is_null(src):
+        return
+    if pa.types.is_struct(dst) and pa.types.is_struct(src):
+        for f in dst:
+            i = src.get_field_index(f.name)
+            if i >= 0:
+                check_castable(src.field(i).type, f.type, f"{name}.{f.name}")
+        return
+    if pa.types.is_map(dst) and pa.types.is_map(src):
+        check_castable(src.key_type, dst.key_type, f"{name}.key")
+        check_castable(src.item_type, dst.item_type, f"{name}.value")
+        return
+    if not _same_kind(src, dst):
+        raise ColumnTypeError(f"{name}: expected {dst}, the column holds {src}")
 
 
 def keep_rows(data: T, keep: pa.Array | pa.ChunkedArray) -> T:

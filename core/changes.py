@@ -28,9 +28,17 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from . import deletion_vectors, features
+from .actions import (
+    ActionRun,
+    PartitionKeySets,
+    Where,
+    check_actions,
+    iter_values,
+    missing_partition_column,
+    read_actions,
+)
 from .change_ranges import (
     ChangeRange,
     ReadSchema,
@@ -46,14 +54,13 @@ from .errors import (
     CorruptLogError,
     InvalidArgumentError,
     SchemaError,
-    StorageError,
     VersionNotFoundError,
 )
-from .log import LogListing, LogSegment, build_segment, commit_name, iter_json_actions
-from .models import CommitInfo, Metadata, Protocol, parse_action
+from .log import LogListing, LogSegment, build_segment, check_commit, commit_name
+from .models import Metadata, Protocol, model_of
 from .partitions import parse_partition_value, partition_value_of
 from .read import BATCH_SIZE as READ_BATCH_ROWS
-from .read import AppendColumns, read_data_file
+from .read import AppendColumns, open_parquet, read_data_file, read_error
 from .replay import replay_config
 from .schema import (
     ColumnMappingMode,
@@ -75,8 +82,9 @@ CDF_COLUMNS = (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP)
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
 #: delta-spark monotonizes file times from this many versions before the start (POTENTIALLY_UNMONOTONIZED_TIMESTAMPS)
 MONOTONIZATION_LOOKBACK = 100
-#: raw commit files kept from the checking pass for the reading pass, so each is fetched once
-COMMIT_CACHE_BYTES = 64 * 1024 * 1024
+#: commits (by file size) whose validated actions the checking pass keeps for the reading pass, so
+#: that each is fetched and decoded once; decoded actions take a few times their file's size
+COMMIT_CACHE_BYTES = 16 * 1024 * 1024
 #: small data files are read ahead on threads (decoding releases the GIL), in groups of at most
 #: this many files and bytes, at most this many groups ahead, on one thread per core (at least
 #: two, at most eight). Measured on 2 cores: 4 threads of 4-file groups spent a fifth of the
@@ -107,7 +115,8 @@ class _Plan:
     range: ChangeRange
     read: ReadSchema
     versions: list[_Version]
-    commit_bytes: dict[int, bytes] = field(default_factory=dict)
+    #: the validated actions of the first versions, kept from the checking pass for the reading pass
+    decoded: dict[int, list[tuple[str, Any]]] = field(default_factory=dict)
 
 
 def read_changes(
@@ -120,6 +129,7 @@ def read_changes(
     columns: Sequence[str] | None = None,
     partition_filter: PartitionFilter | None = None,
     batch_size: int = 65_536,
+    progress: Callable[[int, int], None] | None = None,
 ) -> ChangeFeed:
     """The change data feed of ``table`` between two bounds (both inclusive).
 
@@ -128,12 +138,15 @@ def read_changes(
     means the latest version. ``columns`` selects table columns (the three CDF columns always
     follow). ``partition_filter`` keeps files by partition value before any is opened: a mapping
     ``{column: value or list of values}`` or a callable given ``{column: value}`` for each file.
-    Range, feature and schema errors are raised here, before any row is read.
+    Range, feature and schema errors are raised here, before any row is read. ``progress(done,
+    total)`` is told, while the feed is iterated, how many of its versions are read.
     """
     if batch_size <= 0:
         raise InvalidArgumentError(f"batch_size must be > 0, got {batch_size}", table=table.uri)
     plan = _plan(table, starting_version, starting_timestamp, ending_version, ending_timestamp)
-    return ChangeFeed(table, plan, columns, partition_filter, batch_size)
+    feed = ChangeFeed(table, plan, columns, partition_filter, batch_size)
+    feed.progress = progress
+    return feed
 
 
 @dataclass(frozen=True)
@@ -258,7 +271,7 @@ def _plan(
     features.check_readable(start_config.protocol, table=table.uri, version=rng.start)
     features.check_readable(latest_config.protocol, table=table.uri, version=latest)
 
-    scan = _scan_commits(table, rng, ict)
+    scan = _scan_commits(table, rng, start_metadata)
     end_metadata = scan.metadata[-1][1] if scan.metadata else start_metadata
     mapped = (
         uses_column_mapping(latest_config.metadata)
@@ -278,19 +291,23 @@ def _plan(
     for v, action in changes:
         if isinstance(action, Protocol):
             features.check_readable(action, table=table.uri, version=v)
-            continue
-        if not is_cdf_enabled(action):
+        elif not is_cdf_enabled(action):
             raise _not_enabled(table, v, rng)
+    # every protocol readable: a type of a schema that no supported feature brings is a corrupt
+    # metaData (refused naming its file and line), before any schema is compared
+    for metadata in (latest_config.metadata, start_metadata, *(m for _, m in scan.metadata)):
+        features.check_schema(metadata)
+    for v, metadata in scan.metadata:
         if v > rng.start:  # a metaData at the start version is what the start version reads with
             check_schema_readable(
-                read, action, v, schema_change=True, table=table.uri, start=rng.start, end=rng.end
+                read, metadata, v, schema_change=True, table=table.uri, start=rng.start, end=rng.end
             )
     check_schema_readable(
         read, start_metadata, rng.start, schema_change=False, table=table.uri, start=rng.start, end=rng.end
     )
 
     versions = _timestamps(table, rng, lookback, listing.commits, ict, scan.in_commit_timestamps)
-    return _Plan(rng, read, versions, scan.commit_bytes)
+    return _Plan(rng, read, versions, scan.decoded)
 
 
 @dataclass(frozen=True)
@@ -341,7 +358,7 @@ class _Scan:
     metadata: list[tuple[int, Metadata]] = field(default_factory=list)
     protocols: list[tuple[int, Protocol]] = field(default_factory=list)
     in_commit_timestamps: dict[int, int | None] = field(default_factory=dict)
-    commit_bytes: dict[int, bytes] = field(default_factory=dict)
+    decoded: dict[int, list[tuple[str, Any]]] = field(default_factory=dict)
 
 
 def _read_commit_bytes(table: DeltaTable, version: int) -> bytes:
@@ -354,42 +371,59 @@ def _read_commit_bytes(table: DeltaTable, version: int) -> bytes:
         ) from None
 
 
-_SCAN_KEYS = (b'"metaData"', b'"protocol"', b'"commitInfo"')
+def _decode_commit(table: DeltaTable, version: int, data: bytes) -> list[ActionRun]:
+    """Every action of one commit, validated by the log boundary."""
+    file = table.storage.log_file(commit_name(version))
+    return list(read_actions(data, table=table.uri, file=file, version=version))
 
 
-def _commit_actions(data: bytes, table: str, file: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    for _, wrapped in iter_json_actions(data, table=table, file=file):
-        name, body = next(iter(wrapped.items()))
-        yield name, body
+def _pairs(runs: Iterable[ActionRun]) -> list[tuple[str, Any]]:
+    return [(name, value) for _, name, value in iter_values(runs)]
 
 
-def _scan_commits(table: DeltaTable, rng: ChangeRange, ict: IctConfig) -> _Scan:
-    """metaData, protocol and commitInfo of each version; only lines naming one are parsed.
+def _scan_commits(table: DeltaTable, rng: ChangeRange, start_metadata: Metadata) -> _Scan:
+    """Every version of the range, validated whole before any row is read (as delta-spark reads
+    every action of a range while planning it): its metaData, protocol and In-Commit Timestamp,
+    each commit checked as a whole against the metaData in force there (:func:`check_commit`).
 
-    commitInfo is parsed only where In-Commit Timestamps apply (its only use here): every commit
-    has one, and parsing it costs as much as the rest of the scan.
+    The actions of the first versions (up to :data:`COMMIT_CACHE_BYTES` of commit files) are
+    kept for the reading pass, which then decodes nothing twice.
     """
     scan = _Scan()
     cached = 0
+    in_force = start_metadata
     for v, data in _fetch_commits(table, range(rng.start, rng.end + 1)):
-        if cached + len(data) <= COMMIT_CACHE_BYTES:
-            scan.commit_bytes[v] = data
-            cached += len(data)
-        file = table.storage.log_file(commit_name(v))
-        in_commit_timestamp: int | None = None
-        keys = _SCAN_KEYS if ict.applies_to(v) else _SCAN_KEYS[:2]
-        for lineno, wrapped in iter_json_actions(data, table=table.uri, file=file, only=keys):
-            name = next(iter(wrapped))
-            if name not in ("metaData", "protocol", "commitInfo"):
-                continue
-            action = parse_action(wrapped, file=file, line=lineno, table=table.uri)
-            if isinstance(action, Metadata):
-                scan.metadata.append((v, action))
-            elif isinstance(action, Protocol):
-                scan.protocols.append((v, action))
-            elif isinstance(action, CommitInfo) and in_commit_timestamp is None:
-                in_commit_timestamp = action.in_commit_timestamp
+        runs = _decode_commit(table, v, data)
+        keys = PartitionKeySets()
+        info: dict[str, Any] | None = None
+        info_line: int | None = None
+        for run in runs:
+            if run.name in ("metaData", "protocol"):
+                for line, value in enumerate(run.values, start=run.line):
+                    action = model_of(run.name, value)
+                    if isinstance(action, Metadata):
+                        action.located(Where(table.uri, table.storage.log_file(commit_name(v)), v), line)
+                        scan.metadata.append((v, action))
+                        in_force = action
+                    elif isinstance(action, Protocol):
+                        scan.protocols.append((v, action))
+            elif run.name == "commitInfo" and info is None:
+                info, info_line = run.values[0], run.line
+            else:
+                keys.add(run)
+        check_commit(
+            Where(table.uri, table.storage.log_file(commit_name(v)), v),
+            actions=sum(map(len, runs)),
+            keys=keys,
+            metadata=in_force,
+            commit_info=info,
+            commit_info_line=info_line,
+        )
+        in_commit_timestamp = info.get("inCommitTimestamp") if info is not None else None
         scan.in_commit_timestamps[v] = in_commit_timestamp
+        if cached + len(data) <= COMMIT_CACHE_BYTES:
+            scan.decoded[v] = _pairs(runs)
+            cached += len(data)
     return scan
 
 
@@ -454,6 +488,9 @@ class ChangeFeed:
     can be iterated more than once (each pass reads the files again).
     """
 
+    #: told (versions read, versions in the feed) as batches go out; see ``read_changes``
+    progress: Callable[[int, int], None] | None = None
+
     def __init__(
         self,
         table: DeltaTable,
@@ -469,6 +506,7 @@ class ChangeFeed:
         self._table_schema: StructType = metadata.table_schema
         self._mode: ColumnMappingMode = column_mapping_mode(metadata.configuration)
         self._partition_columns = list(metadata.partition_columns)
+        self._partition_keys = metadata.partition_keys
         self._data_columns = self._select(columns)
         # read batches come in table order: asked for in that order, they need no reordering
         chosen = set(self._data_columns)
@@ -531,7 +569,8 @@ class ChangeFeed:
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         reads = (read for entry in self._plan.versions for read in self._version_reads(entry))
-        return self._coalesce(_prefetched(reads))
+        batches = self._coalesce(_prefetched(reads))
+        return batches if self.progress is None else _reporting(batches, self._plan.versions, self.progress)
 
     def to_arrow(self) -> pa.Table:
         """The whole feed in memory (small ranges and tests; iterate for anything large)."""
@@ -563,13 +602,10 @@ class ChangeFeed:
 
     def _version_reads(self, entry: _Version) -> Iterator[_Read]:
         """The file reads of one version, from its own commit file."""
-        data = self._plan.commit_bytes.pop(entry.version, None)
-        if data is None:
+        actions = self._plan.decoded.pop(entry.version, None)
+        if actions is None:
             data = _read_commit_bytes(self.table, entry.version)
-        actions = _commit_actions(
-            data, self.table.uri, self.table.storage.log_file(commit_name(entry.version))
-        )
-        del data  # the generator holds the bytes only until it is read through
+            actions = _pairs(_decode_commit(self.table, entry.version, data))
         return self._reads_of(entry.version, entry.timestamp_ms, actions)
 
     def _reads_of(
@@ -721,6 +757,7 @@ class ChangeFeed:
                 table=self.table.uri,
                 use_threads=not _prefetchable(action),
                 append=append,
+                kind="change data file",
             ):
                 if append is not None:
                     change_types = batch.column(change_type_at)
@@ -759,6 +796,7 @@ class ChangeFeed:
         )
 
     def _partition_values(self, action: Mapping[str, Any], version: int) -> Mapping[str, str | None]:
+        """The file's partition values, naming every partition column (a missing one is not null)."""
         values = action.get("partitionValues")
         if values is None:
             if self._partition_columns:
@@ -768,6 +806,14 @@ class ChangeFeed:
                     version=version,
                 )
             return {}
+        missing = missing_partition_column(values, self._partition_keys)
+        if missing is not None:
+            raise CorruptLogError(
+                f"file action for {action.get('path')!r}: partitionValues lacks partition column {missing!r}",
+                table=self.table.uri,
+                version=version,
+                file=self.table.storage.log_file(commit_name(version)),
+            )
         return dict(values)
 
 
@@ -789,9 +835,29 @@ class _GivenActionsFeed(ChangeFeed):
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         reads = (
-            read for v in self._versions for read in self._reads_of(v.version, v.timestamp_ms, v.actions)
+            read
+            for v in self._versions
+            for read in self._reads_of(
+                v.version, v.timestamp_ms, check_actions(v.actions, Where(self.table.uri, None, v.version))
+            )
         )
         return self._coalesce(_prefetched(reads))
+
+
+def _reporting(
+    batches: Iterator[pa.RecordBatch], versions: Sequence[_Version], progress: Callable[[int, int], None]
+) -> Iterator[pa.RecordBatch]:
+    """``batches`` as they are, telling ``progress`` how many versions are done.
+
+    Every batch holds one version's rows, in version order: a batch of version v means the
+    versions before it are read.
+    """
+    position = {entry.version: i for i, entry in enumerate(versions)}
+    progress(0, len(versions))
+    for batch in batches:
+        progress(position[batch.column(COMMIT_VERSION)[0].as_py()], len(versions))
+        yield batch
+    progress(len(versions), len(versions))
 
 
 @dataclass(frozen=True)
@@ -945,11 +1011,7 @@ class _ColumnCursor:
     """Consecutive slices of one physical column of a parquet file, read lazily batch by batch."""
 
     def __init__(self, table: DeltaTable, path: str, column: str) -> None:
-        storage = table.storage
-        try:
-            self._file = pq.ParquetFile(storage.data_path(path), filesystem=storage.fs)
-        except (OSError, pa.ArrowInvalid) as exc:
-            raise StorageError(f"cannot open change data file: {exc}", table=table.uri, file=path) from exc
+        self._file = open_parquet(table.storage, path, table=table.uri, kind="change data file")
         if column not in self._file.schema_arrow.names:
             self._file.close()
             raise CorruptLogError(f"change data file has no {column} column", table=table.uri, file=path)
@@ -968,6 +1030,8 @@ class _ColumnCursor:
                     raise CorruptLogError(
                         "change data file ended early", table=self._table, file=self._path
                     ) from None
+                except (OSError, MemoryError, pa.ArrowException) as exc:
+                    raise read_error(exc, "change data file", self._table, self._path) from exc
             piece = self._current.slice(0, n)
             parts.append(piece)
             self._current = self._current.slice(len(piece))

@@ -3,11 +3,18 @@
 File actions stay columnar from the parquet page to the snapshot: the ``add`` struct column is
 filtered and flattened by pyarrow, never turned into Python objects. Only the handful of
 non-file actions (protocol, metaData, txn, domainMetadata) become models.
+
+A checkpoint is log input like a commit and gets the same checks (:mod:`.actions`), vectorised:
+columns of the types the protocol gives (integers stay integers, a string is not a number),
+required fields present, paths non-empty, sizes non-negative, deletion vector descriptors well
+formed, and every partition column named by each file's ``partitionValues``. A file that is not
+Parquet, or is cut short, is refused as a corrupt checkpoint (exit 2), never a traceback.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,9 +23,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import action_schema
-from .errors import CorruptLogError
-from .log import Checkpoint, iter_json_actions
-from .models import CheckpointMetadata, DomainMetadata, Metadata, Protocol, Sidecar, Txn
+from .actions import PartitionKeys, Where, iter_values, read_actions
+from .errors import CorruptLogError, IncompleteTableStateError
+from .log import Checkpoint
+from .models import CheckpointMetadata, DomainMetadata, Metadata, Protocol, Sidecar, Txn, parse_action
 from .storage import TableStorage
 
 SIDECAR_DIR = "_sidecars"
@@ -63,6 +71,106 @@ def struct_rows(column: pa.ChunkedArray, schema: pa.Schema) -> pa.Table:
     return action_schema.conform(pa.Table.from_struct_array(column), schema)
 
 
+#: fields a file action row must have (as a commit line must), by action type
+_REQUIRED = {
+    "add": ("path", "partitionValues", "size", "modificationTime", "dataChange"),
+    "remove": ("path", "dataChange"),
+}
+_NON_NEGATIVE = ("size", "baseRowId", "defaultRowCommitVersion")
+_DV_NON_NEGATIVE = ("offset", "sizeInBytes", "cardinality", "maxRowIndex")
+
+
+def check_file_rows(kind: str, rows: pa.Table, where: Where) -> None:
+    """A checkpoint's ``add`` (or ``remove``) rows, checked as the boundary checks commit lines,
+    in Arrow: a handful of kernels whatever the number of files (a null count is free, a minimum
+    one pass; deletion vectors are checked on the rows that have one)."""
+
+    def refuse(mask: pa.ChunkedArray | pa.Array, problem: str) -> None:
+        if pc.any(mask).as_py():
+            row = pc.index(mask, True).as_py()
+            raise where.refuse(f"{problem} (checkpoint {kind} row {row})")
+
+    for name in _REQUIRED[kind]:
+        if rows[name].null_count:
+            refuse(pc.is_null(rows[name]), f"{kind}.{name}: required field missing")
+    if rows.num_rows and pc.min(pc.binary_length(rows["path"])).as_py() == 0:
+        refuse(pc.equal(pc.binary_length(rows["path"]), 0), f"{kind}.path: expected a non-empty string")
+    for name in _NON_NEGATIVE:
+        if rows[name].null_count == rows.num_rows:
+            continue
+        low = pc.min(rows[name]).as_py()
+        if low is not None and low < 0:
+            refuse(pc.less(rows[name], 0), f"{kind}.{name}: expected a non-negative 64-bit integer")
+    dv = rows["deletionVector"]
+    if dv.null_count == len(dv):
+        return
+    present = pc.is_valid(dv)
+    dvs = dv.filter(present)  # the few rows with a deletion vector
+
+    def refuse_dv(mask: pa.ChunkedArray | pa.Array, problem: str) -> None:
+        if pc.any(mask).as_py():
+            row = pc.indices_nonzero(present)[pc.index(mask, True).as_py()].as_py()
+            raise where.refuse(f"{problem} (checkpoint {kind} row {row})")
+
+    storage_type = pc.struct_field(dvs, "storageType")
+    refuse_dv(
+        pc.invert(pc.fill_null(pc.is_in(storage_type, pa.array(["u", "i", "p"])), False)),
+        f"{kind}.deletionVector.storageType: expected one of 'u', 'i', 'p'",
+    )
+    inline = pc.struct_field(dvs, "pathOrInlineDv")
+    refuse_dv(
+        pc.fill_null(pc.equal(pc.binary_length(inline), 0), True),
+        f"{kind}.deletionVector.pathOrInlineDv: expected a non-empty string",
+    )
+    for name in _DV_NON_NEGATIVE:
+        values = pc.struct_field(dvs, name)
+        if name in ("sizeInBytes", "cardinality") and values.null_count:
+            refuse_dv(pc.is_null(values), f"{kind}.deletionVector.{name}: required field missing")
+        low = pc.min(values).as_py()
+        if low is not None and low < 0:
+            refuse_dv(pc.less(values, 0), f"{kind}.deletionVector.{name}: expected a non-negative integer")
+
+
+def check_partition_rows(rows: pa.Table, columns: PartitionKeys, where: Where, kind: str = "add") -> None:
+    """Every row's ``partitionValues`` names every partition column (by physical or logical name).
+
+    Vectorised, chunk by chunk: per column, a running count of the entries naming it, read at
+    each row's end. With one partition column and one entry per map (the usual case) a count of
+    the entries naming it is enough.
+    """
+    if not columns or rows.num_rows == 0:
+        return
+    first_row = 0
+    for maps in rows["partitionValues"].chunks:
+        keys = maps.keys  # every entry's key; the offsets (absolute, even in a slice) delimit each row's
+        offsets = maps.offsets
+        lengths = pc.subtract(offsets.slice(1), offsets.slice(0, len(maps)))
+        for physical, logical in columns:
+            hit = pc.equal(keys.slice(offsets[0].as_py(), offsets[-1].as_py() - offsets[0].as_py()), physical)
+            if logical != physical:
+                hit = pc.or_(hit, pc.equal(keys.slice(offsets[0].as_py(), len(hit)), logical))
+            if (
+                len(columns) == 1
+                and pc.sum(hit).as_py() == len(maps)
+                and pc.min_max(lengths).as_py() == {"min": 1, "max": 1}
+            ):
+                continue  # one entry per map, each naming the column
+            running = pa.concat_arrays(
+                [pa.array([0], pa.int64()), pc.cumulative_sum(pc.cast(hit, pa.int64()))]
+            )
+            base = offsets[0].as_py()
+            starts = pc.subtract(pc.cast(offsets.slice(0, len(maps)), pa.int64()), base)
+            ends = pc.subtract(pc.cast(offsets.slice(1), pa.int64()), base)
+            missing = pc.equal(pc.subtract(running.take(ends), running.take(starts)), 0)
+            if pc.any(missing).as_py():
+                row = first_row + pc.index(missing, True).as_py()
+                raise where.refuse(
+                    f"{kind}.partitionValues: partition column {logical!r} is missing "
+                    f"(checkpoint {kind} row {row})"
+                )
+        first_row += len(maps)
+
+
 def _small_actions(table: pa.Table, state: CheckpointState, *, file: str, uri: str) -> None:
     for name in _SMALL_ACTIONS:
         if name not in table.column_names:
@@ -73,12 +181,12 @@ def _small_actions(table: pa.Table, state: CheckpointState, *, file: str, uri: s
             _apply_small({name: arrow_to_python(raw, col.type)}, state, file=file, uri=uri)
 
 
-def _apply_small(wrapped: dict[str, Any], state: CheckpointState, *, file: str, uri: str) -> None:
-    from .models import parse_action  # local: models imports schema which is heavier
-
-    action = parse_action(wrapped, file=file, table=uri)
+def _apply_small(
+    wrapped: dict[str, Any], state: CheckpointState, *, file: str, uri: str, line: int | None = None
+) -> None:
+    action = parse_action(wrapped, file=file, line=line, table=uri)
     if isinstance(action, Metadata):
-        state.metadata = action
+        state.metadata = action.located(Where(uri, file, state.version), line)
     elif isinstance(action, Protocol):
         state.protocol = action
     elif isinstance(action, Txn):
@@ -93,16 +201,36 @@ def _apply_small(wrapped: dict[str, Any], state: CheckpointState, *, file: str, 
 
 
 def _read_parquet_part(storage: TableStorage, path: str) -> Iterator[tuple[str, pa.Table]]:
-    """(kind, table) pieces of one checkpoint parquet file: 'add', 'remove' and 'small'."""
+    """(kind, table) pieces of one checkpoint parquet file: 'add', 'remove' and 'small'.
+
+    File action rows come out checked (:func:`check_file_rows`); anything Arrow cannot read or
+    cast (a corrupt page, a column of the wrong type) is a corrupt checkpoint.
+    """
     pf = _open_part(storage, path)
+    where = Where(storage.uri, path)
     names = set(pf.schema_arrow.names)
     for kind in ("add", "remove"):
         if kind in names:
-            col = _read_action_column(pf, kind).column(kind)
-            yield kind, struct_rows(col, action_schema.SCHEMAS[kind])
+            with _corrupt_checkpoint(where, kind):
+                rows = struct_rows(_read_action_column(pf, kind).column(kind), action_schema.SCHEMAS[kind])
+            check_file_rows(kind, rows, where)
+            yield kind, rows
     for name in _SMALL_ACTIONS:
         if name in names:
-            yield "small", _read_action_column(pf, name)
+            with _corrupt_checkpoint(where, name):
+                small = _read_action_column(pf, name)
+            yield "small", small
+
+
+@contextlib.contextmanager
+def _corrupt_checkpoint(where: Where, column: str) -> Iterator[None]:
+    try:
+        yield
+    except (OSError, EOFError, MemoryError, pa.ArrowException, TypeError, ValueError) as exc:
+        if isinstance(exc, CorruptLogError):
+            raise
+        text = " ".join(str(exc).split())  # one line
+        raise where.refuse(f"unreadable checkpoint ({column} column): {text}") from exc
 
 
 def _open_part(storage: TableStorage, path: str) -> pq.ParquetFile:
@@ -112,8 +240,9 @@ def _open_part(storage: TableStorage, path: str) -> pq.ParquetFile:
         raise CorruptLogError(
             "checkpoint file disappeared while reading", table=storage.uri, file=path
         ) from None
-    except (OSError, pa.ArrowInvalid) as exc:
-        raise CorruptLogError(f"unreadable checkpoint: {exc}", table=storage.uri, file=path) from exc
+    except (OSError, EOFError, MemoryError, pa.ArrowException) as exc:
+        text = " ".join(str(exc).split())  # one line
+        raise CorruptLogError(f"unreadable checkpoint: {text}", table=storage.uri, file=path) from exc
 
 
 def _read_action_column(pf: pq.ParquetFile, name: str) -> pa.Table:
@@ -161,14 +290,22 @@ def _row_groups_holding(pf: pq.ParquetFile, name: str) -> list[int] | None:
     return sorted(holding)
 
 
-def read_checkpoint(storage: TableStorage, checkpoint: Checkpoint) -> CheckpointState:
-    """All actions of a checkpoint, with sidecar files of a V2 checkpoint folded in."""
+def read_checkpoint(
+    storage: TableStorage, checkpoint: Checkpoint, progress: Callable[[int, int], None] | None = None
+) -> CheckpointState:
+    """All actions of a checkpoint, with sidecar files of a V2 checkpoint folded in.
+
+    ``progress(done, total)`` is told before each part or sidecar is read: a checkpoint of many
+    parts is a long wait. The total grows once a V2 manifest names its sidecars.
+    """
     adds: list[pa.Table] = []
     removes: list[pa.Table] = []
     state = CheckpointState(
         checkpoint.version, action_schema.ADD.empty_table(), action_schema.REMOVE.empty_table()
     )
-    for info in checkpoint.files:
+    for done, info in enumerate(checkpoint.files):
+        if progress is not None:
+            progress(done, len(checkpoint.files))
         path = storage.log_file(info.name)
         if checkpoint.format == "json":
             _read_json_checkpoint(storage, path, state, adds, removes)
@@ -180,7 +317,9 @@ def read_checkpoint(storage: TableStorage, checkpoint: Checkpoint) -> Checkpoint
                 removes.append(table)
             else:
                 _small_actions(table, state, file=path, uri=storage.uri)
-    for sidecar in state.sidecars:
+    for done, sidecar in enumerate(state.sidecars, start=len(checkpoint.files)):
+        if progress is not None:
+            progress(done, len(checkpoint.files) + len(state.sidecars))
         path = _sidecar_path(storage, sidecar.path)
         for kind, table in _read_parquet_part(storage, path):
             if kind == "add":
@@ -191,7 +330,30 @@ def read_checkpoint(storage: TableStorage, checkpoint: Checkpoint) -> Checkpoint
         state.adds = pa.concat_tables(adds)
     if removes:
         state.removes = pa.concat_tables(removes)
+    metadata = _holds_config(storage, checkpoint, state)
+    name = storage.log_file(checkpoint.files[0].name)
+    check_partition_rows(state.adds, metadata.partition_keys, Where(storage.uri, name))
     return state
+
+
+def _holds_config(storage: TableStorage, checkpoint: Checkpoint, state: CheckpointState) -> Metadata:
+    """A checkpoint holds the protocol and metaData of its version (PROTOCOL.md): one that lacks
+    either (an emptied file, text that is no checkpoint) is refused naming it, whatever the commits
+    after it hold. Its metaData is returned."""
+    missing = [
+        name for name, found in (("protocol", state.protocol), ("metaData", state.metadata)) if not found
+    ]
+    if missing:
+        parts = f" ({len(checkpoint.files)} parts)" if len(checkpoint.files) > 1 else ""
+        raise IncompleteTableStateError(
+            f"not a checkpoint{parts}: it holds no {' and no '.join(missing)} action "
+            "(a checkpoint holds the protocol and metaData of its version)",
+            table=storage.uri,
+            version=checkpoint.version,
+            file=storage.log_file(checkpoint.files[0].name),
+        )
+    assert state.metadata is not None
+    return state.metadata
 
 
 def read_checkpoint_config(storage: TableStorage, checkpoint: Checkpoint) -> CheckpointState:
@@ -207,37 +369,40 @@ def read_checkpoint_config(storage: TableStorage, checkpoint: Checkpoint) -> Che
         path = storage.log_file(info.name)
         if checkpoint.format == "json":
             only = (b'"metaData"', b'"protocol"')
-            for _, wrapped in iter_json_actions(
-                storage.read_bytes(path), table=storage.uri, file=path, only=only
-            ):
-                if "metaData" in wrapped or "protocol" in wrapped:
-                    _apply_small(wrapped, state, file=path, uri=storage.uri)
+            runs = read_actions(storage.read_bytes(path), table=storage.uri, file=path, only=only)
+            for line, name, value in iter_values(runs):
+                if name in ("metaData", "protocol"):
+                    _apply_small({name: value}, state, file=path, uri=storage.uri, line=line)
             continue
         pf = _open_part(storage, path)
         names = set(pf.schema_arrow.names)
         for name in ("metaData", "protocol"):
             if name in names:
-                _small_actions(_read_action_column(pf, name), state, file=path, uri=storage.uri)
+                with _corrupt_checkpoint(Where(storage.uri, path), name):
+                    column = _read_action_column(pf, name)
+                _small_actions(column, state, file=path, uri=storage.uri)
+    _holds_config(storage, checkpoint, state)
     return state
 
 
 def _sidecar_path(storage: TableStorage, path: str) -> str:
-    if "/" in path or ":" in path:
-        return storage.data_path(path)
-    return storage.log_file(f"{SIDECAR_DIR}/{path}")
+    # relative to _delta_log/_sidecars (as kernel-rs joins it), held to the table root
+    return storage.resolve(path, kind="sidecar")
 
 
 def _read_json_checkpoint(
     storage: TableStorage, path: str, state: CheckpointState, adds: list[pa.Table], removes: list[pa.Table]
 ) -> None:
+    """A V2 checkpoint written as JSON lines: the boundary validates it as it does a commit."""
     file_actions: dict[str, list[dict[str, Any]]] = {"add": [], "remove": []}
-    for _, wrapped in iter_json_actions(storage.read_bytes(path), table=storage.uri, file=path):
-        name = next(iter(wrapped))
-        if name in file_actions:
-            file_actions[name].append(wrapped[name])
+    for run in read_actions(storage.read_bytes(path), table=storage.uri, file=path):
+        if run.name in file_actions:
+            file_actions[run.name] += run.values
         else:
-            _apply_small(wrapped, state, file=path, uri=storage.uri)
-    if file_actions["add"]:
-        adds.append(pa.Table.from_pylist(file_actions["add"], schema=action_schema.ADD))
-    if file_actions["remove"]:
-        removes.append(pa.Table.from_pylist(file_actions["remove"], schema=action_schema.REMOVE))
+            for line, value in enumerate(run.values, start=run.line):
+                _apply_small({run.name: value}, state, file=path, uri=storage.uri, line=line)
+    with _corrupt_checkpoint(Where(storage.uri, path), "add"):
+        if file_actions["add"]:
+            adds.append(pa.Table.from_pylist(file_actions["add"], schema=action_schema.ADD))
+        if file_actions["remove"]:
+            removes.append(pa.Table.from_pylist(file_actions["remove"], schema=action_schema.REMOVE))

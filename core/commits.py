@@ -7,11 +7,7 @@ version plus one, whatever the length of the log.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
-
-from .log import commit_name, iter_commit_stream
+from .log import commit_name
 from .models import Metadata
 from .storage import FileInfo, TableStorage
 from .timestamps import CommitTime, CommitTimestamp, IctConfig, resolve_timestamps
@@ -55,38 +51,3 @@ class TimestampTracker:
         )[0]
         self.previous = ts
         return ts
-
-
-@dataclass(frozen=True, slots=True)
-class CommitHeader:
-    """What must be known about a version before its actions are published."""
-
-    version: int
-    file: FileInfo
-    commit_info: dict[str, Any] | None
-    metadata: dict[str, Any] | None
-    action_count: int
-
-
-def scan_commit(storage: TableStorage, version: int, file: FileInfo) -> CommitHeader:
-    """One streaming pass over a commit: its commitInfo, metaData and number of actions.
-
-    Publishing needs the count (``index``/``count`` in every event) and the timestamp before the
-    first action goes out; a second pass streams the actions, so memory stays bounded.
-    """
-    commit_info = None
-    metadata = None
-    count = 0
-    for _, wrapped in iter_commit_stream(storage, version):
-        count += 1
-        if "commitInfo" in wrapped and commit_info is None:
-            commit_info = wrapped["commitInfo"]
-        elif "metaData" in wrapped:
-            metadata = wrapped["metaData"]
-    return CommitHeader(version, file, commit_info, metadata, count)
-
-
-def iter_actions(storage: TableStorage, version: int) -> Iterator[dict[str, Any]]:
-    """The actions of one commit in file order, streamed."""
-    for _, wrapped in iter_commit_stream(storage, version):
-        yield wrapped

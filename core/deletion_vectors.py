@@ -24,10 +24,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import DeletionVectorError
+from .errors import DeletionVectorError, PathOutsideTableError
+from .paths import redact_userinfo
 from .storage import TableStorage
 
 __all__ = [
+    "check_dv_paths",
     "decode_bitmap_array",
     "dv_absolute_path",
     "dv_unique_id",
@@ -131,7 +133,10 @@ def dv_unique_ids(dv: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
 
 
 def dv_absolute_path(storage: TableStorage, storage_type: str, path_or_inline_dv: str) -> str:
-    """Filesystem path of an on-disk DV ('u': relative to the table root, 'p': absolute URI)."""
+    """Filesystem path of an on-disk DV ('u': relative to the table root, 'p': absolute URI),
+    held to the table root like every path in the log (PathOutsideTableError otherwise)."""
+    if not isinstance(path_or_inline_dv, str):
+        raise DeletionVectorError("deletion vector pathOrInlineDv is not a string", table=storage.uri)
     if storage_type == "u":
         if len(path_or_inline_dv) < _UUID_Z85_CHARS:
             raise DeletionVectorError(
@@ -146,13 +151,43 @@ def dv_absolute_path(storage: TableStorage, storage_type: str, path_or_inline_dv
                 f"relative deletion vector id {path_or_inline_dv!r} has no valid UUID: {exc}",
                 table=storage.uri,
             ) from exc
-        folder = f"{storage.root}/{prefix}" if prefix else storage.root
-        return f"{folder}/deletion_vector_{dv_uuid}.bin"
+        name = f"deletion_vector_{dv_uuid}.bin"
+        # the prefix is a folder name the writer chose, joined as it is (not URL-encoded)
+        return storage.resolve(f"{prefix}/{name}" if prefix else name, kind="deletion vector", literal=True)
     if storage_type == "p":
-        return storage.data_path(path_or_inline_dv)
+        return storage.resolve(path_or_inline_dv, kind="deletion vector")
     if storage_type == "i":
         raise DeletionVectorError("an inline deletion vector has no file", table=storage.uri)
     raise DeletionVectorError(f"unknown deletion vector storageType {storage_type!r}", table=storage.uri)
+
+
+#: a 'u' prefix that is more than a folder name: it is resolved in full to be refused or allowed
+_ODD_PREFIX = r"^/|:|\x00|\.\."
+
+
+def check_dv_paths(storage: TableStorage, dv: pa.Array | pa.ChunkedArray) -> None:
+    """Holds the on-disk DVs of a column of descriptors to the table root, before any is read.
+
+    Absolute ('p') paths go through :meth:`TableStorage.check_paths`; relative ('u') ones differ
+    only by their prefix, and only the few distinct prefixes that are not plain folder names are
+    resolved one by one.
+    """
+    if pa.types.is_null(dv.type) or len(dv) == 0 or dv.null_count == len(dv):
+        return
+    if not pa.types.is_struct(dv.type):
+        raise DeletionVectorError(f"deletionVector column has type {dv.type}, expected a struct")
+    storage_type = _field_or_nulls(dv, "storageType", required=True)
+    path = _field_or_nulls(dv, "pathOrInlineDv", required=True)
+    absolute = pc.filter(path, pc.equal(storage_type, "p"))
+    storage.check_paths(absolute.drop_null(), kind="deletion vector")
+    relative = pc.filter(path, pc.equal(storage_type, "u")).drop_null()
+    if len(relative) == 0:
+        return
+    prefixes = pc.utf8_slice_codeunits(relative, 0, -_UUID_Z85_CHARS)
+    odd = pc.filter(prefixes, pc.match_substring_regex(prefixes, _ODD_PREFIX))
+    for prefix in pc.unique(odd).to_pylist():
+        at = pc.index(prefixes, prefix).as_py()
+        dv_absolute_path(storage, "u", relative[at].as_py())
 
 
 # --- the bitmap format --------------------------------------------------------------------------
@@ -177,9 +212,17 @@ class _Malformed(Exception):
     """Internal: a bitmap that does not follow the format; re-raised with the file named."""
 
 
+class _WrongCount(Exception):
+    """Internal: the containers hold another number of rows than the descriptor's cardinality."""
+
+    def __init__(self, found: int) -> None:
+        super().__init__(found)
+        self.found = found
+
+
 def _u32(data: memoryview, pos: int, what: str) -> int:
     if pos + 4 > len(data):
-        raise _Malformed(f"truncated bitmap: no {what} at byte {pos} of {len(data)}")
+        raise _Malformed(f"truncated bitmap: no {what}")
     return int.from_bytes(data[pos : pos + 4], "little")
 
 
@@ -191,7 +234,7 @@ def _expand_few_runs(runs: memoryview) -> bytes:
     for j in range(0, len(pairs), 2):
         first, last = pairs[j], pairs[j] + pairs[j + 1]
         if first <= prev_last or last > 0xFFFF:
-            raise _Malformed(f"run [{first}, {last}] overlaps another or leaves its container")
+            raise _Malformed("a run overlaps another or leaves its container")
         pieces.append(_ALL_U16[2 * first : 2 * last + 2])
         prev_last = last
     return b"".join(pieces)
@@ -265,10 +308,10 @@ def _read_bucket(data: memoryview, pos: int, bucket_high: int, parts: _Parts) ->
         pos += 4
         has_offsets = True
     else:
-        raise _Malformed(f"unknown RoaringBitmap cookie {cookie}")
+        raise _Malformed("unknown RoaringBitmap cookie")
     header_end = pos + 4 * n
     if header_end + (4 * n if has_offsets else 0) > size:
-        raise _Malformed(f"truncated bitmap: {n} container headers at byte {pos} of {size}")
+        raise _Malformed(f"truncated bitmap: container headers end past byte {size}")
     header = array("H")
     header.frombytes(data[pos:header_end])
     pos = header_end + (4 * n if has_offsets else 0)  # containers are read in sequence: skip offsets
@@ -276,14 +319,14 @@ def _read_bucket(data: memoryview, pos: int, bucket_high: int, parts: _Parts) ->
     for i in range(n):
         key, cardinality = header[2 * i], header[2 * i + 1] + 1
         if key <= prev_key:
-            raise _Malformed(f"container keys not ascending ({key} after {prev_key})")
+            raise _Malformed("container keys not ascending")
         prev_key = key
         if run_flags is not None and (run_flags[i >> 3] >> (i & 7)) & 1:
             n_runs = int.from_bytes(data[pos : pos + 2], "little")
             runs = data[pos + 2 : pos + 2 + 4 * n_runs]
             pos += 2 + 4 * n_runs
             if pos > size:
-                raise _Malformed(f"truncated bitmap: run container {key} ends past byte {size}")
+                raise _Malformed(f"truncated bitmap: a run container ends past byte {size}")
             if n_runs > _FEW_RUNS:
                 pairs = array("H")
                 pairs.frombytes(runs)
@@ -299,7 +342,7 @@ def _read_bucket(data: memoryview, pos: int, bucket_high: int, parts: _Parts) ->
             words = data[pos : pos + _BITMAP_BYTES]
             pos += _BITMAP_BYTES
             if pos > size:
-                raise _Malformed(f"truncated bitmap: bitmap container {key} ends past byte {size}")
+                raise _Malformed(f"truncated bitmap: a bitmap container ends past byte {size}")
             flags = pa.Array.from_buffers(pa.bool_(), 65536, [None, pa.py_buffer(words)])
             picked = pc.filter(_ALL_U16_ARRAY, flags)
             found = len(picked)
@@ -308,38 +351,42 @@ def _read_bucket(data: memoryview, pos: int, bucket_high: int, parts: _Parts) ->
             low = data[pos : pos + 2 * cardinality]
             pos += 2 * cardinality
             if pos > size:
-                raise _Malformed(f"truncated bitmap: array container {key} ends past byte {size}")
+                raise _Malformed(f"truncated bitmap: an array container ends past byte {size}")
             found = cardinality
         if found != cardinality:
-            raise _Malformed(f"container {key} holds {found} values, its header says {cardinality}")
+            raise _Malformed("a container holds another number of values than its header says")
         parts.lows.append(low)
         parts.counts.append(cardinality)
         parts.highs.append(bucket_high | key << 16)
     return pos
 
 
-def _decode(data: bytes | memoryview) -> pa.UInt64Array:
+def _decode(data: bytes | memoryview, cardinality: int | None = None) -> pa.UInt64Array:
+    """The row indexes; with ``cardinality``, refused before anything is expanded if the container
+    headers count other rows (a few bytes of run containers can describe billions of rows)."""
     view = memoryview(data).cast("B")
     magic = _u32(view, 0, "magic number")
     if magic in _NATIVE_MAGICS:
         raise _Malformed("native RoaringBitmapArray format (magic 1681511376) is not supported")
     if magic != _MAGIC:
-        raise _Malformed(f"magic number {magic}, expected {_MAGIC}")
+        raise _Malformed(f"no deletion vector magic number (expected {_MAGIC})")
     if len(view) < 12:
         raise _Malformed(f"truncated bitmap: no bucket count in {len(view)} bytes")
     n_buckets = int.from_bytes(view[4:12], "little")
     if n_buckets * 12 > len(view) - 12:  # each bucket takes at least 12 bytes
-        raise _Malformed(f"{n_buckets} buckets cannot fit in {len(view)} bytes")
+        raise _Malformed(f"more buckets than fit in {len(view)} bytes")
     parts = _Parts()
     pos, prev_key = 12, -1
     for _ in range(n_buckets):
         key = _u32(view, pos, "bucket key")
         if key <= prev_key or key > _MAX_KEY:
-            raise _Malformed(f"bucket key {key} not ascending or above {_MAX_KEY}")
+            raise _Malformed(f"bucket keys not ascending or above {_MAX_KEY}")
         prev_key = key
         pos = _read_bucket(view, pos + 4, key << 32, parts)
     if pos != len(view):
-        raise _Malformed(f"{len(view) - pos} trailing bytes after the bitmap")
+        raise _Malformed("trailing bytes after the bitmap")
+    if cardinality is not None and sum(parts.counts) != cardinality:
+        raise _WrongCount(sum(parts.counts))
     if not parts.counts:
         return pa.array([], pa.uint64())
     parts.expand_many_runs()
@@ -369,20 +416,29 @@ _Fail = Callable[[str], DeletionVectorError]
 _FILE_FORMAT_VERSION = 1
 # DVs near the file start are read from byte 0 so that the format version can be checked for free
 _VERSION_CHECK_WINDOW = 4096
+#: PROTOCOL.md types sizeInBytes and offset as Int (32-bit signed)
+_MAX_INT = 2**31 - 1
+#: the largest DV read: a bitmap of every row of a 2**32-row file is 512 MiB; a larger size in the
+#: log is corrupt, and reading it would only exhaust memory
+MAX_DV_BYTES = 1 << 30
 
 
 def _int_field(descriptor: Mapping[str, Any], name: str, fail: _Fail) -> int:
     value = descriptor.get(name)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
     if value is None or isinstance(value, bool):
         raise fail(f"deletion vector descriptor has no valid {name}")
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise fail(f"deletion vector descriptor has a non-integer {name}: {value!r}") from None
+    raise fail(f"deletion vector descriptor has a non-integer {name} ({type(value).__name__})")
 
 
 def _read_framed(storage: TableStorage, path: str, offset: int, size: int, fail: _Fail) -> memoryview:
-    """The bitmap bytes of one DV in a DV file, after checking framing size and CRC-32."""
+    """The bitmap bytes of one DV in a DV file, after checking framing size and CRC-32.
+
+    The range comes from the log: storage reads never go past the file's end, so a size far beyond
+    the file costs no memory, and it is refused before its bytes are looked at. No error echoes
+    what the file holds (the path may not be a DV file at all).
+    """
     start = 0 if offset <= _VERSION_CHECK_WINDOW else offset
     end = offset + 4 + size + 4
     try:
@@ -390,20 +446,21 @@ def _read_framed(storage: TableStorage, path: str, offset: int, size: int, fail:
     except FileNotFoundError:
         raise fail("deletion vector file not found") from None
     if len(blob) != end - start:
-        raise fail(f"deletion vector file too short: wanted bytes [{start}, {end}), got {len(blob)}")
+        raise fail(
+            f"deletion vector file too short: offset {offset} and sizeInBytes {size} reach byte {end}, "
+            f"the file ends before"
+        )
     view = memoryview(blob)
     if start == 0 and view[0] != _FILE_FORMAT_VERSION:
-        raise fail(f"unknown deletion vector file format version {view[0]}")
+        raise fail("not a deletion vector file (unknown format version)")
     at = offset - start
     (framed_size,) = struct.unpack_from(">i", view, at)
     if framed_size != size:
-        raise fail(f"deletion vector size in file is {framed_size}, descriptor says {size}")
+        raise fail(f"deletion vector size in the file differs from sizeInBytes {size}")
     bitmap = view[at + 4 : at + 4 + size]
     (checksum,) = struct.unpack_from(">I", view, at + 4 + size)
     if zlib.crc32(bitmap) != checksum:
-        raise fail(
-            f"deletion vector checksum mismatch (stored {checksum:#010x}, computed {zlib.crc32(bitmap):#010x})"
-        )
+        raise fail("deletion vector checksum mismatch")
     return bitmap
 
 
@@ -413,17 +470,23 @@ def read_deleted_rows(
     *,
     table: str | None = None,
     data_file: str | None = None,
+    num_rows: int | None = None,
 ) -> pa.UInt64Array:
     """Sorted, unique row indexes a DV deletes, checked against its descriptor.
 
     Checks: framing size, CRC-32 (on-disk DVs), magic number, that the count equals
     ``cardinality`` and, when given, that no index exceeds ``maxRowIndex``. Every failure,
     including a missing DV file, is a :class:`DeletionVectorError` naming the DV and data file.
+    ``num_rows`` (the data file's) bounds ``cardinality`` before anything is read.
     """
     table = table if table is not None else storage.uri
+    if not isinstance(descriptor, Mapping):
+        raise DeletionVectorError(
+            "deletion vector descriptor is not an object", table=table, data_file=data_file
+        )
     storage_type = descriptor.get("storageType")
     path_or_inline = descriptor.get("pathOrInlineDv")
-    where = "inline" if storage_type == "i" else str(path_or_inline)
+    where = "inline" if storage_type == "i" else redact_userinfo(str(path_or_inline))
 
     def fail(message: str) -> DeletionVectorError:
         return DeletionVectorError(message, table=table, file=where, data_file=data_file)
@@ -435,10 +498,17 @@ def read_deleted_rows(
             where = dv_absolute_path(storage, storage_type, path_or_inline)
         except DeletionVectorError as exc:
             raise fail(exc.message) from None
+        except PathOutsideTableError as exc:
+            exc.context.setdefault("data_file", data_file)
+            raise
     size = _int_field(descriptor, "sizeInBytes", fail)
     cardinality = _int_field(descriptor, "cardinality", fail)
-    if size < 0 or cardinality < 0:
-        raise fail(f"negative sizeInBytes ({size}) or cardinality ({cardinality})")
+    if not 0 <= size <= _MAX_INT or cardinality < 0:
+        raise fail(f"sizeInBytes ({size}) or cardinality ({cardinality}) out of range")
+    if size > MAX_DV_BYTES:
+        raise fail(f"sizeInBytes {size} is larger than any deletion vector ({MAX_DV_BYTES} bytes)")
+    if num_rows is not None and cardinality > num_rows:
+        raise fail(f"cardinality {cardinality} is more than the data file's {num_rows} rows")
 
     bitmap: bytes | memoryview
     if storage_type == "i":
@@ -451,16 +521,18 @@ def read_deleted_rows(
         bitmap = decoded[:size]
     else:
         offset = 0 if descriptor.get("offset") is None else _int_field(descriptor, "offset", fail)
-        if offset < 0:
-            raise fail(f"negative deletion vector offset {offset}")
+        if not 0 <= offset <= _MAX_INT:
+            raise fail(f"deletion vector offset {offset} out of range")
         bitmap = _read_framed(storage, where, offset, size, fail)
 
     try:
-        rows = _decode(bitmap)
+        rows = _decode(bitmap, cardinality)
     except _Malformed as exc:
         raise fail(f"malformed deletion vector: {exc}") from None
-    if len(rows) != cardinality:
-        raise fail(f"deletion vector holds {len(rows)} rows, cardinality says {cardinality}")
+    except _WrongCount as exc:
+        raise fail(f"deletion vector holds {exc.found} rows, cardinality says {cardinality}") from None
+    except MemoryError:
+        raise fail(f"deletion vector of {cardinality} rows does not fit in memory") from None
     max_row_index = (
         None if descriptor.get("maxRowIndex") is None else _int_field(descriptor, "maxRowIndex", fail)
     )

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .redact import redact
+
 
 class DeltaMirrorError(Exception):
     """Root of every error deltamirror raises on purpose."""
@@ -45,7 +47,8 @@ class DeltaMirrorError(Exception):
         if self.line is not None:
             where.append(f"line={self.line}")
         where.extend(f"{k}={v}" for k, v in self.context.items() if v is not None)
-        return f"{self.message} ({', '.join(where)})" if where else self.message
+        # a table URI or a library's message may hold credentials: never print them (core/redact.py)
+        return redact(f"{self.message} ({', '.join(where)})" if where else self.message)
 
 
 # --- locating a table -------------------------------------------------------------------------
@@ -67,6 +70,11 @@ class StorageError(DeltaMirrorError):
     """The storage failed in a way that may pass (timeouts, throttling). Safe to retry."""
 
     exit_code = 1
+
+
+class StorageAccessError(DeltaMirrorError):
+    """The storage refused a request in a way no retry changes: no permission, a file where the
+    table has a folder (``_delta_log`` that is a file), a folder where it has a file."""
 
 
 # --- the log ----------------------------------------------------------------------------------
@@ -94,6 +102,14 @@ class IncompleteTableStateError(CorruptLogError):
     """The log does not define both a protocol and a metaData action."""
 
 
+class PathOutsideTableError(CorruptLogError):
+    """A file path in the log leads outside the table root (and outside every allowed prefix).
+
+    Refused before any byte of it is read: a hostile or broken log must not make a mirror read,
+    and publish, files that are not the table's. Shallow clones allow their source explicitly.
+    """
+
+
 # --- features ---------------------------------------------------------------------------------
 
 
@@ -118,6 +134,10 @@ class DataFileNotFoundError(DeltaMirrorError):
 
 class DeletionVectorError(DeltaMirrorError):
     """A deletion vector that cannot be read or does not match its descriptor."""
+
+
+class CorruptDataFileError(DeltaMirrorError):
+    """A data file (or change data file) that is not a readable Parquet file: truncated, corrupt."""
 
 
 class SchemaError(DeltaMirrorError):

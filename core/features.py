@@ -7,7 +7,8 @@ unsupported table fails with the feature's name instead of with wrong rows.
 from __future__ import annotations
 
 from .errors import CatalogManagedTableError, UnsupportedFeatureError
-from .models import Protocol
+from .models import Metadata, Protocol
+from .schema import schema_problem
 
 # Features implied by (reader|writer) versions before table features (reader 3 / writer 7).
 LEGACY_READER_FEATURES: dict[int, frozenset[str]] = {
@@ -121,3 +122,23 @@ def check_readable(protocol: Protocol, *, table: str | None = None, version: int
             table=table,
             version=version,
         )
+
+
+def check_table(
+    protocol: Protocol, metadata: Metadata, *, table: str | None = None, version: int | None = None
+) -> None:
+    """Refuse a table no reader of this deltamirror can read: its protocol first (a table that
+    needs an unsupported reader feature is refused by that feature's name), then its metaData."""
+    check_readable(protocol, table=table, version=version)
+    check_schema(metadata)
+
+
+def check_schema(metadata: Metadata) -> None:
+    """Once the protocol is known readable, a type of the schema that no supported feature brings
+    makes the metaData corrupt, refused naming the file and line that hold it. A metaData without
+    ``schemaString`` passes: the log stays readable, readers of rows refuse it when they need it."""
+    if metadata.schema_string is None:
+        return
+    problem = schema_problem(metadata.schema_string)
+    if problem is not None:
+        raise metadata.refuse(f"metaData.schemaString: {problem}")

@@ -7,21 +7,22 @@ whatever it says (missing, stale, empty, corrupt), the listing decides.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal
 
-import pydantic_core
-
+from .actions import ActionRun, PartitionKeySets, Where, iter_values, line_buffers, parse_json, read_actions
 from .errors import (
     CorruptLogError,
     LogGapError,
+    StorageError,
     TableNotFoundError,
     VersionNotFoundError,
 )
+from .models import Metadata, model_of
 from .storage import FileInfo, TableStorage
+from .timestamps import IctConfig
 
 COMMIT_RE = re.compile(r"^(\d{20})\.json$")
 CLASSIC_CP_RE = re.compile(r"^(\d{20})\.checkpoint\.parquet$")
@@ -113,10 +114,15 @@ def read_last_checkpoint(storage: TableStorage) -> LastCheckpointHint | None:
     """``_last_checkpoint``, or None when it is missing, empty or unreadable (it is only a hint)."""
     try:
         raw = storage.read_bytes(storage.log_file("_last_checkpoint"))
-        data = json.loads(raw)
-        return LastCheckpointHint(int(data["version"]), data.get("size"), data.get("parts"))
-    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        data = parse_json(raw, what="_last_checkpoint")
+        version, size, parts = data["version"], data.get("size"), data.get("parts")
+    except (FileNotFoundError, CorruptLogError, StorageError, KeyError, TypeError):
+        return None  # a hint only: whatever is wrong with it (or with reading it), the listing decides
+    if type(version) is not int or version < 0:
         return None
+    return LastCheckpointHint(
+        version, size if type(size) is int else None, parts if type(parts) is int else None
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,50 +212,9 @@ def _best_checkpoint(listing: LogListing, version: int | None) -> Checkpoint | N
 # --- reading commits --------------------------------------------------------------------------
 
 
-def iter_json_actions(
-    data: bytes | Iterable[bytes], *, table: str, file: str, only: Sequence[bytes] = ()
-) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, action) for each non-blank line of a JSON-lines log file.
-
-    A line that is not a JSON object with one action raises CorruptLogError naming file and line;
-    nothing after a corrupt line is trusted. With ``only`` (quoted action names such as
-    ``b'"metaData"'``), lines naming none of them are not decoded at all: a reader that needs a
-    few actions of a commit of thousands skips the cost of the others.
-    """
-    lines = data.splitlines() if isinstance(data, bytes) else data
-    for lineno, raw in enumerate(lines, start=1):
-        if only and not any(key in raw for key in only):
-            continue
-        if not raw.strip():
-            continue
-        obj = _parse_json_line(raw, table=table, file=file, line=lineno)
-        if not isinstance(obj, dict) or not obj:
-            raise CorruptLogError(
-                "a log line must be a JSON object holding an action", table=table, file=file, line=lineno
-            )
-        if len(obj) == 1:
-            yield lineno, obj
-        else:  # a newer writer may put another (unknown) action beside a known one: keep both
-            for key, value in obj.items():
-                yield lineno, {key: value}
-
-
-def _parse_json_line(raw: bytes, *, table: str, file: str, line: int) -> Any:
-    """One log line: pydantic-core's parser (three times the standard library's speed on log lines),
-    and the standard library's where it refuses a line (a lone surrogate escape, which Java
-    writers can produce and readers accept), so both accept the same lines."""
-    try:
-        return pydantic_core.from_json(raw)
-    except ValueError:
-        pass
-    try:
-        return json.loads(raw)
-    except ValueError as exc:
-        raise CorruptLogError(f"invalid JSON: {exc}", table=table, file=file, line=line) from exc
-
-
 def read_commit(storage: TableStorage, version: int) -> list[dict[str, Any]]:
-    """The actions of one commit file, in file order."""
+    """The validated actions of one commit, in file order, each as its log line has it
+    (``{"add": {...}}``)."""
     path = storage.log_file(commit_name(version))
     try:
         data = storage.read_bytes(path)
@@ -257,7 +222,8 @@ def read_commit(storage: TableStorage, version: int) -> list[dict[str, Any]]:
         raise VersionNotFoundError(
             f"commit {version} does not exist", table=storage.uri, version=version, file=path
         ) from None
-    return [a for _, a in iter_json_actions(data, table=storage.uri, file=path)]
+    runs = read_actions(data, table=storage.uri, file=path, version=version)
+    return [{name: value} for _, name, value in iter_values(runs)]
 
 
 def open_commit(storage: TableStorage, version: int) -> IO[bytes]:
@@ -271,7 +237,124 @@ def open_commit(storage: TableStorage, version: int) -> IO[bytes]:
         ) from None
 
 
-def iter_commit_stream(storage: TableStorage, version: int) -> Iterator[tuple[int, dict[str, Any]]]:
-    """The actions of one commit, read line by line (a commit may hold millions of actions)."""
+def stream_commit(
+    storage: TableStorage, version: int, *, only: Sequence[bytes] = (), facts: bool = False
+) -> Iterator[ActionRun]:
+    """The validated actions of one commit, streamed (a commit may hold millions of actions);
+    ``only`` and ``facts`` as :func:`~.actions.read_actions` takes them.
+
+    A file without any action (emptied, or only whitespace) is refused once it is read through, by
+    every reader, as :func:`check_commit` refuses it: even one that looks for a few actions only
+    must not take a broken commit for one that holds none of them."""
+    file = storage.log_file(commit_name(version))
+    content = [False]  # whether a byte other than whitespace was met
     with open_commit(storage, version) as fh:
-        yield from iter_json_actions(fh, table=storage.uri, file=storage.log_file(commit_name(version)))
+        yield from read_actions(
+            _noting_content(line_buffers(fh), content),
+            table=storage.uri,
+            file=file,
+            version=version,
+            only=only,
+            facts=facts,
+        )
+    if not content[0]:
+        raise Where(storage.uri, file, version).refuse(
+            f"commit {version} has no actions (an empty commit file)"
+        )
+
+
+_NOT_BLANK = re.compile(rb"[^ \t\r\n]")
+
+
+def _noting_content(buffers: Iterable[bytes], content: list[bool]) -> Iterator[bytes]:
+    """``buffers`` as they are; ``content[0]`` set once one holds a byte other than whitespace (a
+    search that stops at the first such byte: the first of the first buffer, in any real commit)."""
+    for buffer in buffers:
+        if not content[0] and _NOT_BLANK.search(buffer):
+            content[0] = True
+        yield buffer
+
+
+def iter_commit_stream(storage: TableStorage, version: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line, ``{type: validated body}``) per action of one commit, streamed."""
+    for line, name, value in iter_values(stream_commit(storage, version)):
+        yield line, {name: value}
+
+
+def check_commit(
+    where: Where,
+    *,
+    actions: int,
+    keys: PartitionKeySets,
+    metadata: Metadata | None,
+    commit_info: dict[str, Any] | None,
+    commit_info_line: int | None = None,
+    timestamps: bool = True,
+) -> None:
+    """A commit as a whole, once its lines are validated: it holds at least one action (an empty
+    file is one being written, or a broken one); its file actions name every partition column of
+    ``metadata``, the metaData in force at it (its own, if it has one); and (unless
+    ``timestamps`` is False) where that metaData enables In-Commit Timestamps, its commitInfo
+    holds one (:func:`timestamp_problem`)."""
+    if actions == 0:
+        raise where.refuse(f"commit {where.version} has no actions (an empty commit file)")
+    if metadata is None:
+        return
+    keys.check(metadata.partition_keys, where)
+    problem = timestamp_problem(where, metadata, commit_info, commit_info_line) if timestamps else None
+    if problem is not None:
+        raise problem
+
+
+def timestamp_problem(
+    where: Where, metadata: Metadata, commit_info: dict[str, Any] | None, line: int | None
+) -> CorruptLogError | None:
+    """The refusal of a commit that In-Commit Timestamps (enabled by ``metadata``) require a
+    commitInfo with an ``inCommitTimestamp`` from, and that lacks one; None if it is fine."""
+    assert where.version is not None
+    if not IctConfig.from_configuration(metadata.configuration, table=where.table).applies_to(where.version):
+        return None
+    if commit_info is None:
+        return where.refuse("commitInfo: required with In-Commit Timestamps enabled, the commit has none")
+    if commit_info.get("inCommitTimestamp") is None:
+        return where.refuse(
+            "commitInfo.inCommitTimestamp: required field missing (In-Commit Timestamps are enabled)", line
+        )
+    return None
+
+
+def count_commit(
+    storage: TableStorage, version: int, in_force: Metadata | None
+) -> tuple[dict[str, int], dict[str, Any] | None, Metadata | None]:
+    """A commit as history shows it: its actions validated and counted by type, its first
+    commitInfo, and the metaData in force after it (its own, else ``in_force``); checked as a
+    whole by :func:`check_commit` (history refuses what the other readers refuse)."""
+    counts: dict[str, int] = {}
+    info: dict[str, Any] | None = None
+    info_line: int | None = None
+    own: dict[str, Any] | None = None
+    keys = PartitionKeySets()
+    for run in stream_commit(storage, version):
+        counts[run.name] = counts.get(run.name, 0) + len(run)
+        if run.name == "commitInfo" and info is None:
+            info, info_line = run.values[0], run.line
+        elif run.name == "metaData":
+            own = run.values[-1]
+        keys.add(run)
+    metadata = in_force if own is None else _metadata(own)
+    where = Where(storage.uri, storage.log_file(commit_name(version)), version)
+    check_commit(
+        where,
+        actions=sum(counts.values()),
+        keys=keys,
+        metadata=metadata,
+        commit_info=info,
+        commit_info_line=info_line,
+    )
+    return counts, info, metadata
+
+
+def _metadata(value: dict[str, Any]) -> Metadata:
+    parsed = model_of("metaData", value)
+    assert isinstance(parsed, Metadata)
+    return parsed

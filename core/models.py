@@ -8,15 +8,16 @@ many files use Arrow (see :mod:`action_schema`) and never build a model per file
 
 from __future__ import annotations
 
-import json
 from functools import cached_property
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+import pydantic_core
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from .errors import CorruptLogError, SchemaError
-from .schema import StructType, parse_schema
+from .actions import PartitionKeys, Where, field_problem, validator_for
+from .errors import CorruptLogError, DeltaMirrorError, SchemaError
+from .schema import StructType, column_mapping_mode, parse_schema, physical_name
 
 
 class DeltaModel(BaseModel):
@@ -36,6 +37,9 @@ class DeltaModel(BaseModel):
 
 
 # --- actions ----------------------------------------------------------------------------------
+
+#: the instance key under which a metaData remembers where it was read (not a field)
+_ORIGIN = "_deltamirror_origin"
 
 
 class DeletionVectorDescriptor(DeltaModel):
@@ -78,10 +82,53 @@ class Metadata(DeltaModel):
 
     @cached_property
     def table_schema(self) -> StructType:
-        """The table schema, parsed from ``schemaString`` once."""
+        """The table schema, parsed from ``schemaString`` once.
+
+        A metaData without one is readable at the log level (a Delta Live Tables setup commit has
+        one), but no reader of rows can go on: the refusal names where the log holds it."""
         if self.schema_string is None:
-            raise SchemaError(f"metaData {self.id} has no schemaString")
+            raise self.refuse(f"metaData {self.id} has no schemaString", SchemaError)
         return parse_schema(self.schema_string)
+
+    def located(self, where: Where, line: int | None = None) -> Metadata:
+        """This metaData, remembering where the log holds it (a commit's file and line, or a
+        checkpoint file): a refusal of it found later, by a reader of rows, names that place.
+
+        Kept beside the fields, never one of them: equality and dumps ignore it, and remembering
+        costs one store per metaData read (a table has few)."""
+        self.__dict__[_ORIGIN] = (where, line)
+        return self
+
+    @property
+    def origin(self) -> tuple[Where, int | None] | None:
+        """(file, line) where the log holds this metaData, when the reader that read it said so."""
+        origin: tuple[Where, int | None] | None = self.__dict__.get(_ORIGIN)
+        return origin
+
+    def refuse(self, message: str, error: type[DeltaMirrorError] = CorruptLogError) -> DeltaMirrorError:
+        """``error`` about this metaData, naming where the log holds it when that is known."""
+        where, line = self.origin or (Where(None, None), None)
+        return error(message, table=where.table, version=where.version, file=where.file, line=line)
+
+    @cached_property
+    def partition_keys(self) -> PartitionKeys:
+        """(physical, logical) name of each partition column: the keys ``partitionValues`` may use.
+
+        Under column mapping the physical name keys them; a table upgraded to ``name`` mode keeps
+        the logical one, so either counts. A column missing from the schema keys by its name.
+        """
+        if not self.partition_columns:
+            return ()
+        mode = column_mapping_mode(self.configuration)
+        if mode == "none":
+            return tuple((name, name) for name in self.partition_columns)
+        keys = []
+        for name in self.partition_columns:
+            try:
+                keys.append((physical_name(self.table_schema.field(name), mode), name))
+            except SchemaError:  # not in the schema: reading the table says so; here it keys by name
+                keys.append((name, name))
+        return tuple(keys)
 
 
 class AddFile(DeltaModel):
@@ -211,33 +258,33 @@ ACTION_MODELS: dict[str, type[DeltaModel]] = {
 ACTION_TYPES: tuple[str, ...] = tuple(ACTION_MODELS)
 
 
-def action_type(wrapped: dict[str, Any]) -> str:
-    """The action type of one log line (``{"add": {...}}`` -> ``"add"``)."""
-    if len(wrapped) != 1:
-        raise ValueError(f"a log line holds exactly one action, found keys {sorted(wrapped)}")
-    return next(iter(wrapped))
-
-
 def parse_action(
-    wrapped: dict[str, Any], *, file: str | None = None, line: int | None = None, table: str | None = None
+    wrapped: dict[str, Any],
+    *,
+    file: str | None = None,
+    line: int | None = None,
+    table: str | None = None,
+    version: int | None = None,
 ) -> Action:
-    """One log line (already JSON-decoded) to its typed action."""
+    """One action already decoded from JSON (``{"add": {...}}``), checked as the log boundary
+    (:mod:`.actions`) checks a line, to its typed model."""
+    where = Where(table, file, version)
+    if not isinstance(wrapped, dict) or len(wrapped) != 1:
+        raise where.refuse("an action is an object with exactly one action type", line)
+    name, body = next(iter(wrapped.items()))
     try:
-        name = action_type(wrapped)
-    except ValueError as exc:
-        raise CorruptLogError(str(exc), table=table, file=file, line=line) from exc
-    body = wrapped[name]
+        value = validator_for(name).validate_python(body)
+    except pydantic_core.ValidationError as exc:
+        raise where.refuse(field_problem(name, exc), line) from None
+    return model_of(name, value)
+
+
+def model_of(name: str, value: Any) -> Action:
+    """The model of an action the boundary validated (its value as :mod:`.actions` returns it)."""
     model = ACTION_MODELS.get(name)
     if model is None:
-        return UnknownAction(action_name=name, raw=wrapped)
-    try:
-        return model.model_validate(body)  # type: ignore[return-value]
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise CorruptLogError(
-            f"invalid {name} action: {where}: {first['msg']}", table=table, file=file, line=line
-        ) from exc
+        return UnknownAction(action_name=name, raw={name: value})
+    return model.model_validate(value)  # type: ignore[return-value]
 
 
 def wrap(action: Action) -> dict[str, Any]:
@@ -245,7 +292,3 @@ def wrap(action: Action) -> dict[str, Any]:
     if isinstance(action, UnknownAction):
         return action.raw
     return {action.action_name: action.to_dict()}
-
-
-def dumps_action(action: Action) -> str:
-    return json.dumps(wrap(action), separators=(",", ":"))

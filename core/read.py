@@ -15,11 +15,11 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from . import deletion_vectors
 from .errors import (
+    CorruptDataFileError,
     DataFileNotFoundError,
     DeletionVectorError,
     SchemaError,
@@ -186,45 +186,55 @@ def _conform_variant(array: pa.Array, target: pa.DataType, path: str) -> pa.Arra
 # --- reading one file -----------------------------------------------------------------------
 
 
-class _OpenFile:
-    """A parquet file and the handle under it (closed together).
+def open_parquet(
+    storage: TableStorage, path_in_log: str, *, table: str | None = None, kind: str = "data file"
+) -> pq.ParquetFile:
+    """A data file (or change data file) the log names, opened: the path is held to the table root
+    first (nothing outside is opened), and failures say which file and whether to retry.
 
-    A local file is opened through pyarrow's own filesystem: handing pyarrow the fsspec filesystem
-    makes it convert that filesystem on every open, which costs a third of opening a small file.
     Pre-buffering coalesces a remote file's reads into few requests; on a local disk it only adds work.
+    The caller closes the file.
     """
-
-    def __init__(self, storage: TableStorage, path_in_log: str, table: str) -> None:
-        fs_path = storage.data_path(path_in_log)
-        self._source: pa.NativeFile | None = None
-        try:
-            if storage.uri.startswith("file://"):
-                self._source = _LOCAL_FS.open_input_file(fs_path)
-                self.parquet = pq.ParquetFile(
-                    self._source, pre_buffer=False, coerce_int96_timestamp_unit="us"
-                )
-            else:
-                self.parquet = pq.ParquetFile(
-                    fs_path, filesystem=storage.fs, pre_buffer=True, coerce_int96_timestamp_unit="us"
-                )
-        except FileNotFoundError as exc:
-            self.close()
-            raise DataFileNotFoundError(
-                "data file referenced by the log is missing (vacuumed?)", table=table, file=path_in_log
-            ) from exc
-        except (OSError, pa.ArrowInvalid) as exc:
-            self.close()
-            raise StorageError(f"cannot open data file: {exc}", table=table, file=path_in_log) from exc
-
-    def close(self) -> None:
-        parquet = getattr(self, "parquet", None)
-        if parquet is not None:
-            parquet.close()
-        if self._source is not None:
-            self._source.close()
+    table = table if table is not None else storage.uri
+    fs_path = storage.resolve(path_in_log, kind=kind)
+    try:
+        return storage.parquet_file(
+            fs_path, pre_buffer=not storage.is_local, coerce_int96_timestamp_unit="us"
+        )
+    except FileNotFoundError as exc:
+        raise DataFileNotFoundError(
+            f"{kind} referenced by the log is missing (vacuumed?)", table=table, file=path_in_log
+        ) from exc
+    except (OSError, pa.ArrowException) as exc:
+        raise read_error(exc, kind, table, path_in_log) from exc
 
 
-_LOCAL_FS = pafs.LocalFileSystem()
+def read_error(exc: BaseException, kind: str, table: str, path_in_log: str) -> Exception:
+    """What a failure opening or decoding a parquet file means: a corrupt file (exit 2, retrying
+    cannot help) or trouble with the storage (exit 1).
+
+    pyarrow reports a bad file as ArrowInvalid (no magic bytes, truncated) or as a bare OSError
+    without errno (bad thrift, corrupt pages); the storage's own errors keep their types (an
+    errno, a timeout, a connection error), as pyarrow re-raises the Python exception it was given.
+    """
+    if isinstance(exc, MemoryError):  # a size in a corrupt footer, or a file beyond this machine
+        return CorruptDataFileError(
+            f"{kind} cannot be decoded in memory: {one_line(exc)}", table=table, file=path_in_log
+        )
+    if (isinstance(exc, pa.ArrowException) and not isinstance(exc, OSError)) or (
+        type(exc) is OSError and exc.errno is None
+    ):
+        return CorruptDataFileError(
+            f"{kind} is not a readable Parquet file: {one_line(exc)}", table=table, file=path_in_log
+        )
+    return StorageError(f"cannot read {kind}: {one_line(exc)}", table=table, file=path_in_log)
+
+
+def one_line(exc: BaseException, limit: int = 200) -> str:
+    """An error's text as one printable line (pyarrow's may hold newlines and raw bytes)."""
+    text = str(exc).strip().split("\n", 1)[0]
+    text = "".join(c if c.isprintable() else "?" for c in text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _selected_fields(schema: StructType, columns: Sequence[str] | None) -> list[StructField]:
@@ -420,9 +430,11 @@ def read_data_file(
     table: str | None = None,
     use_threads: bool = True,
     append: AppendColumns | None = None,
+    kind: str = "data file",
 ) -> Iterator[pa.RecordBatch]:
     """The live rows of one data file, in the logical schema (``columns`` only, in table order),
-    followed by the ``append`` columns if given.
+    followed by the ``append`` columns if given. ``kind`` names the file in errors ("change data
+    file").
 
     ``only_rows`` keeps exactly those row indexes (the change feed's rows whose DV bit flipped) and
     replaces the deletion vector; otherwise rows the deletion vector deletes are dropped.
@@ -433,8 +445,7 @@ def read_data_file(
     table = table if table is not None else storage.uri
     reader = _schema_reader(schema, partition_columns, column_mapping, columns)
     constants = reader.constants(partition_values, table, path_in_log)
-    opened = _OpenFile(storage, path_in_log, table)
-    pf = opened.parquet
+    pf = open_parquet(storage, path_in_log, table=table, kind=kind)
     try:
         layout = reader.file_columns(pf.schema_arrow, table, path_in_log)
 
@@ -453,10 +464,10 @@ def read_data_file(
             if exc.table is None:
                 exc.table, exc.file = table, path_in_log
             raise
-        except OSError as exc:
-            raise StorageError(f"cannot read data file: {exc}", table=table, file=path_in_log) from exc
+        except (OSError, MemoryError, pa.ArrowException) as exc:
+            raise read_error(exc, kind, table, path_in_log) from exc
     finally:
-        opened.close()
+        pf.close()
 
 
 def _row_filter(
@@ -486,7 +497,9 @@ def _row_filter(
         return pc.invert(wanted)
     if deletion_vector is None:
         return None
-    deleted = deletion_vectors.read_deleted_rows(storage, deletion_vector, table=table, data_file=path_in_log)
+    deleted = deletion_vectors.read_deleted_rows(
+        storage, deletion_vector, table=table, data_file=path_in_log, num_rows=pf.metadata.num_rows
+    )
     if len(deleted) == 0:
         return None
     return deletion_vectors.keep_mask(deleted, pf.metadata.num_rows, data_file=path_in_log)
@@ -552,6 +565,10 @@ def read_snapshot(
     wanted = [c for c in ("path", "partitionValues", "deletionVector") if c in files.column_names]
     if "path" not in wanted:
         raise SchemaError("the files table has no 'path' column", table=table)
+    # every path of the snapshot is held to the table root before the first file is opened
+    storage.check_paths(files.column("path"))
+    if "deletionVector" in wanted:
+        deletion_vectors.check_dv_paths(storage, files.column("deletionVector"))
     for chunk in files.select(wanted).to_batches(max_chunksize=1024):
         for row in chunk.to_pylist():
             yield from read_data_file(

@@ -9,36 +9,32 @@ so they only need to be dropped when a later commit touches their key; that is o
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import action_schema
+from . import action_schema, features
+from .actions import (
+    FILE_ACTIONS,
+    KNOWN_ACTIONS,
+    ActionRun,
+    PartitionKeySets,
+    Where,
+    iter_values,
+    read_actions,
+)
 from .checkpoint import CheckpointState, read_checkpoint, read_checkpoint_config
 from .deletion_vectors import dv_unique_ids
-from .errors import IncompleteTableStateError
-from .log import LogSegment, commit_name, iter_json_actions, open_commit, read_commit
-from .models import CommitInfo, DomainMetadata, Metadata, Protocol, Txn, parse_action
+from .errors import CorruptLogError, IncompleteTableStateError, UnsupportedFeatureError, VersionNotFoundError
+from .log import LogSegment, check_commit, commit_name, stream_commit, timestamp_problem
+from .models import CommitInfo, DomainMetadata, Metadata, Protocol, Txn, model_of
 from .storage import TableStorage
 
 ORDER = "__order"
-KNOWN_ACTIONS = frozenset(
-    {
-        "add",
-        "remove",
-        "metaData",
-        "protocol",
-        "txn",
-        "domainMetadata",
-        "commitInfo",
-        "cdc",
-        "checkpointMetadata",
-        "sidecar",
-    }
-)
+_STATE_ACTIONS = frozenset({"metaData", "protocol", "txn", "domainMetadata", "commitInfo"})
 log = logging.getLogger(__name__)
 
 
@@ -99,7 +95,8 @@ class TableState:
 
 @dataclass
 class _Pending:
-    """Non-file actions of the commits after the checkpoint, newest last."""
+    """Non-file actions of the commits after the checkpoint, newest last; file actions as the
+    boundary validated them, with their place in the log (``order``)."""
 
     metadata: Metadata | None = None
     protocol: Protocol | None = None
@@ -107,44 +104,105 @@ class _Pending:
     domains: dict[str, DomainMetadata | None] = field(default_factory=dict)
     commit_infos: dict[int, CommitInfo] = field(default_factory=dict)
     adds: list[dict[str, Any]] = field(default_factory=list)
+    add_order: list[int] = field(default_factory=list)
     removes: list[dict[str, Any]] = field(default_factory=list)
+    remove_order: list[int] = field(default_factory=list)
     unknown: dict[str, int] = field(default_factory=dict)
+    #: commits In-Commit Timestamps require a timestamp of and that lack one (raised once the
+    #: protocol is known readable: a table refused by feature name is refused by that name)
+    timestamp_problems: list[CorruptLogError] = field(default_factory=list)
+
+    def apply(self, version: int, name: str, value: Any) -> None:
+        action = model_of(name, value)
+        if isinstance(action, Metadata):
+            self.metadata = action
+        elif isinstance(action, Protocol):
+            self.protocol = action
+        elif isinstance(action, Txn):
+            self.txns[action.app_id] = action
+        elif isinstance(action, DomainMetadata):
+            self.domains[action.domain] = None if action.removed else action
+        elif isinstance(action, CommitInfo) and version not in self.commit_infos:
+            self.commit_infos[version] = action
 
 
-def _collect(storage: TableStorage, versions: Iterable[int]) -> _Pending:
+def _collect(storage: TableStorage, versions: Iterable[int], metadata: Metadata | None) -> _Pending:
+    """The commits' actions, validated, each commit checked as a whole (:func:`check_commit`)
+    against the metaData in force there (``metadata``, the checkpoint's, until a commit replaces
+    it; a commit before any metaData is checked once the first one is known)."""
     pending = _Pending()
     order = 0
+    unchecked: list[tuple[Where, int, PartitionKeySets, dict[str, Any] | None, int | None]] = []
     for version in versions:
         file = storage.log_file(commit_name(version))
-        for lineno, wrapped in enumerate(read_commit(storage, version), start=1):
-            name = next(iter(wrapped))
-            body = wrapped[name]
-            order += 1
+        keys = PartitionKeySets()
+        info: dict[str, Any] | None = None
+        info_line: int | None = None
+        first = order
+        for run in _commit_runs(storage, version, file):
+            name, n = run.name, len(run)
+            if name in FILE_ACTIONS:
+                keys.add(run)
             if name == "add":
-                pending.adds.append({**body, ORDER: order})
+                pending.adds += run.values
+                pending.add_order += range(order + 1, order + n + 1)
             elif name == "remove":
-                pending.removes.append({**body, ORDER: order})
-            elif name in ("metaData", "protocol", "txn", "domainMetadata", "commitInfo"):
-                action = parse_action(wrapped, file=file, line=lineno, table=storage.uri)
-                if isinstance(action, Metadata):
-                    pending.metadata = action
-                elif isinstance(action, Protocol):
-                    pending.protocol = action
-                elif isinstance(action, Txn):
-                    pending.txns[action.app_id] = action
-                elif isinstance(action, DomainMetadata):
-                    pending.domains[action.domain] = None if action.removed else action
-                elif isinstance(action, CommitInfo):
-                    pending.commit_infos[version] = action
+                pending.removes += run.values
+                pending.remove_order += range(order + 1, order + n + 1)
+            elif name in _STATE_ACTIONS:
+                if name == "commitInfo" and info is None:
+                    info, info_line = run.values[0], run.line
+                for value in run.values:
+                    pending.apply(version, name, value)
+                if name == "metaData" and pending.metadata is not None:  # the last of the run wins
+                    pending.metadata.located(Where(storage.uri, file, version), run.line + n - 1)
             elif name not in KNOWN_ACTIONS:
                 if name not in pending.unknown:
-                    log.warning("unknown action type %r in %s line %d: kept, not applied", name, file, lineno)
-                pending.unknown[name] = pending.unknown.get(name, 0) + 1
+                    log.warning(
+                        "unknown action type %r in %s line %d: kept, not applied", name, file, run.line
+                    )
+                pending.unknown[name] = pending.unknown.get(name, 0) + n
+            order += n
+        unchecked.append((Where(storage.uri, file, version), order - first, keys, info, info_line))
+        in_force = pending.metadata or metadata
+        if in_force is not None:
+            for where, actions, found, commit_info, line in unchecked:
+                check_commit(
+                    where,
+                    actions=actions,
+                    keys=found,
+                    metadata=in_force,
+                    commit_info=commit_info,
+                    commit_info_line=line,
+                    timestamps=False,
+                )
+                problem = timestamp_problem(where, in_force, commit_info, line)
+                if problem is not None:
+                    pending.timestamp_problems.append(problem)
+            unchecked.clear()
+    for where, actions, _, _, _ in unchecked:  # no metaData at all: the segment is refused for that
+        if actions == 0:
+            raise where.refuse(f"commit {where.version} has no actions (an empty commit file)")
     return pending
 
 
-def _with_order(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
-    return pa.Table.from_pylist(rows, schema=schema.append(pa.field(ORDER, pa.int64())))
+def _commit_runs(storage: TableStorage, version: int, file: str) -> Iterator[ActionRun]:
+    try:
+        data = storage.read_bytes(file)
+    except FileNotFoundError:
+        raise VersionNotFoundError(
+            f"commit {version} does not exist", table=storage.uri, version=version, file=file
+        ) from None
+    return read_actions(data, table=storage.uri, file=file, version=version)
+
+
+def _with_order(rows: list[dict[str, Any]], order: list[int], schema: pa.Schema, where: str) -> pa.Table:
+    """Validated file actions as Arrow rows (fields the schema lacks are left out), with their order."""
+    try:
+        table = pa.Table.from_pylist(rows, schema=schema)
+    except (pa.ArrowException, TypeError, ValueError) as exc:  # the boundary should make this unreachable
+        raise CorruptLogError(f"file actions do not fit the Arrow schema: {exc}", table=where) from exc
+    return table.append_column(pa.field(ORDER, pa.int64()), pa.array(order, pa.int64()))
 
 
 def reconcile(
@@ -184,18 +242,39 @@ def reconcile(
     return files, tombstones
 
 
-def replay(storage: TableStorage, segment: LogSegment) -> TableState:
-    """The table state at ``segment.version``."""
+def replay(
+    storage: TableStorage, segment: LogSegment, progress: Callable[[int, int], None] | None = None
+) -> TableState:
+    """The table state at ``segment.version``.
+
+    ``progress(done, total)`` counts log files read (checkpoint parts and sidecars, then commits),
+    for a caller that shows a long replay advancing; it is never called without one.
+    """
     cp: CheckpointState | None = None
+    commits = segment.commit_versions
+    read = 0
     if segment.checkpoint is not None:
-        cp = read_checkpoint(storage, segment.checkpoint)
-    pending = _collect(storage, segment.commit_versions)
+        cp_progress = None if progress is None else (lambda done, total: progress(done, total + len(commits)))
+        cp = read_checkpoint(storage, segment.checkpoint, cp_progress)
+        read = len(segment.checkpoint.files) + len(cp.sidecars)
+    pending = _collect(
+        storage,
+        commits if progress is None else _counted(commits, read, progress),
+        cp.metadata if cp else None,
+    )
     metadata, protocol = _required(
         storage,
         segment,
         pending.metadata or (cp.metadata if cp else None),
         pending.protocol or (cp.protocol if cp else None),
     )
+    if pending.timestamp_problems:
+        try:
+            features.check_readable(protocol, table=storage.uri, version=segment.version)
+        except UnsupportedFeatureError:
+            pass  # the caller refuses the table by that feature's name (or reads the log anyway)
+        else:
+            raise pending.timestamp_problems[0]
     txns = dict(cp.txns) if cp else {}
     txns.update(pending.txns)
     domains = dict(cp.domains) if cp else {}
@@ -207,8 +286,8 @@ def replay(storage: TableStorage, segment: LogSegment) -> TableState:
     files, tombstones = reconcile(
         cp.adds if cp else action_schema.ADD.empty_table(),
         cp.removes if cp else action_schema.REMOVE.empty_table(),
-        _with_order(pending.adds, action_schema.ADD),
-        _with_order(pending.removes, action_schema.REMOVE),
+        _with_order(pending.adds, pending.add_order, action_schema.ADD, storage.uri),
+        _with_order(pending.removes, pending.remove_order, action_schema.REMOVE, storage.uri),
     )
     return TableState(
         segment.version,
@@ -221,6 +300,15 @@ def replay(storage: TableStorage, segment: LogSegment) -> TableState:
         pending.commit_infos,
         pending.unknown,
     )
+
+
+def _counted(versions: Sequence[int], before: int, progress: Callable[[int, int], None]) -> Iterator[int]:
+    """``versions`` in order, telling ``progress`` how many log files are read before each one."""
+    total = before + len(versions)
+    for done, version in enumerate(versions, start=before):
+        progress(done, total)
+        yield version
+    progress(total, total)
 
 
 _CONFIG_KEYS = (b'"metaData"', b'"protocol"')
@@ -237,13 +325,13 @@ def replay_config(storage: TableStorage, segment: LogSegment) -> tuple[Metadata,
     metadata: Metadata | None = None
     protocol: Protocol | None = None
     for version in reversed(segment.commit_versions):
-        file = storage.log_file(commit_name(version))
         in_commit: dict[type, Any] = {}  # the last of each in the commit wins, as in a replay
-        with open_commit(storage, version) as fh:
-            for lineno, wrapped in iter_json_actions(fh, table=storage.uri, file=file, only=_CONFIG_KEYS):
-                if "metaData" in wrapped or "protocol" in wrapped:
-                    action = parse_action(wrapped, file=file, line=lineno, table=storage.uri)
-                    in_commit[type(action)] = action
+        for line, name, value in iter_values(stream_commit(storage, version, only=_CONFIG_KEYS)):
+            if name in ("metaData", "protocol"):
+                action = model_of(name, value)
+                if isinstance(action, Metadata):
+                    action.located(Where(storage.uri, storage.log_file(commit_name(version)), version), line)
+                in_commit[type(action)] = action
         metadata = metadata or in_commit.get(Metadata)
         protocol = protocol or in_commit.get(Protocol)
         if metadata is not None and protocol is not None:
@@ -258,7 +346,17 @@ def replay_config(storage: TableStorage, segment: LogSegment) -> tuple[Metadata,
 def _required(
     storage: TableStorage, segment: LogSegment, metadata: Metadata | None, protocol: Protocol | None
 ) -> tuple[Metadata, Protocol]:
-    """Every table state has a metaData and a protocol; a segment without one is incomplete."""
+    """Every table state has a metaData and a protocol; a segment without one is incomplete (or
+    holds an empty commit file, which is named then: it is the likelier cause)."""
+    if protocol is None or metadata is None:
+        for version, info in segment.commits:
+            if info.size == 0 or not storage.read_bytes(storage.log_file(commit_name(version))).strip():
+                raise IncompleteTableStateError(
+                    f"commit {version} has no actions (an empty commit file)",
+                    table=storage.uri,
+                    version=version,
+                    file=storage.log_file(commit_name(version)),
+                )
     if protocol is None:
         raise IncompleteTableStateError(
             "no protocol action in the log segment", table=storage.uri, version=segment.version

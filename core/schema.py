@@ -11,12 +11,14 @@ Column mapping (PROTOCOL.md "Column Mapping"): data files name columns by their 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Annotated, Any, ClassVar, Literal
 
 import pyarrow as pa
+import pydantic_core
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -292,10 +294,14 @@ StructType.model_rebuild()
 # --- parsing ----------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=32)
 def parse_schema(schema_string: str) -> StructType:
-    """Parse a ``schemaString``; :class:`SchemaError` when it is not JSON or not a Delta struct."""
-    try:
-        value = json.loads(schema_string)
+    """Parse a ``schemaString``; :class:`SchemaError` when it is not JSON or not a Delta struct.
+
+    Cached (a schema is immutable): the log boundary checks each metaData's schema, then the
+    table's readers use it, and a table has few schemas."""
+    try:  # strict and depth-limited (a nesting too deep is an error, never a RecursionError)
+        value = pydantic_core.from_json(schema_string, allow_inf_nan=False)
     except (TypeError, ValueError) as exc:
         raise SchemaError(f"schemaString is not JSON: {exc}") from exc
     if not isinstance(value, dict) or value.get("type") != "struct":
@@ -303,7 +309,27 @@ def parse_schema(schema_string: str) -> StructType:
     try:
         return StructType.model_validate(value, context={_FROM_JSON: True})
     except ValidationError as exc:
-        raise SchemaError(f"schemaString is not a valid Delta schema: {exc}") from exc
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise SchemaError(f"schemaString is not a valid Delta schema: {where}: {first['msg']}") from None
+    except RecursionError:
+        raise SchemaError("schemaString nests types too deeply") from None
+
+
+@functools.lru_cache(maxsize=32)
+def schema_problem(schema_string: str) -> str | None:
+    """Why a schema the log boundary accepted describes no table a reader can read (a type name
+    no Delta reader knows, a decimal beyond 38 digits, a map keyed by ``void``), or None.
+
+    The boundary cannot tell: a type a reader feature brings (``geometry`` with ``geospatial``)
+    is unknown only to a reader without that feature, so the check waits for the protocol's.
+    Cached: every reader asks it of the metaData in force, and a table has few schemas.
+    """
+    try:
+        to_arrow_schema(parse_schema(schema_string))
+    except SchemaError as exc:
+        return exc.message
+    return None
 
 
 # --- column mapping ---------------------------------------------------------------------------
@@ -444,7 +470,9 @@ def _arrow_type(
             return VARIANT_ARROW
         arrow = _ARROW_PRIMITIVES.get(data_type.name)
         if arrow is None:
-            raise SchemaError(f"Delta type {data_type.name!r} has no Arrow mapping", type=data_type.name)
+            raise SchemaError(
+                f"unknown Delta type {data_type.name!r} (no Arrow mapping)", type=data_type.name
+            )
         return arrow
     if isinstance(data_type, DecimalType):
         try:

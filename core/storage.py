@@ -3,6 +3,13 @@
 It is picklable (Spark executors, worker processes) because it carries the URL and storage options
 and builds the fsspec filesystem lazily on each side. Listing is done by prefix where the store
 can filter server-side (s3, gcs, abfs), so finding the versions after N does not read the whole log.
+
+It is also the one place where table files are opened (the architecture test forbids opens
+anywhere else in core), so it is where a path from the log is held to the table root: the log is
+untrusted, and a mirror that followed ``../``, ``file:///etc`` or another bucket would read, and
+publish, files that are not the table's. ``resolve`` checks a path by its components before
+anything is read; on a local disk every open also checks the file's real path, so a symbolic link
+inside the root cannot lead out of it.
 """
 
 from __future__ import annotations
@@ -11,21 +18,31 @@ import inspect
 import os
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import IO, Any
 
 import fsspec
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from .errors import InvalidTableUriError, StorageError
+from .errors import InvalidTableUriError, PathOutsideTableError, StorageAccessError, StorageError
+from .paths import SIDECAR_DIR, PathRules, inside
 
 LOG_DIR = "_delta_log"
 
 #: URL scheme -> the extra of pyproject.toml that installs its fsspec implementation
-_EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "abfs": "azure", "abfss": "azure", "az": "azure"}
+_EXTRAS = {
+    "s3": "s3",
+    "s3a": "s3",
+    "gs": "gcs",
+    "gcs": "gcs",
+    "abfs": "azure",
+    "abfss": "azure",
+    "az": "azure",
+}
 
 #: a failed storage call is tried this many times in all before its error is raised
 STORAGE_ATTEMPTS = 4
@@ -41,6 +58,23 @@ _PERMANENT_ERRORS = (
 )
 
 
+#: the same file on another filesystem (opened through pyarrow's own local filesystem: handing
+#: pyarrow an fsspec filesystem makes it convert that filesystem on every open)
+_LOCAL_FS = pafs.LocalFileSystem()
+#: Linux: a file opened with O_PATH is reopened race-free through /proc/self/fd/N after its real
+#: path was checked; elsewhere the real path is checked, then the file opened by that path
+_PROC_FD = hasattr(os, "O_PATH") and os.path.isdir("/proc/self/fd")
+_SIZES_KEPT = 1024
+
+
+class _OwnedParquetFile(pq.ParquetFile):
+    """A ParquetFile over a handle it owns: closing it closes the file (pyarrow leaves a handle it
+    was given open)."""
+
+    def close(self, force: bool = False) -> None:
+        super().close(force=True)
+
+
 @dataclass(frozen=True, slots=True)
 class FileInfo:
     """A listed file: its name inside the listed folder, size and modification time (epoch ms)."""
@@ -51,11 +85,17 @@ class FileInfo:
 
 
 def normalize_table_uri(uri: str) -> str:
-    """A stable URI for a table: absolute ``file://`` for local paths, no trailing slash.
+    """A stable URI for a table: absolute ``file://`` for local paths, no trailing slash, no password.
 
     It is the identity of a table in progress records and Kafka keys, so two spellings of the same
-    location (``./t``, ``/abs/t/``, ``file:///abs/t``) must give the same string.
+    location (``./t``, ``/abs/t/``, ``file:///abs/t``) must give the same string, and credentials
+    given in the URL (``s3://key:secret@bucket/t``) are not part of it.
     """
+    return without_password(normalize_location(uri))
+
+
+def normalize_location(uri: str) -> str:
+    """:func:`normalize_table_uri`, credentials kept: what the filesystem is opened with."""
     if not uri or not uri.strip():
         raise InvalidTableUriError("empty table location", table=uri)
     parsed = urllib.parse.urlparse(uri)
@@ -67,6 +107,20 @@ def normalize_table_uri(uri: str) -> str:
     if parsed.scheme not in fsspec.available_protocols() and parsed.scheme not in fsspec.registry:
         raise InvalidTableUriError(f"unknown storage protocol {parsed.scheme!r}", table=uri)
     return uri.rstrip("/")
+
+
+def without_password(uri: str) -> str:
+    """``uri`` without the ``user:password@`` of its authority, if it has one.
+
+    A URL may carry credentials (``s3://key:secret@bucket/t``); the table's identity is published
+    to Kafka and printed, so it must not. A user part without a password stays: in
+    ``abfs://container@account.dfs.core.windows.net/t`` it names the container.
+    """
+    parsed = urllib.parse.urlsplit(uri)
+    userinfo, at, host = parsed.netloc.rpartition("@")
+    if not at or ":" not in userinfo:
+        return uri
+    return urllib.parse.urlunsplit(parsed._replace(netloc=host))
 
 
 def _epoch_ms(info: dict[str, Any]) -> int:
@@ -86,7 +140,12 @@ def _epoch_ms(info: dict[str, Any]) -> int:
 
 
 class TableStorage:
-    """The files of one table: its log folder, data files and deletion vectors."""
+    """The files of one table: its log folder, data files and deletion vectors.
+
+    ``allowed_path_prefixes`` are locations outside the table root whose files the log may name
+    (a shallow clone's source table): URIs on the table's own store (``s3://other-bucket/src``,
+    ``file:///data/src``) or local paths. Nothing else outside the root is ever read.
+    """
 
     def __init__(
         self,
@@ -95,30 +154,44 @@ class TableStorage:
         *,
         attempts: int = STORAGE_ATTEMPTS,
         backoff_s: float = STORAGE_BACKOFF_S,
+        allowed_path_prefixes: Iterable[str] = (),
     ) -> None:
-        self.uri = normalize_table_uri(uri)
+        #: the location as given, credentials included: only the filesystem is opened with it
+        self._access_uri = normalize_location(uri)
+        #: the table's identity (progress records, Kafka keys, messages): never holds a password
+        self.uri = without_password(self._access_uri)
         self.storage_options = dict(storage_options or {})
         self.attempts = max(1, attempts)
         self.backoff_s = backoff_s
+        self.allowed_path_prefixes = tuple(allowed_path_prefixes)
+        self._setup()
+
+    def _setup(self) -> None:
         self._fs: fsspec.AbstractFileSystem | None = None
         self._root: str | None = None
+        self.is_local = self.uri.startswith("file://")
+        self._rules = PathRules(self.uri, self.allowed_path_prefixes)
+        self._real_roots: tuple[str, ...] | None = None
+        self._sizes: dict[str, int] = {}
 
     # pickling: credentials travel, the filesystem object (sockets, caches) is rebuilt on arrival
     def __getstate__(self) -> dict[str, Any]:
         return {
-            "uri": self.uri,
+            "uri": self._access_uri,
             "storage_options": self.storage_options,
             "attempts": self.attempts,
             "backoff_s": self.backoff_s,
+            "allowed_path_prefixes": self.allowed_path_prefixes,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.uri = state["uri"]
+        self._access_uri = state["uri"]
+        self.uri = without_password(self._access_uri)
         self.storage_options = state["storage_options"]
         self.attempts = state.get("attempts", STORAGE_ATTEMPTS)
         self.backoff_s = state.get("backoff_s", STORAGE_BACKOFF_S)
-        self._fs = None
-        self._root = None
+        self.allowed_path_prefixes = tuple(state.get("allowed_path_prefixes", ()))
+        self._setup()
 
     def __repr__(self) -> str:
         return f"TableStorage({self.uri!r})"
@@ -127,7 +200,7 @@ class TableStorage:
     def fs(self) -> fsspec.AbstractFileSystem:
         if self._fs is None:
             try:
-                fs, root = fsspec.core.url_to_fs(self.uri, **self.storage_options)
+                fs, root = fsspec.core.url_to_fs(self._access_uri, **self.storage_options)
             except ImportError as exc:
                 extra = _EXTRAS.get(self.uri.split(":", 1)[0])
                 hint = f" (pip install 'deltamirror[{extra}]')" if extra else ""
@@ -155,20 +228,31 @@ class TableStorage:
 
     # --- paths in the log ---------------------------------------------------------------------
 
-    def data_path(self, path_in_log: str) -> str:
-        """Where a path from an add/remove/cdc action lives, in filesystem terms.
+    def resolve(self, path_in_log: str, *, kind: str = "data file", literal: bool = False) -> str:
+        """Where a file the log names lives, in the filesystem's own syntax, if it is the table's.
 
-        Relative paths in the log are URL-encoded and relative to the table root; absolute ones
-        are URIs (``file:/x``, ``s3://b/k``) and are used as they are (decoded).
+        Relative paths are URL-encoded and relative to the table root (a ``sidecar``'s to
+        ``_delta_log/_sidecars``); ``literal`` ones are relative and not encoded (a ``u`` deletion
+        vector's prefix and file name); absolute ones are URIs or ``/x`` on the table's own store.
+        Whatever leads outside the root and the allowed prefixes raises PathOutsideTableError before
+        a byte is read (rules: :class:`~deltamirror.core.paths.PathRules`); ``kind`` names the file.
         """
-        if ":" not in path_in_log and "%" not in path_in_log:  # the usual path: nothing to parse
-            return f"{self.root}/{path_in_log}"
-        parsed = urllib.parse.urlparse(path_in_log)
-        if parsed.scheme and len(parsed.scheme) > 1:
-            if parsed.scheme == "file":
-                return urllib.parse.unquote(parsed.path)
-            return self.fs._strip_protocol(urllib.parse.unquote(path_in_log))
-        return f"{self.root}/{urllib.parse.unquote(path_in_log)}"
+        if isinstance(path_in_log, str) and PathRules.is_plain(path_in_log, literal):
+            # the usual path: nothing to decode, nothing to climb, nothing to compare
+            return (
+                f"{self.root}/{path_in_log}"
+                if kind != "sidecar"
+                else f"{self.root}/{SIDECAR_DIR}/{path_in_log}"
+            )
+        place = self._rules.place(path_in_log, kind, literal)
+        if self.is_local:
+            return place.path
+        return str(self.fs._strip_protocol(f"{self._rules.scheme}://{place.netloc}{place.path}"))
+
+    def check_paths(self, paths: pa.Array | pa.ChunkedArray, *, kind: str = "data file") -> None:
+        """``resolve`` over a whole column, before any file is opened: a read of many files is
+        refused at once, not after printing the rows of the files before the bad one."""
+        self._rules.check_column(paths, kind)
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -196,6 +280,10 @@ class TableStorage:
             return self._retrying(fn, *args, **kwargs)
         except FileNotFoundError:
             raise
+        except _PERMANENT_ERRORS as exc:  # not retried, and not retryable: the request is wrong
+            raise StorageAccessError(
+                f"storage refused {what}: {exc.strerror or type(exc).__name__}", table=self.uri, file=path
+            ) from exc
         except (OSError, TimeoutError) as exc:
             raise StorageError(
                 f"storage error during {what} (after {self.attempts} attempts): {exc}",
@@ -206,30 +294,144 @@ class TableStorage:
     def exists(self, path: str) -> bool:
         return bool(self._call("exists", path, self.fs.exists, path))
 
+    # Every open of a table file is one of the methods below; ``path`` is a log file's
+    # (``log_file``) or a path ``resolve`` returned. On a local disk each open checks the real path.
+
     def read_bytes(self, path: str, start: int | None = None, end: int | None = None) -> bytes:
-        """Read a whole file, or the byte range [start, end). Raises FileNotFoundError."""
+        """Read a whole file, or the byte range [start, end) clipped to the file's end (so a size
+        taken from the log never allocates more than the file holds). Raises FileNotFoundError."""
+        if (start is not None and start < 0) or (end is not None and end < 0):
+            raise ValueError(f"byte range [{start}, {end}) is negative")
+        if self.is_local:  # fsspec's cat_file costs several times a local read
+            return self._call("read", path, self._read_local, path, start, end)
         if start is None and end is None:
-            if self.uri.startswith("file://"):  # fsspec's cat_file costs several times a local read
-                return self._call("read", path, _read_local, path)
             return self._call("read", path, self.fs.cat_file, path)
-        return self._call("read", path, self.fs.cat_file, path, start=start, end=end)
+        size = self._size(path)
+        lo = start or 0
+        hi = size if end is None else min(end, size)
+        if hi <= lo:
+            return b""
+        return self._call("read", path, self.fs.cat_file, path, start=lo, end=hi)
 
     def open(self, path: str, mode: str = "rb") -> IO[bytes]:
+        """A file opened for streaming (a commit of millions of actions)."""
+        if mode != "rb":
+            raise ValueError("table files are only opened for reading")
+        if self.is_local:
+            return self._call("open", path, self._open_local, path)
         return self._call("open", path, self.fs.open, path, mode)
 
     def info(self, path: str) -> FileInfo:
         d = self._call("stat", path, self.fs.info, path)
         return FileInfo(path.rsplit("/", 1)[-1], int(d.get("size") or 0), _epoch_ms(d))
 
-    def read_parquet(self, path: str, columns: list[str] | None = None) -> pa.Table:
-        with self.open(path) as fh:
-            return pq.read_table(fh, columns=columns)
+    def parquet_file(self, path: str, **options: Any) -> pq.ParquetFile:
+        """A ParquetFile that owns its handle (``close`` closes the file); ``options`` go to
+        ``pq.ParquetFile`` (``pre_buffer``, ``coerce_int96_timestamp_unit``...).
 
-    def parquet_file(self, path: str) -> pq.ParquetFile:
-        """A ParquetFile over an fsspec handle; for local paths pyarrow's own (faster) file."""
-        if self.uri.startswith("file://"):
-            return pq.ParquetFile(path, pre_buffer=True)
-        return pq.ParquetFile(self.open(path))
+        Errors are pyarrow's and the filesystem's (FileNotFoundError, ArrowInvalid, OSError): what
+        they mean (a missing data file, a corrupt checkpoint) is for the caller to say.
+        """
+        if self.is_local:
+            held, name = self._checked_local(path)
+            try:
+                source = _LOCAL_FS.open_input_file(name)
+            finally:
+                if held >= 0:
+                    os.close(held)
+            try:
+                return _OwnedParquetFile(source, **options)
+            except BaseException:
+                source.close()
+                raise
+        return pq.ParquetFile(path, filesystem=self.fs, **options)
+
+    def read_parquet(self, path: str, columns: list[str] | None = None) -> pa.Table:
+        pf = self.parquet_file(path)
+        try:
+            return pf.read(columns=columns)
+        finally:
+            pf.close()
+
+    def _size(self, path: str) -> int:
+        """A file's size, remembered (table files are immutable, and one DV file serves many)."""
+        size = self._sizes.get(path)
+        if size is None:
+            size = self.info(path).size
+            if len(self._sizes) >= _SIZES_KEPT:
+                self._sizes.clear()
+            self._sizes[path] = size
+        return size
+
+    # --- local files: the real path must stay inside ------------------------------------------
+
+    def _real_places(self) -> tuple[str, ...]:
+        """Real paths of the root and of the local allowed prefixes (symbolic links resolved)."""
+        if self._real_roots is None:
+            places = [self.root, *(a.path for a in self._rules.allowed)]
+            self._real_roots = tuple(os.path.realpath(p) for p in places)
+        return self._real_roots
+
+    def _check_real(self, real: str, path: str) -> None:
+        if not any(inside(real, place) for place in self._real_places()):
+            raise PathOutsideTableError(
+                f"{path!r} leads through a symbolic link to {real!r}, outside the table root and "
+                "every allowed prefix; not read (allow that location with --allow-path-prefix URI "
+                "or allowed_path_prefixes)",
+                table=self.uri,
+            )
+
+    def _checked_local(self, path: str) -> tuple[int, str]:
+        """A name that opens ``path``'s file, whose real path was checked, and the descriptor
+        (or -1) to close once it is opened. On Linux it is /proc/self/fd/N of an O_PATH descriptor:
+        the very file checked, even if a link is swapped meanwhile; elsewhere the real path."""
+        if not _PROC_FD:
+            real = os.path.realpath(path)
+            self._check_real(real, path)
+            return -1, real
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        name = f"/proc/self/fd/{fd}"
+        try:
+            self._check_real(os.readlink(name), path)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, name
+
+    def _open_fd(self, path: str) -> int:
+        """A descriptor of ``path`` opened for reading, once its real path was checked (a file
+        behind a link out of the root is not even opened)."""
+        held, name = self._checked_local(path)
+        try:
+            return os.open(name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+        finally:
+            if held >= 0:
+                os.close(held)
+
+    def _open_local(self, path: str) -> IO[bytes]:
+        return os.fdopen(self._open_fd(path), "rb")
+
+    def _read_local(self, path: str, start: int | None, end: int | None) -> bytes:
+        fd = self._open_fd(path)
+        try:
+            size = os.fstat(fd).st_size
+            lo = start or 0
+            hi = size if end is None else min(end, size)
+            if hi <= lo:
+                return b""
+            if lo:
+                os.lseek(fd, lo, os.SEEK_SET)
+            chunks = []
+            remaining = hi - lo
+            while remaining > 0:
+                chunk = os.read(fd, remaining)
+                if not chunk:  # shrank while read
+                    break
+                chunks.append(chunk)
+                remaining -= len(chunk)
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        finally:
+            os.close(fd)
 
     # --- listing ------------------------------------------------------------------------------
 
@@ -325,11 +527,6 @@ class TableStorage:
     def list_log(self) -> list[FileInfo]:
         """Everything in ``_delta_log`` (no subfolders)."""
         return self.list_dir(self.log_path)
-
-
-def _read_local(path: str) -> bytes:
-    with open(path, "rb") as fh:
-        return fh.read()
 
 
 def _version_of(name: str) -> int:

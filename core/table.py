@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -17,19 +17,37 @@ from typing import Any
 import pyarrow as pa
 
 from . import features
-from .errors import InvalidArgumentError, VersionNotFoundError
-from .log import LogListing, LogSegment, build_segment, commit_name, iter_commit_stream, list_log, read_commit
+from .errors import (
+    CorruptLogError,
+    InvalidArgumentError,
+    LogGapError,
+    TimestampOutOfRangeError,
+    VersionNotFoundError,
+)
+from .log import (
+    LogListing,
+    LogSegment,
+    build_segment,
+    commit_name,
+    count_commit,
+    iter_commit_stream,
+    list_log,
+    read_commit,
+)
 from .models import CommitInfo, DomainMetadata, Metadata, Protocol, Txn, parse_action
-from .replay import TableState, replay
+from .replay import TableState, replay, replay_config
 from .schema import StructType, column_mapping_mode
 from .storage import TableStorage
 from .timestamps import (
-    CommitTime,
     CommitTimestamp,
     IctConfig,
+    ict_timestamp,
+    last_commit_timestamp,
+    log_timestamps,
+    monotonic_file_times,
     parse_timestamp,
-    resolve_timestamps,
     version_at_or_before,
+    version_timestamp,
 )
 
 
@@ -107,7 +125,7 @@ class Snapshot:
         return column_mapping_mode(self.metadata.configuration)
 
     def check_readable(self) -> None:
-        features.check_readable(self.protocol, table=self.table.uri, version=self.version)
+        features.check_table(self.protocol, self.metadata, table=self.table.uri, version=self.version)
 
     def iter_batches(self, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
         """The table's rows at this version, in its logical schema, one data file at a time."""
@@ -136,8 +154,16 @@ class Snapshot:
 class DeltaTable:
     """A Delta table at a location; cheap to create, every call reads the log afresh."""
 
-    def __init__(self, uri: str, storage_options: Mapping[str, Any] | None = None) -> None:
-        self.storage = TableStorage(uri, dict(storage_options or {}))
+    def __init__(
+        self,
+        uri: str,
+        storage_options: Mapping[str, Any] | None = None,
+        *,
+        allowed_path_prefixes: Iterable[str] = (),
+    ) -> None:
+        self.storage = TableStorage(
+            uri, dict(storage_options or {}), allowed_path_prefixes=allowed_path_prefixes
+        )
 
     def __repr__(self) -> str:
         return f"DeltaTable({self.uri!r})"
@@ -160,43 +186,57 @@ class DeltaTable:
     # --- snapshots ----------------------------------------------------------------------------
 
     def snapshot(
-        self, version: int | None = None, timestamp: str | int | None = None, *, check_features: bool = True
+        self,
+        version: int | None = None,
+        timestamp: str | int | None = None,
+        *,
+        check_features: bool = True,
+        progress: Callable[[int, int], None] | None = None,
     ) -> Snapshot:
         """The table at ``version``, at the latest commit at or before ``timestamp``, or the latest.
 
         A table whose reader features deltamirror lacks is refused here, before any data is read,
-        unless ``check_features`` is False (log-level tools such as ``history`` and ``events``).
+        as is one whose schema holds a type no supported feature brings (a corrupt metaData),
+        unless ``check_features`` is False (log-level tools and tests that inspect such a log).
+        ``progress(done, total)`` counts the log files the replay reads (see ``replay``).
         """
         if version is not None and timestamp is not None:
             raise InvalidArgumentError("give a version or a timestamp, not both", table=self.uri)
         if timestamp is not None:
             version = self.version_at(timestamp)
-        segment = build_segment(self.storage, version)
-        state = replay(self.storage, segment)
+        whole = self.listing(0) if self.storage.lists_whole_folder else None
+        segment = build_segment(self.storage, version, whole_log=whole)
+        state = replay(self.storage, segment, progress)
         if check_features:
-            features.check_readable(state.protocol, table=self.uri, version=state.version)
-        ts = self._segment_timestamp(segment, state)
+            features.check_table(state.protocol, state.metadata, table=self.uri, version=state.version)
+        ts = self._snapshot_timestamp(segment, state, whole)
         return Snapshot(self, segment, state, ts)
 
-    def _segment_timestamp(self, segment: LogSegment, state: TableState) -> CommitTimestamp:
-        ict = IctConfig.from_configuration(state.metadata.configuration)
-        commits = []
-        for v, info in segment.commits:
-            ci = state.commit_infos.get(v)
-            commits.append(CommitTime(v, info.modification_time, ci.in_commit_timestamp if ci else None))
-        if not commits:
-            # the version is a checkpoint whose commit file may be gone; use what remains
-            commit_file = segment.listing.commits.get(segment.version)
-            ict_value = None
-            if commit_file is not None and ict.applies_to(segment.version):
-                ict_value = self.commit_info(segment.version).in_commit_timestamp
-            if commit_file is not None:
-                file_time = commit_file.modification_time
-            else:
-                assert segment.checkpoint is not None
-                file_time = segment.checkpoint.files[0].modification_time
-            commits = [CommitTime(segment.version, file_time, ict_value)]
-        return resolve_timestamps(commits, ict)[-1]
+    def _snapshot_timestamp(
+        self, segment: LogSegment, state: TableState, whole: LogListing | None
+    ) -> CommitTimestamp:
+        """The one rule (:mod:`.timestamps`) for the snapshot's version, reusing what replay read."""
+        v = segment.version
+        if segment.listing.versions[-1] == v:
+            ict = IctConfig.from_configuration(state.metadata.configuration, table=self.uri)
+        else:
+            ict = self._latest_ict(segment.listing)
+
+        def read_ict(version: int) -> int | None:
+            info = state.commit_infos.get(version)
+            return (info if info is not None else self.commit_info(version)).in_commit_timestamp
+
+        if v in state.commit_infos and ict.applies_to(v):
+            return ict_timestamp(v, state.commit_infos[v].in_commit_timestamp, table=self.uri)
+        # file times chain from the earliest listed commit: a listing from a checkpoint is not enough
+        listing = whole or (segment.listing if segment.checkpoint is None else self.listing(0))
+        cp = (
+            segment.checkpoint if segment.checkpoint is not None and segment.checkpoint.version == v else None
+        )
+        cp_time = cp.files[0].modification_time if cp is not None else None
+        return version_timestamp(
+            v, _file_times(listing), ict, read_ict, checkpoint_file_time=cp_time, table=self.uri
+        )
 
     # --- commits ------------------------------------------------------------------------------
 
@@ -214,58 +254,151 @@ class DeltaTable:
                 return action
         return CommitInfo()
 
+    def _read_ict(self, version: int) -> int | None:
+        return self.commit_info(version).in_commit_timestamp
+
     def commit_timestamps(
         self, start: int = 0, end: int | None = None, *, ict: IctConfig | None = None
     ) -> list[CommitTimestamp]:
         """Resolved timestamps of the commits in [start, end] that are in the log.
 
-        File times are made monotonic from the first listed commit on; ICT versions read only
-        their commitInfo line.
+        The one rule of :mod:`.timestamps`: file times chained from the earliest listed commit
+        whatever ``start`` is; ICT versions read only their commitInfo line. ``ict`` (the latest
+        metaData's, which the caller may have at hand) saves reading it again.
         """
         listing = self.listing(0)
         if ict is None:
-            ict = self._latest_ict()
-        versions = sorted(v for v in listing.commits if v >= start and (end is None or v <= end))
-        commits = []
-        for v in versions:
-            ict_value = self.commit_info(v).in_commit_timestamp if ict.applies_to(v) else None
-            commits.append(CommitTime(v, listing.commits[v].modification_time, ict_value))
-        return resolve_timestamps(commits, ict)
+            ict = self._latest_ict(listing)
+        return log_timestamps(_file_times(listing), ict, self._read_ict, start=start, end=end, table=self.uri)
+
+    def commit_timestamp(self, version: int) -> CommitTimestamp:
+        """The resolved timestamp of ``version``: what ``snapshot(version).timestamp`` and
+        ``history()`` say, without replaying the table."""
+        listing = self.listing(0)
+        cp = listing.checkpoints.get(version)
+        if version not in listing.commits and cp is None:
+            raise VersionNotFoundError(
+                f"version {version} is not in the log", table=self.uri, version=version
+            )
+        return version_timestamp(
+            version,
+            _file_times(listing),
+            self._latest_ict(listing),
+            self._read_ict,
+            checkpoint_file_time=cp.files[0].modification_time if cp is not None else None,
+            table=self.uri,
+        )
+
+    def last_commit_timestamp(self, version: int) -> CommitTimestamp | None:
+        """The resolved timestamp of the last commit file at or before ``version`` (None if there is
+        none): the one the timestamps of the versions after it are chained from."""
+        listing = self.listing(0)
+        return last_commit_timestamp(
+            version, _file_times(listing), self._latest_ict(listing), self._read_ict, table=self.uri
+        )
 
     @cached_property
     def _ict_cache(self) -> dict[int, IctConfig]:
         return {}
 
-    def _latest_ict(self) -> IctConfig:
-        latest = build_segment(self.storage)
+    def _latest_ict(self, listing: LogListing | None = None) -> IctConfig:
+        """ICT as the latest metaData configures it (delta-spark's history and timestamp search
+        read the latest snapshot's), from its metaData alone, cached per latest version."""
+        latest = build_segment(self.storage, whole_log=listing)
         cached = self._ict_cache.get(latest.version)
         if cached is None:
-            state = replay(self.storage, latest)
-            cached = IctConfig.from_configuration(state.metadata.configuration)
+            metadata, _ = replay_config(self.storage, latest)
+            cached = IctConfig.from_configuration(metadata.configuration, table=self.uri)
             self._ict_cache[latest.version] = cached
         return cached
 
     def version_at(self, timestamp: str | int) -> int:
         """The latest version committed at or before ``timestamp`` (time travel)."""
         ts = parse_timestamp(timestamp) if isinstance(timestamp, str) else int(timestamp)
-        ict = self._latest_ict()
-        return version_at_or_before(self.commit_timestamps(ict=ict), ts, ict, table=self.uri)
+        listing = self.listing(0)
+        ict = self._latest_ict(listing)
+        stamps = log_timestamps(_file_times(listing), ict, self._read_ict, table=self.uri)
+        if not stamps:
+            raise TimestampOutOfRangeError(
+                "the log holds no commit file to search by timestamp", table=self.uri
+            )
+        return version_at_or_before(stamps, ts, ict, table=self.uri)
 
     def history(self, start: int = 0, end: int | None = None) -> Iterator[HistoryEntry]:
-        """Per version still in the log: resolved timestamp, commitInfo and action counts."""
-        ict = self._latest_ict()
-        for ts in self.commit_timestamps(start, end, ict=ict):
-            counts: dict[str, int] = {}
-            info: CommitInfo | None = None
-            file = self.storage.log_file(commit_name(ts.version))
-            for lineno, wrapped in iter_commit_stream(self.storage, ts.version):
-                name = next(iter(wrapped))
-                counts[name] = counts.get(name, 0) + 1
-                if name == "commitInfo":
-                    parsed = parse_action(wrapped, file=file, line=lineno, table=self.uri)
-                    assert isinstance(parsed, CommitInfo)
-                    info = parsed
-            yield HistoryEntry(ts.version, ts, info, counts)
+        """Per commit file in the log, oldest first: resolved timestamp, commitInfo, action counts.
+
+        The versions listed are those whose commit file remains, from the earliest listed (or
+        ``start``) to the latest (or ``end``). As delta-spark's DESCRIBE HISTORY, which builds the
+        latest snapshot first, a table whose latest protocol deltamirror cannot read is refused (and,
+        that protocol readable, one whose latest metaData's schema holds an unknown type).
+        Unlike it, a commit missing between the first and the last listed (a gap) or one without
+        actions (an empty file) is an error, not skipped: the history would silently lie. The
+        protocol and gaps are checked before the first entry; an empty commit when it is reached.
+        """
+        listing = self.listing(0)
+        latest = build_segment(self.storage, whole_log=listing)
+        metadata, protocol = replay_config(self.storage, latest)
+        features.check_table(protocol, metadata, table=self.uri, version=latest.version)
+        ict = IctConfig.from_configuration(metadata.configuration, table=self.uri)
+        self._ict_cache[latest.version] = ict
+        if not listing.commits:
+            return iter(())
+        first, last = min(listing.commits), max(listing.commits)
+        lo, hi = max(start, first), last if end is None else min(end, last)
+        for v in range(lo, hi + 1):
+            if v not in listing.commits:
+                raise LogGapError(
+                    f"commit {v} is missing from the log (the history runs from version {first} to {last})",
+                    table=self.uri,
+                    version=v,
+                    file=self.storage.log_file(commit_name(v)),
+                )
+        return self._history_entries(
+            range(lo, hi + 1),
+            monotonic_file_times(_file_times(listing), ict, end=hi),
+            ict,
+            self._metadata_before(lo, listing, metadata),
+        )
+
+    def _metadata_before(self, version: int, listing: LogListing, latest: Metadata) -> Metadata | None:
+        """The metaData in force before ``version`` (whose partition columns its file actions name);
+        the latest one when that state cannot be rebuilt any more."""
+        if version == 0:
+            return None
+        try:
+            return replay_config(self.storage, build_segment(self.storage, version - 1, whole_log=listing))[0]
+        except VersionNotFoundError:
+            return latest
+
+    def _history_entries(
+        self,
+        versions: range,
+        chained: Mapping[int, CommitTimestamp],
+        ict: IctConfig,
+        metadata: Metadata | None,
+    ) -> Iterator[HistoryEntry]:
+        for v in versions:
+            counts, info, metadata = self._count_actions(v, metadata)
+            if ict.applies_to(v):
+                ts = ict_timestamp(v, info.in_commit_timestamp if info else None, table=self.uri)
+            else:
+                ts = chained[v]
+            yield HistoryEntry(v, ts, info, counts)
+
+    def _count_actions(
+        self, version: int, in_force: Metadata | None
+    ) -> tuple[dict[str, int], CommitInfo | None, Metadata | None]:
+        file = self.storage.log_file(commit_name(version))
+        counts, info_value, metadata = count_commit(self.storage, version, in_force)
+        info = CommitInfo.model_validate(info_value) if info_value is not None else None
+        if not counts:
+            raise CorruptLogError(
+                f"commit {version} has no actions (an empty commit file)",
+                table=self.uri,
+                version=version,
+                file=file,
+            )
+        return counts, info, metadata
 
     def require_version(self, version: int) -> None:
         if version not in self.listing(version).commits:
@@ -280,6 +413,19 @@ class DeltaTable:
         return read_changes(self, **options)
 
 
-def open_table(uri: str, storage_options: Mapping[str, Any] | None = None) -> DeltaTable:
-    """Open the Delta table at ``uri`` (a path or any fsspec URL: s3://, gs://, abfs://, memory://)."""
-    return DeltaTable(uri, storage_options)
+def _file_times(listing: LogListing) -> dict[int, int]:
+    return {v: f.modification_time for v, f in listing.commits.items()}
+
+
+def open_table(
+    uri: str,
+    storage_options: Mapping[str, Any] | None = None,
+    *,
+    allowed_path_prefixes: Iterable[str] = (),
+) -> DeltaTable:
+    """Open the Delta table at ``uri`` (a path or any fsspec URL: s3://, gs://, abfs://, memory://).
+
+    Only files under the table root are read; ``allowed_path_prefixes`` names other locations on the
+    same store that the log may point to (a shallow clone's source table).
+    """
+    return DeltaTable(uri, storage_options, allowed_path_prefixes=allowed_path_prefixes)

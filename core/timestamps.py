@@ -1,20 +1,34 @@
-"""Commit timestamps as the In-Commit Timestamps protocol says, and timestamp -> version search.
+"""Commit timestamps: the one rule every reader uses, and timestamp -> version search.
 
-For versions where In-Commit Timestamps (ICT) are in force the timestamp is
-``commitInfo.inCommitTimestamp``; before that it is the commit file's modification time, made
-monotonic as delta-spark does (a commit's timestamp is at least the previous one + 1 ms). Every
-resolved timestamp says which of the three it is, because consumers may trust them differently.
+The rule (``snapshot``, ``history``, ``events``, time travel and change-feed bounds all call it):
+
+* In-Commit Timestamps (ICT), configured by the latest metaData (as delta-spark's DESCRIBE HISTORY
+  and timestamp search do): a version at or after ``delta.inCommitTimestampEnablementVersion``
+  (every version when ICT is enabled without one) has ``commitInfo.inCommitTimestamp``.
+* Every other version has its commit file's modification time made monotonic the way
+  delta-spark's ``DeltaHistoryManager.monotonizeCommitTimestamps`` does (a time not after the
+  previous one becomes previous + 1 ms), chained over the commit files listed in ``_delta_log``
+  from the earliest one listed (``getEarliestDeltaFile``, where DESCRIBE HISTORY and the change
+  feed's timestamp search start). Checkpoints play no part, so deleting one changes nothing; only
+  log cleanup, by removing the first commits of the chain, can change a later version's answer.
+* A version whose commit file is gone but which a checkpoint describes has the timestamp of the
+  last commit file before it (delta-spark's ``LogSegment.lastCommitFileModificationTimestamp``);
+  with no commit file at or before it, the checkpoint file's modification time.
+
+The change feed's ``_commit_timestamp`` keeps delta-spark's own rule (file times chained from
+``start - 100``, see :mod:`.changes`). Every resolved timestamp says where it came from, because
+consumers may trust the three sources differently.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 
-from .errors import CorruptLogError, InvalidArgumentError, TimestampOutOfRangeError
+from .errors import CorruptLogError, InvalidArgumentError, TimestampOutOfRangeError, VersionNotFoundError
 
 
 class TimestampSource(StrEnum):
@@ -72,16 +86,25 @@ class IctConfig:
     enablement_timestamp: int | None = None
 
     @classmethod
-    def from_configuration(cls, configuration: Mapping[str, str]) -> IctConfig:
-        enabled = configuration.get("delta.enableInCommitTimestamps", "false").lower() == "true"
-        version = configuration.get("delta.inCommitTimestampEnablementVersion")
-        ts = configuration.get("delta.inCommitTimestampEnablementTimestamp")
-        return cls(
-            enabled, int(version) if version is not None else None, int(ts) if ts is not None else None
-        )
+    def from_configuration(cls, configuration: Mapping[str, str], *, table: str | None = None) -> IctConfig:
+        enabled = str(configuration.get("delta.enableInCommitTimestamps", "false")).lower() == "true"
+        version = _int_property(configuration, "delta.inCommitTimestampEnablementVersion", table)
+        ts = _int_property(configuration, "delta.inCommitTimestampEnablementTimestamp", table)
+        return cls(enabled, version, ts)
 
     def applies_to(self, version: int) -> bool:
         return self.enabled and (self.enablement_version is None or version >= self.enablement_version)
+
+
+def _int_property(configuration: Mapping[str, str], key: str, table: str | None) -> int | None:
+    """A table property holding an integer; any other text is a corrupt metaData, not a crash."""
+    value = configuration.get(key)
+    if value is None:
+        return None
+    text = str(value).strip()
+    if not text.lstrip("-").isdigit() or len(text) > 20:
+        raise CorruptLogError(f"table property {key} is not an integer", table=table)
+    return int(text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +142,97 @@ def resolve_timestamps(
         out.append(ts)
         prev = ts
     return out
+
+
+#: reads a version's ``commitInfo.inCommitTimestamp`` (None when the commit has none)
+IctReader = Callable[[int], int | None]
+
+
+def ict_timestamp(version: int, value: int | None, *, table: str | None = None) -> CommitTimestamp:
+    """The timestamp of a version ICT applies to; a commit without its inCommitTimestamp is corrupt."""
+    if value is None:
+        raise CorruptLogError(
+            "In-Commit Timestamps are enabled for this version but its commitInfo has no inCommitTimestamp",
+            table=table,
+            version=version,
+        )
+    return CommitTimestamp(version, value, TimestampSource.ICT)
+
+
+def monotonic_file_times(
+    file_times: Mapping[int, int], ict: IctConfig, *, end: int | None = None
+) -> dict[int, CommitTimestamp]:
+    """The file-time part of the rule: every listed commit ICT does not apply to, up to ``end``,
+    its modification time chained from the earliest listed commit (ICT versions, which only ever
+    follow these, take no part)."""
+    versions = sorted(v for v in file_times if (end is None or v <= end) and not ict.applies_to(v))
+    resolved = resolve_timestamps([CommitTime(v, file_times[v]) for v in versions], IctConfig())
+    return {t.version: t for t in resolved}
+
+
+def log_timestamps(
+    file_times: Mapping[int, int],
+    ict: IctConfig,
+    in_commit_timestamp: IctReader,
+    *,
+    start: int = 0,
+    end: int | None = None,
+    table: str | None = None,
+) -> list[CommitTimestamp]:
+    """The resolved timestamps of the listed commits in [start, end], in version order.
+
+    ``file_times`` must hold every commit file listed in ``_delta_log`` (from the earliest, not
+    from ``start``): that is what makes the answer independent of the range asked for.
+    ``in_commit_timestamp`` is called only for versions ICT applies to.
+    """
+    chained = monotonic_file_times(file_times, ict, end=end)
+    out = []
+    for v in sorted(v for v in file_times if v >= start and (end is None or v <= end)):
+        if ict.applies_to(v):
+            out.append(ict_timestamp(v, in_commit_timestamp(v), table=table))
+        else:
+            out.append(chained[v])
+    return out
+
+
+def last_commit_timestamp(
+    version: int,
+    file_times: Mapping[int, int],
+    ict: IctConfig,
+    in_commit_timestamp: IctReader,
+    *,
+    table: str | None = None,
+) -> CommitTimestamp | None:
+    """The resolved timestamp of the last listed commit at or before ``version`` (None if none is).
+
+    It is the timestamp of ``version`` itself when its commit file is listed, and what the
+    versions after it are chained from.
+    """
+    anchor = max((v for v in file_times if v <= version), default=None)
+    if anchor is None:
+        return None
+    return log_timestamps(file_times, ict, in_commit_timestamp, start=anchor, end=anchor, table=table)[0]
+
+
+def version_timestamp(
+    version: int,
+    file_times: Mapping[int, int],
+    ict: IctConfig,
+    in_commit_timestamp: IctReader,
+    *,
+    checkpoint_file_time: int | None = None,
+    table: str | None = None,
+) -> CommitTimestamp:
+    """The resolved timestamp of ``version``, including one whose commit file is gone but which a
+    checkpoint (whose file time is ``checkpoint_file_time``) describes."""
+    found = last_commit_timestamp(version, file_times, ict, in_commit_timestamp, table=table)
+    if found is not None:
+        return found if found.version == version else CommitTimestamp(version, found.timestamp, found.source)
+    if checkpoint_file_time is None:
+        raise VersionNotFoundError(
+            f"version {version} has neither a commit file nor a checkpoint", table=table, version=version
+        )
+    return CommitTimestamp(version, checkpoint_file_time, TimestampSource.FILE_TIME)
 
 
 def version_at_or_before(

@@ -5,12 +5,18 @@ the file and the key path (``tables[1].from_version``), instead of a KeyError de
 Unknown keys are refused, since a typo such as ``snapshotmode`` must not silently fall back to a
 default.
 
-Secrets: every password or credential is a ``SecretStr``, so ``repr()``, ``str()``, logs and
-:func:`redacted` show ``**********``. Storage options and librdkafka pass-through options whose key
-looks like a secret (``key``, ``secret``, ``token``, ``password``, ``sas``, ``credential``...) are
-wrapped into ``SecretStr`` on validation even when written as plain strings. Values are revealed in
-exactly two places, the ones that hand them to a client: :meth:`KafkaSettings.librdkafka_config`
-and :meth:`TableConfig.storage_options_plain`.
+Secrets: every password or credential is a ``SecretStr``, so ``repr()`` and ``str()`` show
+``**********`` and :func:`redacted` ``***``. Storage options and librdkafka pass-through options whose
+key names a secret (:func:`deltamirror.core.redact.is_secret_key`: ``key``, ``secret``, ``token``,
+``password``, ``sas``, ``credential``...) are wrapped into ``SecretStr`` on validation even when
+written as plain strings. Values are revealed in exactly two places, the ones that hand them to a
+client: :meth:`KafkaSettings.librdkafka_config` and :meth:`TableConfig.storage_options_plain`.
+Credentials inside other values (``endpoint_url: http://user:pass@host``, a table URI with userinfo)
+are masked by :func:`redacted` and by every log line and error message (core/redact.py);
+``bootstrap_servers`` refuses them outright (``host:port[,host:port]`` only).
+
+Errors never echo a value of the file (it may be a secret): they name the file, the key path or the
+line, and what is wrong.
 
 Environment variables: any string value in a config *file* may contain ``${VAR}`` (the variable
 must be set) or ``${VAR:-default}`` (default when unset or empty); ``$${`` is a literal ``${``.
@@ -46,6 +52,8 @@ from pydantic import (
 )
 
 from deltamirror.core.errors import ConfigError, DeltaMirrorError
+from deltamirror.core.kafka_connection import bootstrap_servers_problem
+from deltamirror.core.redact import MASK, is_secret_key, redact_value
 from deltamirror.core.storage import normalize_table_uri
 from deltamirror.core.timestamps import parse_timestamp
 
@@ -55,15 +63,8 @@ OversizePolicy = Literal["split", "fail"]
 # a bool turned into the string "false" would be truthy there, so scalars and nested maps keep their type.
 StorageOptionValue = str | SecretStr | bool | int | float | dict[str, Any]
 
-MASK = "**********"
 MiB = 1024 * 1024
 
-_STORAGE_SECRET_KEY = re.compile(
-    r"key|secret|token|passw|sas|credential|connection_string|auth|private", re.IGNORECASE
-)
-_KAFKA_SECRET_KEY = re.compile(
-    r"passw|secret|token|credential|ssl\.key\.pem|keystore\.key|oauthbearer\.config|jaas", re.IGNORECASE
-)
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 _SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER")
@@ -96,19 +97,15 @@ class _FieldProblem(ValueError):
         super().__init__(f"{_key_path(self.loc)}: {message}")
 
 
-def _looks_secret(key: str, pattern: re.Pattern[str]) -> bool:
-    return pattern.search(key) is not None
-
-
-def _wrap_secrets(value: Any, pattern: re.Pattern[str]) -> Any:
+def _wrap_secrets(value: Any) -> Any:
     """Turn plain strings under secret-looking keys (at any depth) into SecretStr."""
     if not isinstance(value, Mapping):
         return value
     out: dict[Any, Any] = {}
     for key, item in value.items():
         if isinstance(item, Mapping):
-            out[key] = _wrap_secrets(item, pattern)
-        elif isinstance(item, str) and isinstance(key, str) and _looks_secret(key, pattern):
+            out[key] = _wrap_secrets(item)
+        elif isinstance(item, str) and is_secret_key(key):
             out[key] = SecretStr(item)
         else:
             out[key] = item
@@ -123,23 +120,20 @@ def _reveal(value: Any) -> Any:
     return value
 
 
-def _redact(value: Any, pattern: re.Pattern[str], key: str = "") -> Any:
+def _for_log(value: Any, key: object = None) -> Any:
+    """Plain data with every secret masked: SecretStr, secret-named keys, URL userinfo."""
     if isinstance(value, SecretStr):
         return MASK
-    if isinstance(value, Mapping):
-        if key and _looks_secret(key, pattern):  # e.g. gcsfs ``token: {...service account...}``
-            return MASK
-        return {k: _redact(v, pattern, str(k)) for k, v in value.items()}
-    if key and _looks_secret(key, pattern) and value is not None:
-        return MASK
-    return value
+    if isinstance(value, Mapping) and not (key is not None and is_secret_key(key)):
+        return {k: _for_log(v, k) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_for_log(v) for v in value]
+    return redact_value(value, key)
 
 
 def _check_topic(name: str | None) -> str | None:
     if name is not None and (not _TOPIC_NAME.match(name) or name in (".", "..")):
-        raise ValueError(
-            f"invalid Kafka topic name {name!r}: 1 to 249 characters among letters, digits, '.', '_', '-'"
-        )
+        raise ValueError("invalid Kafka topic name: 1 to 249 characters among letters, digits, '.', '_', '-'")
     return name
 
 
@@ -160,6 +154,15 @@ class KafkaSettings(_Settings):
     ssl_key_location: str | None = None
     ssl_key_password: SecretStr | None = None
     extra: dict[str, str | SecretStr] = Field(default_factory=dict)
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _broker_list(cls, value: str) -> str:
+        """host:port[,host:port]: no credentials, no scheme; the value is never quoted back."""
+        problem = bootstrap_servers_problem(value)
+        if problem is not None:
+            raise ValueError(f"{problem}; expected host:port[,host:port...]")
+        return ",".join(entry.strip() for entry in value.split(","))
 
     @field_validator("security_protocol", "sasl_mechanism")
     @classmethod
@@ -185,7 +188,7 @@ class KafkaSettings(_Settings):
             elif isinstance(item, int | float):
                 item = str(item)
             out[key] = item
-        return _wrap_secrets(out, _KAFKA_SECRET_KEY)
+        return _wrap_secrets(out)
 
     @field_validator("extra")
     @classmethod
@@ -250,6 +253,8 @@ class TableConfig(_Settings):
     actions_topic: str | None = None
     commits_topic: str | None = None
     poll_interval_s: float = Field(default=1.0, gt=0)
+    #: locations outside the table root its log may name (a shallow clone's source); see open_table
+    allowed_path_prefixes: list[str] = Field(default_factory=list)
 
     @field_validator("uri")
     @classmethod
@@ -263,7 +268,7 @@ class TableConfig(_Settings):
     @field_validator("storage_options", mode="before")
     @classmethod
     def _secret_options(cls, value: Any) -> Any:
-        return _wrap_secrets(value, _STORAGE_SECRET_KEY)
+        return _wrap_secrets(value)
 
     @field_validator("from_timestamp", mode="before")
     @classmethod
@@ -281,8 +286,10 @@ class TableConfig(_Settings):
         if value is not None:
             try:
                 parse_timestamp(value)
-            except DeltaMirrorError as exc:
-                raise ValueError(exc.message) from None
+            except DeltaMirrorError:
+                raise ValueError(
+                    "not a timestamp: expected ISO-8601 such as 2026-01-01T00:00:05.500Z"
+                ) from None
         return value
 
     @field_validator("actions_topic", "commits_topic")
@@ -452,12 +459,16 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     """PyYAML keeps the last of two equal keys; in a config file that hides a mistake."""
 
 
+class _DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A key given twice: the message names the key (a name, never a value)."""
+
+
 def _mapping_without_duplicates(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
     seen: set[Any] = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node)
         if key in seen:
-            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            raise _DuplicateKeyError(None, None, f"duplicate key {key!r}", key_node.start_mark)
         seen.add(key)
     return loader.construct_mapping(node)
 
@@ -479,14 +490,35 @@ def _parse_file(path: Path) -> Any:
         try:
             return tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"invalid TOML: {exc}", file=str(path)) from None
+            raise ConfigError(f"invalid TOML: {_without_values(str(exc))}", file=str(path)) from None
     try:
         return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        line = mark.line + 1 if mark is not None else None
-        raise ConfigError(f"invalid YAML: {problem}", file=str(path), line=line) from None
+        problem = getattr(exc, "problem", None) or "cannot parse"
+        if not isinstance(exc, _DuplicateKeyError):
+            problem = _without_values(problem)
+        where = {"line": mark.line + 1, "column": mark.column + 1} if mark is not None else {}
+        raise ConfigError(f"invalid YAML: {problem}", file=str(path), **where) from None
+
+
+_QUOTED = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"")
+
+
+def _without_values(problem: str) -> str:
+    """A parser's message without the text it quotes from the file (it may be part of a secret).
+
+    What is left names the problem; the line and column say where. A quoted single character
+    (``'\\t'``, ``']'``) and a token name (``'<stream end>'``) stay: they are the useful part.
+    """
+
+    def keep_short(match: re.Match[str]) -> str:
+        inner = match.group(0)[1:-1]
+        if len(inner) <= 2 or (inner.startswith("<") and inner.endswith(">")):
+            return match.group(0)
+        return "(text of the file)"
+
+    return " ".join(_QUOTED.sub(keep_short, problem).split())
 
 
 _ENV_REF = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\{")
@@ -726,11 +758,12 @@ def config_from_args(
 
 
 def redacted(cfg: WatchConfig) -> dict[str, Any]:
-    """The configuration as plain data for logs: no secret, however it was written."""
-    data: dict[str, Any] = cfg.model_dump(mode="json")  # SecretStr -> "**********"
-    data["kafka"]["extra"] = _redact(data["kafka"]["extra"], _KAFKA_SECRET_KEY)
-    for table in data["tables"]:
-        table["storage_options"] = _redact(table["storage_options"], _STORAGE_SECRET_KEY)
+    """The configuration as plain data for logs: no secret, however it was written.
+
+    SecretStr values, values under secret-named keys (at any depth, whatever their type) and the
+    userinfo of URLs in any string (a table URI, ``client_kwargs.endpoint_url``) become ``***``.
+    """
+    data: dict[str, Any] = _for_log(cfg.model_dump())
     return data
 
 

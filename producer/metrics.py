@@ -26,6 +26,9 @@ table's normalized URI) and prefixed ``deltamirror_``:
 table is stopped on an error, else 503 with the reason; the watcher starts unhealthy ("starting")
 until it calls ``set_healthy(True)``, so a container is not marked healthy before it has resumed.
 Both endpoints bind to 127.0.0.1 unless told otherwise: they describe the tables being mirrored.
+
+A table URI may hold credentials (``s3://key:secret@bucket/t``): the ``table`` label, the table
+names and the reasons of ``/healthz`` are redacted (``s3://***@bucket/t``, core/redact.py).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
 
 from deltamirror.core.errors import ConfigError
+from deltamirror.core.redact import redact
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +61,8 @@ WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 @dataclass
 class _TableHealth:
+    #: the table's name as shown (label, /healthz): its URI, redacted
+    label: str = ""
     up: bool = True
     reason: str = ""
     last_published_version: int | None = None
@@ -110,73 +116,71 @@ class WatcherMetrics:
             with self._lock:
                 state = self._tables.get(table)
                 if state is None:
+                    label = redact(table)
                     for counter in (self._events, self._commits, self._aborts, self._table_errors):
-                        counter.labels(table)
-                    self._table_up.labels(table).set(1)
-                    state = self._tables[table] = _TableHealth()
+                        counter.labels(label)
+                    self._table_up.labels(label).set(1)
+                    state = self._tables[table] = _TableHealth(label=label)
         return state
 
     def published_version(self, table: str, version: int, commit_ts_ms: int) -> None:
         """A version's last transaction committed: record where the table stands."""
         now = self._clock()
-        self._table(table).last_published_version = version
-        self._version.labels(table).set(version)
-        self._commit_ts.labels(table).set(commit_ts_ms / 1000)
-        self._behind_ms.labels(table).set(max(0, round(now * 1000) - commit_ts_ms))
-        self._publish_ts.labels(table).set(now)
+        state = self._table(table)
+        state.last_published_version = version
+        self._version.labels(state.label).set(version)
+        self._commit_ts.labels(state.label).set(commit_ts_ms / 1000)
+        self._behind_ms.labels(state.label).set(max(0, round(now * 1000) - commit_ts_ms))
+        self._publish_ts.labels(state.label).set(now)
 
     def versions_behind(self, table: str, n: int) -> None:
-        self._table(table)
-        self._versions_behind.labels(table).set(n)
+        self._versions_behind.labels(self._table(table).label).set(n)
 
     def event_published(self, table: str, n: int = 1) -> None:
         if n < 0:
             raise ValueError(f"event count must be >= 0, got {n}")
-        self._table(table)
-        self._events.labels(table).inc(n)
+        self._events.labels(self._table(table).label).inc(n)
 
     def transaction_committed(self, table: str) -> None:
-        self._table(table)
-        self._commits.labels(table).inc()
+        self._commits.labels(self._table(table).label).inc()
 
     def transaction_aborted(self, table: str) -> None:
-        self._table(table)
-        self._aborts.labels(table).inc()
+        self._aborts.labels(self._table(table).label).inc()
 
     def table_error(self, table: str, reason: str) -> None:
         """The table stopped on an error (others go on); /healthz reports it until ``table_ok``."""
         state = self._table(table)
         with self._lock:
-            was_up, state.up, state.reason = state.up, False, reason
-        self._table_up.labels(table).set(0)
+            was_up, state.up, state.reason = state.up, False, redact(reason)
+        self._table_up.labels(state.label).set(0)
         if was_up:
-            self._table_errors.labels(table).inc()
+            self._table_errors.labels(state.label).inc()
 
     def table_ok(self, table: str) -> None:
         state = self._table(table)
         with self._lock:
             state.up, state.reason = True, ""
-        self._table_up.labels(table).set(1)
+        self._table_up.labels(state.label).set(1)
 
     # --- the process ------------------------------------------------------------------------
 
     def set_healthy(self, ok: bool, reason: str = "") -> None:
         with self._lock:
-            self._healthy, self._reason = ok, reason
+            self._healthy, self._reason = ok, redact(reason)
         self._healthy_gauge.set(1 if ok else 0)
 
     def health(self) -> tuple[bool, dict[str, Any]]:
         """(healthy, the JSON body of /healthz)."""
         with self._lock:
             tables = {
-                name: {
+                state.label: {
                     "status": "ok" if state.up else "error",
                     **({"reason": state.reason} if not state.up else {}),
                     "lastPublishedVersion": state.last_published_version,
                 }
-                for name, state in sorted(self._tables.items())
+                for _, state in sorted(self._tables.items())
             }
-            failing = [name for name, state in sorted(self._tables.items()) if not state.up]
+            failing = [state.label for _, state in sorted(self._tables.items()) if not state.up]
             healthy, reason = self._healthy, self._reason
         if healthy and failing:
             reason = f"{len(failing)} table(s) stopped on an error: {', '.join(failing)}"

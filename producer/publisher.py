@@ -13,12 +13,17 @@ each differently:
 
 Delivery errors are latched by the delivery callback (reports are requested for errors only, so
 the hot path makes no Python call per record) and raised at the next commit.
+
+Every call that waits on the broker is bounded by the timeout it is given (the watcher gives the
+time left before a stop must be done), and the waits that may last (``init``, a full local queue)
+watch the stop flag: with the broker gone, a stop is not held up for librdkafka's own timeouts.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -37,6 +42,10 @@ FENCED_CODES = frozenset(
 RECORD_OVERHEAD = 4096
 
 Headers = list[tuple[str, str | bytes | None]]
+
+
+class StopRequested(Exception):
+    """The stop flag was set while a call waited on the broker; nothing was committed by the call."""
 
 
 class TransactionAbortableError(KafkaError):
@@ -115,8 +124,10 @@ class TransactionalPublisher:
         max_message_bytes: int = 1_000_000,
         linger_ms: int = LINGER_MS,
         logger: logging.Logger | None = None,
+        stop: threading.Event | None = None,
     ) -> None:
         self.transactional_id = transactional_id
+        self.stop = stop
         config = producer_config(
             kafka, transactional_id, max_message_bytes=max_message_bytes, linger_ms=linger_ms
         )
@@ -164,14 +175,37 @@ class TransactionalPublisher:
         except KafkaException as exc:
             raise classify(exc, what, self.transactional_id) from exc
 
-    def init(self, timeout_s: float = 60.0) -> None:
-        """``init_transactions``: fences older producers of this id and completes their transaction."""
+    def _check_stop(self) -> None:
+        if self.stop is not None and self.stop.is_set():
+            raise StopRequested("stop requested")
+
+    def reachable(self, timeout_s: float) -> bool:
+        """True when a broker answered a metadata request within ``timeout_s``; serves callbacks."""
+        try:
+            self._producer.list_topics(timeout=timeout_s)
+        except KafkaException:
+            return False
+        finally:
+            self._producer.poll(0)  # error_cb and logger calls are served by poll
+        return True
+
+    def init(self, timeout_s: float = 60.0, *, slice_s: float = 1.0) -> None:
+        """``init_transactions``: fences older producers of this id and completes their transaction.
+
+        Called in slices of ``slice_s`` (librdkafka resumes an init that timed out), so that a
+        stop is noticed within a slice; raises StopRequested then.
+        """
         deadline = time.monotonic() + timeout_s
         while True:
+            self._check_stop()
+            left = deadline - time.monotonic()
             try:
-                self._call("init_transactions", self._producer.init_transactions, max(1.0, timeout_s))
+                self._call(
+                    "init_transactions", self._producer.init_transactions, max(0.1, min(slice_s, left))
+                )
                 return
             except RetriableKafkaError:
+                self._producer.poll(0)
                 if time.monotonic() >= deadline:
                     raise
 
@@ -196,6 +230,7 @@ class TransactionalPublisher:
                 self._producer.produce(topic, value, key, headers=headers, timestamp=timestamp)
                 break
             except BufferError:
+                self._check_stop()  # the queue stays full while the broker is gone
                 self._producer.poll(0.05)  # the local queue is full: wait for deliveries
             except KafkaException as exc:
                 raise classify(exc, "produce", self.transactional_id) from exc
@@ -240,13 +275,23 @@ class TransactionalPublisher:
             self._raise_latched()
 
     def commit(self, timeout_s: float = 60.0) -> None:
-        """Flush and commit; a latched delivery error is raised instead (then abort)."""
+        """Flush and commit within ``timeout_s``; a latched delivery error is raised instead (then abort).
+
+        A RetriableKafkaError when the time is up: the transaction is still open (abort it, or the
+        broker aborts it after ``transaction.timeout.ms``).
+        """
         deadline = time.monotonic() + timeout_s
         self._producer.flush(max(0.0, min(timeout_s, 30.0)))
         self._raise_latched()
         while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RetriableKafkaError(
+                    f"commit_transaction did not complete within {timeout_s:.1f} s",
+                    transactional_id=self.transactional_id,
+                )
             try:
-                self._call("commit_transaction", self._producer.commit_transaction, max(1.0, timeout_s))
+                self._call("commit_transaction", self._producer.commit_transaction, max(0.1, left))
                 break
             except RetriableKafkaError:
                 self._raise_latched()
@@ -264,8 +309,14 @@ class TransactionalPublisher:
             return
         deadline = time.monotonic() + timeout_s
         while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RetriableKafkaError(
+                    f"abort_transaction did not complete within {timeout_s:.1f} s",
+                    transactional_id=self.transactional_id,
+                )
             try:
-                self._call("abort_transaction", self._producer.abort_transaction, max(1.0, timeout_s))
+                self._call("abort_transaction", self._producer.abort_transaction, max(0.1, left))
                 break
             except RetriableKafkaError:
                 if time.monotonic() >= deadline:
@@ -287,6 +338,7 @@ __all__ = [
     "RECORD_OVERHEAD",
     "RecordRefusedError",
     "RetriableKafkaError",
+    "StopRequested",
     "TimestampRefusedError",
     "TransactionAbortableError",
     "TransactionalPublisher",

@@ -20,11 +20,21 @@ was already produced, stops the table, and retries with backoff from the committ
 aborted transaction is published again from the committed position; a broken producer is
 replaced (``init_transactions`` again, progress read again); a fenced producer stops everything.
 SIGTERM/SIGINT set one stop flag: the open transaction is finished at the next batch boundary,
-the producers flushed, and the process exits 0.
+the producers flushed, and the process exits 0. A stop has a budget (``STOP_BUDGET_S``): every
+broker call made while stopping is bounded by the time left, and a table that cannot finish in
+time (the broker is gone) is abandoned with one line saying what was left, e.g. ``stopping:
+abandoned the open transaction of table file:///t version 7; nothing committed is lost`` (the broker
+aborts that transaction, or the next start does; it is published again from the committed
+position). A second signal stops at once, with the same report.
+
+Logs: JSON lines, redacted (core/redact.py); librdkafka's own lines go to the
+``deltamirror.librdkafka`` logger at DEBUG, and a broker that cannot be reached is reported by
+:class:`~deltamirror.core.kafka_connection.KafkaConnectionReporter`, one warning at most every 30 s.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -36,7 +46,6 @@ import time
 import traceback
 import uuid
 from collections.abc import Iterable, Iterator
-from datetime import UTC, datetime
 from itertools import repeat
 from types import FrameType
 from typing import IO, Any
@@ -67,13 +76,16 @@ from deltamirror.core.events import (
     ProgressRecord,
     TableReplaced,
 )
+from deltamirror.core.kafka_connection import KafkaConnectionReporter
+from deltamirror.core.redact import RedactingFilter, redact
 from deltamirror.core.storage import normalize_table_uri
-from deltamirror.core.timestamps import CommitTimestamp, TimestampSource
+from deltamirror.core.timestamps import CommitTimestamp, TimestampSource, format_iso
 
 from .config import TableConfig, WatchConfig, redacted
 from .publisher import (
     Headers,
     RetriableKafkaError,
+    StopRequested,
     TimestampRefusedError,
     TransactionAbortableError,
     TransactionalPublisher,
@@ -100,6 +112,12 @@ BACKOFF_MIN_S = 0.5
 #: a commit file this big is read with no transaction open (its scan may be slow)
 LARGE_COMMIT_BYTES = 8 * 1024 * 1024
 BACKOFF_MAX_S = 30.0
+#: how long a stop may take: tables still waiting on the broker after it are abandoned (said so)
+STOP_BUDGET_S = 7.0
+#: the main thread's extra wait after the budget, for tables that are just finishing
+STOP_GRACE_S = 0.5
+#: how long one metadata request waits while connecting (a stop is noticed within it)
+CONNECT_SLICE_S = 1.0
 
 
 class RecordTooLargeError(DeltaMirrorError):
@@ -187,24 +205,28 @@ _STANDARD_ATTRS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None)
 
 
 class JsonLogFormatter(logging.Formatter):
-    """One JSON object per line: ts, level, logger, msg, and the record's extra fields (table, version...)."""
+    """One JSON object per line: ts, level, logger, msg, and the record's extra fields (table, version...).
+
+    Every text is redacted (URL userinfo, values of secret-named keys), whoever attached this
+    formatter: a table URI or a library's error message may carry credentials.
+    """
 
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
-            "ts": datetime.fromtimestamp(record.created, tz=UTC).isoformat(timespec="milliseconds"),
+            "ts": format_iso(int(record.created * 1000)),  # the one timestamp layout of every output
             "level": record.levelname.lower(),
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": redact(record.getMessage()),
         }
         for key, value in vars(record).items():
             if key not in _STANDARD_ATTRS and not key.startswith("_"):
-                out[key] = value if isinstance(value, str | int | float | bool | type(None)) else str(value)
+                out[key] = value if isinstance(value, int | float | bool | type(None)) else redact(str(value))
         if record.exc_info and record.exc_info[1] is not None:
             exc = record.exc_info[1]
-            out["error"] = str(exc)
+            out["error"] = redact(str(exc))
             out["errorType"] = type(exc).__name__
             if not isinstance(exc, DeltaMirrorError):
-                out["traceback"] = "".join(traceback.format_exception(*record.exc_info))
+                out["traceback"] = redact("".join(traceback.format_exception(*record.exc_info)))
         return json.dumps(out, default=str)
 
 
@@ -212,6 +234,7 @@ def configure_logging(level: int = logging.INFO, stream: IO[str] | None = None) 
     """JSON lines on stderr for the ``deltamirror`` loggers (librdkafka's go through them too)."""
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     handler.setFormatter(JsonLogFormatter())
+    handler.addFilter(RedactingFilter())
     root = logging.getLogger("deltamirror")
     root.handlers[:] = [handler]
     root.setLevel(level)
@@ -244,8 +267,18 @@ def progress_record(position: Position, uri: str, txn_id: str | None) -> Progres
     )
 
 
-def read_progress(kafka: dict[str, str], topic: str, uri: str, timeout_s: float = 60.0) -> Position | None:
-    """The last committed progress of ``uri``: the progress topic read with read_committed to its end."""
+def read_progress(
+    kafka: dict[str, Any],
+    topic: str,
+    uri: str,
+    timeout_s: float = 60.0,
+    *,
+    stop: threading.Event | None = None,
+) -> Position | None:
+    """The last committed progress of ``uri``: the progress topic read with read_committed to its end.
+
+    With ``stop``, raises StopRequested once it is set (the metadata is asked for in short slices).
+    """
     consumer = Consumer(
         {
             # the end of a partition is known only when a fetch returns, and the broker holds a
@@ -261,15 +294,28 @@ def read_progress(kafka: dict[str, str], topic: str, uri: str, timeout_s: float 
     )
     key = uri.encode()
     last: bytes | None = None
+    deadline = time.monotonic() + timeout_s
     try:
-        metadata = consumer.list_topics(topic, timeout=timeout_s)
+        while True:
+            try:
+                slice_s = CONNECT_SLICE_S if stop is not None else timeout_s
+                metadata = consumer.list_topics(
+                    topic, timeout=max(0.1, min(slice_s, deadline - time.monotonic()))
+                )
+                break
+            except KafkaException:
+                if stop is not None and stop.is_set():
+                    raise StopRequested("stop requested") from None
+                if time.monotonic() >= deadline:
+                    raise
         partitions = metadata.topics[topic].partitions if topic in metadata.topics else {}
         if not partitions:
             raise KafkaError(f"progress topic {topic} has no partitions", topic=topic)
         consumer.assign([TopicPartition(topic, p, -2) for p in partitions])  # -2: OFFSET_BEGINNING
         at_end: set[int] = set()
-        deadline = time.monotonic() + timeout_s
         while len(at_end) < len(partitions):
+            if stop is not None and stop.is_set():
+                raise StopRequested("stop requested")
             if time.monotonic() > deadline:
                 raise KafkaError(
                     f"could not read the progress topic {topic} to its end within {timeout_s:.0f} s",
@@ -323,15 +369,26 @@ class TablePipeline:
         metrics: Any,
         stop: threading.Event,
         batch_size: int = BATCH,
+        reporter: KafkaConnectionReporter | None = None,
+        stop_budget_s: float = STOP_BUDGET_S,
     ) -> None:
         self.cfg = cfg
         self.table = table
         self.uri = table.normalized_uri
         self.metrics = metrics
         self.stop = stop
+        #: when a stop must be done (monotonic); set by the service, or by the table when it sees the flag
+        self.stop_deadline: float | None = None
+        self.stop_budget_s = stop_budget_s
+        #: True once this table said what it abandoned on stop
+        self.abandoned = False
+        #: what the table is doing, for the report of a stop that could not wait for it
+        self.phase = "connecting to Kafka"
         self.batch_size = max(1, min(batch_size, cfg.txn_max_records))
         self.topics = table_topics(table)
-        self.kafka = cfg.kafka.librdkafka_config()
+        self.reporter = reporter or KafkaConnectionReporter(cfg.kafka.bootstrap_servers)
+        # every client of this table routes librdkafka's logs and errors to the reporter
+        self.kafka: dict[str, Any] = {**cfg.kafka.librdkafka_config(), **self.reporter.client_config()}
         self.txn_id = transactional_id(cfg.transactional_id_prefix, self.uri)
         self.ready = threading.Event()
         self.watcher = TableWatcher(
@@ -340,6 +397,7 @@ class TablePipeline:
             mode=table.snapshot_mode,
             from_version=table.from_version,
             from_timestamp=table.from_timestamp,
+            allowed_path_prefixes=table.allowed_path_prefixes,
         )
         self.waker = LogWaker(self.watcher.storage, enabled=cfg.use_notifications)
         self._log_extra = {"table": self.uri}
@@ -354,6 +412,46 @@ class TablePipeline:
         self._last_activity = self._last_txn_end
         self._needs_start = True
         self._table_failing = False
+        #: first version with records in the open transaction (for the report of an abandoned one)
+        self._txn_first_version: int | None = None
+        #: a stop cut a batch: the open transaction holds records its progress record would not cover
+        self._cut_mid_batch = False
+
+    # --- stopping -----------------------------------------------------------------------------
+
+    def time_left(self) -> float:
+        """Seconds left before the stop must be done; infinite while no stop was requested."""
+        if self.stop_deadline is None:
+            if not self.stop.is_set():
+                return float("inf")
+            self.stop_deadline = time.monotonic() + self.stop_budget_s
+        return self.stop_deadline - time.monotonic()
+
+    def unfinished_work(self) -> str:
+        """What a stop now would leave undone, in words."""
+        pub = self._pub
+        if pub is not None and pub.in_transaction:
+            first = self._txn_first_version
+            last = self._produced.version if self._produced is not None else None
+            if first is None or last is None or last < first:
+                versions = ""
+            elif first == last:
+                versions = f" version {first}"
+            else:
+                versions = f" versions {first} to {last}"
+            return f"the open transaction of table {self.uri}{versions}"
+        return f"{self.phase} for table {self.uri}"
+
+    def say_abandoned(self, what: str | None = None) -> None:
+        """The one line a stop that could not finish this table's work prints (once)."""
+        if self.abandoned:
+            return
+        self.abandoned = True
+        log.warning(
+            "stopping: abandoned %s; nothing committed is lost",
+            what or self.unfinished_work(),
+            extra=self._log_extra,
+        )
 
     # --- the outer loop: producer sessions ------------------------------------------------------
 
@@ -367,6 +465,9 @@ class TablePipeline:
                     backoff.reset()
                     self._loop()
                     return
+                except StopRequested:
+                    self.say_abandoned()
+                    return
                 except (ProducerFencedError, ConfigError):
                     raise
                 except KafkaError as exc:
@@ -379,19 +480,20 @@ class TablePipeline:
             self.watcher.close()
 
     def _open(self) -> None:
+        self.phase = "connecting to Kafka"
+        pub = TransactionalPublisher(
+            self.kafka, self.txn_id, max_message_bytes=self.cfg.max_record_bytes, stop=self.stop
+        )
+        self._pub = pub
+        self._wait_for_brokers(pub)
+        self.phase = "resuming"
         manager = TopicManager(self.kafka, max_record_bytes=self.cfg.max_record_bytes)
         for name in (self.topics.actions, self.topics.commits):
             self._limits[name] = manager.ensure_event_topic(name)
         manager.ensure_progress_topic(self.cfg.progress_topic)
-        pub = TransactionalPublisher(
-            self.kafka,
-            self.txn_id,
-            max_message_bytes=self.cfg.max_record_bytes,
-            logger=logging.getLogger("deltamirror.librdkafka"),
-        )
-        self._pub = pub
         pub.init()  # fences older producers of this table before the progress is read
-        self.committed = read_progress(self.kafka, self.cfg.progress_topic, self.uri)
+        self.committed = read_progress(self.kafka, self.cfg.progress_topic, self.uri, stop=self.stop)
+        self.phase = "publishing"
         self._produced = self.committed
         self._needs_start = True
         log.info(
@@ -408,15 +510,36 @@ class TablePipeline:
         )
         self.ready.set()
 
+    def _wait_for_brokers(self, pub: TransactionalPublisher) -> None:
+        """Until a broker answers: the reporter says why not (now and then), a stop ends the wait.
+
+        The admin calls that follow wait up to 30 s each on a broker that does not answer, and
+        librdkafka would print each failed attempt; asking for metadata in short slices first
+        keeps both the stop and the log under control.
+        """
+        while not pub.reachable(CONNECT_SLICE_S):
+            self.reporter.check()  # wrong credentials: no retry
+            if self.reporter.last_reason is None:  # no transport error: the broker is silent
+                self.reporter.unreachable(f"no answer within {CONNECT_SLICE_S:.0f} s")
+            if self.stop.is_set():
+                raise StopRequested("stop requested")
+        self.reporter.check()
+        self.reporter.reachable()
+
     def _close_publisher(self) -> None:
-        if self._pub is not None:
-            try:
-                if self._pub.in_transaction:
-                    self._pub.abort(5.0)
-            except KafkaError:
-                pass
-            self._pub.close()
+        pub = self._pub
+        if pub is None:
+            return
+        self._pub = None
+        left = self.time_left()
+        if pub.in_transaction and left > 0:
+            with contextlib.suppress(KafkaError):
+                pub.abort(min(5.0, left))
+        if pub.in_transaction and self.stop.is_set():
+            self._pub = pub  # for the report
+            self.say_abandoned()
             self._pub = None
+        pub.close(max(0.0, min(5.0, self.time_left())))
 
     # --- the inner loop: one unit of work at a time --------------------------------------------
 
@@ -433,6 +556,9 @@ class TablePipeline:
                     self.metrics.table_ok(self.uri)
                     log.info("table resumed", extra=self._log_extra)
                 backoff.reset()
+            except StopRequested:
+                self._cut_mid_batch = True  # the queue was full (broker gone) in the middle of a batch
+                break
             except (ProducerFencedError, ConfigError):
                 raise
             except TransactionAbortableError as exc:
@@ -473,16 +599,33 @@ class TablePipeline:
         log.error("table stopped: %s", exc, exc_info=exc, extra=self._log_extra)
 
     def _finish(self) -> None:
-        """Stop requested: commit the open transaction (it holds only whole batches) and flush."""
-        if self._pub is not None and self._pub.in_transaction:
+        """Stop requested: commit the open transaction (it holds only whole batches) and flush.
+
+        Within the stop budget: what cannot be committed in time is aborted, and what cannot be
+        aborted either (the broker is gone) is abandoned, said in one line. Either way the
+        committed progress is where the next start resumes: nothing is lost or published twice.
+        """
+        pub = self._pub
+        if pub is not None and pub.in_transaction:
+            what = self.unfinished_work()
             try:
-                self._commit()
+                if self._cut_mid_batch:  # records past the last batch boundary: never commit them
+                    raise RetriableKafkaError("a batch was cut by the stop")
+                self._commit(timeout_s=max(0.0, self.time_left()))
             except ProducerFencedError:
                 raise
             except KafkaError as exc:
-                log.warning("could not commit on stop; aborting", exc_info=exc, extra=self._log_extra)
-                self._abort()
-        log.info("table stopped cleanly", extra=self._log_extra)
+                if not self._cut_mid_batch:
+                    log.warning("could not commit on stop; aborting", exc_info=exc, extra=self._log_extra)
+                try:
+                    left = self.time_left()
+                    if left <= 0:
+                        raise RetriableKafkaError("no time left to abort") from None
+                    self._abort(timeout_s=left)
+                except KafkaError:
+                    self.say_abandoned(what)
+        if not self.abandoned:
+            log.info("table stopped cleanly", extra=self._log_extra)
 
     def _step(self) -> None:
         assert self._pub is not None
@@ -585,6 +728,8 @@ class TablePipeline:
             else None
         )
         index = unit.start
+        if self._txn_first_version is None:
+            self._txn_first_version = unit.version
         try:
             for batch in unit.batches(self.batch_size):
                 values, headers = self._expand_oversize(
@@ -604,6 +749,7 @@ class TablePipeline:
                     if self.stop.is_set():
                         return
                     pub.begin()
+                    self._txn_first_version = unit.version
         finally:
             if bar is not None:
                 bar.close()
@@ -680,13 +826,17 @@ class TablePipeline:
 
     # --- transactions -------------------------------------------------------------------------
 
-    def _commit(self) -> None:
+    def _commit(self, timeout_s: float | None = None) -> None:
+        """Commit the open transaction with its progress record (60 s at most, less when stopping)."""
         pub = self._pub
         assert pub is not None
+        if timeout_s is None:
+            timeout_s = max(0.0, min(60.0, self.time_left()))
         if self._produced is not None:
             record = progress_record(self._produced, self.uri, self.txn_id)
             pub.produce(self.cfg.progress_topic, record.to_json_bytes(), self.uri.encode(), None, 0)
-        pub.commit()
+        pub.commit(timeout_s)
+        self._txn_first_version = None
         self.committed = self._produced
         self._last_txn_end = time.monotonic()
         self.metrics.transaction_committed(self.uri)
@@ -698,10 +848,13 @@ class TablePipeline:
         self._completed.clear()
         self._events_in_txn = 0
 
-    def _abort(self) -> None:
+    def _abort(self, timeout_s: float | None = None) -> None:
+        if timeout_s is None:
+            timeout_s = max(0.0, min(30.0, self.time_left()))
         if self._pub is not None and self._pub.in_transaction:
             self.metrics.transaction_aborted(self.uri)
-            self._pub.abort()
+            self._pub.abort(timeout_s)
+        self._txn_first_version = None
         self._produced = self.committed
         self._completed.clear()
         self._events_in_txn = 0
@@ -727,13 +880,33 @@ def _new_metrics() -> Any:
 class WatchService:
     """All tables of a configuration, each in its own thread."""
 
-    def __init__(self, cfg: WatchConfig, *, metrics: Any = None, stop: threading.Event | None = None) -> None:
+    def __init__(
+        self,
+        cfg: WatchConfig,
+        *,
+        metrics: Any = None,
+        stop: threading.Event | None = None,
+        stop_budget_s: float = STOP_BUDGET_S,
+    ) -> None:
         self.cfg = cfg
         self.metrics = metrics if metrics is not None else _new_metrics()
         self.stop_event = stop if stop is not None else threading.Event()
+        self.stop_budget_s = stop_budget_s
+        #: when the requested stop must be done (monotonic), None until one is requested
+        self.stop_deadline: float | None = None
         self._check_topic_collisions()
+        #: one reporter for every client: one warning per interval for a cluster that is down
+        self.reporter = KafkaConnectionReporter(cfg.kafka.bootstrap_servers)
         self.pipelines = [
-            TablePipeline(cfg, t, metrics=self.metrics, stop=self.stop_event) for t in cfg.tables
+            TablePipeline(
+                cfg,
+                t,
+                metrics=self.metrics,
+                stop=self.stop_event,
+                reporter=self.reporter,
+                stop_budget_s=stop_budget_s,
+            )
+            for t in cfg.tables
         ]
         self._threads: list[threading.Thread] = []
         self._failure: BaseException | None = None
@@ -785,7 +958,13 @@ class WatchService:
             log.error("stopping the watcher: %s", exc, exc_info=exc, extra={"table": pipeline.uri})
             self.stop_event.set()
 
-    def request_stop(self) -> None:
+    def request_stop(self, budget_s: float | None = None) -> None:
+        """Stop every table within ``budget_s`` (default ``stop_budget_s``); a shorter one wins."""
+        deadline = time.monotonic() + (self.stop_budget_s if budget_s is None else budget_s)
+        if self.stop_deadline is None or deadline < self.stop_deadline:
+            self.stop_deadline = deadline
+            for pipeline in self.pipelines:
+                pipeline.stop_deadline = deadline
         self.stop_event.set()
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -802,17 +981,33 @@ class WatchService:
             self._server = None
 
     def run(self) -> int:
-        """Start, wait until stopped; 0 after a clean stop. A fenced table raises ProducerFencedError."""
+        """Start, wait until stopped; 0 after a clean stop. A fenced table raises ProducerFencedError.
+
+        The stop takes at most the budget (plus ``STOP_GRACE_S``): a table still waiting on the
+        broker then is abandoned (its thread is a daemon) after saying what it leaves undone.
+        """
         self.start()
         try:
             while not self.stop_event.wait(0.2):
                 pass
-            self.wait()
+            if self.stop_deadline is None:  # a table failed and set the flag itself
+                self.request_stop()
+            self._wait_for_stop()
         finally:
             self.close()
         if self._failure is not None:
             raise self._failure
         return 0
+
+    def _wait_for_stop(self) -> None:
+        while True:
+            alive = [p for p, t in zip(self.pipelines, self._threads, strict=True) if t.is_alive()]
+            deadline = self.stop_deadline
+            if not alive or (deadline is not None and time.monotonic() > deadline + STOP_GRACE_S):
+                break
+            self._threads[self.pipelines.index(alive[0])].join(0.1)
+        for pipeline in alive:
+            pipeline.say_abandoned()
 
 
 def run_watch(cfg: WatchConfig) -> int:
@@ -822,7 +1017,16 @@ def run_watch(cfg: WatchConfig) -> int:
     service = WatchService(cfg)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("stop requested (%s): finishing the open transactions", signal.Signals(signum).name)
+        name = signal.Signals(signum).name
+        if service.stop_event.is_set():
+            log.warning("second stop request (%s): stopping now", name)
+            service.request_stop(0.0)
+            return
+        log.info(
+            "stop requested (%s): finishing the open transactions (at most %.0f s)",
+            name,
+            service.stop_budget_s,
+        )
         service.request_stop()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -844,9 +1048,12 @@ def iter_event_values(
     *,
     starting_version: int | None = None,
     ending_version: int | None = None,
+    allowed_path_prefixes: Iterable[str] = (),
 ) -> Iterator[bytes]:
     """The action-event values the watcher publishes for versions [start, end], without Kafka."""
-    watcher = TableWatcher(uri, storage_options, mode="from-version", from_version=0)
+    watcher = TableWatcher(
+        uri, storage_options, mode="from-version", from_version=0, allowed_path_prefixes=allowed_path_prefixes
+    )
     table = watcher.table
     latest = table.latest_version()
     commits = table.listing(0).commits

@@ -98,18 +98,26 @@ class SnapshotWork:
 
 
 class ProgressBar:
-    """``snapshot v12 of s3://b/t: 41% (410000/1000000 events)`` on a terminal; nothing otherwise.
+    """``snapshot v12 of s3://b/t: 410000/1000000 actions published (41%)`` on a terminal.
 
-    Logs stay JSON lines: the bar is drawn only when the stream is a TTY, at most 5 times a second.
+    Logs stay JSON lines: the bar is drawn only when the stream is a TTY and ``shown`` (which
+    ``watch --no-progress`` clears), at most 5 times a second, and erased once the snapshot is
+    published, so that the next log line starts on a clean line.
     """
+
+    #: False: no bar at all (``deltamirror watch --no-progress``)
+    shown = True
 
     def __init__(self, label: str, total: int, stream: IO[str] | None = None) -> None:
         self._stream = stream if stream is not None else sys.stderr
-        self._enabled = bool(getattr(self._stream, "isatty", lambda: False)()) and total > 0
+        self._enabled = (
+            ProgressBar.shown and bool(getattr(self._stream, "isatty", lambda: False)()) and total > 0
+        )
         self._label = label
         self._total = total
         self._done = 0
         self._last = 0.0
+        self._width = 0
 
     def advance(self, n: int) -> None:
         self._done += n
@@ -117,14 +125,16 @@ class ProgressBar:
         if self._enabled and (now - self._last >= 0.2 or self._done >= self._total):
             self._last = now
             pct = 100 * self._done // self._total
-            self._stream.write(f"\r{self._label}: {pct:3d}% ({self._done}/{self._total} events)")
+            text = f"{self._label}: {self._done}/{self._total} actions published ({pct}%)"
+            self._stream.write("\r" + text + " " * max(0, self._width - len(text)))
             self._stream.flush()
+            self._width = len(text)
 
     def close(self) -> None:
-        if self._enabled:
-            self._stream.write("\n")
+        if self._enabled and self._width:
+            self._stream.write("\r" + " " * self._width + "\r")
             self._stream.flush()
-            self._enabled = False
+        self._enabled = False
 
 
 __all__ = ["ProgressBar", "SnapshotWork"]

@@ -22,24 +22,27 @@ by the batch size, whatever the size of the commit.
 
 from __future__ import annotations
 
-import bisect
 import itertools
-import json
 import logging
 import operator
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import repeat
-from typing import IO, Annotated, Any, Literal
-
-import msgspec
-import orjson
+from typing import Any, Literal
 
 from deltamirror.core import features
+from deltamirror.core.actions import (
+    FILE_ACTIONS,
+    ActionRun,
+    PartitionKeySets,
+    Where,
+    iter_values,
+    read_actions,
+)
 from deltamirror.core.commits import TimestampTracker, probe_next_versions
 from deltamirror.core.errors import (
     CorruptLogError,
@@ -47,8 +50,8 @@ from deltamirror.core.errors import (
     VersionNotFoundError,
 )
 from deltamirror.core.events import SCHEMA_VERSION, CommitSummary
-from deltamirror.core.log import commit_name, open_commit
-from deltamirror.core.models import Metadata, Protocol
+from deltamirror.core.log import check_commit, commit_name, stream_commit
+from deltamirror.core.models import Metadata, Protocol, model_of
 from deltamirror.core.replay import replay_config
 from deltamirror.core.storage import FileInfo, TableStorage
 from deltamirror.core.table import DeltaTable, open_table
@@ -116,7 +119,7 @@ class PositionWork:
 
 @dataclass
 class _Summary:
-    """Counters of one version, filled while scanning it."""
+    """Counters of one version, filled while scanning it (from the validated actions)."""
 
     adds: int = 0
     removes: int = 0
@@ -125,64 +128,41 @@ class _Summary:
     bytes_removed: int = 0
     partitions: dict[tuple[tuple[str, Any], ...], dict[str, Any]] = field(default_factory=dict)
     truncated: bool = False
-    #: the partitions above in the key order they were met in (skips the sorting for a repeat)
+    #: the partitions above as met (entries in file order): most files repeat a few of them
     _seen: dict[tuple[tuple[str, Any], ...], None] = field(default_factory=dict, repr=False)
 
-    _last: Any = field(default=None, repr=False)
-
-    def count_file(self, name: str, size: Any, partition_values: Any) -> None:
-        """One add, remove or cdc action: its count, its bytes (cdc has none) and its partition."""
-        counted = type(size) is int and size >= 0  # not a bool, not nonsense
-        if name == "add":
-            self.adds += 1
-            if counted:
-                self.bytes_added += size
-        elif name == "remove":
-            self.removes += 1
-            if counted:
-                self.bytes_removed += size
+    def count_run(self, run: ActionRun, partitions: Iterable[tuple[tuple[str, Any], ...]]) -> None:
+        """A run of add, remove or cdc actions (their facts): counts, bytes (cdc has none), and its distinct
+        partitions (entry tuples, as :class:`PartitionKeySets` returns them), with C-level maps
+        rather than a Python step per file."""
+        n = len(run)
+        if run.name == "add":
+            self.adds += n
+            self.bytes_added += sum(map(_FACT_SIZE, run.values))
+        elif run.name == "remove":
+            self.removes += n
+            self.bytes_removed += sum(filter(None, map(_FACT_SIZE, run.values)))
         else:
-            self.cdc += 1
-        if partition_values:
-            self.touch(partition_values)
+            self.cdc += n
+        for entries in partitions:
+            if entries:
+                self._touch(entries)
 
-    def count_plain(self, name: str, sizes: list[int | None], partitions: list[msgspec.Raw]) -> None:
-        """Many adds (or removes) at once: their sizes, and their partition values in file order
-        as JSON text (:class:`_FileFields`)."""
-        if name == "add":
-            self.adds += len(sizes)
-            self.bytes_added += sum(filter(None, sizes))
-        else:
-            self.removes += len(sizes)
-            self.bytes_removed += sum(filter(None, sizes))
-        if self.truncated:
+    def _touch(self, entries: tuple[tuple[str, Any], ...]) -> None:
+        if self.truncated or entries in self._seen:
             return
-        for text in dict.fromkeys(map(bytes, partitions)):  # the distinct ones, in the order met
-            if text != b"null":
-                self.touch(msgspec.json.decode(text))
-
-    def touch(self, values: Any) -> None:
-        if values == self._last:  # files of a commit come in runs of one partition
-            return
-        self._last = values
-        if self.truncated or type(values) is not dict or not values:
-            return
-        if not all(v is None or type(v) is str for v in values.values()):
-            # not the string map the protocol says: listed with its other values as JSON text
-            values = {
-                k: v if v is None or type(v) is str else orjson.dumps(v).decode() for k, v in values.items()
-            }
-        seen = tuple(values.items())  # as written: most files of a commit repeat a few of these
-        if seen in self._seen:
-            return
-        key = tuple(sorted(seen))
+        key = tuple(sorted(entries))
         if key not in self.partitions:
             if len(self.partitions) >= MAX_PARTITIONS_LISTED:
                 self.truncated = True
                 return
-            self.partitions[key] = values
+            self.partitions[key] = dict(entries)
         if len(self._seen) < 4 * MAX_PARTITIONS_LISTED:
-            self._seen[seen] = None
+            self._seen[entries] = None
+
+
+#: the size of a file action's :data:`~deltamirror.core.actions.FileFacts` (the scan reads facts)
+_FACT_SIZE = operator.itemgetter(0)
 
 
 class CommitWork:
@@ -273,470 +253,125 @@ def position_after(unit: PublishUnit, index: int) -> Position:
 
 @dataclass
 class VersionScan:
-    """What the first pass over a commit learned."""
+    """What the first pass over a commit learned (every action validated by core's log boundary)."""
 
     version: int
     file: FileInfo
     count: int = 0
     commit_info: dict[str, Any] | None = None
+    commit_info_line: int | None = None
     metadata: dict[str, Any] | None = None
+    metadata_line: int | None = None
     protocol: dict[str, Any] | None = None
     summary: _Summary = field(default_factory=_Summary)
-    #: line numbers that must be decoded and re-encoded (several actions on a line, NaN, escapes)
-    slow_lines: set[int] = field(default_factory=set)
-    #: every action of a small commit as it is published (the file was read and split once)
+    #: every action of a small commit as it is published (the file was read and validated once)
     actions: list[tuple[str, Body]] | None = None
+    partition_keys: PartitionKeySets = field(default_factory=PartitionKeySets, repr=False)
 
-    def observe(self, name: str, body: Any) -> None:
-        """Count one action into the summary; keep commitInfo, metaData and protocol."""
-        self.count += 1
-        if name in _FILE_ACTIONS:
-            if type(body) is dict:
-                self.summary.count_file(name, body.get("size"), body.get("partitionValues"))
-            else:
-                self.summary.count_file(name, None, None)
-        elif name == "commitInfo" and self.commit_info is None and isinstance(body, dict):
-            self.commit_info = body
-        elif name == "metaData" and isinstance(body, dict):
-            self.metadata = body
-        elif name == "protocol" and isinstance(body, dict):
-            self.protocol = body
-
-
-_FILE_ACTIONS = frozenset({"add", "remove", "cdc"})
-
-
-def _corrupt(storage: TableStorage, version: int, line: int, message: str) -> CorruptLogError:
-    return CorruptLogError(
-        message, table=storage.uri, version=version, file=storage.log_file(commit_name(version)), line=line
-    )
+    def observe(self, run: ActionRun) -> None:
+        """Count a run of actions into the summary; keep commitInfo, metaData and protocol."""
+        self.count += len(run)
+        name = run.name
+        if name in FILE_ACTIONS:
+            self.summary.count_run(run, self.partition_keys.add(run))
+        elif name == "commitInfo" and self.commit_info is None:
+            self.commit_info, self.commit_info_line = run.values[0], run.line
+        elif name == "metaData":
+            self.metadata, self.metadata_line = run.values[-1], run.line + len(run) - 1
+        elif name == "protocol":
+            self.protocol = run.values[-1]
 
 
 def scan_version(
-    storage: TableStorage, version: int, info: FileInfo, data: bytes | None = None
+    storage: TableStorage,
+    version: int,
+    info: FileInfo,
+    data: bytes | None = None,
+    metadata: Metadata | None = None,
 ) -> VersionScan:
     """First pass: validate every line, count actions, keep commitInfo/metaData/protocol, summarize.
 
-    A small commit is read whole (unless ``data``, its bytes read already, is given) and each line
-    split (and its body decoded) once: its actions are kept for :func:`iter_raw_actions`. A large
-    one is streamed, keeping nothing but the summary.
+    The lines are validated by core's log boundary (:mod:`deltamirror.core.actions`); only what
+    it accepted is published, as the log's own bytes. ``metadata`` is the metaData in force before
+    this version: every file action must name its partition columns (the commit's own metaData,
+    if it has one, decides instead). A small commit is read whole (unless ``data``, its bytes read
+    already, is given) and its actions kept for :func:`iter_raw_actions`; a large one is
+    streamed, keeping nothing but the summary.
     """
     scan = VersionScan(version, info)
+    path = storage.log_file(commit_name(version))
     if info.size <= SMALL_COMMIT_BYTES:
         try:
             if data is None:
-                data = storage.read_bytes(storage.log_file(commit_name(version)))
+                data = storage.read_bytes(path)
         except FileNotFoundError:
             raise VersionNotFoundError(
                 f"commit {version} disappeared while it was read",
                 table=storage.uri,
                 version=version,
-                file=storage.log_file(commit_name(version)),
+                file=path,
             ) from None
-        if b"\r" in data:  # a lone CR ends a line too here (bytes.splitlines), as it always did
-            data = b"\n".join(data.splitlines())
-        scan.actions = []
-        _scan_buffer(storage, scan, data, len(data), 0, scan.actions)
-        return _not_empty(storage, scan)
-    with open_commit(storage, version) as fh:  # listed: if it is gone now, the log was cleaned under us
-        lineno = 0
-        for data, end in _line_buffers(fh):
-            lineno = _scan_buffer(storage, scan, data, end, lineno, None)
-    return _not_empty(storage, scan)
-
-
-def _not_empty(storage: TableStorage, scan: VersionScan) -> VersionScan:
-    """A commit always holds at least one action: an empty file is one still being written (a
-    writer without atomic put) or a broken one. Publishing it as a version of 0 actions would lose
-    whatever it ends up holding, so the table stops and retries until the file has actions."""
-    if scan.count == 0:
-        raise CorruptLogError(
-            f"commit {scan.version} has no actions (empty, or still being written)",
-            table=storage.uri,
-            version=scan.version,
-            file=storage.log_file(commit_name(scan.version)),
-        )
-    return scan
-
-
-#: the lines most commits are made of, as writers write them: (prefix, action type, where its body starts)
-_FILE_LINE_PREFIXES = ((b'{"add":{', "add", 7), (b'{"remove":{', "remove", 10))
-
-
-def _buffer_lines(data: bytes, end: int) -> list[bytes]:
-    """The lines of ``data[:end]``, newlines left out (a final newline ends a line, it starts none)."""
-    lines = (data if end == len(data) else data[:end]).split(b"\n")
-    if end and data[end - 1] == 0x0A:
-        lines.pop()
-    return lines
-
-
-class _FileFields(msgspec.Struct, gc=False):
-    """What the summary needs of an add/remove body; the rest of the body is checked, not built.
-
-    ``size`` is strict (``true``, ``1.0`` or ``-1`` is refused: such a body is decoded by orjson
-    and summarized the general way). Partition values stay JSON text: a commit repeats a few of them,
-    so only the distinct texts are decoded.
-    """
-
-    size: Annotated[int, msgspec.Meta(ge=0)] | None = None
-    partitionValues: msgspec.Raw = msgspec.Raw(b"null")  # Delta's field name
-
-
-_decode_file_fields = msgspec.json.Decoder(_FileFields).decode
-
-
-def _utf8(data: bytes) -> bool:
-    """Whether ``data`` is valid UTF-8. msgspec does not check the strings it skips: a buffer
-    that fails this is decoded the general way, by orjson, line by line."""
-    if data.isascii():
-        return True
-    try:
-        str(data, "utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-#: per line, whether it is a plain add (1) or remove (2) line, as writers write them
-_STARTS_ADD = operator.methodcaller("startswith", _FILE_LINE_PREFIXES[0][0])
-_STARTS_REMOVE = operator.methodcaller("startswith", _FILE_LINE_PREFIXES[1][0])
-_ENDS_ACTION = operator.methodcaller("endswith", b"}}")
-#: plain kind -> (action type, the body of such a line)
-_PLAIN_BODY = {
-    1: ("add", operator.itemgetter(slice(_FILE_LINE_PREFIXES[0][2], -1))),
-    2: ("remove", operator.itemgetter(slice(_FILE_LINE_PREFIXES[1][2], -1))),
-}
-_SIZE = operator.attrgetter("size")
-_PARTITION_VALUES = operator.attrgetter("partitionValues")
-
-
-def _plain_kinds(data: bytes, lines: list[bytes]) -> list[int]:
-    """Per line: 1 for a plain add line, 2 for a plain remove line, 0 for any other.
-
-    Computed by C-level maps, without a Python step per line.
-    """
-    kinds = map(_STARTS_ADD, lines)
-    if _FILE_LINE_PREFIXES[1][0] in data:
-        kinds = map(operator.add, kinds, map(operator.lshift, map(_STARTS_REMOVE, lines), repeat(1)))
-    return list(map(operator.mul, kinds, map(_ENDS_ACTION, lines)))
-
-
-#: where a line ending in ``}`` meets an add line: splitting a buffer here gives nearly every
-#: add body whole, in one copy and one C call, without a Python step per line
-_ADD_BOUNDARY = b'}\n{"add":'
-
-
-def _scan_buffer(
-    storage: TableStorage,
-    scan: VersionScan,
-    data: bytes,
-    end: int,
-    lineno: int,
-    keep: list[tuple[str, Body]] | None,
-) -> int:
-    """Validate and summarize the lines of ``data[:end]``, the first being line ``lineno + 1``.
-
-    With ``keep``, each action is appended as it will be published. Returns the number of the
-    last line.
-
-    The buffer is split at :data:`_ADD_BOUNDARY`. A piece between two boundaries without a
-    newline is exactly the body of an add line (``{"add":`` before it, ``}`` after it); runs of
-    those are checked together by :func:`_scan_bodies`. Any other piece (the first, the last, one
-    holding other lines) is turned back into its lines for :func:`_scan_line_run`, as is a run
-    whose bodies are refused.
-    """
-    text = data if end == len(data) else data[:end]
-    kept: list[tuple[str, Body]] = []
-    if not _utf8(text):
-        lineno = _scan_lines(storage, scan, _buffer_lines(text, len(text)), lineno, kept)
+        kept: list[tuple[str, Body]] = []
+        scan.actions = kept
+        for run in read_actions(data, table=storage.uri, file=path, version=version, facts=True):
+            scan.observe(run)
+            kept += zip(repeat(run.name), run.bodies)
     else:
-        pieces = text.split(_ADD_BOUNDARY)
-        first = 0
-        for is_body, n in _piece_runs(pieces):
-            if is_body and _scan_bodies(scan, "add", _bodies(pieces, first, n), kept):
-                lineno += n
-            else:
-                lineno = _scan_line_run(storage, scan, _piece_text(pieces, first, n), lineno, kept)
-            first += n
-    if keep is not None:
-        keep.extend(kept)
-    return lineno
-
-
-def _bodies(pieces: list[bytes], first: int, n: int) -> list[bytes]:
-    """A run of add-body pieces as published: JSON whitespace around them left out, as
-    :func:`_split_line` leaves it out (``{"add": {...} }`` is valid too)."""
-    return list(map(bytes.strip, pieces[first : first + n], repeat(_JSON_WS)))
-
-
-def _piece_text(pieces: list[bytes], first: int, n: int) -> bytes:
-    """The log's own text of ``n`` pieces from ``first`` (the boundaries between them put back)."""
-    prefix = b"" if first == 0 else _ADD_BOUNDARY[2:]
-    suffix = b"" if first + n == len(pieces) else b"}"
-    return b"".join((prefix, _ADD_BOUNDARY.join(pieces[first : first + n]), suffix))
-
-
-def _piece_runs(pieces: list[bytes]) -> list[tuple[bool, int]]:
-    """Runs of ``pieces`` (a buffer split at add-line boundaries): (whether they are add bodies, how many).
-
-    A piece between two boundaries is an add body unless it holds a newline (it spans other
-    lines); the first and the last never are. Usually no middle piece holds one.
-    """
-    last = len(pieces) - 1
-    if last >= 2 and max(map(bytes.find, pieces[1:last], repeat(b"\n"))) < 0:
-        return [(False, 1), (True, last - 1), (False, 1)]
-    flags = [0 < i < last and piece.find(b"\n") < 0 for i, piece in enumerate(pieces)]
-    return [(is_body, len(list(run))) for is_body, run in itertools.groupby(flags)]
-
-
-def _scan_line_run(
-    storage: TableStorage, scan: VersionScan, text: bytes, lineno: int, kept: list[tuple[str, Body]]
-) -> int:
-    """The lines of ``text``: runs of plain add or remove lines by :func:`_scan_bodies`, the rest
-    (and a run it refuses) one by one by :func:`_scan_lines`. Returns the number of the last line."""
-    lines = _buffer_lines(text, len(text))
-    first = 0
-    for kind, run in itertools.groupby(_plain_kinds(text, lines)):
-        n = len(list(run))
-        chunk = lines[first : first + n] if n < len(lines) else lines
-        if kind:
-            name, body_of = _PLAIN_BODY[kind]
-            if _scan_bodies(scan, name, list(map(body_of, chunk)), kept):
-                first += n
-                continue
-        _scan_lines(storage, scan, chunk, lineno + first, kept)
-        first += n
-    return lineno + len(lines)
-
-
-def _scan_bodies(scan: VersionScan, name: str, bodies: list[bytes], kept: list[tuple[str, Body]]) -> bool:
-    """The bodies of a run of plain add (or remove) lines, checked by msgspec, which builds only
-    what the summary reads. False (nothing counted) if any is refused: then the run is scanned
-    line by line and orjson decides, as for every other line."""
-    try:
-        fields = list(map(_decode_file_fields, bodies))
-    except msgspec.DecodeError:
-        return False
-    kept.extend(zip(repeat(name), bodies, strict=False))  # repeat() is endless
-    scan.count += len(fields)
-    scan.summary.count_plain(name, list(map(_SIZE, fields)), list(map(_PARTITION_VALUES, fields)))
-    return True
-
-
-def _scan_lines(
-    storage: TableStorage, scan: VersionScan, lines: list[bytes], lineno: int, kept: list[tuple[str, Body]]
-) -> int:
-    """Lines one by one, the first being line ``lineno + 1``. A ``{"type": body}`` line is valid
-    JSON exactly when its body is (the split checks the rest), so only the body is decoded; any
-    other line is decoded whole and marked slow. Returns the number of the last line."""
-    loads = orjson.loads
-    decode_error = orjson.JSONDecodeError
-    observe = scan.observe
-    for line in lines:
-        lineno += 1
-        split = _split_line(line)
-        if split is not None:
-            try:
-                body = loads(split[1])
-            except decode_error:
-                pass  # NaN, a duplicate key, a second action on the line...: decoded whole below
-            else:
-                kept.append(split)
-                observe(split[0], body)
-                continue
-        if not line.strip():
-            continue
-        scan.slow_lines.add(lineno)
-        for name, value in _decode_line(storage, scan.version, lineno, line):
-            kept.append((name, value))
-            observe(name, value)
-    return lineno
-
-
-#: a streamed commit is read this much at a time
-_STREAM_CHUNK = 1024 * 1024
-
-
-def _line_buffers(fh: IO[bytes]) -> Iterator[tuple[bytes, int]]:
-    """A file as (buffer, end): whole lines in ``buffer[:end]``, cut at newlines as iterating it would."""
-    pieces: list[bytes] = []  # a line longer than a chunk waits here for its end
-    while block := fh.read(_STREAM_CHUNK):
-        last = block.rfind(b"\n")
-        if last < 0:
-            pieces.append(block)
-            continue
-        data = b"".join((*pieces, block)) if pieces else block
-        yield data, len(data) - len(block) + last + 1
-        pieces = [block[last + 1 :]] if last + 1 < len(block) else []
-    if pieces:
-        data = b"".join(pieces)
-        yield data, len(data)
-
-
-def _decode_line(storage: TableStorage, version: int, lineno: int, raw: bytes) -> list[tuple[str, Any]]:
-    """The actions of a line that is not a plain ``{"type": body}``, decoded; CorruptLogError if invalid."""
-    try:
-        obj = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        try:  # Python's parser accepts NaN/Infinity, as core's reader does
-            obj = json.loads(raw)
-        except ValueError as exc:
-            raise _corrupt(storage, version, lineno, f"invalid JSON: {exc}") from exc
-    if not isinstance(obj, dict) or not obj:
-        raise _corrupt(storage, version, lineno, "a log line must be a JSON object holding an action")
-    return list(obj.items())
-
-
-#: JSON's whitespace: a line is split only where a JSON parser would have accepted it
-_JSON_WS = b" \t\r\n"
-#: action type names as raw key bytes -> the decoded name (checked once, then the same str each time)
-_ACTION_KEYS: dict[bytes, str] = {}
-
-
-def _action_key(raw: bytes) -> str | None:
-    """The action type of the key bytes between the quotes; None unless a plain, valid JSON string."""
-    if b"\\" in raw:
-        return None
-    try:  # control characters and invalid UTF-8 are refused here, as a whole-line parse would
-        key = orjson.loads(b'"' + raw + b'"')
-    except orjson.JSONDecodeError:
-        return None
-    assert isinstance(key, str)
-    if len(_ACTION_KEYS) < 1024:
-        _ACTION_KEYS[raw] = key
-    return key
-
-
-def _split_line(line: bytes) -> tuple[str, bytes] | None:
-    """(action type, raw body) of the ``{"type": body}`` line; None if unusual.
-
-    The body is the log's own bytes, JSON whitespace around it left out, not decoded: whether the
-    line is valid JSON is then the body's question (what the split accepted around it is).
-    """
-    if not (line.startswith(b'{"') and line.endswith(b"}")):
-        line = line.strip(_JSON_WS)
-        if not (line.startswith(b'{"') and line.endswith(b"}")):
-            return None
-    end = line.find(b'"', 2)
-    if end < 0:
-        return None
-    colon = end + 1
-    if line[colon] != 0x3A:  # ':' (the closing brace is after the quote: end + 1 is in bounds)
-        colon = line.find(b":", colon)
-        if colon < 0 or line[end + 1 : colon].strip(_JSON_WS):
-            return None
-    raw_key = line[2:end]
-    key = _ACTION_KEYS.get(raw_key)
-    if key is None:
-        key = _action_key(raw_key)
-        if key is None:
-            return None
-    body = line[colon + 1 : -1].strip(_JSON_WS)  # strip() returns the same bytes if there is none
-    if not body:
-        return None
-    return key, body
+        for run in stream_commit(storage, version, facts=True):  # gone now: the log was cleaned under us
+            scan.observe(run)
+    # as core's readers check a commit as a whole: an empty file (one still being written by a
+    # writer without atomic put, or a broken one) stops the table until the file has actions, and
+    # the metaData in force (its own, or the one before it) decides partition columns and ICT
+    in_force = model_of("metaData", scan.metadata) if scan.metadata is not None else metadata
+    check_commit(
+        Where(storage.uri, path, version),
+        actions=scan.count,
+        keys=scan.partition_keys,
+        metadata=in_force if isinstance(in_force, Metadata) else None,
+        commit_info=scan.commit_info,
+        commit_info_line=scan.commit_info_line,
+    )
+    return scan
 
 
 def iter_raw_actions(storage: TableStorage, version: int, scan: VersionScan) -> Iterator[tuple[str, Body]]:
     """Second pass: (type, body) per action in file order; bodies are the log's own bytes.
 
-    A large commit is read again in the same buffers and split the same way as by the first pass,
-    so the same bytes come out; only the lines the first pass marked slow are decoded again.
+    A large commit is read (and validated) again, streaming: the same bytes come out.
     """
     if scan.actions is not None:
         yield from scan.actions
         return
-    slow = sorted(scan.slow_lines)
-    with open_commit(storage, version) as fh:
-        lineno = 0
-        for data, end in _line_buffers(fh):
-            text = data if end == len(data) else data[:end]
-            if not _utf8(text):  # taken line by line by the first pass too
-                lineno = yield from _raw_lines(storage, version, scan, _buffer_lines(text, len(text)), lineno)
-                continue
-            pieces = text.split(_ADD_BOUNDARY)
-            first = 0
-            for is_body, n in _piece_runs(pieces):
-                i = bisect.bisect_right(slow, lineno)
-                if is_body and (i == len(slow) or slow[i] > lineno + n):  # no slow line among them
-                    yield from zip(
-                        repeat("add"), _bodies(pieces, first, n), strict=False
-                    )  # repeat() is endless
-                    lineno += n
-                else:
-                    span = _piece_text(pieces, first, n)
-                    lineno = yield from _raw_lines(
-                        storage, version, scan, _buffer_lines(span, len(span)), lineno
-                    )
-                first += n
-
-
-def _raw_lines(
-    storage: TableStorage, version: int, scan: VersionScan, lines: list[bytes], lineno: int
-) -> Generator[tuple[str, Body], None, int]:
-    """Second pass over lines one by one (see :func:`_scan_lines`); returns the number of the last line."""
-    for raw in lines:
-        lineno += 1
-        if lineno in scan.slow_lines:
-            if raw.strip():
-                yield from _decode_line(storage, version, lineno, raw)
-            continue
-        split = _split_line(raw)
-        if split is None:
-            if not raw.strip():
-                continue
-            raise _corrupt(storage, version, lineno, "commit changed while it was read")
-        yield split
-    return lineno
+    for run in stream_commit(storage, version, facts=True):
+        yield from zip(repeat(run.name), run.bodies)
 
 
 # --- finding the table's start and timestamps ------------------------------------------------
 
 
 def timestamp_of(table: DeltaTable, version: int, ict: IctConfig) -> CommitTimestamp:
-    """The resolved timestamp of ``version`` exactly as ``DeltaTable.commit_timestamps()`` gives it."""
-    found = previous_timestamp(table, version, ict)
-    if found is None or found.version != version:
-        # a checkpoint whose commit file is gone: the snapshot's own resolution is all there is
-        return table.snapshot(version, check_features=False).timestamp
-    return found
+    """The resolved timestamp of ``version``: core's one rule (``DeltaTable.commit_timestamp``), as
+    ``snapshot`` and ``history`` give it. ``ict`` is not used: the rule reads the latest metaData's."""
+    del ict
+    return table.commit_timestamp(version)
 
 
 def previous_timestamp(table: DeltaTable, version: int, ict: IctConfig) -> CommitTimestamp | None:
-    """The resolved timestamp of the last commit at or before ``version`` (None if none is listed).
-
-    It seeds the monotonic adjustment of the versions after it. ICT versions need only their own
-    commitInfo; file-time versions only the listing (the adjustment chains from the first listed
-    commit, as in ``commit_timestamps``).
-    """
-    if ict.applies_to(version) and version in table.listing(version).commits:
-        value = table.commit_info(version).in_commit_timestamp
-        if value is None:
-            raise CorruptLogError(
-                "In-Commit Timestamps are enabled for this version but its commitInfo has no inCommitTimestamp",
-                table=table.uri,
-                version=version,
-            )
-        return CommitTimestamp(version, value, TimestampSource.ICT)
-    resolved = table.commit_timestamps(0, version, ict=ict)
-    return resolved[-1] if resolved else None
+    """The resolved timestamp of the last commit at or before ``version`` (None if none is listed):
+    what the versions after it are chained from (``DeltaTable.last_commit_timestamp``)."""
+    del ict
+    return table.last_commit_timestamp(version)
 
 
 def _v0_table_id(storage: TableStorage) -> str | None:
-    """metaData.id of version 0, reading no further than its metaData line."""
-    path = storage.log_file(commit_name(0))
-    with storage.open(path) as fh:
-        for raw in fh:
-            if b'"metaData"' not in raw:
-                continue
-            try:
-                obj = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                continue
-            meta = obj.get("metaData") if isinstance(obj, dict) else None
-            if isinstance(meta, dict) and isinstance(meta.get("id"), str):
-                return str(meta["id"])
+    """metaData.id of version 0, decoding no line but its metaData (None if it has none yet, or
+    none that reads: a writer may still be writing it; reading the version later says more)."""
+    try:
+        for _, name, value in iter_values(stream_commit(storage, 0, only=(b'"metaData"',))):
+            if name == "metaData":
+                return str(value["id"])
+    except (CorruptLogError, VersionNotFoundError):
+        return None
     return None
 
 
@@ -774,7 +409,8 @@ class CommitPrefetch:
     milliseconds, on a local disk a copy of the file. Either runs while the watcher's thread scans,
     encodes and produces (the read releases the GIL). Only small commits are read ahead, at most
     :data:`PREFETCH_DEPTH` of them; a read that failed, or a file that changed since it was listed,
-    is simply read again by the scan, which reports what it meets.
+    is simply read again by the scan, which reports what it meets. (Scanning ahead here too was
+    measured slower: the validation holds the GIL, so it only competes with the publishing.)
     """
 
     def __init__(self, storage: TableStorage) -> None:
@@ -835,10 +471,11 @@ class TableWatcher:
         from_timestamp: str | int | None = None,
         check_interval_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
+        allowed_path_prefixes: Iterable[str] = (),
     ) -> None:
         if mode not in SNAPSHOT_MODES:
             raise ValueError(f"unknown snapshot mode {mode!r}")
-        self.table = open_table(uri, storage_options)
+        self.table = open_table(uri, storage_options, allowed_path_prefixes=allowed_path_prefixes)
         self.storage = self.table.storage
         self.uri = self.table.uri
         self.mode = mode
@@ -849,6 +486,7 @@ class TableWatcher:
         self._pending: deque[Work] = deque()
         self._ahead: deque[tuple[int, FileInfo]] = deque()
         self._table_id: str | None = None
+        self._metadata: Metadata | None = None
         self._cursor = -1
         self._tracker = TimestampTracker(IctConfig())
         self._v0: FileInfo | None = None
@@ -908,7 +546,7 @@ class TableWatcher:
         if mode == "latest" and not replaced:
             head = self._checked_head(latest)
             ts = timestamp_of(self.table, latest, head.ict)
-            self._set_cursor(head.metadata.id, latest, head.ict, ts)
+            self._set_cursor(head.metadata, latest, head.ict, ts)
             self._pending.append(PositionWork(Position(head.metadata.id, latest, -1, 0, ts)))
             return
         if replaced or mode == "latest":
@@ -934,7 +572,7 @@ class TableWatcher:
 
     def _checked_head(self, version: int) -> TableHead:
         head = read_head(self.table, version)
-        features.check_readable(head.protocol, table=self.uri, version=head.version)
+        features.check_table(head.protocol, head.metadata, table=self.uri, version=head.version)
         return head
 
     def _begin_at(self, start: int, latest: int) -> None:
@@ -952,19 +590,27 @@ class TableWatcher:
         except VersionNotFoundError:  # cleaned up before any checkpoint: the latest state names the table
             head = self._checked_head(latest)
         previous = previous_timestamp(self.table, min(start - 1, latest), head.ict) if start > 0 else None
-        self._set_cursor(head.metadata.id, start - 1, head.ict, previous)
+        self._set_cursor(head.metadata, start - 1, head.ict, previous)
 
     def _begin_snapshot(self, version: int) -> None:
         snap = self.table.snapshot(version)
         ict = IctConfig.from_configuration(snap.metadata.configuration)
         ts = timestamp_of(self.table, version, ict)
-        self._set_cursor(snap.metadata.id, version, ict, ts)
+        self._set_cursor(snap.metadata, version, ict, ts)
         self._pending.append(SnapshotWork(snap, self.uri, ts))
 
     def _set_cursor(
-        self, table_id: str, version: int, ict: IctConfig, previous: CommitTimestamp | None
+        self,
+        metadata: Metadata,
+        version: int,
+        ict: IctConfig,
+        previous: CommitTimestamp | None,
+        table_id: str | None = None,
     ) -> None:
-        self._table_id = table_id
+        """Hand out what follows ``version``; ``metadata`` is in force there (the partition
+        columns the next versions' file actions must name)."""
+        self._table_id = table_id or metadata.id
+        self._metadata = metadata
         self._cursor = version
         self._tracker = TimestampTracker(ict, previous)
 
@@ -987,8 +633,8 @@ class TableWatcher:
                 self._gap(position.version, latest, position)
                 return
             head = read_head(self.table, latest)
-        features.check_readable(head.protocol, table=self.uri, version=head.version)
-        self._set_cursor(position.table_id, position.version, head.ict, position.timestamp)
+        features.check_table(head.protocol, head.metadata, table=self.uri, version=head.version)
+        self._set_cursor(head.metadata, position.version, head.ict, position.timestamp, position.table_id)
         if position.complete:
             return
         start = position.index + 1
@@ -1003,7 +649,7 @@ class TableWatcher:
         if info is None:
             self._gap(position.version, latest, position)
             return
-        scan = scan_version(self.storage, position.version, info)
+        scan = scan_version(self.storage, position.version, info, metadata=head.metadata)
         self._pending.append(
             CommitWork(self.storage, position.table_id, position.version, position.timestamp, scan, start)
         )
@@ -1059,12 +705,17 @@ class TableWatcher:
         version, info = self._ahead[0]
         data = self._prefetch.take(version, info)
         self._prefetch.want(itertools.islice(self._ahead, 1, None))
-        scan = scan_version(self.storage, version, info, data)
+        scan = scan_version(self.storage, version, info, data, self._metadata)
         if scan.protocol is not None:
-            protocol = Protocol.model_validate(scan.protocol)
+            protocol = model_of("protocol", scan.protocol)
+            assert isinstance(protocol, Protocol)
             features.check_readable(protocol, table=self.uri, version=version)
         if scan.metadata is not None:
-            metadata = Metadata.model_validate(scan.metadata)
+            metadata = model_of("metaData", scan.metadata)
+            assert isinstance(metadata, Metadata)
+            file = self.storage.log_file(commit_name(version))
+            features.check_schema(metadata.located(Where(self.uri, file, version), scan.metadata_line))
+            self._metadata = metadata
             self._tracker.observe_metadata(metadata)
             if metadata.id != self._table_id:
                 log.warning(

@@ -7,7 +7,9 @@ jars load, stops it and prints the elapsed time.
     python scripts/fetch_spark_jars.py          # Ivy (spark.jars.packages) into .cache/ivy
     python scripts/fetch_spark_jars.py --mvn    # fallback: mvn copy-dependencies into .cache/jars
 
-The test session picks up .cache/jars automatically when it holds a delta-spark jar.
+The test session picks up .cache/jars automatically when it holds a delta-spark jar. Like the test
+session, it runs Spark's Python workers with this interpreter (support.spark sets PYSPARK_PYTHON),
+never with whatever `python3` comes first on PATH.
 Exit code 0 on success, 1 when pyspark is missing or the jars cannot be resolved.
 """
 

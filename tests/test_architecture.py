@@ -119,3 +119,127 @@ def test_the_wire_format_lives_in_one_module() -> None:
             if '"schemaVersion"' in text or '"commitTimestampSource"' in text:
                 owners.add(str(path.relative_to(ROOT)))
     assert owners == {"core/events.py"}
+
+
+# --- one choke point for every open of table data ---------------------------------------------
+
+#: the module that opens table files (and holds every path to the table root first)
+OPEN_CHOKE_POINT = "core/storage.py"
+#: callables that open or read a file by name, by their qualified names
+FORBIDDEN_OPENS = {
+    "open",
+    "io.open",
+    "io.FileIO",
+    "codecs.open",
+    "os.open",
+    "os.fdopen",
+    "fsspec.open",
+    "fsspec.open_files",
+    "fsspec.filesystem",
+    "fsspec.core.url_to_fs",
+    "fsspec.core.open",
+    "pyarrow.OSFile",
+    "pyarrow.memory_map",
+    "pyarrow.input_stream",
+    "pyarrow.fs.LocalFileSystem",
+    "pyarrow.parquet.read_table",
+    "pyarrow.parquet.ParquetFile",
+    "pyarrow.parquet.read_metadata",
+    "pyarrow.parquet.read_schema",
+    "pyarrow.parquet.read_pandas",
+    "pyarrow.parquet.ParquetDataset",
+}
+#: modules whose mere import in core (outside the choke point) means a way around it
+FORBIDDEN_MODULES = ("pathlib", "fsspec", "pyarrow.fs", "pyarrow.dataset", "pyarrow.csv", "pyarrow.json")
+#: methods that read through a filesystem object or a path object, whatever it is called
+FORBIDDEN_METHODS = {"read_text", "open_input_file", "open_input_stream", "cat_file", "cat", "read_block"}
+
+
+def _qualified(node: ast.expr, aliases: dict[str, str]) -> str | None:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    head = aliases.get(node.id, node.id)
+    return ".".join([head, *reversed(parts)])
+
+
+def opens_outside_storage(source: str, filename: str = "<core module>") -> list[str]:
+    """Every way ``source`` opens or reads a file itself instead of through TableStorage."""
+    tree = ast.parse(source, filename=filename)
+    aliases: dict[str, str] = {}
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                aliases[(a.asname or a.name).split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+                if a.name.startswith(FORBIDDEN_MODULES):
+                    found.append(f"{filename}:{node.lineno} imports {a.name}")
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+                full = f"{node.module}.{a.name}"
+                if node.module.startswith(FORBIDDEN_MODULES) or full.startswith(FORBIDDEN_MODULES):
+                    found.append(f"{filename}:{node.lineno} imports {full}")
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = _qualified(node.func, aliases)
+        if name in FORBIDDEN_OPENS:
+            found.append(f"{filename}:{node.lineno} calls {name}")
+        elif isinstance(node.func, ast.Attribute) and node.func.attr in FORBIDDEN_METHODS:
+            found.append(f"{filename}:{node.lineno} calls .{node.func.attr}()")
+        elif isinstance(node.func, ast.Attribute) and node.func.attr == "open":
+            # storage.open(path) is the choke point itself; any other receiver (a Path, a filesystem)
+            # opens behind its back
+            owner = node.func.value
+            receiver = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+            if receiver != "storage":
+                found.append(f"{filename}:{node.lineno} calls {receiver or '?'}.open()")
+        elif isinstance(node.func, ast.Attribute) and node.func.attr in ("read_bytes", "parquet_file"):
+            owner = node.func.value
+            receiver = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+            if receiver != "storage":
+                found.append(f"{filename}:{node.lineno} calls {receiver or '?'}.{node.func.attr}()")
+    return found
+
+
+@pytest.mark.parametrize("path", _files("core"), ids=lambda p: p.name)
+def test_core_opens_table_files_only_through_storage(path: Path) -> None:
+    """Data files, change data files, DVs, checkpoints, sidecars, commits, _last_checkpoint: each open
+    goes through TableStorage, where paths are held to the table root."""
+    rel = str(path.relative_to(ROOT))
+    if rel == OPEN_CHOKE_POINT:
+        return
+    assert opens_outside_storage(path.read_text(), rel) == []
+
+
+def test_the_open_checker_sees_every_way_around() -> None:
+    planted = {
+        "open(p)": "calls open",
+        "import io\nio.open(p)": "io.open",
+        "import os\nos.open(p, 0)": "os.open",
+        "import pyarrow.parquet as pq\npq.read_table(p)": "pyarrow.parquet.read_table",
+        "from pyarrow import parquet\nparquet.ParquetFile(p)": "pyarrow.parquet.ParquetFile",
+        "from pyarrow.parquet import read_metadata as rm\nrm(p)": "pyarrow.parquet.read_metadata",
+        "import pyarrow as pa\npa.memory_map(p)": "pyarrow.memory_map",
+        "import pyarrow.fs as pafs\npafs.LocalFileSystem()": "pyarrow.fs",
+        "from pathlib import Path\nPath(p).read_bytes()": "pathlib",
+        "import fsspec\nfsspec.open(p)": "fsspec",
+        "table.storage.fs.open(p)": "fs.open()",
+        "fs.cat_file(p)": ".cat_file()",
+        "handle.read_bytes(p)": "handle.read_bytes()",
+    }
+    for source, needle in planted.items():
+        found = opens_outside_storage(source)
+        assert any(needle in f for f in found), (source, found)
+    allowed = "storage.open(p)\nself.table.storage.read_bytes(p)\nstorage.parquet_file(p)\n"
+    assert opens_outside_storage(allowed) == []
+
+
+def test_the_choke_point_itself_opens_files() -> None:
+    """The exemption is not a blind spot: storage.py is where the opens the others may not do are."""
+    found = opens_outside_storage((ROOT / OPEN_CHOKE_POINT).read_text(), OPEN_CHOKE_POINT)
+    assert any("os.open" in f for f in found) and any("open_input_file" in f for f in found)

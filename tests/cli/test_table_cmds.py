@@ -130,7 +130,7 @@ def test_read_value_encodings(capsys: pytest.CaptureFixture[str]) -> None:
         (["read", str(TABLES / "krs__table-with-geo")], "geospatial"),
         (["read", str(TABLES / "kj__bench-basic_catalog_managed")], "catalogManaged"),
         (["snapshot", "nosuchproto://x/y"], "unknown storage protocol"),
-        (["snapshot", SIMPLE, "-S", "novalue"], "KEY=VALUE"),
+        (["snapshot", SIMPLE, "-S", "novalue"], "NAME=VALUE"),
     ],
 )
 def test_user_errors_are_one_line_and_exit_2(
@@ -174,3 +174,9 @@ def test_help_works_in_a_fresh_process(cmd: list[str]) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "usage: deltamirror" in result.stdout
+
+
+def test_a_storage_option_without_a_name_is_not_echoed(capsys: pytest.CaptureFixture[str]) -> None:
+    """A bare ``-S`` value is most often a secret pasted without its name."""
+    code, _, err = _run(capsys, "snapshot", SIMPLE, "-S", "anon=true", "-S", "AKIAs3cr3tvalue")
+    assert code == 2 and "#2" in err and "s3cr3t" not in err

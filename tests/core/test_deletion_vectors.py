@@ -664,13 +664,12 @@ def surviving(root: Path) -> list[tuple[dict[str, Any], pa.Table]]:
     storage = TableStorage(str(root))
     out = []
     for add in live_adds(root):
-        data = pq.read_table(storage.data_path(add["path"]))
+        data_file = root / urllib.parse.unquote(add["path"])  # relative, URL-encoded (PROTOCOL.md)
+        data = pq.read_table(data_file)
         if add.get("deletionVector"):
             deleted = read_deleted_rows(storage, add["deletionVector"], data_file=add["path"])
             data = data.filter(keep_mask(deleted, data.num_rows))
-            assert data.num_rows == pq.ParquetFile(storage.data_path(add["path"])).metadata.num_rows - len(
-                deleted
-            )
+            assert data.num_rows == pq.ParquetFile(data_file).metadata.num_rows - len(deleted)
         out.append((add, data))
     return out
 
@@ -721,6 +720,7 @@ def test_surviving_row_count_matches_delta_rs(name: str) -> None:
 # --- keep mask --------------------------------------------------------------------------------------
 
 
+@settings(deadline=None)  # a loaded CI machine is not a failure
 @given(
     st.integers(0, 3000).flatmap(
         lambda n: st.tuples(st.just(n), st.sets(st.integers(0, max(n - 1, 0)), max_size=n))
@@ -740,3 +740,122 @@ def test_keep_mask_rejects_rows_past_the_file() -> None:
     assert "10 rows" in str(info.value)
     assert keep_mask(pa.array([], pa.uint64()), 0).to_pylist() == []
     assert keep_mask(pa.array([0, 9], pa.uint64()), 10).true_count == 8
+
+
+# --- sizes from the log, and files that are not DVs ---------------------------------------------------
+
+
+def _peak_bytes(fn: Any) -> tuple[Any, int]:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        try:
+            result: Any = fn()
+        except DeletionVectorError as exc:
+            result = exc
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "needle"),
+    [
+        ("sizeInBytes", 10**12, "out of range"),
+        ("sizeInBytes", 2**31 - 1, "larger than any"),
+        ("sizeInBytes", -1, "out of range"),
+        ("offset", 10**12, "out of range"),
+        ("sizeInBytes", "36", "non-integer"),
+        ("sizeInBytes", float("inf"), "non-integer"),
+    ],
+)
+def test_sizes_from_the_log_are_checked_before_reading(
+    dv_table: Any, field: str, value: Any, needle: str
+) -> None:
+    storage, path, descriptors, _ = dv_table
+    error, peak = _peak_bytes(lambda: read_deleted_rows(storage, {**descriptors[0], field: value}))
+    assert isinstance(error, DeletionVectorError) and needle in str(error) and str(path) in str(error)
+    assert peak < 1 << 20
+
+
+def test_a_size_beyond_the_file_allocates_no_more_than_the_file(dv_table: Any) -> None:
+    storage, path, descriptors, _ = dv_table
+    size = 2**29  # under the sanity limit, far beyond the file
+    error, peak = _peak_bytes(lambda: read_deleted_rows(storage, {**descriptors[0], "sizeInBytes": size}))
+    assert isinstance(error, DeletionVectorError) and "too short" in str(error)
+    assert peak < 4 * path.stat().st_size + (1 << 20)
+
+
+def test_cardinality_beyond_the_data_file_is_refused_before_reading(dv_table: Any) -> None:
+    storage, path, descriptors, _ = dv_table
+    path.unlink()  # nothing can be read: the refusal must come first
+    with pytest.raises(DeletionVectorError, match="more than the data file's 1 rows"):
+        read_deleted_rows(storage, descriptors[0], num_rows=1)
+
+
+def test_few_bytes_claiming_billions_of_rows_are_refused_before_expanding(tmp_path: Path) -> None:
+    """20,000 full run containers: 380 KB of DV, 1.3 billion rows (10 GB of row indexes)."""
+    bitmap = wrap_buckets([(k, run_bucket(0, [(0, 65535)], 65536)) for k in range(20_000)])
+    uuid_hex = "0229ec3d-5100-44e1-8e53-702d448da8da"
+    (placed,) = write_dv_file(tmp_path / f"deletion_vector_{uuid_hex}.bin", [bitmap])
+    descriptor = {"storageType": "u", "pathOrInlineDv": relative_id(uuid_hex), "cardinality": 3, **placed}
+    error, peak = _peak_bytes(lambda: read_deleted_rows(TableStorage(str(tmp_path)), descriptor))
+    assert isinstance(error, DeletionVectorError) and "cardinality" in str(error)
+    assert peak < 64 << 20
+
+
+# the bytes of a file that is not a DV, each a value the old messages would have printed
+NOT_A_DV = bytes([0xC7, 0x00, 0x00, 0x00, 0x2A, 0x13, 0x37, 0xBE, 0xEF]) + b"SECRET-CONTENT" * 8
+
+
+def _assert_no_content(message: str, folder: Path) -> None:
+    assert "\n" not in message and "SECRET" not in message
+    rest = message.replace(str(folder), "").lower()  # a tmp folder's name may hold any digits
+    for leaked in ("199", "0xc7", "0x2a", "beef", "1337"):
+        assert leaked not in rest, message
+
+
+@pytest.mark.parametrize("offset", [None, 1, 5000])
+def test_a_file_that_is_not_a_dv_is_refused_without_echoing_it(tmp_path: Path, offset: int | None) -> None:
+    (tmp_path / "notes.txt").write_bytes(NOT_A_DV * 100)
+    descriptor = {"storageType": "p", "pathOrInlineDv": f"file://{tmp_path}/notes.txt", "sizeInBytes": 40}
+    descriptor |= {"cardinality": 1, "offset": offset}
+    with pytest.raises(DeletionVectorError) as info:
+        read_deleted_rows(TableStorage(str(tmp_path)), descriptor)
+    _assert_no_content(str(info.value), tmp_path)
+
+
+def test_checksum_and_magic_errors_echo_no_bytes(dv_table: Any, tmp_path: Path) -> None:
+    storage, path, descriptors, _ = dv_table
+    d = descriptors[0]
+    _corrupt(path, d["offset"] + 4 + d["sizeInBytes"], 0xC7)  # first checksum byte
+    with pytest.raises(DeletionVectorError, match="checksum") as info:
+        read_deleted_rows(storage, d)
+    assert "stored" not in str(info.value) and "computed" not in str(info.value)
+    uuid_hex = "179561f5-946c-40d8-b088-0d890e8c854c"
+    bad = struct.pack("<I", 0xC7C7C7C7) + dv_bytes([1, 2])[4:]
+    (placed,) = write_dv_file(tmp_path / "pp" / f"deletion_vector_{uuid_hex}.bin", [bad])
+    descriptor = {
+        "storageType": "u",
+        "pathOrInlineDv": relative_id(uuid_hex, "pp"),
+        "cardinality": 2,
+        **placed,
+    }
+    with pytest.raises(DeletionVectorError, match="magic") as info:
+        read_deleted_rows(storage, descriptor)
+    assert str(0xC7C7C7C7) not in str(info.value)
+
+
+@pytest.mark.parametrize("text", ["abc", "~~~~~", "abcd\u00e9", "#####", "\n\n\n\n\n"])
+def test_bad_inline_z85_is_one_line(text: str) -> None:
+    descriptor = {"storageType": "i", "pathOrInlineDv": text, "sizeInBytes": 4, "cardinality": 1}
+    with pytest.raises(DeletionVectorError, match="Z85") as info:
+        read_deleted_rows(TableStorage("/nonexistent"), descriptor)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("descriptor", [None, [], "u", 7])
+def test_a_descriptor_that_is_not_an_object_is_an_error(descriptor: Any) -> None:
+    with pytest.raises(DeletionVectorError, match="not an object"):
+        read_deleted_rows(TableStorage("/nonexistent"), descriptor)

@@ -237,14 +237,16 @@ def test_copy_helper_is_independent(tmp_path: Path) -> None:
     assert (TABLES / "golden__snapshot-data0" / "_delta_log").exists()
 
 
-def test_lone_surrogate_escape_is_read_as_the_standard_library_reads_it(tmp_path: Path) -> None:
-    """Java writers can emit a lone surrogate escape; the fast parser refuses it, the fallback reads it."""
+def test_a_lone_surrogate_escape_is_refused_naming_the_line(tmp_path: Path) -> None:
+    """Not JSON a strict reader accepts (nor text any consumer can encode): refused, never kept."""
     path = copy_table("golden__snapshot-data0", tmp_path)
     f = path / "_delta_log" / f"{0:020d}.json"
     f.chmod(0o644)
-    f.write_text(f.read_text() + '{"commitInfo": {"operation": "WRITE", "note": "\\ud800"}}\n')
-    actions = open_table(str(path)).read_commit(0)
-    assert actions[-1] == {"commitInfo": {"operation": "WRITE", "note": "\ud800"}}
+    lines = f.read_text().splitlines()
+    f.write_text("\n".join([*lines, '{"commitInfo": {"operation": "WRITE", "note": "\\ud800"}}']) + "\n")
+    with pytest.raises(errors.CorruptLogError) as info:
+        open_table(str(path)).read_commit(0)
+    assert info.value.line == len(lines) + 1 and info.value.message.startswith("invalid JSON")
 
 
 def test_local_listing_matches_fsspec(tmp_path: Path) -> None:
@@ -269,13 +271,24 @@ def test_local_listing_matches_fsspec(tmp_path: Path) -> None:
 
 
 def test_only_named_actions_are_decoded_with_their_own_line_numbers() -> None:
-    from deltamirror.core.log import iter_json_actions
+    from deltamirror.core.actions import iter_values, read_actions
 
-    data = b'{"add":{"path":"a"}}\n{"metaData":{"id":"x"}}\nnot json at all\n\n{"protocol":{"minReaderVersion":1}}\n'
-    got = list(iter_json_actions(data, table="t", file="f", only=(b'"metaData"', b'"protocol"')))
-    assert got == [(2, {"metaData": {"id": "x"}}), (5, {"protocol": {"minReaderVersion": 1}})]
+    protocol = b'{"protocol":{"minReaderVersion":1,"minWriterVersion":2}}'
+    meta = {"id": "x", "format": {"provider": "parquet"}, "partitionColumns": [], "configuration": {}}
+    data = b'{"add":{"path":"a"}}\n' + json.dumps({"metaData": meta}).encode()
+    # a line of one action by its shape: passed over, its body left to the readers of txn
+    data += b'\n{"txn": not json at all}\n\n' + protocol + b"\n"
+    runs = read_actions(data, table="t", file="f", only=(b'"metaData"', b'"protocol"'))
+    assert list(iter_values(runs)) == [
+        (2, "metaData", meta),
+        (5, "protocol", {"minReaderVersion": 1, "minWriterVersion": 2}),
+    ]
     with pytest.raises(errors.CorruptLogError) as info:  # a named line that is not JSON still fails
-        list(
-            iter_json_actions(b'{"add":{}}\n{"metaData": oops}\n', table="t", file="f", only=(b'"metaData"',))
-        )
+        list(read_actions(b'{"add":{}}\n{"metaData": oops}\n', table="t", file="f", only=(b'"metaData"',)))
+    assert info.value.line == 2
+    with pytest.raises(errors.CorruptLogError) as info:  # and a line that is no action line at all
+        list(read_actions(b'{"add":{}}\n42\n', table="t", file="f", only=(b'"metaData"',)))
+    assert info.value.line == 2
+    with pytest.raises(errors.CorruptLogError) as info:  # nor one cut short, whatever it was
+        list(read_actions(b'{"add":{}}\n{"txn": not json at all\n', table="t", file="f", only=(b'"metaData"',)))
     assert info.value.line == 2

@@ -55,7 +55,16 @@ def test_every_real_action_round_trips_exactly() -> None:
 
 def test_unknown_fields_and_actions_are_kept() -> None:
     add = parse_action(
-        {"add": {"path": "a", "size": 1, "modificationTime": 2, "dataChange": True, "newField": {"x": 1}}}
+        {
+            "add": {
+                "path": "a",
+                "partitionValues": {},
+                "size": 1,
+                "modificationTime": 2,
+                "dataChange": True,
+                "newField": {"x": 1},
+            }
+        }
     )
     assert isinstance(add, AddFile)
     assert add.to_dict()["newField"] == {"x": 1}
@@ -82,8 +91,52 @@ def test_metadata_schema_is_typed() -> None:
 
 def test_invalid_action_names_the_field() -> None:
     with pytest.raises(errors.CorruptLogError) as info:
-        parse_action({"add": {"path": "a"}}, file="00.json", line=3, table="t")
-    assert "size" in str(info.value) and info.value.line == 3
+        parse_action({"add": {"path": "a", "partitionValues": {}}}, file="00.json", line=3, table="t")
+    assert info.value.message == "add.size: required field missing" and info.value.line == 3
+    with pytest.raises(errors.CorruptLogError) as info:  # the same checks as a log line gets
+        parse_action({"protocol": {"minReaderVersion": True, "minWriterVersion": 2}})
+    assert info.value.message == "protocol.minReaderVersion: expected a positive 32-bit integer"
+    with pytest.raises(errors.CorruptLogError):
+        parse_action({"add": {}, "remove": {}})
+
+
+def test_partition_keys_follow_column_mapping() -> None:
+    schema = {
+        "type": "struct",
+        "fields": [
+            {
+                "name": "p",
+                "type": "string",
+                "nullable": True,
+                "metadata": {"delta.columnMapping.physicalName": "col-1"},
+            },
+            {"name": "v", "type": "long", "nullable": True, "metadata": {}},
+        ],
+    }
+    meta = parse_action(
+        {
+            "metaData": {
+                "id": "x",
+                "schemaString": json.dumps(schema),
+                "format": {"provider": "parquet"},
+                "partitionColumns": ["p"],
+                "configuration": {"delta.columnMapping.mode": "name"},
+            }
+        }
+    )
+    assert isinstance(meta, Metadata) and meta.partition_keys == (("col-1", "p"),)
+    plain = parse_action(
+        {
+            "metaData": {
+                "id": "x",
+                "format": {"provider": "parquet"},
+                "schemaString": json.dumps(schema),
+                "partitionColumns": ["p"],
+                "configuration": {},
+            }
+        }
+    )
+    assert isinstance(plain, Metadata) and plain.partition_keys == (("p", "p"),)
 
 
 def test_deletion_vector_unique_id() -> None:
@@ -91,6 +144,7 @@ def test_deletion_vector_unique_id() -> None:
         {
             "add": {
                 "path": "a",
+                "partitionValues": {},
                 "size": 1,
                 "modificationTime": 2,
                 "dataChange": True,

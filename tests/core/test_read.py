@@ -282,6 +282,72 @@ def test_missing_data_file_names_file_and_table(tmp_path: Path) -> None:
     assert "my-table" in str(err.value)
 
 
+def _corruptions(good: bytes) -> dict[str, bytes]:
+    """Ways a data file is not a readable Parquet file, each known to reach a different pyarrow
+    error: no magic bytes, empty, a footer that claims more than the file holds, a footer that
+    is not thrift (pyarrow's message then holds a raw byte and a newline), corrupt pages."""
+    return {
+        "not parquet": b"name,value\n1,2\n" * 20,
+        "empty": b"",
+        "truncated": good[: len(good) // 2],
+        "magic only": b"PAR1PAR1",
+        "bad footer": good[:-200] + b"\xff" * 192 + good[-8:],
+        "bad pages": good[:1000] + bytes(b ^ 0x5A for b in good[1000:5000]) + good[5000:],
+    }
+
+
+@pytest.mark.parametrize(
+    "case", ["not parquet", "empty", "truncated", "magic only", "bad footer", "bad pages"]
+)
+def test_corrupt_data_file_is_one_line_exit_2(tmp_path: Path, case: str) -> None:
+    from deltamirror.core.errors import CorruptDataFileError
+
+    n = 100_000
+    pq.write_table(
+        pa.table({"a": list(range(n)), "b": [str(i) for i in range(n)]}), tmp_path / "good.parquet"
+    )
+    (tmp_path / "f.parquet").write_bytes(_corruptions((tmp_path / "good.parquet").read_bytes())[case])
+    schema = _schema(_f("a", "long"), _f("b", "string"))
+    with pytest.raises(CorruptDataFileError) as err:
+        _read(tmp_path, "f.parquet", schema, table="my-table")
+    message = str(err.value)
+    assert err.value.exit_code == 2
+    assert "\n" not in message and message.isprintable()
+    assert "f.parquet" in message and "my-table" in message and "not a readable Parquet file" in message
+
+
+def test_corrupt_data_file_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`deltamirror read` of a table whose data file is garbage: one line, exit 2, no traceback."""
+    import shutil
+
+    from deltamirror.cli.main import main
+
+    root = tmp_path / "t"
+    shutil.copytree(TABLES / "drs__simple_table_with_cdc", root)
+    data = root / "part-00000-7444aec4-710a-4a4c-8abe-3323499043e9.c000.snappy.parquet"
+    data.write_bytes(b"\x00garbage\nwith a newline" * 10)
+    code = main(["read", str(root)])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "not a readable Parquet file" in err and data.name in err
+
+
+def test_storage_errors_while_decoding_stay_retryable() -> None:
+    """A failure of the storage under pyarrow (it re-raises the Python exception) is exit 1."""
+    from deltamirror.core.errors import CorruptDataFileError, StorageError
+
+    assert isinstance(read_module.read_error(TimeoutError("slow"), "data file", "t", "f"), StorageError)
+    assert isinstance(
+        read_module.read_error(ConnectionResetError(104, "reset"), "data file", "t", "f"), StorageError
+    )
+    assert isinstance(
+        read_module.read_error(OSError("Corrupt snappy"), "data file", "t", "f"), CorruptDataFileError
+    )
+    assert isinstance(
+        read_module.read_error(pa.ArrowInvalid("bad"), "data file", "t", "f"), CorruptDataFileError
+    )
+
+
 def test_columns_missing_from_file_are_nulls(tmp_path: Path) -> None:
     """As after ADD COLUMN: the old file has neither `b` nor `s.y`."""
     pq.write_table(
@@ -509,8 +575,9 @@ def test_deletion_vector_drops_rows_by_file_index(tmp_path: Path, monkeypatch: p
     seen: list[Any] = []
 
     def fake_read_deleted_rows(
-        storage: Any, desc: Any, *, table: Any = None, data_file: Any = None
+        storage: Any, desc: Any, *, table: Any = None, data_file: Any = None, num_rows: Any = None
     ) -> pa.UInt64Array:
+        assert num_rows == 1000  # the data file's row count bounds the DV before it is read
         seen.append((desc, data_file))
         return pa.array(deleted, pa.uint64())
 

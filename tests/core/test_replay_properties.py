@@ -109,7 +109,11 @@ def _write_table(history: list[list[tuple[str, str, str | None]]], checkpoint_at
             }
         },
     ]
-    commits = [v0] + [[{kind: _body(kind, p, dv)} for kind, p, dv in actions] for actions in history]
+    # every commit carries a commitInfo, as writers write them: an empty commit file is corrupt
+    commits = [v0] + [
+        [{"commitInfo": {"operation": "WRITE"}}] + [{kind: _body(kind, p, dv)} for kind, p, dv in actions]
+        for actions in history
+    ]
     for v, actions in enumerate(commits):
         fs.pipe(f"{log}/{v:020d}.json", "\n".join(json.dumps(a) for a in actions).encode())
     if checkpoint_at is not None:

@@ -10,7 +10,7 @@ import fsspec
 import pytest
 from fsspec.implementations.local import LocalFileSystem
 
-from deltamirror.core.errors import StorageError
+from deltamirror.core.errors import StorageAccessError, StorageError
 from deltamirror.core.storage import TableStorage
 
 
@@ -78,9 +78,9 @@ def test_permanent_errors_are_not_retried(failing: Path) -> None:
     storage = TableStorage(f"failingfs://{failing}", backoff_s=0.001)
     _FailingFileSystem.fail_next = 1
     _FailingFileSystem.error = PermissionError
-    with pytest.raises(StorageError):
+    with pytest.raises(StorageAccessError) as info:  # no retry changes a refusal: bad input, exit 2
         storage.read_bytes(storage.log_file("00000000000000000000.json"))
-    assert _FailingFileSystem.calls == 1
+    assert _FailingFileSystem.calls == 1 and info.value.exit_code == 2
     with pytest.raises(FileNotFoundError):
         storage.read_bytes(storage.log_file("00000000000000000001.json"))
 
@@ -89,3 +89,44 @@ def test_retry_settings_survive_pickling(failing: Path) -> None:
     storage = TableStorage(f"failingfs://{failing}", attempts=7, backoff_s=0.5)
     copy = pickle.loads(pickle.dumps(storage))
     assert (copy.attempts, copy.backoff_s, copy.uri) == (7, 0.5, storage.uri)
+
+
+@pytest.mark.parametrize("uri", ["local", "memory://clip-test/t"])
+def test_byte_ranges_stop_at_the_end_of_the_file(tmp_path: Path, uri: str) -> None:
+    """A range taken from the log (a DV's offset and size) never allocates past the file."""
+    storage = TableStorage(str(tmp_path) if uri == "local" else uri)
+    path = f"{storage.root}/f.bin"
+    storage.fs.pipe_file(path, b"0123456789")
+    assert storage.read_bytes(path, 2, 10**12) == b"23456789"
+    assert storage.read_bytes(path, 10**12, 10**12 + 5) == b""
+    assert storage.read_bytes(path) == b"0123456789"
+    with pytest.raises(ValueError):
+        storage.read_bytes(path, -1, 5)
+    with pytest.raises(ValueError):
+        storage.open(path, "wb")
+
+
+def test_a_password_in_the_table_url_is_not_part_of_its_identity() -> None:
+    """The identity is published (progress keys, envelopes) and printed; the credentials are only
+    for opening the storage, so they travel with the object (pickling) but never show."""
+    import pickle
+
+    from deltamirror.core.storage import normalize_table_uri
+
+    storage = TableStorage("s3://AKIAKEY:s3cr3t@bucket/events/")
+    assert storage.uri == "s3://bucket/events" == normalize_table_uri("s3://AKIAKEY:s3cr3t@bucket/events")
+    assert "s3cr3t" not in repr(storage)
+    arrived = pickle.loads(pickle.dumps(storage))
+    assert arrived.uri == "s3://bucket/events" and "s3cr3t" in arrived.__getstate__()["uri"]
+    # a user part without a password names something (an Azure container): it stays
+    azure = "abfs://container@account.dfs.core.windows.net/t"
+    assert normalize_table_uri(azure) == azure
+
+
+def test_a_request_storage_refuses_for_good_is_bad_input_not_retried(tmp_path: Path) -> None:
+    """A ``_delta_log`` that is a file: no retry can help, so it is exit 2 at once, not 1."""
+    (tmp_path / "_delta_log").write_text("not a folder")
+    storage = TableStorage(str(tmp_path), attempts=4, backoff_s=30)  # a retry would take minutes
+    with pytest.raises(StorageAccessError) as info:
+        storage.read_bytes(storage.log_file("_last_checkpoint"))
+    assert info.value.exit_code == 2 and "Not a directory" in str(info.value)

@@ -135,7 +135,7 @@ def test_unquoted_timestamps_are_accepted(tmp_path: Path) -> None:
         write(
             tmp_path,
             "w.yaml",
-            "kafka: {bootstrap_servers: b}\ntables:\n  - uri: /t\n    snapshot_mode: from-timestamp\n"
+            "kafka: {bootstrap_servers: b:9092}\ntables:\n  - uri: /t\n    snapshot_mode: from-timestamp\n"
             "    from_timestamp: 2026-03-01T12:00:00.500Z\n",
         ),
         environ={},
@@ -144,7 +144,7 @@ def test_unquoted_timestamps_are_accepted(tmp_path: Path) -> None:
         write(
             tmp_path,
             "w.toml",
-            '[kafka]\nbootstrap_servers = "b"\n[[tables]]\nuri = "/t"\nsnapshot_mode = "from-timestamp"\n'
+            '[kafka]\nbootstrap_servers = "b:9092"\n[[tables]]\nuri = "/t"\nsnapshot_mode = "from-timestamp"\n'
             "from_timestamp = 2026-03-01T12:00:00.500Z\n",
         ),
         environ={},
@@ -161,7 +161,7 @@ def test_relative_paths_are_relative_to_the_file(tmp_path: Path, monkeypatch: py
     path = write(
         conf_dir,
         "w.yaml",
-        "kafka: {bootstrap_servers: b, security_protocol: SSL, ssl_ca_location: certs/ca.pem}\n"
+        "kafka: {bootstrap_servers: b:9092, security_protocol: SSL, ssl_ca_location: certs/ca.pem}\n"
         "tables: [tables/a, {uri: ../b}, s3://bucket/c, /abs/d]\n",
     )
     cfg = load_config(path, environ={})
@@ -181,116 +181,116 @@ def test_relative_paths_are_relative_to_the_file(tmp_path: Path, monkeypatch: py
     ("text", "key", "hint"),
     [
         ("tables: [/t]\n", "kafka", "missing"),
-        ("kafka: {bootstrap_servers: b}\ntables: []\n", "tables", "at least 1"),
+        ("kafka: {bootstrap_servers: b:9092}\ntables: []\n", "tables", "at least 1"),
         (
-            "kafka: {bootstrap_servers: b}\ntables: [{uri: /t, snapshotmode: latest}]\n",
+            "kafka: {bootstrap_servers: b:9092}\ntables: [{uri: /t, snapshotmode: latest}]\n",
             "tables[0].snapshotmode",
             "did you mean 'snapshot_mode'",
         ),
         (
-            "kafka: {bootstrap_servers: b}\ntables: [/a, {uri: /t, snapshot_mode: sometimes}]\n",
+            "kafka: {bootstrap_servers: b:9092}\ntables: [/a, {uri: /t, snapshot_mode: sometimes}]\n",
             "tables[1].snapshot_mode",
             "'initial'",
         ),
         (
-            "kafka: {bootstrap_servers: b}\ntables: [{uri: /t, snapshot_mode: from-version}]\n",
+            "kafka: {bootstrap_servers: b:9092}\ntables: [{uri: /t, snapshot_mode: from-version}]\n",
             "tables[0].from_version",
             "required when snapshot_mode is 'from-version'",
         ),
         (
-            "kafka: {bootstrap_servers: b}\ntables: [{uri: /t, snapshot_mode: from-timestamp}]\n",
+            "kafka: {bootstrap_servers: b:9092}\ntables: [{uri: /t, snapshot_mode: from-timestamp}]\n",
             "tables[0].from_timestamp",
             "required",
         ),
         (
-            "kafka: {bootstrap_servers: b}\ntables: [{uri: /t, from_version: 3}]\n",
+            "kafka: {bootstrap_servers: b:9092}\ntables: [{uri: /t, from_version: 3}]\n",
             "tables[0].from_version",
             "only allowed with snapshot_mode 'from-version'",
         ),
         (
-            "kafka: {bootstrap_servers: b}\ntables: [{uri: /t, snapshot_mode: from-timestamp, from_timestamp: soon}]\n",
+            "kafka: {bootstrap_servers: b:9092}\ntables: [{uri: /t, snapshot_mode: from-timestamp, from_timestamp: soon}]\n",
             "tables[0].from_timestamp",
             "ISO-8601",
         ),
         (
-            "kafka: {bootstrap_servers: b}\ntables: [{uri: /t, snapshot_mode: from-version, from_version: -1}]\n",
+            "kafka: {bootstrap_servers: b:9092}\ntables: [{uri: /t, snapshot_mode: from-version, from_version: -1}]\n",
             "tables[0].from_version",
             "greater than or equal to 0",
         ),
         (
-            "kafka: {bootstrap_servers: b}\ntables: [{uri: /t, poll_interval_s: 0}]\n",
+            "kafka: {bootstrap_servers: b:9092}\ntables: [{uri: /t, poll_interval_s: 0}]\n",
             "tables[0].poll_interval_s",
             "greater than 0",
         ),
         (
-            "kafka: {bootstrap_servers: b}\ntables: [/data/t, /data/x, /data/t/]\n",
+            "kafka: {bootstrap_servers: b:9092}\ntables: [/data/t, /data/x, /data/t/]\n",
             "tables[2].uri",
             "same table as tables[0]",
         ),
         (
-            "kafka: {bootstrap_servers: b}\ntables: ['nosuchproto://x/t']\n",
+            "kafka: {bootstrap_servers: b:9092}\ntables: ['nosuchproto://x/t']\n",
             "tables[0].uri",
             "unknown storage protocol",
         ),
         (
-            "kafka: {bootstrap_servers: b}\ntables: [{uri: /t, actions_topic: 'bad topic'}]\n",
+            "kafka: {bootstrap_servers: b:9092}\ntables: [{uri: /t, actions_topic: 'bad topic'}]\n",
             "tables[0].actions_topic",
             "invalid Kafka topic name",
         ),
         (
-            "kafka: {bootstrap_servers: b}\ntables: [{uri: /t, actions_topic: a, commits_topic: a}]\n",
+            "kafka: {bootstrap_servers: b:9092}\ntables: [{uri: /t, actions_topic: a, commits_topic: a}]\n",
             "tables[0].commits_topic",
             "must differ",
         ),
         (
-            "kafka: {bootstrap_servers: b}\ntables: [{uri: /t, commits_topic: p}]\nprogress_topic: p\n",
+            "kafka: {bootstrap_servers: b:9092}\ntables: [{uri: /t, commits_topic: p}]\nprogress_topic: p\n",
             "progress_topic",
             "must differ",
         ),
-        ("kafka: {bootstrap_servers: b}\ntables: [/t]\nmetrics_port: 70000\n", "metrics_port", "65535"),
+        ("kafka: {bootstrap_servers: b:9092}\ntables: [/t]\nmetrics_port: 70000\n", "metrics_port", "65535"),
         (
-            "kafka: {bootstrap_servers: b}\ntables: [/t]\ntxn_max_records: 0\n",
+            "kafka: {bootstrap_servers: b:9092}\ntables: [/t]\ntxn_max_records: 0\n",
             "txn_max_records",
             "greater than 0",
         ),
         (
-            "kafka: {bootstrap_servers: b}\ntables: [/t]\noversize_policy: drop\n",
+            "kafka: {bootstrap_servers: b:9092}\ntables: [/t]\noversize_policy: drop\n",
             "oversize_policy",
             "'split'",
         ),
         (
-            "kafka: {bootstrap_servers: b}\ntables: [/t]\nheartbeat_interval_s: -1\n",
+            "kafka: {bootstrap_servers: b:9092}\ntables: [/t]\nheartbeat_interval_s: -1\n",
             "heartbeat_interval_s",
             "greater than 0",
         ),
         (
-            "kafka: {bootstrap_servers: b, security_protocol: TLS}\ntables: [/t]\n",
+            "kafka: {bootstrap_servers: b:9092, security_protocol: TLS}\ntables: [/t]\n",
             "kafka.security_protocol",
             "SASL_SSL",
         ),
         (
-            "kafka: {bootstrap_servers: b, sasl_username: u, sasl_password: p}\ntables: [/t]\n",
+            "kafka: {bootstrap_servers: b:9092, sasl_username: u, sasl_password: p}\ntables: [/t]\n",
             "kafka.sasl_username",
             "SASL settings need security_protocol",
         ),
         (
-            "kafka: {bootstrap_servers: b, security_protocol: SASL_SSL, sasl_mechanism: PLAIN, sasl_username: u}\n"
+            "kafka: {bootstrap_servers: b:9092, security_protocol: SASL_SSL, sasl_mechanism: PLAIN, sasl_username: u}\n"
             "tables: [/t]\n",
             "kafka.sasl_password",
             "required with sasl_mechanism PLAIN",
         ),
         (
-            "kafka: {bootstrap_servers: b, extra: {transactional.id: mine}}\ntables: [/t]\n",
+            "kafka: {bootstrap_servers: b:9092, extra: {transactional.id: mine}}\ntables: [/t]\n",
             'kafka.extra["transactional.id"]',
             "the watcher sets this property",
         ),
         (
-            "kafka: {bootstrap_servers: b, extra: {sasl.password: x}}\ntables: [/t]\n",
+            "kafka: {bootstrap_servers: b:9092, extra: {sasl.password: x}}\ntables: [/t]\n",
             'kafka.extra["sasl.password"]',
             "kafka.sasl_password instead",
         ),
         (
-            "kafka: {bootstrap_servers: b, extra: {message.max.bytes: 500000}}\ntables: [/t]\n",
+            "kafka: {bootstrap_servers: b:9092, extra: {message.max.bytes: 500000}}\ntables: [/t]\n",
             "max_record_bytes",
             "message.max.bytes",
         ),
@@ -304,7 +304,7 @@ def test_validation_error_names_file_and_key(tmp_path: Path, text: str, key: str
 
 def test_every_problem_is_reported_on_one_line(tmp_path: Path) -> None:
     message = load_error(
-        tmp_path, "kafka: {bootstrap_servers: b}\ntables: [/t]\nmetrics_port: x\ntxn_max_ms: 0\nfoo: 1\n"
+        tmp_path, "kafka: {bootstrap_servers: b:9092}\ntables: [/t]\nmetrics_port: x\ntxn_max_ms: 0\nfoo: 1\n"
     )
     for key in ("metrics_port: ", "txn_max_ms: ", "foo: unknown key"):
         assert key in message
@@ -315,7 +315,7 @@ def test_every_problem_is_reported_on_one_line(tmp_path: Path) -> None:
     [
         (
             "dup.yaml",
-            "kafka: {bootstrap_servers: b}\ntables: [/t]\nkafka: {bootstrap_servers: c}\n",
+            "kafka: {bootstrap_servers: b:9092}\ntables: [/t]\nkafka: {bootstrap_servers: c:9092}\n",
             "duplicate key 'kafka'",
         ),
         ("broken.yaml", "kafka: [\n", "invalid YAML"),
@@ -394,8 +394,8 @@ def test_secrets_never_appear_in_repr_str_or_redacted(secret_cfg: WatchConfig) -
     assert data["kafka"]["sasl_username"] == "svc"
     assert data["tables"][0]["storage_options"]["account_name"] == "visibleaccount"
     assert data["tables"][0]["storage_options"]["anon"] is False
-    assert data["kafka"]["sasl_password"] == "**********"
-    assert data["tables"][0]["storage_options"]["client_kwargs"]["aws_secret_access_key"] == "**********"
+    assert data["kafka"]["sasl_password"] == "***"
+    assert data["tables"][0]["storage_options"]["client_kwargs"]["aws_secret_access_key"] == "***"
 
 
 def test_redacted_masks_secret_looking_plain_strings() -> None:
@@ -410,7 +410,7 @@ def test_redacted_masks_secret_looking_plain_strings() -> None:
         commits_topic=None,
         poll_interval_s=1.0,
     )
-    cfg = WatchConfig(kafka=KafkaSettings(bootstrap_servers="b"), tables=[TableConfig(uri="/t")])
+    cfg = WatchConfig(kafka=KafkaSettings(bootstrap_servers="b:9092"), tables=[TableConfig(uri="/t")])
     cfg = cfg.model_copy(update={"tables": [table]})
     text = str(redacted(cfg))
     assert "raw-secret-Tt11" not in text
@@ -448,7 +448,7 @@ def test_librdkafka_values_are_strings(tmp_path: Path) -> None:
         write(
             tmp_path,
             "w.toml",
-            '[kafka]\nbootstrap_servers = "b"\n[kafka.extra]\n"linger.ms" = 5\n'
+            '[kafka]\nbootstrap_servers = "b:9092"\n[kafka.extra]\n"linger.ms" = 5\n'
             '"socket.keepalive.enable" = true\n"enable.ssl.certificate.verification" = false\n'
             '[[tables]]\nuri = "/t"\n',
         ),
@@ -463,13 +463,73 @@ def test_librdkafka_values_are_strings(tmp_path: Path) -> None:
 def test_validation_errors_do_not_echo_secret_values(tmp_path: Path) -> None:
     message = load_error(
         tmp_path,
-        "kafka: {bootstrap_servers: b, extra: {sasl.oauthbearer.client.secret: [oauth-secret-Yy09]}}\n"
+        "kafka: {bootstrap_servers: b:9092, extra: {sasl.oauthbearer.client.secret: [oauth-secret-Yy09]}}\n"
         "tables: [{uri: /t, storage_options: {secret: [aws-secret-Xk20]}, poll_interval_s: kafka-pw-Zq81}]\n",
     )
     assert 'kafka.extra["sasl.oauthbearer.client.secret"]' in message
     assert "tables[0].poll_interval_s" in message
     for secret in ("oauth-secret-Yy09", "aws-secret-Xk20", "kafka-pw-Zq81"):
         assert secret not in message
+
+
+LEAK = "leaky-value-Vv42"
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "where"),
+    [
+        # a YAML error on the line that holds the secret
+        ("q.yaml", f"kafka:\n  sasl_password: '{LEAK}\n", "invalid YAML"),
+        ("a.yaml", f"kafka: {{bootstrap_servers: b:9092}}\ntables: [*{LEAK}]\n", "line=2"),
+        ("t.yaml", f"kafka: !{LEAK} x\n", "line=1"),
+        ("m.yaml", f"kafka:\n  sasl_password: {LEAK}: x\n", "mapping values are not allowed here"),
+        ("bad.toml", f"[kafka]\nsasl_password = {LEAK}\n", "invalid TOML"),
+        ("s.toml", f'[kafka]\nsasl_password = "{LEAK}\n', "line 2"),
+        # validation: the key is named, its value is not
+        (
+            "u.yaml",
+            f"kafka: {{bootstrap_servers: b:9092, sasl_pasword: {LEAK}}}\ntables: [/t]\n",
+            "unknown key",
+        ),
+        (
+            "v.yaml",
+            f"kafka: {{bootstrap_servers: b:9092, sasl_password: [{LEAK}]}}\ntables: [/t]\n",
+            "kafka.sasl_password",
+        ),
+        (
+            "w.yaml",
+            f"kafka: {{bootstrap_servers: '{LEAK}'}}\ntables: [/t]\n",
+            "kafka.bootstrap_servers: the entry has no port",
+        ),
+        ("x.yaml", f"kafka: {{bootstrap_servers: 'u:{LEAK}@b:9092'}}\ntables: [/t]\n", "holds credentials"),
+        (
+            "y.yaml",
+            f"kafka: {{bootstrap_servers: b:9092}}\ntables: [{{uri: /t, actions_topic: '{LEAK} x'}}]\n",
+            "tables[0].actions_topic: invalid Kafka topic name",
+        ),
+        (
+            "z.yaml",
+            f"kafka: {{bootstrap_servers: b:9092}}\ntables: [{{uri: /t, snapshot_mode: from-timestamp, from_timestamp: '{LEAK}'}}]\n",
+            "tables[0].from_timestamp: not a timestamp",
+        ),
+    ],
+)
+def test_configuration_errors_never_echo_values(tmp_path: Path, name: str, text: str, where: str) -> None:
+    message = load_error(tmp_path, text, name)
+    assert where in message
+    assert LEAK not in message
+    assert LEAK[:-3] not in message  # not even a part of it
+
+
+def test_unknown_key_is_named(tmp_path: Path) -> None:
+    """Keys are names, not values: an unknown key is named so that the typo can be found."""
+    message = load_error(tmp_path, "kafka: {bootstrap_servers: b:9092}\ntables: [/t]\nmetricsport: 1\n")
+    assert "metricsport: unknown key (did you mean 'metrics_port'?)" in message
+
+
+def test_yaml_error_names_line_and_column(tmp_path: Path) -> None:
+    message = load_error(tmp_path, "kafka:\n  bootstrap_servers: b:9092\n\t- x\n")
+    assert "line=3" in message and "column=1" in message
 
 
 # --- environment interpolation ----------------------------------------------------------------
@@ -524,7 +584,7 @@ def test_env_interpolation_uses_os_environ_by_default(
 def test_unset_env_var_names_the_key_and_the_variable(tmp_path: Path) -> None:
     message = load_error(
         tmp_path,
-        'kafka: {bootstrap_servers: b, extra: {"sasl.password.x": "${NOT_SET_ANYWHERE}"}}\ntables: [/t]\n',
+        'kafka: {bootstrap_servers: b:9092, extra: {"sasl.password.x": "${NOT_SET_ANYWHERE}"}}\ntables: [/t]\n',
     )
     assert 'kafka.extra["sasl.password.x"]' in message
     assert "NOT_SET_ANYWHERE is not set" in message

@@ -9,12 +9,16 @@ Use it by importing the fixture into a test module (or a conftest):
     from support.spark import spark  # noqa: F401
 The session itself lives in a module global, so importing the fixture into several modules still
 yields ONE JVM per test session.
+
+Spark's Python workers run this interpreter (``sys.executable``), whatever ``python3`` comes first on
+PATH and whatever the shell exported: see :func:`use_this_python_for_workers`.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,10 +51,29 @@ def _fallback_jars() -> list[str]:
     return jars if any("delta-spark" in Path(j).name for j in jars) else []
 
 
+#: the settings that choose the Python of Spark's workers (and of a spark-submit driver)
+PYTHON_ENV = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
+
+
+def use_this_python_for_workers() -> None:
+    """Make Spark's Python workers run ``sys.executable``; call before the SparkContext starts.
+
+    In local mode pyspark 4.2 takes the workers' interpreter from ``PYSPARK_PYTHON`` as it is when the
+    SparkContext starts (else the ``python3`` on PATH); ``spark.pyspark.python`` given to the builder
+    does not reach them (it does with spark-submit), so both are set: the variable for this process,
+    the configuration for the record. Measured: with only the configuration, workers ran
+    /usr/bin/python3 and could not import pyarrow.
+    """
+    for name in PYTHON_ENV:
+        os.environ[name] = sys.executable
+
+
 def spark_conf(work_dir: str) -> dict[str, str]:
     """The exact configuration of the oracle session (also printed by fetch_spark_jars.py)."""
     conf = {
         "spark.master": "local[2]",
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
         "spark.app.name": "deltamirror-oracle",
         "spark.driver.memory": "2g",
         "spark.sql.shuffle.partitions": "2",
@@ -101,6 +124,7 @@ def get_spark_session() -> SparkSession:
     from pyspark.sql import SparkSession
 
     _work_dir = tempfile.mkdtemp(prefix="deltamirror-spark-")
+    use_this_python_for_workers()
     builder = SparkSession.builder
     for key, value in spark_conf(_work_dir).items():
         builder = builder.config(key, value)
@@ -138,13 +162,18 @@ def _pyspark_missing_reason() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    """The shared delta-spark session (skips the test when pyspark is unavailable)."""
+def require_pyspark() -> None:
+    """Skip the calling test when pyspark 4.2 is missing (fail it under DELTAMIRROR_REQUIRE_ALL)."""
     reason = _pyspark_missing_reason()
     if reason is not None:
         if os.environ.get("DELTAMIRROR_REQUIRE_ALL"):  # CI: a missing oracle is a failure, not a skip
             pytest.fail(reason)
         pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """The shared delta-spark session (skips the test when pyspark is unavailable)."""
+    require_pyspark()
     yield get_spark_session()
     stop_spark_session()

@@ -1,0 +1,372 @@
+"""What each action of the log must hold, as pydantic-core validators, and how a refusal reads.
+
+Written from PROTOCOL.md's action tables: required fields present, types exact (strict: ``1.0``
+is not a long, ``1`` is not a boolean, ``"5"`` is not a size), ranges as the protocol gives them
+(Long and Int, sizes and counts non-negative, protocol versions positive). Fields this version
+does not know are kept; like ``commitInfo`` and unknown actions, which the protocol leaves free,
+they need only finite numbers (an integer of any size is JSON, and printed as it is). A
+``metaData``'s ``schemaString`` must be a Delta schema naming its partition columns, a
+``protocol`` at reader version 3 or writer version 7 must list its features. :mod:`.actions`
+applies these to the log's raw bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+from typing import Any
+
+from pydantic_core import PydanticCustomError, SchemaValidator, ValidationError
+from pydantic_core import core_schema as cs
+
+from .errors import SchemaError
+from .schema import parse_schema
+
+I64_MIN, I64_MAX, I32_MAX = -(2**63), 2**63 - 1, 2**31 - 1
+_FINITE = "expected finite numbers (no NaN, Infinity or 1e999)"
+FILE_ACTIONS = frozenset({"add", "remove", "cdc"})
+
+
+# --- what each action must hold ------------------------------------------------------------------
+
+
+def finite(value: Any) -> Any:
+    """Free-form JSON (commitInfo, unknown actions and fields) needs finite numbers only: a NaN
+    or an Infinity (or a number too large for a double, which parsers read as one) is not JSON
+    any reader of a mirror can take."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is float:
+            if not math.isfinite(item):
+                raise PydanticCustomError("json_value", _FINITE)
+        elif kind is dict:
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+    return value
+
+
+#: strings, booleans, integers and null are checked in Rust; a float, an object or an array costs a
+#: Python call
+_FREE = cs.union_schema(
+    [
+        cs.str_schema(strict=True),
+        cs.bool_schema(strict=True),
+        cs.int_schema(strict=True),
+        cs.none_schema(),
+        cs.no_info_plain_validator_function(finite),
+    ],
+    mode="left_to_right",
+    custom_error_type="json_value",
+    custom_error_message=_FINITE,
+)
+_STRICT = cs.CoreConfig(strict=True, allow_inf_nan=False)
+
+#: (schema, what it expects) of the field types the protocol uses
+_Type = tuple[cs.CoreSchema, str]
+_STR: _Type = (cs.str_schema(), "a string")
+_PATH: _Type = (cs.str_schema(min_length=1), "a non-empty string")
+_BOOL: _Type = (cs.bool_schema(), "true or false")
+_LONG: _Type = (cs.int_schema(ge=I64_MIN, le=I64_MAX), "a 64-bit integer")
+_SIZE: _Type = (cs.int_schema(ge=0, le=I64_MAX), "a non-negative 64-bit integer")
+_INT32: _Type = (cs.int_schema(ge=0, le=I32_MAX), "a non-negative 32-bit integer")
+_VERSION: _Type = (cs.int_schema(ge=1, le=I32_MAX), "a positive 32-bit integer")
+
+#: expected text by field pattern: ("add", "partitionValues", "*") is any entry of that map
+_EXPECT: dict[tuple[str, ...], str] = {}
+#: a field's type and whether it must be there: True (required, not null), False (optional, may be
+#: null), or OMITTABLE (optional, but not null: the models give it a default)
+OMITTABLE = "omittable"
+_Field = tuple[_Type, bool | str]
+
+
+def _string_map(where: tuple[str, ...], *, nulls: bool = True) -> _Type:
+    value = cs.nullable_schema(cs.str_schema()) if nulls else cs.str_schema()
+    _EXPECT[(*where, "*")] = "a string or null" if nulls else "a string"
+    return cs.dict_schema(cs.str_schema(), value), "an object of strings" + (" or nulls" if nulls else "")
+
+
+def _free_map(where: tuple[str, ...]) -> _Type:
+    _EXPECT[(*where, "*")] = _FINITE.removeprefix("expected ")
+    return cs.dict_schema(cs.str_schema(), _FREE), "an object"
+
+
+def _string_list(where: tuple[str, ...]) -> _Type:
+    _EXPECT[(*where, "#")] = "a string"
+    return cs.list_schema(cs.str_schema()), "an array of strings"
+
+
+def _object(where: tuple[str, ...], fields: dict[str, _Field]) -> _Type:
+    """A JSON object with these fields (optional ones may be null); other fields are kept."""
+    typed = {}
+    for name, ((schema, text), presence) in fields.items():
+        _EXPECT[(*where, name)] = text
+        if presence is False:
+            schema = cs.nullable_schema(schema)
+        typed[name] = cs.typed_dict_field(schema, required=presence is True)
+    _EXPECT[where] = "a JSON object"
+    schema = cs.typed_dict_schema(typed, extra_behavior="allow", extras_schema=_FREE, config=_STRICT)
+    return schema, "a JSON object"
+
+
+def _dv(where: tuple[str, ...]) -> _Type:
+    storage_type: _Type = (cs.literal_schema(["u", "i", "p"]), "one of 'u', 'i', 'p'")
+    return _object(
+        where,
+        {
+            "storageType": (storage_type, True),
+            "pathOrInlineDv": (_PATH, True),
+            "offset": (_INT32, False),
+            "sizeInBytes": (_INT32, True),
+            "cardinality": (_SIZE, True),
+            "maxRowIndex": (_SIZE, False),
+        },
+    )
+
+
+def _action_schemas() -> dict[str, cs.CoreSchema]:
+    a, r, c = ("add",), ("remove",), ("cdc",)
+    md, fmt = ("metaData",), ("metaData", "format")
+    return {
+        "add": _object(
+            a,
+            {
+                "path": (_PATH, True),
+                "partitionValues": (_string_map((*a, "partitionValues")), True),
+                "size": (_SIZE, True),
+                "modificationTime": (_LONG, True),
+                "dataChange": (_BOOL, True),
+                "stats": (_STR, False),
+                "tags": (_string_map((*a, "tags")), False),
+                "deletionVector": (_dv((*a, "deletionVector")), False),
+                "baseRowId": (_SIZE, False),
+                "defaultRowCommitVersion": (_SIZE, False),
+                "clusteringProvider": (_STR, False),
+            },
+        )[0],
+        "remove": _object(
+            r,
+            {
+                "path": (_PATH, True),
+                "deletionTimestamp": (_LONG, False),
+                "dataChange": (_BOOL, True),
+                "extendedFileMetadata": (_BOOL, False),
+                "partitionValues": (_string_map((*r, "partitionValues")), False),
+                "size": (_SIZE, False),
+                "stats": (_STR, False),
+                "tags": (_string_map((*r, "tags")), False),
+                "deletionVector": (_dv((*r, "deletionVector")), False),
+                "baseRowId": (_SIZE, False),
+                "defaultRowCommitVersion": (_SIZE, False),
+            },
+        )[0],
+        "cdc": _object(
+            c,
+            {
+                "path": (_PATH, True),
+                "partitionValues": (_string_map((*c, "partitionValues")), True),
+                "size": (_SIZE, True),
+                "dataChange": (_BOOL, True),
+                "tags": (_string_map((*c, "tags")), False),
+            },
+        )[0],
+        "metaData": _object(
+            md,
+            {
+                "id": (_PATH, True),
+                "name": (_STR, False),
+                "description": (_STR, False),
+                "format": (
+                    _object(
+                        fmt,
+                        {
+                            "provider": (_STR, True),
+                            "options": (_string_map((*fmt, "options"), nulls=False), OMITTABLE),
+                        },
+                    ),
+                    True,
+                ),
+                # required too, but left out by some writers (a Delta Live Tables setup commit)
+                "schemaString": (_STR, False),
+                "partitionColumns": (_string_list((*md, "partitionColumns")), True),
+                "configuration": (_string_map((*md, "configuration"), nulls=False), True),
+                "createdTime": (_LONG, False),
+            },
+        )[0],
+        "protocol": _object(
+            ("protocol",),
+            {
+                "minReaderVersion": (_VERSION, True),
+                "minWriterVersion": (_VERSION, True),
+                "readerFeatures": (_string_list(("protocol", "readerFeatures")), False),
+                "writerFeatures": (_string_list(("protocol", "writerFeatures")), False),
+            },
+        )[0],
+        "txn": _object(
+            ("txn",), {"appId": (_STR, True), "version": (_LONG, True), "lastUpdated": (_LONG, False)}
+        )[0],
+        "domainMetadata": _object(
+            ("domainMetadata",),
+            {"domain": (_STR, True), "configuration": (_STR, True), "removed": (_BOOL, True)},
+        )[0],
+        "commitInfo": _object(
+            ("commitInfo",),
+            {
+                "timestamp": (_LONG, False),
+                "inCommitTimestamp": (_LONG, False),
+                "operation": (_STR, False),
+                "operationParameters": (_free_map(("commitInfo", "operationParameters")), False),
+                "operationMetrics": (_free_map(("commitInfo", "operationMetrics")), False),
+                "readVersion": (_LONG, False),
+                "isolationLevel": (_STR, False),
+                "isBlindAppend": (_BOOL, False),
+                "engineInfo": (_STR, False),
+                "txnId": (_STR, False),
+            },
+        )[0],
+        "checkpointMetadata": _object(
+            ("checkpointMetadata",),
+            {
+                "version": (_SIZE, True),
+                "tags": (_string_map(("checkpointMetadata", "tags"), nulls=False), False),
+            },
+        )[0],
+        "sidecar": _object(
+            ("sidecar",),
+            {
+                "path": (_PATH, True),
+                "sizeInBytes": (_SIZE, True),
+                "modificationTime": (_LONG, True),
+                "tags": (_string_map(("sidecar", "tags"), nulls=False), False),
+            },
+        )[0],
+    }
+
+
+def _field_error(field: str, problem: str) -> PydanticCustomError:
+    return PydanticCustomError("action_field", "{problem}", {"field": field, "problem": problem})
+
+
+def _protocol_features(value: dict[str, Any]) -> dict[str, Any]:
+    """Reader version 3 lists its reader features, writer version 7 its writer features."""
+    for version, features, at in (
+        ("minReaderVersion", "readerFeatures", 3),
+        ("minWriterVersion", "writerFeatures", 7),
+    ):
+        if value[version] == at and value.get(features) is None:
+            raise _field_error(features, f"required field missing ({version} is {at})")
+    return value
+
+
+def _metadata_schema(value: dict[str, Any]) -> dict[str, Any]:
+    """``schemaString`` is a Delta schema (strict JSON, a struct of typed fields) that names every
+    partition column; a metaData that cannot describe a table is refused with its line."""
+    text = value.get("schemaString")
+    if text is None:
+        return value
+    try:
+        schema = parse_schema(text)
+    except SchemaError as exc:
+        raise _field_error("schemaString", f"expected a Delta schema ({exc.message})") from None
+    names = {f.name.lower() for f in schema.fields}
+    for column in value["partitionColumns"]:
+        if column.lower() not in names:
+            raise _field_error("partitionColumns", f"{json.dumps(column)} is not a column of the schema")
+    return value
+
+
+def _checked(name: str, schema: cs.CoreSchema) -> cs.CoreSchema:
+    after = {"protocol": _protocol_features, "metaData": _metadata_schema}.get(name)
+    return schema if after is None else cs.no_info_after_validator_function(after, schema)
+
+
+_SCHEMAS = _action_schemas()
+VALIDATORS: dict[str, SchemaValidator] = {
+    name: SchemaValidator(_checked(name, s)) for name, s in _SCHEMAS.items()
+}
+KNOWN_ACTIONS = frozenset(VALIDATORS)
+
+# --- the facts of a file action ------------------------------------------------------------------
+
+#: what a reader that counts and summarizes file actions (the watcher) takes of one:
+#: ``(size, partitionValues, path)``, size and partitionValues None where a remove leaves them out
+FileFacts = tuple[int | None, dict[str, str | None] | None, str]
+_FACTS = operator.itemgetter("size", "partitionValues", "path")
+
+
+def file_facts(value: dict[str, Any]) -> FileFacts:
+    """The facts of a validated file action (as :data:`FACT_VALIDATORS` give them)."""
+    return value.get("size"), value.get("partitionValues"), value["path"]
+
+
+def _facts_schema(schema: cs.CoreSchema) -> cs.CoreSchema:
+    """The action's own schema, its optional size and partitionValues given a default of None,
+    its value reduced to :data:`FileFacts` by a C-level item getter.
+
+    It accepts exactly what the action's validator accepts (a default is only used where the
+    field is absent, which that validator accepts too). What it saves is the value: a validated
+    action is a dict holding dicts, which the garbage collector visits for as long as a run of
+    thousands is kept; its facts are a tuple the collector soon stops visiting.
+    """
+    assert schema["type"] == "typed-dict"
+    fields = dict(schema["fields"])
+    for name in ("size", "partitionValues"):
+        field = fields[name]
+        if not field.get("required", True):
+            fields[name] = {**field, "schema": cs.with_default_schema(field["schema"], default=None)}
+    return cs.no_info_after_validator_function(_FACTS, {**schema, "fields": fields})
+
+
+#: per file action, a validator deciding as :data:`VALIDATORS` does whose value is :data:`FileFacts`
+FACT_VALIDATORS: dict[str, SchemaValidator] = {
+    name: SchemaValidator(_facts_schema(_SCHEMAS[name])) for name in sorted(FILE_ACTIONS)
+}
+#: an action type this version does not know: any JSON value with finite numbers
+_UNKNOWN = SchemaValidator(_FREE, config=_STRICT)
+
+
+def validator_for(name: str) -> SchemaValidator:
+    return VALIDATORS.get(name, _UNKNOWN)
+
+
+def _shown(part: str | int) -> str:
+    if isinstance(part, int):
+        return f"[{part}]"
+    return f".{part}" if part.isidentifier() else "." + json.dumps(part)  # one line, whatever the key
+
+
+def field_problem(name: str, exc: ValidationError) -> str:
+    """``add.size: expected a non-negative 64-bit integer`` for the first error of ``exc``."""
+    error = exc.errors(include_url=False, include_input=False)[0]
+    loc = tuple(p for p in error["loc"] if isinstance(p, int | str))
+    if error["type"] == "json_invalid":
+        return "invalid JSON: " + no_line(str(error.get("ctx", {}).get("error", error["msg"])))
+    pattern: tuple[str, ...] = (name,)
+    for part in loc:  # field names where known, "*" for a map entry, "#" for a list item
+        step = (
+            part
+            if isinstance(part, str) and (*pattern, part) in _EXPECT
+            else "#"
+            if isinstance(part, int)
+            else "*"
+        )
+        pattern = (*pattern, step)
+    where = name + "".join(_shown(p) for p in loc)
+    if error["type"] == "missing":
+        return f"{where}: required field missing"
+    if error["type"] == "action_field":
+        return f"{where}.{error['ctx']['field']}: {error['ctx']['problem']}"
+    expected = _EXPECT.get(pattern) if error["type"] != "json_value" else None
+    if expected is None:
+        expected = (
+            _FINITE.removeprefix("expected ") if error["type"] == "json_value" else str(error["msg"]).lower()
+        )
+    return f"{where}: expected {expected}"
+
+
+def no_line(message: str) -> str:
+    """jiter says "at line 1 column N" of what it parsed, which is one log line."""
+    return message.replace(" at line 1 column ", " at column ")
