@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import operator
 from typing import Any
 
 from pydantic_core import PydanticCustomError, SchemaValidator, ValidationError
@@ -283,47 +282,10 @@ def _checked(name: str, schema: cs.CoreSchema) -> cs.CoreSchema:
     return schema if after is None else cs.no_info_after_validator_function(after, schema)
 
 
-_SCHEMAS = _action_schemas()
 VALIDATORS: dict[str, SchemaValidator] = {
-    name: SchemaValidator(_checked(name, s)) for name, s in _SCHEMAS.items()
+    name: SchemaValidator(_checked(name, s)) for name, s in _action_schemas().items()
 }
 KNOWN_ACTIONS = frozenset(VALIDATORS)
-
-# --- the facts of a file action ------------------------------------------------------------------
-
-#: what a reader that counts and summarizes file actions (the watcher) takes of one:
-#: ``(size, partitionValues, path)``, size and partitionValues None where a remove leaves them out
-FileFacts = tuple[int | None, dict[str, str | None] | None, str]
-_FACTS = operator.itemgetter("size", "partitionValues", "path")
-
-
-def file_facts(value: dict[str, Any]) -> FileFacts:
-    """The facts of a validated file action (as :data:`FACT_VALIDATORS` give them)."""
-    return value.get("size"), value.get("partitionValues"), value["path"]
-
-
-def _facts_schema(schema: cs.CoreSchema) -> cs.CoreSchema:
-    """The action's own schema, its optional size and partitionValues given a default of None,
-    its value reduced to :data:`FileFacts` by a C-level item getter.
-
-    It accepts exactly what the action's validator accepts (a default is only used where the
-    field is absent, which that validator accepts too). What it saves is the value: a validated
-    action is a dict holding dicts, which the garbage collector visits for as long as a run of
-    thousands is kept; its facts are a tuple the collector soon stops visiting.
-    """
-    assert schema["type"] == "typed-dict"
-    fields = dict(schema["fields"])
-    for name in ("size", "partitionValues"):
-        field = fields[name]
-        if not field.get("required", True):
-            fields[name] = {**field, "schema": cs.with_default_schema(field["schema"], default=None)}
-    return cs.no_info_after_validator_function(_FACTS, {**schema, "fields": fields})
-
-
-#: per file action, a validator deciding as :data:`VALIDATORS` does whose value is :data:`FileFacts`
-FACT_VALIDATORS: dict[str, SchemaValidator] = {
-    name: SchemaValidator(_facts_schema(_SCHEMAS[name])) for name in sorted(FILE_ACTIONS)
-}
 #: an action type this version does not know: any JSON value with finite numbers
 _UNKNOWN = SchemaValidator(_FREE, config=_STRICT)
 

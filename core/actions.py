@@ -40,13 +40,10 @@ import pydantic_core
 from pydantic_core import PydanticCustomError, ValidationError
 
 from .action_rules import (
-    FACT_VALIDATORS,
     FILE_ACTIONS,
     KNOWN_ACTIONS,
     VALIDATORS,
-    FileFacts,
     field_problem,
-    file_facts,
     finite,
     no_line,
     validator_for,
@@ -58,7 +55,6 @@ __all__ = [
     "KNOWN_ACTIONS",
     "VALIDATORS",
     "ActionRun",
-    "FileFacts",
     "PartitionKeySets",
     "PartitionKeys",
     "Where",
@@ -191,17 +187,12 @@ def decode_line(raw: bytes, line: int, where: Where) -> list[tuple[str, bytes, A
 
 @dataclass(slots=True)
 class ActionRun:
-    """Actions of one type from consecutive lines of a file (action ``i`` is on line ``line + i``).
-
-    ``values`` are the validated actions, or, for file actions read with ``facts=True``, their
-    :data:`FileFacts` (``facts`` says which).
-    """
+    """Actions of one type from consecutive lines of a file (action ``i`` is on line ``line + i``)."""
 
     name: str
     line: int
     bodies: list[bytes]
     values: list[Any]
-    facts: bool = False
 
     def __len__(self) -> int:
         return len(self.values)
@@ -223,10 +214,9 @@ class _Scanner:
     """Turns buffers of whole lines into validated runs (the first line of a buffer is numbered
     from where the previous one stopped)."""
 
-    def __init__(self, where: Where, only: Sequence[bytes] = (), facts: bool = False) -> None:
+    def __init__(self, where: Where, only: Sequence[bytes] = ()) -> None:
         self.where = where
         self.only = tuple(only)
-        self.facts = facts
 
     def buffer(self, text: bytes, lineno: int) -> tuple[list[ActionRun], int]:
         """The runs of ``text`` (whole lines, its first being line ``lineno + 1``) and the number
@@ -256,12 +246,11 @@ class _Scanner:
     def _bodies(self, name: str, bodies: list[bytes], line: int, out: list[ActionRun]) -> bool:
         """Bodies of consecutive plain lines, validated one C call each; False if one is refused
         (then the lines are taken one by one, which names the first refused)."""
-        validator = FACT_VALIDATORS[name] if self.facts else VALIDATORS[name]
         try:
-            values = list(map(validator.validate_json, bodies))
+            values = list(map(VALIDATORS[name].validate_json, bodies))
         except ValidationError:
             return False
-        out.append(ActionRun(name, line, bodies, values, self.facts))
+        out.append(ActionRun(name, line, bodies, values))
         return True
 
     def _line_runs(self, text: bytes, lineno: int, out: list[ActionRun]) -> int:
@@ -298,19 +287,15 @@ class _Scanner:
 
     def _lines(self, lines: Iterable[bytes], lineno: int, out: list[ActionRun]) -> int:
         """Lines one by one; consecutive actions of one type join one run."""
-        facts_wanted = self.facts
         for raw in lines:
             lineno += 1
             for name, body, value in decode_line(raw, lineno, self.where):
-                facts = facts_wanted and name in FILE_ACTIONS
-                if facts:
-                    value = file_facts(value)
                 last = out[-1] if out else None
                 if last is not None and last.name == name and last.line + len(last.values) == lineno:
                     last.bodies.append(body)
                     last.values.append(value)
                 else:
-                    out.append(ActionRun(name, lineno, [body], [value], facts))
+                    out.append(ActionRun(name, lineno, [body], [value]))
         return lineno
 
 
@@ -398,18 +383,15 @@ def read_actions(
     file: str | None,
     version: int | None = None,
     only: Sequence[bytes] = (),
-    facts: bool = False,
 ) -> Iterator[ActionRun]:
     """The validated actions of a JSON-lines log file (a commit, a V2 checkpoint, a compaction),
     as runs, from its bytes or from buffers of whole lines (:func:`line_buffers`).
 
     With ``only`` (quoted names such as ``b'"metaData"'``), lines naming none of them are not
     decoded at all: a reader that needs a few actions of a commit of thousands skips the cost of
-    the others (which the readers that use them validate). With ``facts``, file actions come as
-    their :data:`FileFacts`: validated alike, but a reader that only counts and summarizes them
-    (the watcher) keeps no dict per file.
+    the others (which the readers that use them validate).
     """
-    scanner = _Scanner(Where(table, file, version), only, facts)
+    scanner = _Scanner(Where(table, file, version), only)
     lineno = 0
     for text in [data] if isinstance(data, bytes) else data:
         runs, lineno = scanner.buffer(text, lineno)
@@ -460,19 +442,16 @@ class PartitionKeySets:
         (as entry tuples, in the order met), which a caller summarizing partitions can reuse."""
         if run.name not in FILE_ACTIONS:
             return {}
-        values = run.values
-        partition_values, path = (
-            (_FACT_PARTITION_VALUES, _FACT_PATH) if run.facts else (_GET_PARTITION_VALUES, _PATH)
-        )
-        if len(values) == 1:  # small commits interleave removes and adds: runs of one
-            one = partition_values(values[0])
+        if len(run.values) == 1:  # small commits interleave removes and adds: runs of one
+            value = run.values[0]
+            one = value.get("partitionValues")
             if one is None:
                 return {}
             keys = tuple(one)
             if keys not in self.first:
-                self.first[keys] = (run.name, run.line, path(values[0]))
+                self.first[keys] = (run.name, run.line, value["path"])
             return {tuple(one.items()): None}
-        maps = list(map(partition_values, values))
+        maps = list(map(_GET_PARTITION_VALUES, run.values))
         if run.name == "remove" and None in maps:  # optional there
             entries: list[Any] = [None if m is None else tuple(m.items()) for m in maps]
         else:
@@ -483,7 +462,7 @@ class PartitionKeySets:
             keys = tuple(k for k, _ in found)
             if keys not in self.first:
                 i = entries.index(found)
-                self.first[keys] = (run.name, run.line + i, path(values[i]))
+                self.first[keys] = (run.name, run.line + i, run.values[i]["path"])
         return distinct
 
     def check(self, columns: PartitionKeys, where: Where) -> None:
@@ -500,9 +479,6 @@ class PartitionKeySets:
 
 
 _GET_PARTITION_VALUES = operator.methodcaller("get", "partitionValues")
-_PATH = operator.itemgetter("path")
-_FACT_PARTITION_VALUES = operator.itemgetter(1)
-_FACT_PATH = operator.itemgetter(2)
 
 
 def missing_partition_column(keys: Iterable[str], columns: PartitionKeys) -> str | None:

@@ -31,6 +31,8 @@ from .storage import TableStorage
 
 SIDECAR_DIR = "_sidecars"
 _SMALL_ACTIONS = ("metaData", "protocol", "txn", "domainMetadata", "checkpointMetadata", "sidecar")
+#: what a reader of a checkpoint's configuration reads of it
+_CONFIG_ACTIONS = ("metaData", "protocol", "checkpointMetadata")
 
 
 @dataclass
@@ -357,7 +359,8 @@ def _holds_config(storage: TableStorage, checkpoint: Checkpoint, state: Checkpoi
 
 
 def read_checkpoint_config(storage: TableStorage, checkpoint: Checkpoint) -> CheckpointState:
-    """Only the protocol and metaData of a checkpoint (no file actions, no sidecars).
+    """Only the protocol and metaData of a checkpoint (no file actions, no sidecars), and the
+    checkpointMetadata of a V2 one (its header: whoever uses the checkpoint checks it).
 
     What a reader needs to know the table's schema and features at a version: a change feed plan
     needs that at its start and at the latest version, never their file lists.
@@ -368,15 +371,15 @@ def read_checkpoint_config(storage: TableStorage, checkpoint: Checkpoint) -> Che
     for info in checkpoint.files:
         path = storage.log_file(info.name)
         if checkpoint.format == "json":
-            only = (b'"metaData"', b'"protocol"')
+            only = tuple(f'"{name}"'.encode() for name in _CONFIG_ACTIONS)
             runs = read_actions(storage.read_bytes(path), table=storage.uri, file=path, only=only)
             for line, name, value in iter_values(runs):
-                if name in ("metaData", "protocol"):
+                if name in _CONFIG_ACTIONS:
                     _apply_small({name: value}, state, file=path, uri=storage.uri, line=line)
             continue
         pf = _open_part(storage, path)
         names = set(pf.schema_arrow.names)
-        for name in ("metaData", "protocol"):
+        for name in _CONFIG_ACTIONS:
             if name in names:
                 with _corrupt_checkpoint(Where(storage.uri, path), name):
                     column = _read_action_column(pf, name)

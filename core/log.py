@@ -237,11 +237,8 @@ def open_commit(storage: TableStorage, version: int) -> IO[bytes]:
         ) from None
 
 
-def stream_commit(
-    storage: TableStorage, version: int, *, only: Sequence[bytes] = (), facts: bool = False
-) -> Iterator[ActionRun]:
-    """The validated actions of one commit, streamed (a commit may hold millions of actions);
-    ``only`` and ``facts`` as :func:`~.actions.read_actions` takes them.
+def stream_commit(storage: TableStorage, version: int, *, only: Sequence[bytes] = ()) -> Iterator[ActionRun]:
+    """The validated actions of one commit, streamed (a commit may hold millions of actions).
 
     A file without any action (emptied, or only whitespace) is refused once it is read through, by
     every reader, as :func:`check_commit` refuses it: even one that looks for a few actions only
@@ -255,7 +252,6 @@ def stream_commit(
             file=file,
             version=version,
             only=only,
-            facts=facts,
         )
     if not content[0]:
         raise Where(storage.uri, file, version).refuse(

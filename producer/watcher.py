@@ -132,16 +132,16 @@ class _Summary:
     _seen: dict[tuple[tuple[str, Any], ...], None] = field(default_factory=dict, repr=False)
 
     def count_run(self, run: ActionRun, partitions: Iterable[tuple[tuple[str, Any], ...]]) -> None:
-        """A run of add, remove or cdc actions (their facts): counts, bytes (cdc has none), and its distinct
+        """A run of add, remove or cdc actions: counts, bytes (cdc has none), and its distinct
         partitions (entry tuples, as :class:`PartitionKeySets` returns them), with C-level maps
         rather than a Python step per file."""
         n = len(run)
         if run.name == "add":
             self.adds += n
-            self.bytes_added += sum(map(_FACT_SIZE, run.values))
+            self.bytes_added += sum(map(_SIZE, run.values))
         elif run.name == "remove":
             self.removes += n
-            self.bytes_removed += sum(filter(None, map(_FACT_SIZE, run.values)))
+            self.bytes_removed += sum(filter(None, map(_GET_SIZE, run.values)))
         else:
             self.cdc += n
         for entries in partitions:
@@ -161,8 +161,8 @@ class _Summary:
             self._seen[entries] = None
 
 
-#: the size of a file action's :data:`~deltamirror.core.actions.FileFacts` (the scan reads facts)
-_FACT_SIZE = operator.itemgetter(0)
+_SIZE = operator.itemgetter("size")
+_GET_SIZE = operator.methodcaller("get", "size")
 
 
 class CommitWork:
@@ -313,11 +313,11 @@ def scan_version(
             ) from None
         kept: list[tuple[str, Body]] = []
         scan.actions = kept
-        for run in read_actions(data, table=storage.uri, file=path, version=version, facts=True):
+        for run in read_actions(data, table=storage.uri, file=path, version=version):
             scan.observe(run)
             kept += zip(repeat(run.name), run.bodies)
     else:
-        for run in stream_commit(storage, version, facts=True):  # gone now: the log was cleaned under us
+        for run in stream_commit(storage, version):  # listed: gone now means the log was cleaned under us
             scan.observe(run)
     # as core's readers check a commit as a whole: an empty file (one still being written by a
     # writer without atomic put, or a broken one) stops the table until the file has actions, and
@@ -342,7 +342,7 @@ def iter_raw_actions(storage: TableStorage, version: int, scan: VersionScan) -> 
     if scan.actions is not None:
         yield from scan.actions
         return
-    for run in stream_commit(storage, version, facts=True):
+    for run in stream_commit(storage, version):
         yield from zip(repeat(run.name), run.bodies)
 
 

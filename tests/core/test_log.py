@@ -290,5 +290,6 @@ def test_only_named_actions_are_decoded_with_their_own_line_numbers() -> None:
         list(read_actions(b'{"add":{}}\n42\n', table="t", file="f", only=(b'"metaData"',)))
     assert info.value.line == 2
     with pytest.raises(errors.CorruptLogError) as info:  # nor one cut short, whatever it was
-        list(read_actions(b'{"add":{}}\n{"txn": not json at all\n', table="t", file="f", only=(b'"metaData"',)))
+        cut = b'{"add":{}}\n{"txn": not json at all\n'
+        list(read_actions(cut, table="t", file="f", only=(b'"metaData"',)))
     assert info.value.line == 2

@@ -350,7 +350,14 @@ def _schema_needed_only_for_rows(m: Mutation, ln: Line, key: str) -> Mutation:
     """A metaData without ``schemaString`` describes no rows: the readers of rows (``read``,
     ``changes``) refuse it naming its file and line; the log-level readers answer, as delta-rs does
     for a real Delta Live Tables setup commit that has none (drs__delta-live-table)."""
-    if ln.kind == "metaData" and key == "schemaString":
+    mapped = (ln.body.get("configuration") or {}).get("delta.columnMapping.mode", "none") != "none"
+    if ln.kind == "metaData" and key == "schemaString" and mapped:
+        # with column mapping, partitionValues are keyed by physical names only the schema gives:
+        # the first add of the commit is refused (its partition columns cannot be found), naming
+        # the commit file and that add's line
+        m.line = None
+        m.field_name = None
+    elif ln.kind == "metaData" and key == "schemaString":
         # history shows no metaData; snapshot and events print this one, which names its table id
         for command, answer in (("snapshot", "faithful"), ("history", "unchanged"), ("events", "faithful")):
             if m.expect.get(command) == "refused":
