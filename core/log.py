@@ -212,9 +212,8 @@ def _best_checkpoint(listing: LogListing, version: int | None) -> Checkpoint | N
 # --- reading commits --------------------------------------------------------------------------
 
 
-def read_commit(storage: TableStorage, version: int) -> list[dict[str, Any]]:
-    """The validated actions of one commit, in file order, each as its log line has it
-    (``{"add": {...}}``)."""
+def commit_runs(storage: TableStorage, version: int) -> Iterator[ActionRun]:
+    """The validated actions of one commit read whole, as the boundary's runs."""
     path = storage.log_file(commit_name(version))
     try:
         data = storage.read_bytes(path)
@@ -222,8 +221,13 @@ def read_commit(storage: TableStorage, version: int) -> list[dict[str, Any]]:
         raise VersionNotFoundError(
             f"commit {version} does not exist", table=storage.uri, version=version, file=path
         ) from None
-    runs = read_actions(data, table=storage.uri, file=path, version=version)
-    return [{name: value} for _, name, value in iter_values(runs)]
+    return read_actions(data, table=storage.uri, file=path, version=version)
+
+
+def read_commit(storage: TableStorage, version: int) -> list[dict[str, Any]]:
+    """The validated actions of one commit, in file order, each as its log line has it
+    (``{"add": {...}}``)."""
+    return [{name: value} for _, name, value in iter_values(commit_runs(storage, version))]
 
 
 def open_commit(storage: TableStorage, version: int) -> IO[bytes]:

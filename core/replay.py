@@ -20,16 +20,14 @@ from . import action_schema, features
 from .actions import (
     FILE_ACTIONS,
     KNOWN_ACTIONS,
-    ActionRun,
     PartitionKeySets,
     Where,
     iter_values,
-    read_actions,
 )
 from .checkpoint import CheckpointState, read_checkpoint, read_checkpoint_config
 from .deletion_vectors import dv_unique_ids
-from .errors import CorruptLogError, IncompleteTableStateError, UnsupportedFeatureError, VersionNotFoundError
-from .log import LogSegment, check_commit, commit_name, stream_commit, timestamp_problem
+from .errors import CorruptLogError, IncompleteTableStateError, UnsupportedFeatureError
+from .log import LogSegment, check_commit, commit_name, commit_runs, stream_commit, timestamp_problem
 from .models import CommitInfo, DomainMetadata, Metadata, Protocol, Txn, model_of
 from .storage import TableStorage
 
@@ -139,7 +137,7 @@ def _collect(storage: TableStorage, versions: Iterable[int], metadata: Metadata 
         info: dict[str, Any] | None = None
         info_line: int | None = None
         first = order
-        for run in _commit_runs(storage, version, file):
+        for run in commit_runs(storage, version):
             name, n = run.name, len(run)
             if name in FILE_ACTIONS:
                 keys.add(run)
@@ -184,16 +182,6 @@ def _collect(storage: TableStorage, versions: Iterable[int], metadata: Metadata 
         if actions == 0:
             raise where.refuse(f"commit {where.version} has no actions (an empty commit file)")
     return pending
-
-
-def _commit_runs(storage: TableStorage, version: int, file: str) -> Iterator[ActionRun]:
-    try:
-        data = storage.read_bytes(file)
-    except FileNotFoundError:
-        raise VersionNotFoundError(
-            f"commit {version} does not exist", table=storage.uri, version=version, file=file
-        ) from None
-    return read_actions(data, table=storage.uri, file=file, version=version)
 
 
 def _with_order(rows: list[dict[str, Any]], order: list[int], schema: pa.Schema, where: str) -> pa.Table:

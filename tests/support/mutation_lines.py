@@ -351,6 +351,7 @@ def _schema_needed_only_for_rows(m: Mutation, ln: Line, key: str) -> Mutation:
     ``changes``) refuse it naming its file and line; the log-level readers answer, as delta-rs does
     for a real Delta Live Tables setup commit that has none (drs__delta-live-table)."""
     mapped = (ln.body.get("configuration") or {}).get("delta.columnMapping.mode", "none") != "none"
+    mapped = mapped and bool(ln.body.get("partitionColumns"))
     if ln.kind == "metaData" and key == "schemaString" and mapped:
         # with column mapping, partitionValues are keyed by physical names only the schema gives:
         # the first add of the commit is refused (its partition columns cannot be found), naming
