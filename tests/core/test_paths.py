@@ -38,21 +38,7 @@ DV_FILE = f"deletion_vector_{DV_UUID}.bin"
 CDC_TABLE = "drs__simple_table_with_cdc"
 CDC_FILE = "_change_data/cdc-00000-a846ce80-2eec-484d-bef7-0e63557786ca.c000.snappy.parquet"
 
-Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#"
-
-
-def z85(data: bytes) -> str:
-    """ZeroMQ RFC 32 (independent of the code under test)."""
-    out = []
-    for i in range(0, len(data), 4):
-        value = int.from_bytes(data[i : i + 4], "big")
-        digits = []
-        for _ in range(5):
-            value, digit = divmod(value, 85)
-            digits.append(Z85[digit])
-        out.extend(reversed(digits))
-    return "".join(out)
-
+from support.z85 import z85_encode as z85  # noqa: E402
 
 DV_ID = z85(uuid.UUID(DV_UUID).bytes)
 
