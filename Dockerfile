@@ -12,6 +12,7 @@ WORKDIR /src
 # exactly what the package is built from (pyproject.toml maps these folders to deltamirror.*)
 COPY pyproject.toml README.md LICENSE ./
 COPY core/ core/
+COPY mirror/ mirror/
 COPY producer/ producer/
 COPY consumer/ consumer/
 COPY cli/ cli/

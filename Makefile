@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install demo test test-fast test-kafka test-spark lint format fuzz bench ci clean
+.PHONY: help install demo test test-fast test-kafka test-spark lint format fuzz bench bench-compare ci clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-11s %s\n", $$1, $$2}'
@@ -41,7 +41,7 @@ test-spark: install ## only the tests that need Spark
 lint: install ## ruff and mypy, as CI runs them
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy -p deltamirror.core -p deltamirror.producer -p deltamirror.consumer -p deltamirror.cli
+	$(BIN)/mypy -p deltamirror.core -p deltamirror.mirror -p deltamirror.producer -p deltamirror.consumer -p deltamirror.cli
 
 format: install ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .
@@ -54,6 +54,9 @@ bench: install ## the benchmarks against delta-rs, delta-spark and raw confluent
 	$(BIN)/python bench/bench_snapshot.py
 	$(BIN)/python bench/bench_changes.py
 	$(BIN)/python bench/bench_producer.py
+
+bench-compare: install ## is the working tree slower than BASE (default HEAD)? median of per-round ratios
+	$(BIN)/python bench/compare_revisions.py --base $(or $(BASE),HEAD) --rounds $(or $(ROUNDS),7) $(if $(WORKLOAD),--workload $(WORKLOAD))
 
 ci: ## what CI runs: a clean environment, install, lint, the README's commands
 	bash .ci/run

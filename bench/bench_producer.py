@@ -424,7 +424,7 @@ class Workload:
 def load_workload(table: str) -> Workload:
     import orjson
 
-    from deltamirror.producer.service import iter_event_values
+    from deltamirror.producer.offline_events import iter_event_values
 
     cpu0, t0 = _cpu_s(), time.perf_counter()
     values = list(iter_event_values(table))
@@ -521,8 +521,8 @@ def run_raw(
     """Bare confluent-kafka with deltamirror's producer settings: the ceiling for the watcher."""
     from confluent_kafka import Producer
 
-    from deltamirror.producer.publisher import producer_config
-    from deltamirror.producer.topics import TopicManager
+    from deltamirror.mirror.kafka_producer import producer_config
+    from deltamirror.mirror.topics import TopicManager
 
     topic, _, _, prefix = _names()
     kafka = {"bootstrap.servers": bootstrap}

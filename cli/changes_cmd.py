@@ -8,7 +8,7 @@ from .common import add_output_arguments, add_table_argument, open_table_from_ar
 from .progress import ProgressLine, add_progress_argument, wanted
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "changes",
         help="the change data feed (row-level changes) of a table",

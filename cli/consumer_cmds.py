@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "consume-snapshot",
         help="keep the active files of every mirrored table, printing each applied version",
@@ -54,11 +54,16 @@ def cmd_consume_snapshot(args: argparse.Namespace) -> int:
         TableReplacement,
     )
     from deltamirror.core.errors import InvalidArgumentError
-    from deltamirror.core.kafka_connection import KafkaConnectionReporter, check_bootstrap_servers
     from deltamirror.core.redact import install_redaction
-    from deltamirror.core.topic_names import default_commits_topic
+    from deltamirror.mirror.connection import KafkaConnectionReporter
+    from deltamirror.mirror.settings import KafkaSettings
+    from deltamirror.mirror.topics import default_commits_topic
 
-    servers = check_bootstrap_servers(args.bootstrap_servers, "--bootstrap-servers")
+    # the watcher's Kafka model: the same broker-list rule, SASL/SSL checks and secret handling
+    kafka = KafkaSettings.from_flags(
+        {"bootstrap_servers": args.bootstrap_servers}, {"bootstrap_servers": "--bootstrap-servers"}
+    )
+    servers = kafka.bootstrap_servers
     if not args.topic.strip():
         raise InvalidArgumentError("--topic is empty")
     commits_topic = args.commits_topic
@@ -103,7 +108,7 @@ def cmd_consume_snapshot(args: argparse.Namespace) -> int:
     consumer = SnapshotConsumer(
         servers,
         args.topic,
-        kafka=reporter.client_config(),
+        kafka={**kafka.librdkafka_config(), **reporter.client_config()},
         group_id=args.group_id or DEFAULT_GROUP_ID,
         state_dir=args.state_dir,
         on_applied=report,

@@ -15,7 +15,7 @@ from typing import Any
 EXIT_NOT_RUNNING = 3
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     local = subparsers.add_parser("local", help="local services for development and tests")
     services = local.add_subparsers(dest="local_service", metavar="SERVICE", required=True)
     kafka = services.add_parser(
@@ -49,7 +49,7 @@ def _broker(args: argparse.Namespace) -> Any:
 
 
 def _start(args: argparse.Namespace) -> int:
-    from deltamirror.producer.local_kafka import load_distribution, missing_jars
+    from deltamirror.producer.kafka_jars import load_distribution, missing_jars
 
     broker = _broker(args)
     missing = missing_jars()

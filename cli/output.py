@@ -113,11 +113,13 @@ def to_json_value(value: Any, typ: pa.DataType) -> Any:
 
 
 def _is_binary(typ: pa.DataType) -> bool:
-    return pa.types.is_binary(typ) or pa.types.is_large_binary(typ) or pa.types.is_fixed_size_binary(typ)
+    return bool(
+        pa.types.is_binary(typ) or pa.types.is_large_binary(typ) or pa.types.is_fixed_size_binary(typ)
+    )
 
 
 def _is_nested(typ: pa.DataType) -> bool:
-    return pa.types.is_nested(typ)
+    return bool(pa.types.is_nested(typ))
 
 
 _PLAIN = (pa.types.is_integer, pa.types.is_string, pa.types.is_boolean, pa.types.is_large_string)

@@ -5,16 +5,92 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .common import OUTPUT_HELP, add_table_argument, parse_storage_options
 from .progress import add_progress_argument
 
+#: ``SnapshotMode`` of deltamirror.producer.settings, spelled out so that --help imports no pydantic
 SNAPSHOT_MODES = ("initial", "latest", "from-version", "from-timestamp", "when-needed")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+@dataclass(frozen=True)
+class WatchFlag:
+    """One ``watch`` argument and the setting it gives: a name ``merge_overrides`` takes.
+
+    The parsed value is stored under the setting's name (argparse ``dest``), so the flags become
+    the overrides in one step; ``convert`` turns the parsed value into the setting's form.
+    """
+
+    setting: str
+    names: tuple[str, ...]
+    help: str
+    metavar: str | None = None
+    type: Callable[[str], Any] | None = None
+    choices: tuple[str, ...] | None = None
+    repeatable: bool = False
+    convert: Callable[[Any], Any] | None = None
+
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        if not self.names:  # positional
+            parser.add_argument(self.setting, nargs="*", metavar=self.metavar, help=self.help)
+            return
+        options: dict[str, Any] = {"dest": self.setting, "help": self.help}
+        if self.repeatable:
+            options["action"] = "append"
+        for key in ("metavar", "type", "choices"):
+            if getattr(self, key) is not None:
+                options[key] = getattr(self, key)
+        parser.add_argument(*self.names, **options)
+
+    def value(self, args: argparse.Namespace) -> Any:
+        parsed = getattr(args, self.setting)
+        return self.convert(parsed) if self.convert is not None else parsed
+
+
+#: ``--config FILE`` is no setting: it is the file the others go over
+CONFIG = "config"
+
+#: every argument of ``watch`` but --no-progress, in --help order
+WATCH_FLAGS: tuple[WatchFlag, ...] = (
+    WatchFlag("tables", (), "table locations (paths or fsspec URLs)", "TABLE"),
+    WatchFlag("bootstrap_servers", ("--bootstrap-servers",), "Kafka brokers, host:port[,host:port]", "HOSTS"),
+    WatchFlag(CONFIG, ("--config",), "YAML or TOML configuration (tables, credentials, Kafka)", "FILE"),
+    WatchFlag(
+        "snapshot_mode",
+        ("--snapshot-mode",),
+        "where to start a table without progress",
+        choices=SNAPSHOT_MODES,
+    ),
+    WatchFlag("from_version", ("--from-version",), "with from-version: the first version", "N", int),
+    WatchFlag("from_timestamp", ("--from-timestamp",), "with from-timestamp: ISO-8601 or epoch ms", "TS"),
+    WatchFlag("poll_interval_s", ("--poll-interval",), "seconds between log polls (default 1)", "S", float),
+    WatchFlag("progress_topic", ("--progress-topic",), "compacted progress topic", "TOPIC"),
+    WatchFlag(
+        "transactional_id_prefix",
+        ("--transactional-id-prefix",),
+        "prefix of the transactional.id",
+        "PREFIX",
+    ),
+    WatchFlag(
+        "heartbeat_interval_s", ("--heartbeat-interval",), "heartbeat an idle table every S s", "S", float
+    ),
+    WatchFlag("metrics_port", ("--metrics-port",), "serve /metrics and /healthz", "PORT", int),
+    WatchFlag("metrics_host", ("--metrics-host",), "address of the metrics server (127.0.0.1)", "HOST"),
+    WatchFlag(
+        "storage_options",
+        ("-S", "--storage-option"),
+        "fsspec storage option for every table (credentials, endpoint); repeatable",
+        "KEY=VALUE",
+        repeatable=True,
+        convert=parse_storage_options,
+    ),
+)
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "watch",
         help="mirror tables into Kafka (exactly once, in order)",
@@ -24,25 +100,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "another watcher takes over a table (fenced) or the broker fails for good. Logs are JSON "
         "lines on stderr; on a terminal, an initial snapshot also shows the actions published.",
     )
-    p.add_argument("tables", nargs="*", metavar="TABLE", help="table locations (paths or fsspec URLs)")
-    p.add_argument("--bootstrap-servers", metavar="HOSTS", help="Kafka brokers, host:port[,host:port]")
-    p.add_argument("--config", metavar="FILE", help="YAML or TOML configuration (tables, credentials, Kafka)")
-    p.add_argument("--snapshot-mode", choices=SNAPSHOT_MODES, help="where to start a table without progress")
-    p.add_argument("--from-version", type=int, metavar="N", help="with from-version: the first version")
-    p.add_argument("--from-timestamp", metavar="TS", help="with from-timestamp: ISO-8601 or epoch ms")
-    p.add_argument("--poll-interval", type=float, metavar="S", help="seconds between log polls (default 1)")
-    p.add_argument("--progress-topic", metavar="TOPIC", help="compacted progress topic")
-    p.add_argument("--transactional-id-prefix", metavar="PREFIX", help="prefix of the transactional.id")
-    p.add_argument("--heartbeat-interval", type=float, metavar="S", help="heartbeat an idle table every S s")
-    p.add_argument("--metrics-port", type=int, metavar="PORT", help="serve /metrics and /healthz")
-    p.add_argument("--metrics-host", metavar="HOST", help="address of the metrics server (127.0.0.1)")
-    p.add_argument(
-        "-S",
-        "--storage-option",
-        action="append",
-        metavar="KEY=VALUE",
-        help="fsspec storage option for every table (credentials, endpoint); repeatable",
-    )
+    for flag in WATCH_FLAGS:
+        flag.add_to(p)
     add_progress_argument(p)
     p.set_defaults(handler=cmd_watch)
 
@@ -82,14 +141,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from deltamirror.core.events import json_schema_text
+    from deltamirror.mirror.events import json_schema_text
 
     sys.stdout.write(json_schema_text())
     return 0
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-    from deltamirror.producer.service import iter_event_values
+    from deltamirror.producer.offline_events import iter_event_values
 
     from .output import open_output
 
@@ -108,36 +167,22 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 def cmd_watch(args: argparse.Namespace) -> int:
     from deltamirror.core.errors import ConfigError
-    from deltamirror.producer import config as cfgmod
+    from deltamirror.producer.config_file import load_config
     from deltamirror.producer.service import run_watch
+    from deltamirror.producer.settings import merge_overrides
     from deltamirror.producer.snapshot_events import ProgressBar
 
     ProgressBar.shown = not args.no_progress
 
     # The same flags, by the same rules, over a configuration file or over nothing: an unset flag
-    # (None, no table) leaves the file's setting, or the default; --from-version/--from-timestamp
-    # without --snapshot-mode imply their mode.
-    options = parse_storage_options(args.storage_option)
-    flags: dict[str, Any] = {
-        "bootstrap_servers": args.bootstrap_servers,
-        "tables": args.tables,
-        "snapshot_mode": args.snapshot_mode,
-        "from_version": args.from_version,
-        "from_timestamp": args.from_timestamp,
-        "storage_options": options or None,
-        "poll_interval_s": args.poll_interval,
-        "progress_topic": args.progress_topic,
-        "transactional_id_prefix": args.transactional_id_prefix,
-        "heartbeat_interval_s": args.heartbeat_interval,
-        "metrics_host": args.metrics_host,
-        "metrics_port": args.metrics_port,
-    }
+    # (None, no table) leaves the file's setting, or the default (see merge_overrides).
+    overrides = {flag.setting: flag.value(args) for flag in WATCH_FLAGS if flag.setting != CONFIG}
     if args.config:
-        cfg = cfgmod.merge_cli_overrides(cfgmod.load_config(args.config), **flags)
+        cfg = merge_overrides(load_config(args.config), overrides)
     elif not args.bootstrap_servers:
         raise ConfigError("--bootstrap-servers is required without --config")
     else:
-        cfg = cfgmod.config_from_args(**flags)
+        cfg = merge_overrides(None, overrides)
     return run_watch(cfg)
 
 
@@ -183,7 +228,7 @@ def _demo(bootstrap: str, directory: str | None) -> int:
 
     import pyarrow as pa
 
-    from deltamirror.producer.service import configure_logging
+    from deltamirror.producer.log_format import configure_logging
 
     configure_logging(logging.WARNING)
     root = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="deltamirror-demo-"))
@@ -237,14 +282,14 @@ def demo_epilogue(path: str) -> str:
 def _run_demo(bootstrap: str, path: Path, orders: Callable[[list[Any]], Any]) -> int:
     import json
     import time
-    import uuid
     from datetime import date
 
-    from confluent_kafka import Consumer, TopicPartition
     from deltalake import DeltaTable, write_deltalake
 
-    from deltamirror.producer.config import WatchConfig
-    from deltamirror.producer.service import WatchService, table_topics
+    from deltamirror.mirror.kafka_consumer import MirrorConsumer
+    from deltamirror.producer.pipeline import table_topics
+    from deltamirror.producer.service import WatchService
+    from deltamirror.producer.settings import WatchConfig
 
     write_deltalake(
         str(path),
@@ -266,19 +311,11 @@ def _run_demo(bootstrap: str, path: Path, orders: Callable[[list[Any]], Any]) ->
     service = WatchService(cfg)
     _say(f"mirroring it into {topics.actions} and {topics.commits} (snapshot first, then every commit)")
     service.start()
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"deltamirror-demo-{uuid.uuid4().hex[:8]}",
-            "isolation.level": "read_committed",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
+    consumer = MirrorConsumer(cfg.kafka.librdkafka_config(), purpose="demo")
     try:
         if not service.pipelines[0].ready.wait(60):
             raise RuntimeError("the watcher did not start within 60 s")
-        consumer.assign([TopicPartition(topics.actions, 0, -2)])
+        consumer.assign([(topics.actions, 0, None)])
         print("a read_committed subscriber of", topics.actions, "receives:")
         _say("version 1: append two orders")
         write_deltalake(
@@ -297,13 +334,15 @@ def _run_demo(bootstrap: str, path: Path, orders: Callable[[list[Any]], Any]) ->
         DeltaTable(str(path)).delete("order_id = 2")
         deadline = time.monotonic() + 60
         done = False
-        while not done and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error() is not None:
-                continue
-            event = json.loads(msg.value() or b"{}")
-            print(_describe_event(event), flush=True)
-            done = event["version"] == 3 and event["index"] + 1 == event["count"]
+        for batch in consumer.batches(until_end=False, poll_s=0.5):
+            for record in batch:
+                event = json.loads(record.value or b"{}")
+                print(_describe_event(event), flush=True)
+                done = event["version"] == 3 and event["index"] + 1 == event["count"]
+                if done:
+                    break
+            if done or time.monotonic() >= deadline:
+                break
         if not done:
             raise RuntimeError("the demo did not receive every event within 60 s")
     finally:

@@ -17,7 +17,7 @@ from .common import (
 from .progress import ProgressLine, add_progress_argument, wanted
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "snapshot",
         help="the active files of a table at a version",

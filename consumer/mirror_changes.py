@@ -24,85 +24,46 @@ Neither imports pyspark: both are plain library code, usable without Spark.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
-from confluent_kafka import KafkaError as RdKafkaError
-from pydantic import ValidationError
-
 from deltamirror.core.changes import VersionActions
-from deltamirror.core.errors import EventStreamError, KafkaError
-from deltamirror.core.events import HEADER_KIND, ActionEvent, CommitSummary, FragmentAssembler, TableReplaced
 from deltamirror.core.storage import normalize_table_uri
+from deltamirror.mirror.errors import EventStreamError, KafkaError, TopicNotFoundError
+from deltamirror.mirror.events import CommitSummary, TableReplaced, decode_action_event, decode_commits_record
+from deltamirror.mirror.headers import HEADER_KIND
+from deltamirror.mirror.kafka_consumer import MirrorConsumer
+from deltamirror.mirror.topics import murmur2_partition
 
 log = logging.getLogger(__name__)
 
-#: how long one poll waits; a read gives up when the broker sends nothing for ``idle_timeout_s``
-_POLL_S = 1.0
+#: the commits-topic kinds the index reads; heartbeats, and kinds a newer watcher may add, are not
+_INDEX_KINDS = frozenset({"commit", "tableReplaced"})
 
 
 @dataclass(frozen=True)
 class MirrorSettings:
-    """Where a table's mirror is: picklable, so that Spark can ship it to executors."""
+    """Where a table's mirror is: plain strings only, so that Spark can pickle it to executors."""
 
     bootstrap_servers: str
     actions_topic: str
     commits_topic: str
     table_uri: str
-    #: extra librdkafka settings (security.protocol, sasl.*, ssl.*): passed to every consumer
-    kafka_config: Mapping[str, str] = field(default_factory=dict)
+    #: extra librdkafka settings (security.protocol, sasl.*, ssl.*): passed to every consumer. Kept
+    #: out of repr(): it may hold a password, and Spark logs what it plans
+    kafka_config: Mapping[str, str] = field(default_factory=dict, repr=False)
     #: a read fails when the broker sends nothing for this long (it should never wait on a committed range)
     idle_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "table_uri", normalize_table_uri(self.table_uri))
 
-    def consumer(self) -> Consumer:
-        return Consumer(
-            {
-                **self.kafka_config,
-                "bootstrap.servers": self.bootstrap_servers,
-                "group.id": f"deltamirror-changes-{uuid.uuid4().hex[:12]}",  # assign() only, never committed
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "enable.partition.eof": True,
-                "auto.offset.reset": "earliest",
-            }
+    def consumer(self) -> MirrorConsumer:
+        """A consumer of its own (assign() only, nothing committed): a fresh one per read."""
+        return MirrorConsumer(
+            {**self.kafka_config, "bootstrap.servers": self.bootstrap_servers}, purpose="changes"
         )
-
-
-def murmur2(key: bytes) -> int:
-    """Kafka's murmur2 hash of ``key`` (``org.apache.kafka.common.utils.Utils.murmur2``), as a signed int."""
-    m, mask = 0x5BD1E995, 0xFFFFFFFF
-    length = len(key)
-    h = (0x9747B28C ^ length) & mask
-    for i in range(0, length - length % 4, 4):
-        k = int.from_bytes(key[i : i + 4], "little")
-        k = (k * m) & mask
-        k ^= k >> 24
-        k = (k * m) & mask
-        h = ((h * m) & mask) ^ k
-    tail = length % 4
-    base = length - tail
-    if tail == 3:
-        h ^= key[base + 2] << 16
-    if tail >= 2:
-        h ^= key[base + 1] << 8
-    if tail >= 1:
-        h ^= key[base]
-        h = (h * m) & mask
-    h ^= h >> 13
-    h = (h * m) & mask
-    h ^= h >> 15
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def murmur2_partition(key: bytes, partitions: int) -> int:
-    """The partition Kafka's default partitioner (and librdkafka's ``murmur2_random``) gives ``key``."""
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 @dataclass(frozen=True)
@@ -130,9 +91,9 @@ class MirrorIndex:
         #: versions the mirror does not have although later ones are there: (first missing, next present)
         self._gaps: list[tuple[int, int]] = []
         self._snapshots: set[int] = set()
-        #: where the next refresh starts reading, per commits-topic partition
+        #: where the next refresh starts reading, per commits-topic partition: after the last whole
+        #: record taken (a run of fragments not yet complete is read again from its first fragment)
         self._next: dict[int, int] = {}
-        self._assemblers: dict[int, FragmentAssembler] = {}
 
     def close(self) -> None:
         """Nothing stays open between refreshes; kept so that callers need not know."""
@@ -154,59 +115,26 @@ class MirrorIndex:
         included, which a consumer that already reported the end would not report again.
         """
         topic = self.settings.commits_topic
-        consumer = self.settings.consumer()
-        try:
-            partitions = sorted(_metadata(consumer, topic).partitions)
-            consumer.assign(
-                [TopicPartition(topic, p, self._next.get(p, OFFSET_BEGINNING)) for p in partitions]
-            )
-            pending = set(partitions)
-            quiet = 0.0
-            while pending:
-                msg = consumer.poll(_POLL_S)
-                if msg is None:
-                    pending = {p for p in pending if not _at_end(consumer, topic, p)}
-                    quiet += _POLL_S
-                    if pending and quiet >= self.settings.idle_timeout_s:
-                        raise KafkaError(
-                            f"{topic} partitions {sorted(pending)} did not reach their end in "
-                            f"{self.settings.idle_timeout_s:.0f} s",
-                            table=self.settings.table_uri,
-                        )
-                    continue
-                quiet = 0.0
-                partition = msg.partition() or 0
-                err = msg.error()
-                if err is not None:
-                    if err.code() == RdKafkaError._PARTITION_EOF:
-                        pending.discard(partition)
-                        continue
-                    raise KafkaError(f"reading {topic}: {err.str()}", table=self.settings.table_uri)
-                self._next[partition] = (msg.offset() or 0) + 1
-                headers: Any = msg.headers() or []
-                value = self._assemblers.setdefault(partition, FragmentAssembler()).feed(
-                    msg.value() or b"", headers
-                )
-                if value is not None:
-                    self._take(value, dict(headers).get(HEADER_KIND))
-        finally:
-            consumer.close()
+        with self.settings.consumer() as consumer:
+            partitions = _partitions(consumer, topic, self.settings.table_uri)
+            consumer.assign((topic, p, self._next.get(p)) for p in partitions)
+            for batch in consumer.batches(until_end=True, idle_timeout_s=self.settings.idle_timeout_s):
+                for record in batch:
+                    self._next[record.partition] = record.offset + 1
+                    self._take(record.value, record.header(HEADER_KIND), offset=record.offset)
 
-    def _take(self, value: bytes, kind: bytes | str | None) -> None:
+    def _take(self, value: bytes, kind: bytes | str | None, *, offset: int | None = None) -> None:
         kind = kind.decode() if isinstance(kind, bytes) else kind
-        if kind not in ("commit", "tableReplaced"):
+        record = decode_commits_record(
+            value,
+            kind,
+            wanted=_INDEX_KINDS,
+            table=self.settings.table_uri,
+            topic=self.settings.commits_topic,
+            offset=offset,
+        )
+        if not isinstance(record, CommitSummary | TableReplaced):
             return  # heartbeats, and kinds a newer producer may add
-        try:
-            record: CommitSummary | TableReplaced = (
-                CommitSummary.model_validate_json(value)
-                if kind == "commit"
-                else TableReplaced.model_validate_json(value)
-            )
-        except ValidationError as exc:
-            raise EventStreamError(
-                f"a {kind} record on {self.settings.commits_topic} does not fit the contract: {exc.errors()[0]['msg']}",
-                table=self.settings.table_uri,
-            ) from None
         if record.table_uri != self.settings.table_uri:  # the watcher publishes normalized locations
             return
         if isinstance(record, TableReplaced):
@@ -288,34 +216,19 @@ class MirrorIndex:
             raise EventStreamError(
                 "no version of the table is in the mirror yet", table=self.settings.table_uri
             )
-        consumer = self.settings.consumer()
-        try:
-            md = _metadata(consumer, self.settings.actions_topic)
-        finally:
-            consumer.close()
-        return murmur2_partition(self.table_id.encode(), len(md.partitions))
+        with self.settings.consumer() as consumer:
+            count = len(_partitions(consumer, self.settings.actions_topic, self.settings.table_uri))
+        return murmur2_partition(self.table_id.encode(), count)
 
 
-def _at_end(consumer: Consumer, topic: str, partition: int) -> bool:
-    tp = TopicPartition(topic, partition)
+def _partitions(consumer: MirrorConsumer, topic: str, table: str) -> list[int]:
+    """The partitions of one of the table's topics; a missing topic may be created yet: retryable."""
     try:
-        end = consumer.get_watermark_offsets(tp, timeout=10, cached=False)[1]  # the LSO, read_committed
-        position = consumer.position([tp])[0].offset
-    except KafkaException as exc:
-        raise KafkaError(f"cannot read the end offsets of {topic}: {exc}") from exc
-    return position >= end or (position < 0 and end == 0)
-
-
-def _metadata(consumer: Consumer, topic: str) -> Any:
-    try:
-        md = consumer.list_topics(topic, timeout=30)
-    except KafkaException as exc:
-        raise KafkaError(f"cannot read the metadata of topic {topic}: {exc}") from exc
-    tmd = md.topics.get(topic)
-    if tmd is None or tmd.error is not None or not tmd.partitions:
-        reason = tmd.error.str() if tmd is not None and tmd.error is not None else "no such topic"
-        raise KafkaError(f"topic {topic} cannot be read: {reason}")
-    return tmd
+        partitions = consumer.partitions(topic)
+    except TopicNotFoundError as exc:  # the watcher has not created it (yet): not the reader's input
+        raise KafkaError(exc.message, table=table, **exc.context) from None
+    assert partitions is not None  # only a wait for the topic returns None
+    return partitions
 
 
 def read_mirror_versions(
@@ -328,8 +241,7 @@ def read_mirror_versions(
     start_timestamp_ms: int,
 ) -> Iterator[VersionActions]:
     """The actions of versions ``start..end`` (all wholly in the mirror), one version at a time."""
-    consumer = settings.consumer()
-    try:
+    with settings.consumer() as consumer:
         seek = _seek_offset(consumer, settings.actions_topic, partition, start_timestamp_ms)
         reader = _VersionReader(settings, table_id, start, end)
         yield from reader.read(consumer, partition, seek)
@@ -342,7 +254,7 @@ def read_mirror_versions(
                 partition,
             )
             reader = _VersionReader(settings, table_id, start, end)
-            yield from reader.read(consumer, partition, OFFSET_BEGINNING)
+            yield from reader.read(consumer, partition, None)
         if not reader.done:
             raise EventStreamError(
                 f"the actions of versions {start}-{end} are not all on {settings.actions_topic} partition "
@@ -351,21 +263,13 @@ def read_mirror_versions(
                 table=settings.table_uri,
                 version=reader.version,
             )
-    finally:
-        consumer.close()
 
 
-def _seek_offset(consumer: Consumer, topic: str, partition: int, timestamp_ms: int) -> int:
+def _seek_offset(consumer: MirrorConsumer, topic: str, partition: int, timestamp_ms: int) -> int:
     # timestamps strictly increase per table, so nothing of the start version lies before the first
-    # record at or after start-1 ms; the reader checks it did not land past it
-    try:
-        found = consumer.offsets_for_times(
-            [TopicPartition(topic, partition, max(timestamp_ms - 1, 0))], timeout=30
-        )
-    except KafkaException as exc:
-        raise KafkaError(f"cannot look up offsets by time on {topic}: {exc}") from exc
-    offset = found[0].offset
-    return offset if offset >= 0 else OFFSET_BEGINNING
+    # record at or after start-1 ms; the reader checks it did not land past it. No record that late:
+    # BEGINNING, the partition read from its start
+    return consumer.offset_for_time(topic, partition, max(timestamp_ms - 1, 0))
 
 
 class _VersionReader:
@@ -381,43 +285,29 @@ class _VersionReader:
         self._actions: list[tuple[str, Mapping[str, Any]]] = []
         self._timestamp = 0
 
-    def read(self, consumer: Consumer, partition: int, offset: int) -> Iterator[VersionActions]:
+    def read(self, consumer: MirrorConsumer, partition: int, offset: int | None) -> Iterator[VersionActions]:
+        """Versions from ``offset`` (None: the partition's start) until the end version, an overshoot
+        (the caller then reads from the start), or the partition's end (the caller then sees it is
+        not done)."""
         topic = self.settings.actions_topic
-        consumer.assign([TopicPartition(topic, partition, offset)])
-        assembler = FragmentAssembler()
-        idle = 0.0
-        while not self.done:
-            msg = consumer.poll(_POLL_S)
-            if msg is None:
-                idle += _POLL_S
-                if idle >= self.settings.idle_timeout_s:
+        key = self.table_id.encode()
+        consumer.assign([(topic, partition, offset)])
+        for batch in consumer.batches(until_end=True, idle_timeout_s=self.settings.idle_timeout_s):
+            for record in batch:
+                if record.key != key:
+                    continue  # another table's records share the partition
+                version = self._take(record.value, record.offset)
+                if self.overshot:
                     return
-                continue
-            idle = 0.0
-            err = msg.error()
-            if err is not None:
-                if err.code() == RdKafkaError._PARTITION_EOF:
+                if version is not None:
+                    yield version
+                if self.done:
                     return
-                raise KafkaError(f"reading {topic}: {err.str()}", table=self.settings.table_uri)
-            headers: Any = msg.headers()
-            value = assembler.feed(msg.value() or b"", headers)
-            if value is None or msg.key() != self.table_id.encode():
-                continue
-            version = self._take(value, msg.offset())
-            if self.overshot:
-                return
-            if version is not None:
-                yield version
 
-    def _take(self, value: bytes, offset: int | None) -> VersionActions | None:
-        try:
-            event = ActionEvent.model_validate_json(value)
-        except ValidationError as exc:
-            raise EventStreamError(
-                f"record at offset {offset} of {self.settings.actions_topic} does not fit the contract: "
-                f"{exc.errors()[0]['msg']}",
-                table=self.settings.table_uri,
-            ) from None
+    def _take(self, value: bytes, offset: int) -> VersionActions | None:
+        event = decode_action_event(
+            value, table=self.settings.table_uri, topic=self.settings.actions_topic, offset=offset
+        )
         if event.snapshot or (event.version < self.start and not self._started):
             return None
         if event.version != self.version or event.index != self.next_index:
@@ -448,7 +338,5 @@ __all__ = [
     "MirrorIndex",
     "MirrorSettings",
     "MirroredVersion",
-    "murmur2",
-    "murmur2_partition",
     "read_mirror_versions",
 ]

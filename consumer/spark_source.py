@@ -17,7 +17,8 @@ them into change rows from the table's data files, with the rules of
 Options (``load(path)`` gives the table location):
 
 ``kafka.bootstrap.servers`` (required), ``kafka.<librdkafka setting>``
-    The broker, and any other librdkafka consumer setting (``kafka.security.protocol``, ...).
+    The broker, and any other librdkafka consumer setting (``kafka.security.protocol``, ...),
+    checked as the watcher's ``kafka:`` settings are (:mod:`deltamirror.consumer.spark_options`).
 ``actionsTopic``, ``commitsTopic``
     The table's topics; default: the watcher's default names for the location.
 ``startingVersion``
@@ -35,9 +36,7 @@ as delta-spark's does: restart it to read with the new schema.
 
 from __future__ import annotations
 
-import re
-import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -46,38 +45,38 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from deltamirror.core import features
-from deltamirror.core.change_ranges import ReadSchema, is_cdf_enabled
 from deltamirror.core.changes import (
     CHANGE_TYPE,
     COMMIT_TIMESTAMP,
     COMMIT_VERSION,
     TIMESTAMP_TYPE,
+    ReadSchema,
     VersionActions,
     changes_from_actions,
     check_change_metadata,
+    is_cdf_enabled,
 )
 from deltamirror.core.errors import (
     ChangeDataNotEnabledError,
-    EnvironmentMissingError,
-    EventStreamError,
-    InvalidArgumentError,
     SchemaChangedError,
     StartVersionAfterLatestError,
     VersionNotFoundError,
 )
-from deltamirror.core.kafka_connection import check_bootstrap_servers
 from deltamirror.core.models import Metadata, Protocol
-from deltamirror.core.table import DeltaTable, open_table
-from deltamirror.core.topic_names import default_topics
+from deltamirror.core.table import DeltaTable
+from deltamirror.mirror.errors import EventStreamError
 
-from .mirror_changes import MirrorIndex, MirrorSettings, read_mirror_versions
+from . import spark_workers
+from .mirror_changes import MirrorIndex, read_mirror_versions
+from .spark_options import SourceOptions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType as SparkStructType
 
 FORMAT = "deltamirror"
-DEFAULT_VERSIONS_PER_PARTITION = 64
+#: the name tests/producer/test_secrets.py imports (the options now live in spark_options.py)
+_Options = SourceOptions
 
 
 def register(spark: SparkSession) -> None:
@@ -90,89 +89,16 @@ def register(spark: SparkSession) -> None:
     spark.dataSource.register(DeltaMirrorSource)
 
 
-#: the modules a task imports to read the mirror, in the order that makes the first failure say most
-WORKER_MODULES = ("deltamirror.core", "pyarrow", "confluent_kafka", "deltamirror.consumer.spark_source")
-_JOB_GROUP = "deltamirror-worker-check"
-_workers_ok: set[str] = set()
-
-
 def check_workers(spark: SparkSession) -> None:
     """Fail with one line unless Spark's Python workers can import what the source's tasks import.
 
-    The check runs a one-task job, so it sees the interpreter Spark really starts for tasks (in local
-    mode, ``PYSPARK_PYTHON`` as it was when the SparkContext started, else the ``python3`` on PATH),
-    not the driver's. It runs once per SparkContext: a context keeps its worker interpreter.
+    Runs a one-task job once per SparkContext (see :mod:`deltamirror.consumer.spark_workers`).
     """
-    key = _context_key(spark)
-    if key in _workers_ok:
-        return
-    try:
-        interpreter, module, error = _probe_a_worker(spark)
-    except Exception as exc:  # the worker did not start at all: a wrong path, another Python version
-        reason = _one_line_reason(exc)
-        raise EnvironmentMissingError(
-            f"Spark's Python workers could not run ({reason or type(exc).__name__}); {_advice()}"
-        ) from (None if reason else exc)
-    if error is not None:
-        raise EnvironmentMissingError(
-            f"Spark's Python workers run {interpreter}, which cannot import {module} ({error}); {_advice()}"
-        )
-    _workers_ok.add(key)
+    spark_workers.check_workers(spark, _probe_with_udf)
 
 
-def _advice() -> str:
-    exe = sys.executable
-    return (
-        f"set PYSPARK_PYTHON={exe} in the environment before the SparkSession starts "
-        f"(os.environ, or spark.pyspark.python={exe} with spark-submit)"
-    )
-
-
-def _context_key(spark: SparkSession) -> str:
-    try:
-        sc = spark.sparkContext
-    except Exception:  # Spark Connect: no SparkContext on the client; the server's is per session id
-        return f"session:{getattr(spark, 'session_id', id(spark))}"
-    return f"context:{sc.applicationId}:{sc.startTime}"
-
-
-def _worker_probe() -> Callable[[Any], tuple[str, str | None, str | None]]:
-    """A local function: cloudpickle sends it by value, so a worker runs it without deltamirror."""
-
-    def probe(_: Any, modules: tuple[str, ...] = WORKER_MODULES) -> tuple[str, str | None, str | None]:
-        import importlib
-        import sys
-
-        for name in modules:
-            try:
-                importlib.import_module(name)
-            except Exception as exc:
-                return sys.executable, name, " ".join(f"{type(exc).__name__}: {exc}".split())
-        return sys.executable, None, None
-
-    return probe
-
-
-def _probe_a_worker(spark: SparkSession) -> tuple[str, str | None, str | None]:
-    probe = _worker_probe()
-    try:
-        sc = spark.sparkContext
-    except Exception:  # Spark Connect: only the DataFrame API reaches the workers
-        return _probe_with_udf(spark, probe)
-    properties = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
-    previous = {k: sc.getLocalProperty(k) for k in properties}
-    sc.setJobGroup(_JOB_GROUP, "deltamirror: can Spark's Python workers import deltamirror?")
-    try:
-        result: tuple[str, str | None, str | None] = sc.parallelize([0], 1).map(probe).collect()[0]
-    finally:
-        for k, v in previous.items():
-            sc.setLocalProperty(k, v)  # type: ignore[arg-type]  # None removes the property
-    return result
-
-
-def _probe_with_udf(
-    spark: SparkSession, probe: Callable[[Any], tuple[str, str | None, str | None]]
-) -> tuple[str, str | None, str | None]:
+def _probe_with_udf(spark: SparkSession, probe: spark_workers.Probe) -> spark_workers.ProbeResult:
+    """The probe in a one-row query: with Spark Connect, only the DataFrame API reaches the workers."""
     import json
 
     from pyspark.sql.functions import lit, udf
@@ -184,78 +110,6 @@ def _probe_with_udf(
     return interpreter, module, error
 
 
-def _one_line_reason(exc: BaseException) -> str | None:
-    """The line of a job failure that says why the worker did not start, if it is a known one."""
-    text = str(exc)
-    for pattern in (
-        r'Cannot run program "[^"]*"[^\n]*',  # no such interpreter
-        r"\[PYTHON_[A-Z_]+\][^\n]*",  # e.g. [PYTHON_VERSION_MISMATCH]
-        r"most recent failure: Lost task [^\n]*?\): ([^\n]*)",  # the task's own error, any other
-    ):
-        found = re.search(pattern, text)
-        if found:
-            return found.group(found.lastindex or 0).strip()[:300]
-    return None
-
-
-@dataclass(frozen=True)
-class _Options:
-    settings: MirrorSettings
-    storage_options: Mapping[str, str]
-    starting_version: int | str | None
-    versions_per_partition: int
-
-    @classmethod
-    def parse(cls, options: Mapping[str, str]) -> _Options:
-        uri = options.get("path")
-        if not uri:
-            raise InvalidArgumentError("give the table location: .load(path)")
-        bootstrap = options.get("kafka.bootstrap.servers")
-        if not bootstrap:
-            raise InvalidArgumentError("option kafka.bootstrap.servers is required", table=uri)
-        bootstrap = check_bootstrap_servers(bootstrap, "option kafka.bootstrap.servers")
-        defaults = default_topics(uri)
-        kafka = {
-            k[len("kafka.") :]: v
-            for k, v in options.items()
-            if k.startswith("kafka.") and k != "kafka.bootstrap.servers"
-        }
-        storage = {k[len("storage.") :]: v for k, v in options.items() if k.startswith("storage.")}
-        starting: int | str | None = options.get("startingVersion")
-        if starting is not None and str(starting).strip().lower() == "latest":
-            starting = "latest"
-        elif starting is not None:
-            starting = _non_negative_int("startingVersion", starting, uri)
-        per_partition = _non_negative_int(
-            "versionsPerPartition", options.get("versionsPerPartition", DEFAULT_VERSIONS_PER_PARTITION), uri
-        )
-        if per_partition == 0:
-            raise InvalidArgumentError("option versionsPerPartition must be at least 1", table=uri)
-        settings = MirrorSettings(
-            bootstrap_servers=bootstrap,
-            actions_topic=options.get("actionsTopic") or defaults.actions,
-            commits_topic=options.get("commitsTopic") or defaults.commits,
-            table_uri=uri,
-            kafka_config=kafka,
-        )
-        return cls(settings, storage, starting, per_partition)
-
-    def table(self) -> DeltaTable:
-        return open_table(self.settings.table_uri, dict(self.storage_options))
-
-
-def _non_negative_int(name: str, value: Any, table: str) -> int:
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        raise InvalidArgumentError(
-            f"option {name} must be a version number, got {value!r}", table=table
-        ) from None
-    if number < 0:
-        raise InvalidArgumentError(f"option {name} must be >= 0, got {number}", table=table)
-    return number
-
-
 class DeltaMirrorSource(DataSource):
     """``format("deltamirror")``: the change data feed of a table, from its Kafka mirror (streaming only)."""
 
@@ -265,7 +119,7 @@ class DeltaMirrorSource(DataSource):
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
-        self._parsed = _Options.parse(options)
+        self._parsed = SourceOptions.parse(options)
         # the read schema is the table's latest when the query starts, as delta-spark's
         snapshot = self._parsed.table().snapshot()
         snapshot.check_readable()
@@ -304,7 +158,7 @@ class MirrorChangeStreamReader(DataSourceStreamReader):
     planner process, where Spark keeps this object between micro-batches.
     """
 
-    def __init__(self, options: _Options, read: ReadSchema) -> None:
+    def __init__(self, options: SourceOptions, read: ReadSchema) -> None:
         self._options = options
         self._read_metadata = read.metadata.model_dump_json(by_alias=True, exclude_none=True)
         self._read_version = read.version

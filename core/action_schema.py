@@ -103,9 +103,9 @@ class ColumnTypeError(ValueError):
 def _same_kind(src: pa.DataType, dst: pa.DataType) -> bool:
     for kind in (pa.types.is_integer, pa.types.is_boolean):
         if kind(dst):
-            return kind(src)
+            return bool(kind(src))
     if pa.types.is_string(dst):
-        return pa.types.is_string(src) or pa.types.is_large_string(src)
+        return bool(pa.types.is_string(src) or pa.types.is_large_string(src))
     return False
 
 

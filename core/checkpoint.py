@@ -23,10 +23,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import action_schema
+from .accumulator import ActionAccumulator
 from .actions import PartitionKeys, Where, iter_values, read_actions
 from .errors import CorruptLogError, IncompleteTableStateError
 from .log import Checkpoint
-from .models import CheckpointMetadata, DomainMetadata, Metadata, Protocol, Sidecar, Txn, parse_action
+from .models import CheckpointMetadata, DomainMetadata, Metadata, Protocol, Sidecar, parse_action
 from .storage import TableStorage
 
 SIDECAR_DIR = "_sidecars"
@@ -42,12 +43,18 @@ class CheckpointState:
     version: int
     adds: pa.Table
     removes: pa.Table
-    metadata: Metadata | None = None
-    protocol: Protocol | None = None
-    txns: dict[str, Txn] = field(default_factory=dict)
-    domains: dict[str, DomainMetadata] = field(default_factory=dict)
+    #: its metaData, protocol, txns and domains
+    actions: ActionAccumulator = field(default_factory=ActionAccumulator)
     checkpoint_metadata: CheckpointMetadata | None = None
     sidecars: list[Sidecar] = field(default_factory=list)
+
+    @property
+    def metadata(self) -> Metadata | None:
+        return self.actions.metadata
+
+    @property
+    def protocol(self) -> Protocol | None:
+        return self.actions.protocol
 
 
 def arrow_to_python(value: Any, typ: pa.DataType) -> Any:
@@ -188,18 +195,14 @@ def _apply_small(
 ) -> None:
     action = parse_action(wrapped, file=file, line=line, table=uri)
     if isinstance(action, Metadata):
-        state.metadata = action.located(Where(uri, file, state.version), line)
-    elif isinstance(action, Protocol):
-        state.protocol = action
-    elif isinstance(action, Txn):
-        state.txns[action.app_id] = action
-    elif isinstance(action, DomainMetadata):
-        if not action.removed:
-            state.domains[action.domain] = action
-    elif isinstance(action, CheckpointMetadata):
+        action.located(Where(uri, file, state.version), line)
+    if isinstance(action, CheckpointMetadata):
         state.checkpoint_metadata = action
     elif isinstance(action, Sidecar):
         state.sidecars.append(action)
+    elif not (isinstance(action, DomainMetadata) and action.removed):
+        # a checkpoint is reconciled: its domain tombstones remove nothing from it
+        state.actions.apply(action)
 
 
 def _read_parquet_part(storage: TableStorage, path: str) -> Iterator[tuple[str, pa.Table]]:

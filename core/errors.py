@@ -213,19 +213,5 @@ class ConfigError(DeltaMirrorError):
     """A configuration file or option that is wrong."""
 
 
-class KafkaError(DeltaMirrorError):
-    """The broker failed or refused; carries librdkafka's reason."""
-
-    exit_code = 1
-
-
-class ProducerFencedError(KafkaError):
-    """Another watcher took over this table's transactional.id; this one must stop for good."""
-
-
 class EnvironmentMissingError(DeltaMirrorError):
     """A required program (java) or optional extra (pyspark) is not installed."""
-
-
-class EventStreamError(DeltaMirrorError):
-    """Records read from the mirror do not fit the contract (e.g. a fragment missing or out of order)."""

@@ -62,7 +62,6 @@ SUPPORTED_READER_FEATURES: frozenset[str] = frozenset(
 CATALOG_FEATURES: frozenset[str] = frozenset({"catalogManaged", "catalogOwned", "catalogOwned-preview"})
 
 MAX_READER_VERSION = 3
-MAX_WRITER_VERSION = 7
 
 
 def reader_features(protocol: Protocol) -> frozenset[str]:
@@ -80,10 +79,6 @@ def writer_features(protocol: Protocol) -> frozenset[str]:
 
 def table_features(protocol: Protocol) -> frozenset[str]:
     return reader_features(protocol) | writer_features(protocol)
-
-
-def has_feature(protocol: Protocol, feature: str) -> bool:
-    return feature in table_features(protocol)
 
 
 def check_readable(protocol: Protocol, *, table: str | None = None, version: int | None = None) -> None:

@@ -103,26 +103,17 @@ class LogListing:
         return cls(commits, checkpoints, compactions, checksums)
 
 
-@dataclass(frozen=True, slots=True)
-class LastCheckpointHint:
-    version: int
-    size: int | None = None
-    parts: int | None = None
-
-
-def read_last_checkpoint(storage: TableStorage) -> LastCheckpointHint | None:
-    """``_last_checkpoint``, or None when it is missing, empty or unreadable (it is only a hint)."""
+def read_last_checkpoint(storage: TableStorage) -> int | None:
+    """The version ``_last_checkpoint`` names, or None when it is missing, empty or unreadable
+    (it is only a hint of where to start listing; its other fields are not needed for that)."""
     try:
         raw = storage.read_bytes(storage.log_file("_last_checkpoint"))
-        data = parse_json(raw, what="_last_checkpoint")
-        version, size, parts = data["version"], data.get("size"), data.get("parts")
+        version = parse_json(raw, what="_last_checkpoint")["version"]
     except (FileNotFoundError, CorruptLogError, StorageError, KeyError, TypeError):
         return None  # a hint only: whatever is wrong with it (or with reading it), the listing decides
     if type(version) is not int or version < 0:
         return None
-    return LastCheckpointHint(
-        version, size if type(size) is int else None, parts if type(parts) is int else None
-    )
+    return version
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +157,7 @@ def build_segment(
         listing = whole_log
     else:
         hint = read_last_checkpoint(storage)
-        start = hint.version if hint is not None and (version is None or hint.version <= version) else 0
+        start = hint if hint is not None and (version is None or hint <= version) else 0
         listing = list_log(storage, start)
         if start > 0 and (not listing.versions or _best_checkpoint(listing, version) is None):
             # stale or wrong hint: fall back to the whole log

@@ -255,8 +255,6 @@ ACTION_MODELS: dict[str, type[DeltaModel]] = {
     )
 }
 
-ACTION_TYPES: tuple[str, ...] = tuple(ACTION_MODELS)
-
 
 def parse_action(
     wrapped: dict[str, Any],

@@ -1,16 +1,14 @@
-"""Rows of a Delta table: data files read with the physical schema, shown with the logical one.
+"""Rows of a Delta table: its data files opened, streamed and filtered, in the logical schema.
 
-A data file names its columns physically (column mapping: by physical name, or by parquet field id),
-may lack columns added later (those read as nulls), may hold timestamps as int96 or in another unit,
-and may even hold partition columns (``materializePartitionColumns``), whose values must still come
-from the log. Deletion vectors drop rows by their index in the file. Files are streamed row group by
-row group so a large file never sits in memory whole.
+Each file is held to the table root before it is opened, streamed row group by row group so a
+large file never sits in memory whole, made logical by :mod:`.file_columns` (column mapping,
+missing columns, partition values) and filtered by its deletion vector, which drops rows by their
+index in the file. A failure names the file and says whether retrying can help.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -24,163 +22,14 @@ from .errors import (
     DeletionVectorError,
     SchemaError,
     StorageError,
-    UnsupportedFeatureError,
 )
-from .partitions import parse_partition_value, partition_value_of
-from .schema import (
-    PARQUET_FIELD_ID,
-    ArrayType,
-    ColumnMappingMode,
-    DeltaType,
-    MapType,
-    PrimitiveType,
-    StructField,
-    StructType,
-    column_mapping_mode,
-    field_id,
-    physical_name,
-    to_arrow_field,
-    to_arrow_type,
-)
+from .file_columns import AppendColumns, schema_reader
+from .schema import ColumnMappingMode, StructType, column_mapping_mode
 from .storage import TableStorage
 
+__all__ = ["BATCH_SIZE", "AppendColumns", "open_parquet", "read_data_file", "read_error", "read_snapshot"]
+
 BATCH_SIZE = 65_536
-
-
-# --- finding a column in a file -------------------------------------------------------------
-
-
-def _file_field_id(field: pa.Field) -> int | None:
-    raw = (field.metadata or {}).get(PARQUET_FIELD_ID)
-    return int(raw) if raw is not None else None
-
-
-def _find_child(candidates: Sequence[pa.Field], field: StructField, mode: ColumnMappingMode) -> int | None:
-    """Position of the file column holding ``field``: by field id in ``id`` mode, else by name.
-
-    Names fall back to a case-insensitive match, as delta-spark resolves parquet columns.
-    """
-    if mode == "id":
-        wanted = field_id(field)
-        if wanted is None:
-            raise SchemaError(f"column {field.name!r} has no column mapping id in 'id' mode")
-        for i, f in enumerate(candidates):
-            if _file_field_id(f) == wanted:
-                return i
-        return None
-    name = physical_name(field, mode)
-    for i, f in enumerate(candidates):
-        if f.name == name:
-            return i
-    folded = [i for i, f in enumerate(candidates) if f.name.lower() == name.lower()]
-    return folded[0] if len(folded) == 1 else None
-
-
-# --- physical array -> logical array --------------------------------------------------------
-
-
-def _conform(array: pa.Array, data_type: DeltaType, mode: ColumnMappingMode, path: str) -> pa.Array:
-    """``array`` as read from parquet, turned into the logical Arrow type of ``data_type``."""
-    target = to_arrow_type(data_type)
-    if mode != "id" and array.type == target:  # same names and types at every level: nothing to do
-        return array
-    if isinstance(data_type, StructType):
-        return _conform_struct(array, data_type, mode, path)
-    if isinstance(data_type, ArrayType):
-        return _conform_list(array, data_type, mode, path)
-    if isinstance(data_type, MapType):
-        return _conform_map(array, data_type, mode, path)
-    if isinstance(data_type, PrimitiveType) and data_type.name == "variant":
-        return _conform_variant(array, target, path)
-    if array.type == target:
-        return array
-    return _cast_leaf(array, data_type, target, path)
-
-
-def _cast_leaf(array: pa.Array, data_type: DeltaType, target: pa.DataType, path: str) -> pa.Array:
-    source = array.type
-    try:
-        if pa.types.is_timestamp(target) and pa.types.is_timestamp(source):
-            # Spark's int96 and isAdjustedToUTC=false are both UTC instants for `timestamp`;
-            # for `timestamp_ntz` a zoned value keeps its UTC wall clock.
-            if target.tz is not None and source.tz is None:
-                array = array.cast(pa.timestamp(source.unit, tz=target.tz))
-            elif target.tz is None and source.tz is not None:
-                array = array.cast(pa.timestamp(source.unit))
-            return pc.cast(array, options=pc.CastOptions(target, allow_time_truncate=True))
-        return array.cast(target)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-        raise SchemaError(
-            f"column {path!r}: data file type {source} cannot be read as {data_type.to_json_value()}: {exc}"
-        ) from exc
-
-
-def _valid_mask(array: pa.Array) -> pa.Array | None:
-    return array.is_null() if array.null_count else None
-
-
-def _conform_struct(array: pa.Array, data_type: StructType, mode: ColumnMappingMode, path: str) -> pa.Array:
-    if not pa.types.is_struct(array.type):
-        raise SchemaError(f"column {path!r} is a struct in the table but {array.type} in the data file")
-    file_fields = [array.type.field(i) for i in range(array.type.num_fields)]
-    children = []
-    for field in data_type.fields:
-        child_path = f"{path}.{field.name}"
-        i = _find_child(file_fields, field, mode)
-        if i is None:
-            children.append(pa.nulls(len(array), to_arrow_type(field.type)))
-        else:
-            children.append(_conform(array.field(i), field.type, mode, child_path))
-    fields = [to_arrow_field(f) for f in data_type.fields]
-    return pa.StructArray.from_arrays(children, fields=fields, mask=_valid_mask(array))
-
-
-def _list_parts(array: pa.Array, path: str) -> tuple[pa.Array, pa.Array]:
-    if pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
-        return array.offsets.cast(pa.int32()), array.values
-    if pa.types.is_fixed_size_list(array.type):
-        size = array.type.list_size
-        offsets = pa.array(
-            range(array.offset * size, (array.offset + len(array)) * size + 1, size), pa.int32()
-        )
-        return offsets, array.values
-    raise SchemaError(f"column {path!r} is an array in the table but {array.type} in the data file")
-
-
-def _conform_list(array: pa.Array, data_type: ArrayType, mode: ColumnMappingMode, path: str) -> pa.Array:
-    offsets, values = _list_parts(array, path)
-    values = _conform(values, data_type.element_type, mode, f"{path}.element")
-    target = to_arrow_type(data_type)
-    return pa.ListArray.from_arrays(offsets, values, type=target, mask=_valid_mask(array))
-
-
-def _conform_map(array: pa.Array, data_type: MapType, mode: ColumnMappingMode, path: str) -> pa.Array:
-    if pa.types.is_map(array.type):
-        offsets, keys, items = array.offsets, array.keys, array.items
-    else:  # a legacy 2-level map written as list<struct<key, value>>
-        offsets, entries = _list_parts(array, path)
-        if not pa.types.is_struct(entries.type) or entries.type.num_fields != 2:
-            raise SchemaError(f"column {path!r} is a map in the table but {array.type} in the data file")
-        keys, items = entries.field(0), entries.field(1)
-    keys = _conform(keys, data_type.key_type, mode, f"{path}.key")
-    items = _conform(items, data_type.value_type, mode, f"{path}.value")
-    target = to_arrow_type(data_type)
-    return pa.MapArray.from_arrays(offsets, keys, items, type=target, mask=_valid_mask(array))
-
-
-def _conform_variant(array: pa.Array, target: pa.DataType, path: str) -> pa.Array:
-    if not pa.types.is_struct(array.type):
-        raise SchemaError(f"column {path!r} is a variant but {array.type} in the data file")
-    names = [array.type.field(i).name for i in range(array.type.num_fields)]
-    if "typed_value" in names:
-        raise UnsupportedFeatureError(
-            f"column {path!r} holds shredded variant data, which deltamirror cannot read",
-            feature="variantShredding",
-        )
-    if "value" not in names or "metadata" not in names:
-        raise SchemaError(f"variant column {path!r} lacks 'value' or 'metadata' in the data file")
-    children = [array.field(names.index(n)).cast(pa.binary()) for n in ("value", "metadata")]
-    return pa.StructArray.from_arrays(children, fields=list(target), mask=_valid_mask(array))
 
 
 # --- reading one file -----------------------------------------------------------------------
@@ -237,185 +86,6 @@ def one_line(exc: BaseException, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _selected_fields(schema: StructType, columns: Sequence[str] | None) -> list[StructField]:
-    if columns is None:
-        return list(schema.fields)
-    return list(schema.select(columns).fields)
-
-
-class _FileColumns:
-    """Which file column feeds each output column, for files whose top-level columns are alike."""
-
-    def __init__(self, read_names: list[str], sources: list[str | None]) -> None:
-        self.read_names = read_names  # the file columns to decode
-        self.sources = sources  # per output column: its file column (None: absent or partition)
-        #: a decoded batch schema whose columns all have their table types already, with the
-        #: position in such a batch of each output column's source (checked once, not per batch)
-        self.plain: tuple[pa.Schema, list[int | None]] | None = None
-
-
-@dataclass(frozen=True)
-class AppendColumns:
-    """Columns a caller adds after the table's to every batch read (a change feed's
-    ``_change_type``, ``_commit_version``...): built in the same batch, not in a second one."""
-
-    #: the schema of the whole batch: the table's columns read, then the appended ones
-    schema: pa.Schema
-    #: the appended columns for a batch of ``n`` rows (before deletion-vector filtering)
-    arrays: Callable[[int], Sequence[pa.Array]]
-
-
-class _SchemaReader:
-    """What reading files of one table schema needs, worked out once instead of once per file.
-
-    A change feed or a snapshot opens thousands of small files, where per-file Python work costs
-    as much as decoding: Arrow types, the output schema and the partition columns depend only on
-    the schema, and the file-to-table column match only on the file's column names (and ids).
-    """
-
-    def __init__(
-        self,
-        schema: StructType,
-        partition_columns: Sequence[str],
-        mode: ColumnMappingMode,
-        columns: Sequence[str] | None,
-    ) -> None:
-        self.mode = mode
-        self.fields = _selected_fields(schema, columns)
-        self.targets = [to_arrow_type(f.type) for f in self.fields]
-        self.out_schema = pa.schema([to_arrow_field(f) for f in self.fields])
-        part_names = {schema.field(name).name for name in partition_columns}
-        self.partition = [f.name in part_names for f in self.fields]
-        self._layouts: dict[tuple[Any, ...], _FileColumns] = {}
-
-    def constants(
-        self, partition_values: Mapping[str, str | None], table: str, path_in_log: str
-    ) -> dict[int, pa.Scalar]:
-        """Output position -> the file's partition value there."""
-        return {
-            i: parse_partition_value(
-                partition_value_of(partition_values, f, self.mode),
-                f.type,
-                column=f.name,
-                table=table,
-                file=path_in_log,
-            )
-            for i, f in enumerate(self.fields)
-            if self.partition[i]
-        }
-
-    def file_columns(self, file_schema: pa.Schema, table: str, path_in_log: str) -> _FileColumns:
-        if self.mode == "id":
-            key: tuple[Any, ...] = tuple((f.name, _file_field_id(f)) for f in file_schema)
-        else:
-            key = tuple(file_schema.names)
-        found = self._layouts.get(key)
-        if found is None:
-            found = self._match(list(file_schema), table, path_in_log)
-            if len(self._layouts) >= _LAYOUTS_KEPT:
-                self._layouts.clear()
-            self._layouts[key] = found
-        return found
-
-    def _match(self, file_fields: list[pa.Field], table: str, path_in_log: str) -> _FileColumns:
-        if self.mode == "id" and file_fields and all(_file_field_id(f) is None for f in file_fields):
-            raise SchemaError(
-                "the table uses column mapping mode 'id' but the data file has no parquet field ids",
-                table=table,
-                file=path_in_log,
-            )
-        sources: list[str | None] = []
-        for f, is_partition in zip(self.fields, self.partition, strict=True):
-            i = None if is_partition else _find_child(file_fields, f, self.mode)
-            sources.append(None if i is None else file_fields[i].name)
-        return _FileColumns(sorted({s for s in sources if s is not None}), sources)
-
-    def assemble(
-        self,
-        layout: _FileColumns,
-        constants: Mapping[int, pa.Scalar],
-        raw: pa.RecordBatch | None,
-        num_rows: int,
-        append: AppendColumns | None = None,
-    ) -> pa.RecordBatch:
-        arrays = self._arrays(layout, constants, raw, num_rows)
-        if append is None:
-            return pa.RecordBatch.from_arrays(arrays, schema=self.out_schema)
-        return pa.RecordBatch.from_arrays([*arrays, *append.arrays(num_rows)], schema=append.schema)
-
-    def _arrays(
-        self,
-        layout: _FileColumns,
-        constants: Mapping[int, pa.Scalar],
-        raw: pa.RecordBatch | None,
-        num_rows: int,
-    ) -> list[pa.Array]:
-        if raw is not None and layout.plain is not None:
-            schema, positions = layout.plain
-            if raw.schema == schema:  # every source column already has its table type
-                columns = raw.columns
-                return [
-                    columns[j]
-                    if j is not None
-                    else pa.repeat(constants[i], num_rows)
-                    if self.partition[i]
-                    else pa.nulls(num_rows, self.targets[i])
-                    for i, j in enumerate(positions)
-                ]
-        arrays = []
-        names = [] if raw is None else raw.schema.names
-        by_name = {} if raw is None else dict(zip(names, raw.columns, strict=True))
-        conformed = False
-        for i, source in enumerate(layout.sources):
-            if self.partition[i]:
-                arrays.append(pa.repeat(constants[i], num_rows))
-            elif source is None or raw is None:
-                arrays.append(pa.nulls(num_rows, self.targets[i]))
-            else:
-                column = by_name[source]
-                if self.mode == "id" or column.type != self.targets[i]:
-                    f = self.fields[i]
-                    column = _conform(column, f.type, self.mode, f.name)
-                    conformed = True
-                arrays.append(column)
-        if raw is not None and not conformed:
-            positions = [
-                None if s is None or self.partition[i] else names.index(s)
-                for i, s in enumerate(layout.sources)
-            ]
-            layout.plain = (raw.schema, positions)
-        return arrays
-
-
-#: distinct file column layouts remembered per schema reader (files of one writer share one)
-_LAYOUTS_KEPT = 64
-#: schema readers remembered, by the identity of the (frozen) schema they were built for
-_READERS_KEPT = 16
-_readers: dict[tuple[Any, ...], tuple[StructType, _SchemaReader]] = {}
-
-
-def _schema_reader(
-    schema: StructType,
-    partition_columns: Sequence[str],
-    mode: ColumnMappingMode,
-    columns: Sequence[str] | None,
-) -> _SchemaReader:
-    """The reader for this schema, shared by the reads of one snapshot or change feed.
-
-    Keyed by the schema object's identity (hashing a wide schema per file would cost what the
-    cache saves); the entry holds the schema, so its id cannot be reused while it is cached.
-    """
-    key = (id(schema), tuple(partition_columns), mode, None if columns is None else tuple(columns))
-    entry = _readers.get(key)
-    if entry is not None and entry[0] is schema:
-        return entry[1]
-    reader = _SchemaReader(schema, partition_columns, mode, columns)
-    if len(_readers) >= _READERS_KEPT:
-        _readers.clear()
-    _readers[key] = (schema, reader)
-    return reader
-
-
 def read_data_file(
     storage: TableStorage,
     path_in_log: str,
@@ -443,7 +113,7 @@ def read_data_file(
     threads, where pyarrow's own thread pool would cost more than it gives.
     """
     table = table if table is not None else storage.uri
-    reader = _schema_reader(schema, partition_columns, column_mapping, columns)
+    reader = schema_reader(schema, partition_columns, column_mapping, columns)
     constants = reader.constants(partition_values, table, path_in_log)
     pf = open_parquet(storage, path_in_log, table=table, kind=kind)
     try:

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import action_schema, features
+from .accumulator import APPLIED_ACTIONS, ORDER, ActionAccumulator
 from .actions import (
     FILE_ACTIONS,
     KNOWN_ACTIONS,
@@ -28,11 +29,20 @@ from .checkpoint import CheckpointState, read_checkpoint, read_checkpoint_config
 from .deletion_vectors import dv_unique_ids
 from .errors import CorruptLogError, IncompleteTableStateError, UnsupportedFeatureError
 from .log import LogSegment, check_commit, commit_name, commit_runs, stream_commit, timestamp_problem
-from .models import CommitInfo, DomainMetadata, Metadata, Protocol, Txn, model_of
+from .models import CommitInfo, DomainMetadata, Metadata, Protocol, Txn
 from .storage import TableStorage
 
-ORDER = "__order"
-_STATE_ACTIONS = frozenset({"metaData", "protocol", "txn", "domainMetadata", "commitInfo"})
+__all__ = [
+    "ORDER",
+    "ActionAccumulator",
+    "TableState",
+    "canonical_paths",
+    "file_keys",
+    "reconcile",
+    "replay",
+    "replay_config",
+]
+
 log = logging.getLogger(__name__)
 
 
@@ -91,44 +101,18 @@ class TableState:
     unknown_actions: dict[str, int] = field(default_factory=dict)
 
 
-@dataclass
-class _Pending:
-    """Non-file actions of the commits after the checkpoint, newest last; file actions as the
-    boundary validated them, with their place in the log (``order``)."""
-
-    metadata: Metadata | None = None
-    protocol: Protocol | None = None
-    txns: dict[str, Txn] = field(default_factory=dict)
-    domains: dict[str, DomainMetadata | None] = field(default_factory=dict)
-    commit_infos: dict[int, CommitInfo] = field(default_factory=dict)
-    adds: list[dict[str, Any]] = field(default_factory=list)
-    add_order: list[int] = field(default_factory=list)
-    removes: list[dict[str, Any]] = field(default_factory=list)
-    remove_order: list[int] = field(default_factory=list)
-    unknown: dict[str, int] = field(default_factory=dict)
-    #: commits In-Commit Timestamps require a timestamp of and that lack one (raised once the
-    #: protocol is known readable: a table refused by feature name is refused by that name)
-    timestamp_problems: list[CorruptLogError] = field(default_factory=list)
-
-    def apply(self, version: int, name: str, value: Any) -> None:
-        action = model_of(name, value)
-        if isinstance(action, Metadata):
-            self.metadata = action
-        elif isinstance(action, Protocol):
-            self.protocol = action
-        elif isinstance(action, Txn):
-            self.txns[action.app_id] = action
-        elif isinstance(action, DomainMetadata):
-            self.domains[action.domain] = None if action.removed else action
-        elif isinstance(action, CommitInfo) and version not in self.commit_infos:
-            self.commit_infos[version] = action
-
-
-def _collect(storage: TableStorage, versions: Iterable[int], metadata: Metadata | None) -> _Pending:
+def _collect(
+    storage: TableStorage, versions: Iterable[int], metadata: Metadata | None
+) -> tuple[ActionAccumulator, list[CorruptLogError]]:
     """The commits' actions, validated, each commit checked as a whole (:func:`check_commit`)
     against the metaData in force there (``metadata``, the checkpoint's, until a commit replaces
-    it; a commit before any metaData is checked once the first one is known)."""
-    pending = _Pending()
+    it; a commit before any metaData is checked once the first one is known).
+
+    With the actions: the commits In-Commit Timestamps require a timestamp of and that lack one
+    (raised once the protocol is known readable: a table refused by feature name is refused by
+    that name)."""
+    pending = ActionAccumulator(table=storage.uri)
+    timestamp_problems: list[CorruptLogError] = []
     order = 0
     unchecked: list[tuple[Where, int, PartitionKeySets, dict[str, Any] | None, int | None]] = []
     for version in versions:
@@ -141,17 +125,13 @@ def _collect(storage: TableStorage, versions: Iterable[int], metadata: Metadata 
             name, n = run.name, len(run)
             if name in FILE_ACTIONS:
                 keys.add(run)
-            if name == "add":
-                pending.adds += run.values
-                pending.add_order += range(order + 1, order + n + 1)
-            elif name == "remove":
-                pending.removes += run.values
-                pending.remove_order += range(order + 1, order + n + 1)
-            elif name in _STATE_ACTIONS:
+            if name == "add" or name == "remove":
+                pending.take_files(name, run.values, first_order=order + 1)
+            elif name in APPLIED_ACTIONS:
                 if name == "commitInfo" and info is None:
                     info, info_line = run.values[0], run.line
                 for value in run.values:
-                    pending.apply(version, name, value)
+                    pending.take(version, name, value)
                 if name == "metaData" and pending.metadata is not None:  # the last of the run wins
                     pending.metadata.located(Where(storage.uri, file, version), run.line + n - 1)
             elif name not in KNOWN_ACTIONS:
@@ -159,7 +139,8 @@ def _collect(storage: TableStorage, versions: Iterable[int], metadata: Metadata 
                     log.warning(
                         "unknown action type %r in %s line %d: kept, not applied", name, file, run.line
                     )
-                pending.unknown[name] = pending.unknown.get(name, 0) + n
+                for value in run.values:
+                    pending.take(version, name, value)  # counted
             order += n
         unchecked.append((Where(storage.uri, file, version), order - first, keys, info, info_line))
         in_force = pending.metadata or metadata
@@ -176,21 +157,12 @@ def _collect(storage: TableStorage, versions: Iterable[int], metadata: Metadata 
                 )
                 problem = timestamp_problem(where, in_force, commit_info, line)
                 if problem is not None:
-                    pending.timestamp_problems.append(problem)
+                    timestamp_problems.append(problem)
             unchecked.clear()
     for where, actions, _, _, _ in unchecked:  # no metaData at all: the segment is refused for that
         if actions == 0:
             raise where.refuse(f"commit {where.version} has no actions (an empty commit file)")
-    return pending
-
-
-def _with_order(rows: list[dict[str, Any]], order: list[int], schema: pa.Schema, where: str) -> pa.Table:
-    """Validated file actions as Arrow rows (fields the schema lacks are left out), with their order."""
-    try:
-        table = pa.Table.from_pylist(rows, schema=schema)
-    except (pa.ArrowException, TypeError, ValueError) as exc:  # the boundary should make this unreachable
-        raise CorruptLogError(f"file actions do not fit the Arrow schema: {exc}", table=where) from exc
-    return table.append_column(pa.field(ORDER, pa.int64()), pa.array(order, pa.int64()))
+    return pending, timestamp_problems
 
 
 def reconcile(
@@ -245,7 +217,7 @@ def replay(
         cp_progress = None if progress is None else (lambda done, total: progress(done, total + len(commits)))
         cp = read_checkpoint(storage, segment.checkpoint, cp_progress)
         read = len(segment.checkpoint.files) + len(cp.sidecars)
-    pending = _collect(
+    pending, timestamp_problems = _collect(
         storage,
         commits if progress is None else _counted(commits, read, progress),
         cp.metadata if cp else None,
@@ -256,26 +228,21 @@ def replay(
         pending.metadata or (cp.metadata if cp else None),
         pending.protocol or (cp.protocol if cp else None),
     )
-    if pending.timestamp_problems:
+    if timestamp_problems:
         try:
             features.check_readable(protocol, table=storage.uri, version=segment.version)
         except UnsupportedFeatureError:
             pass  # the caller refuses the table by that feature's name (or reads the log anyway)
         else:
-            raise pending.timestamp_problems[0]
-    txns = dict(cp.txns) if cp else {}
-    txns.update(pending.txns)
-    domains = dict(cp.domains) if cp else {}
-    for name, dm in pending.domains.items():
-        if dm is None:
-            domains.pop(name, None)
-        else:
-            domains[name] = dm
+            raise timestamp_problems[0]
+    txns = pending.txns_over(cp.actions.txns if cp else {})
+    domains = pending.domains_over(cp.actions.domains if cp else {})
+    adds, removes = pending.file_actions()
     files, tombstones = reconcile(
         cp.adds if cp else action_schema.ADD.empty_table(),
         cp.removes if cp else action_schema.REMOVE.empty_table(),
-        _with_order(pending.adds, pending.add_order, action_schema.ADD, storage.uri),
-        _with_order(pending.removes, pending.remove_order, action_schema.REMOVE, storage.uri),
+        adds,
+        removes,
     )
     return TableState(
         segment.version,
@@ -313,15 +280,14 @@ def replay_config(storage: TableStorage, segment: LogSegment) -> tuple[Metadata,
     metadata: Metadata | None = None
     protocol: Protocol | None = None
     for version in reversed(segment.commit_versions):
-        in_commit: dict[type, Any] = {}  # the last of each in the commit wins, as in a replay
+        in_commit = ActionAccumulator(table=storage.uri)  # the last of each in the commit wins
         for line, name, value in iter_values(stream_commit(storage, version, only=_CONFIG_KEYS)):
             if name in ("metaData", "protocol"):
-                action = model_of(name, value)
+                action = in_commit.take(version, name, value)
                 if isinstance(action, Metadata):
                     action.located(Where(storage.uri, storage.log_file(commit_name(version)), version), line)
-                in_commit[type(action)] = action
-        metadata = metadata or in_commit.get(Metadata)
-        protocol = protocol or in_commit.get(Protocol)
+        metadata = metadata or in_commit.metadata
+        protocol = protocol or in_commit.protocol
         if metadata is not None and protocol is not None:
             return metadata, protocol
     if segment.checkpoint is not None:

@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from . import features
+from .changes import DEFAULT_BATCH_SIZE, ChangeFeed, PartitionFilter, TimestampLike, read_changes
 from .errors import (
     CorruptLogError,
     InvalidArgumentError,
@@ -400,17 +401,30 @@ class DeltaTable:
             )
         return counts, info, metadata
 
-    def require_version(self, version: int) -> None:
-        if version not in self.listing(version).commits:
-            raise VersionNotFoundError(
-                f"version {version} is not in the log", table=self.uri, version=version
-            )
-
-    def changes(self, **options: Any) -> Any:
-        """The change data feed; see :func:`deltamirror.core.changes.read_changes` for the options."""
-        from .changes import read_changes
-
-        return read_changes(self, **options)
+    def changes(
+        self,
+        *,
+        starting_version: int | None = None,
+        starting_timestamp: TimestampLike | None = None,
+        ending_version: int | None = None,
+        ending_timestamp: TimestampLike | None = None,
+        columns: Sequence[str] | None = None,
+        partition_filter: PartitionFilter | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> ChangeFeed:
+        """The change data feed between two bounds: :func:`deltamirror.core.changes.read_changes`."""
+        return read_changes(
+            self,
+            starting_version=starting_version,
+            starting_timestamp=starting_timestamp,
+            ending_version=ending_version,
+            ending_timestamp=ending_timestamp,
+            columns=columns,
+            partition_filter=partition_filter,
+            batch_size=batch_size,
+            progress=progress,
+        )
 
 
 def _file_times(listing: LogListing) -> dict[int, int]:

@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
@@ -57,6 +57,65 @@ PREFIX = "deltamirror_"
 
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+
+class Metrics(Protocol):
+    """What the tables and the service report as they go (``WatcherMetrics``, ``NullMetrics``, a
+    bench's recorder): called on the hot path, from every table's thread."""
+
+    def published_version(self, table: str, version: int, commit_ts_ms: int) -> None: ...
+
+    def versions_behind(self, table: str, n: int) -> None: ...
+
+    def event_published(self, table: str, n: int = 1) -> None: ...
+
+    def transaction_committed(self, table: str) -> None: ...
+
+    def transaction_aborted(self, table: str) -> None: ...
+
+    def table_error(self, table: str, reason: str) -> None: ...
+
+    def table_ok(self, table: str) -> None: ...
+
+    def set_healthy(self, ok: bool, reason: str = "") -> None: ...
+
+
+@runtime_checkable
+class ServedMetrics(Metrics, Protocol):
+    """Metrics that :func:`serve` can expose: a Prometheus registry and the body of ``/healthz``."""
+
+    @property
+    def registry(self) -> CollectorRegistry: ...
+
+    def health(self) -> tuple[bool, dict[str, Any]]: ...
+
+
+class NullMetrics:
+    """Measures nothing: for an embedding that has its own monitoring (it cannot be served)."""
+
+    def published_version(self, table: str, version: int, commit_ts_ms: int) -> None:
+        pass
+
+    def versions_behind(self, table: str, n: int) -> None:
+        pass
+
+    def event_published(self, table: str, n: int = 1) -> None:
+        pass
+
+    def transaction_committed(self, table: str) -> None:
+        pass
+
+    def transaction_aborted(self, table: str) -> None:
+        pass
+
+    def table_error(self, table: str, reason: str) -> None:
+        pass
+
+    def table_ok(self, table: str) -> None:
+        pass
+
+    def set_healthy(self, ok: bool, reason: str = "") -> None:
+        pass
 
 
 @dataclass
@@ -210,7 +269,7 @@ class _QuietHandler(WSGIRequestHandler):
         log.debug("metrics server: " + format, *args)
 
 
-def _app(metrics: WatcherMetrics) -> WsgiApp:
+def _app(metrics: ServedMetrics) -> WsgiApp:
     metrics_app = make_wsgi_app(metrics.registry)
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
@@ -275,7 +334,7 @@ class ServerHandle:
         self.stop()
 
 
-def serve(metrics: WatcherMetrics, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> ServerHandle:
+def serve(metrics: ServedMetrics, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> ServerHandle:
     """Serve ``GET /metrics`` (Prometheus text, or OpenMetrics when asked) and ``GET /healthz``.
 
     Runs in a daemon thread; ``port=0`` picks a free port (read it from the handle).
@@ -302,4 +361,13 @@ def serve(metrics: WatcherMetrics, host: str = DEFAULT_HOST, port: int = DEFAULT
     return handle
 
 
-__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "ServerHandle", "WatcherMetrics", "serve"]
+__all__ = [
+    "DEFAULT_HOST",
+    "DEFAULT_PORT",
+    "Metrics",
+    "NullMetrics",
+    "ServedMetrics",
+    "ServerHandle",
+    "WatcherMetrics",
+    "serve",
+]

@@ -18,11 +18,12 @@ from typing import IO, Any
 import pyarrow.compute as pc
 
 from deltamirror.core import action_schema
-from deltamirror.core.events import SCHEMA_VERSION, CommitSummary
 from deltamirror.core.partitions import distinct_partitions
 from deltamirror.core.table import Snapshot
 from deltamirror.core.timestamps import CommitTimestamp
+from deltamirror.mirror.events import SCHEMA_VERSION, CommitSummary
 
+#: distinct partitions listed in a summary (a snapshot's or a commit's)
 MAX_PARTITIONS_LISTED = 1000
 
 Body = bytes | dict[str, Any]

@@ -5,7 +5,7 @@ Users never run Maven: this script is run by a maintainer (with ``mvn`` and a JD
 new Kafka release, and its output is committed. Maven resolves the broker's runtime classpath once,
 into a throwaway local repository and with strict checksum checks against Maven Central, so the
 SHA-256 written here are those of the files Central serves. At run time
-:mod:`deltamirror.producer.local_kafka` downloads exactly these files and refuses any other bytes.
+:mod:`deltamirror.producer.kafka_jars` downloads exactly these files and refuses any other bytes.
 
     python scripts/pin_kafka_artifacts.py --kafka-version 4.4.0
 """
@@ -78,7 +78,7 @@ def describe(classpath_dir: Path) -> list[dict[str, Any]]:
         parts = jar.relative_to(classpath_dir).parts
         group, artifact, version = ".".join(parts[:-3]), parts[-3], parts[-2]
         if jar.name != f"{artifact}-{version}.jar":
-            # A classifier or a snapshot would need another URL shape than the one local_kafka builds.
+            # A classifier or a snapshot would need another URL shape than the one kafka_jars builds.
             raise SystemExit(f"unexpected file name {jar} for {group}:{artifact}:{version}")
         data = jar.read_bytes()
         entries.append(

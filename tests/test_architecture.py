@@ -1,9 +1,12 @@
-"""The import rules of the design, checked on the source: core is the protocol and nothing else.
+"""The import rules of the design, checked on the source: each layer crossed once, in one direction.
 
-- core imports only the standard library, pyarrow, fsspec and pydantic;
-- producer and consumer import core, never each other;
+- core is the Delta protocol: it imports only the standard library, pyarrow, fsspec and pydantic;
+- mirror is the wire: it imports core (never producer, consumer or the CLI);
+- producer and consumer import core and mirror, never each other;
+- confluent_kafka is imported only in mirror (and the local broker helper, for admin calls);
 - only consumer/spark_source.py imports pyspark;
-- the CLI imports core/producer/consumer only inside functions (lazily), except its own modules.
+- the CLI imports the packages only inside functions (lazily), except its own modules;
+- no import cycle between modules at import time.
 """
 
 from __future__ import annotations
@@ -17,12 +20,15 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {
     "core": "deltamirror.core",
+    "mirror": "deltamirror.mirror",
     "producer": "deltamirror.producer",
     "consumer": "deltamirror.consumer",
     "cli": "deltamirror.cli",
 }
 CORE_ALLOWED = {"pyarrow", "fsspec", "pydantic", "pydantic_core"}
 SPARK_MODULES = {"consumer/spark_source.py"}
+#: where confluent_kafka may be imported: the wire package, and the local broker's admin calls
+KAFKA_CLIENT_HOMES = ("mirror/", "producer/local_kafka.py")
 
 
 def _imports(path: Path, package: str) -> list[tuple[str, int, bool]]:
@@ -37,7 +43,7 @@ def _imports(path: Path, package: str) -> list[tuple[str, int, bool]]:
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = [package, *rel_parts[1:-1]]
+                base = [*package.split("."), *rel_parts[1:-1]]
                 base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
                 names = [".".join([*base, node.module] if node.module else base)]
             else:
@@ -70,6 +76,14 @@ def test_core_imports_only_stdlib_pyarrow_fsspec_pydantic(path: Path) -> None:
         assert ok, f"{path.relative_to(ROOT)}:{line} imports {module}"
 
 
+@pytest.mark.parametrize("path", _files("mirror"), ids=lambda p: p.name)
+def test_mirror_imports_core_and_never_the_layers_above(path: Path) -> None:
+    for module, line, _ in _imports(path, "deltamirror.mirror"):
+        assert not module.startswith(("deltamirror.producer", "deltamirror.consumer", "deltamirror.cli")), (
+            f"{path.relative_to(ROOT)}:{line} imports {module}"
+        )
+
+
 @pytest.mark.parametrize(
     ("folder", "forbidden"), [("producer", "deltamirror.consumer"), ("consumer", "deltamirror.producer")]
 )
@@ -80,6 +94,91 @@ def test_producer_and_consumer_do_not_import_each_other(folder: str, forbidden: 
             assert not module.startswith("deltamirror.cli"), (
                 f"{path.relative_to(ROOT)}:{line} imports the CLI"
             )
+
+
+def test_only_the_wire_package_imports_confluent_kafka() -> None:
+    for folder in PACKAGES:
+        for path in _files(folder):
+            rel = str(path.relative_to(ROOT))
+            for module, line, _ in _imports(path, PACKAGES[folder]):
+                if module.split(".")[0] == "confluent_kafka":
+                    assert rel.startswith(KAFKA_CLIENT_HOMES), f"{rel}:{line} imports {module}"
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = [PACKAGES[rel.parts[0]], *rel.parts[1:]]
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _import_time_graph() -> dict[str, set[str]]:
+    """Module -> the project modules it imports while being imported (not in functions, not for typing)."""
+    modules = {_module_name(p): p for folder in PACKAGES for p in _files(folder)}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        later = {  # imports that do not run at import time: in functions, or for the type checker only
+            id(n)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            or (isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test))
+            for n in ast.walk(node)
+        }
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        edges: set[str] = set()
+        for node in ast.walk(tree):
+            if id(node) in later:
+                continue
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = package.split(".")
+                if node.level:
+                    base = base[: len(base) - (node.level - 1)]
+                    mod = ".".join([*base, node.module] if node.module else base)
+                else:
+                    mod = node.module or ""
+                # "from pkg import mod" imports the module pkg.mod; "from mod import name" imports mod
+                targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in modules else mod for a in node.names]
+            else:
+                continue
+            edges.update(t for t in targets if t in modules and t != name)
+        graph[name] = edges
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)) is not None:
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)) is not None:
+            return found
+    return None
+
+
+def test_no_import_cycle_between_modules() -> None:
+    cycle = _cycle(_import_time_graph())
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
 
 
 def test_only_the_spark_module_imports_pyspark() -> None:
@@ -94,37 +193,43 @@ def test_only_the_spark_module_imports_pyspark() -> None:
 def test_cli_imports_the_packages_lazily() -> None:
     for path in _files("cli"):
         for module, line, top_level in _imports(path, "deltamirror.cli"):
-            if module.startswith(("deltamirror.producer", "deltamirror.consumer", "deltamirror.core")):
+            if module.startswith(
+                ("deltamirror.producer", "deltamirror.consumer", "deltamirror.core", "deltamirror.mirror")
+            ):
                 assert not top_level, f"{path.relative_to(ROOT)}:{line} imports {module} at module level"
 
 
 def test_the_rule_checker_sees_a_violation(tmp_path: Path) -> None:
-    """The checks above can fail: a planted bad import is found."""
-    bad = ROOT / "core" / "_planted_violation_for_test.py"
-    bad.write_text("import confluent_kafka\n")
+    """The checks above can fail: a planted bad import is found (planted outside the source tree)."""
+    planted = tmp_path / "core" / "planted.py"
+    planted.parent.mkdir()
+    planted.write_text("import confluent_kafka\nfrom ..producer import watcher\n")
+    global ROOT
+    real_root, ROOT = ROOT, tmp_path
     try:
-        found = [m for m, _, _ in _imports(bad, "deltamirror.core")]
-        assert "confluent_kafka" in found
-        assert not (_is_stdlib("confluent_kafka") or "confluent_kafka" in CORE_ALLOWED)
+        found = [m for m, _, _ in _imports(planted, "deltamirror.core")]
     finally:
-        bad.unlink()
+        ROOT = real_root
+    assert "confluent_kafka" in found and "deltamirror.producer" in found
+    assert not (_is_stdlib("confluent_kafka") or "confluent_kafka" in CORE_ALLOWED)
 
 
 def test_the_wire_format_lives_in_one_module() -> None:
-    """Envelope field names appear only in core/events.py; everyone else goes through it."""
+    """Envelope field names appear only in mirror/events.py; everyone else goes through it."""
     owners = set()
     for folder in PACKAGES:
         for path in _files(folder):
             text = path.read_text()
             if '"schemaVersion"' in text or '"commitTimestampSource"' in text:
                 owners.add(str(path.relative_to(ROOT)))
-    assert owners == {"core/events.py"}
+    assert owners == {"mirror/events.py"}
 
 
 # --- one choke point for every open of table data ---------------------------------------------
 
-#: the module that opens table files (and holds every path to the table root first)
-OPEN_CHOKE_POINT = "core/storage.py"
+#: the package that opens table files (and holds every path to the table root first): TableStorage,
+#: with the real-path-checked local opens (storage/local.py) that only it may use
+OPEN_CHOKE_POINT = "core/storage/"
 #: callables that open or read a file by name, by their qualified names
 FORBIDDEN_OPENS = {
     "open",
@@ -211,9 +316,13 @@ def test_core_opens_table_files_only_through_storage(path: Path) -> None:
     """Data files, change data files, DVs, checkpoints, sidecars, commits, _last_checkpoint: each open
     goes through TableStorage, where paths are held to the table root."""
     rel = str(path.relative_to(ROOT))
-    if rel == OPEN_CHOKE_POINT:
+    if rel.startswith(OPEN_CHOKE_POINT):
         return
     assert opens_outside_storage(path.read_text(), rel) == []
+    around = [
+        m for m, _, _ in _imports(path, "deltamirror.core") if m.startswith("deltamirror.core.storage.local")
+    ]
+    assert around == [], f"{rel} imports {around[0]}, the opens behind TableStorage"
 
 
 def test_the_open_checker_sees_every_way_around() -> None:
@@ -240,6 +349,10 @@ def test_the_open_checker_sees_every_way_around() -> None:
 
 
 def test_the_choke_point_itself_opens_files() -> None:
-    """The exemption is not a blind spot: storage.py is where the opens the others may not do are."""
-    found = opens_outside_storage((ROOT / OPEN_CHOKE_POINT).read_text(), OPEN_CHOKE_POINT)
+    """The exemption is not a blind spot: the storage package is where the opens the others may not do are."""
+    found = [
+        f
+        for path in _files(OPEN_CHOKE_POINT)
+        for f in opens_outside_storage(path.read_text(), str(path.relative_to(ROOT)))
+    ]
     assert any("os.open" in f for f in found) and any("open_input_file" in f for f in found)

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from deltamirror.producer.config import load_config, merge_cli_overrides
+from deltamirror.producer.config_file import load_config
+from deltamirror.producer.settings import merge_overrides
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"
@@ -148,11 +149,13 @@ def test_watcher_config_is_valid_and_names_the_subscribed_topic(
     assert mount["target"] == _option(watcher["command"], "--config")
     path = tmp_path / "watch.yaml"
     path.write_text(compose["configs"][mount["source"]]["content"])
-    cfg = merge_cli_overrides(
+    cfg = merge_overrides(
         load_config(path, environ={}),
-        tables=[watcher["command"][1]],
-        bootstrap_servers=_option(watcher["command"], "--bootstrap-servers"),
-        metrics_port=int(_option(watcher["command"], "--metrics-port")),
+        {
+            "tables": [watcher["command"][1]],
+            "bootstrap_servers": _option(watcher["command"], "--bootstrap-servers"),
+            "metrics_port": int(_option(watcher["command"], "--metrics-port")),
+        },
     )
     (table,) = cfg.tables  # the positional TABLE is the config's table, not a second one
     assert table.normalized_uri == "file:///data/demo"
@@ -339,10 +342,12 @@ def test_the_copied_files_are_enough_to_build_the_wheel(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     (wheel,) = (tmp_path / "wheels").glob("deltamirror-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for module in (
-        "deltamirror/cli/main.py",
-        "deltamirror/core/table.py",
-        "deltamirror/producer/config.py",
-        "deltamirror/producer/kafka_artifacts.json",
-    ):
-        assert module in names, module
+    assert "deltamirror/producer/kafka_artifacts.json" in names
+    # every module of every package folder, sub-packages included (pyproject lists packages by name)
+    import tomllib
+
+    package_dirs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    for package, folder in package_dirs.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            module = "/".join([*package.split("."), *path.relative_to(ROOT / folder).parts])
+            assert module in names, f"{module} is missing from the wheel: add its package to pyproject.toml"

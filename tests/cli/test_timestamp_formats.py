@@ -156,7 +156,7 @@ def test_commit_timestamps_agree_across_commands_and_formats(
 
 def test_watch_logs_and_the_demo_print_the_same_layout() -> None:
     from deltamirror.cli.producer_cmds import _describe_event
-    from deltamirror.producer.service import JsonLogFormatter
+    from deltamirror.producer.log_format import JsonLogFormatter
 
     record = logging.LogRecord("deltamirror.test", logging.INFO, __file__, 1, "hello", None, None)
     record.created = 1767225605.5

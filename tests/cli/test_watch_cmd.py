@@ -181,3 +181,25 @@ def test_watch_help_names_every_flag(capsys: pytest.CaptureFixture[str]) -> None
         "--storage-option",
     ):
         assert flag in text
+
+
+def test_every_watch_flag_names_a_setting_of_the_model() -> None:
+    """The flag table and the model cannot drift apart: each flag is an override, each choice a mode."""
+    from typing import get_args
+
+    from deltamirror.cli.producer_cmds import CONFIG, SNAPSHOT_MODES, WATCH_FLAGS
+    from deltamirror.producer.settings import OVERRIDES, SnapshotMode
+
+    settings = [flag.setting for flag in WATCH_FLAGS if flag.setting != CONFIG]
+    assert len(settings) == len(set(settings))
+    assert set(settings) <= OVERRIDES
+    assert get_args(SnapshotMode) == SNAPSHOT_MODES
+
+
+def test_a_flag_given_as_an_empty_list_leaves_the_file(tmp_path: Path, handed: list[WatchConfig]) -> None:
+    """No TABLE and no -S: the file's tables and storage options, untouched."""
+    assert watch("--config", str(write_config(tmp_path)), "--progress-topic", "flag-progress") == 0
+    (cfg,) = handed
+    assert [Path(t.uri).name for t in cfg.tables] == ["a", "b"]
+    assert cfg.tables[0].storage_options_plain() == {"region": "from-file", "endpoint": "http://x"}
+    assert cfg.progress_topic == "flag-progress"

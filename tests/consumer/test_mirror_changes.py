@@ -9,32 +9,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from deltamirror.consumer.mirror_changes import (
-    MirrorIndex,
-    MirrorSettings,
-    murmur2,
-    murmur2_partition,
-    read_mirror_versions,
-)
+from deltamirror.consumer.mirror_changes import MirrorIndex, MirrorSettings, read_mirror_versions
 from deltamirror.core.changes import changes_from_actions
-from deltamirror.core.errors import EventStreamError
-from deltamirror.core.events import SCHEMA_VERSION, CommitSummary, TableReplaced
 from deltamirror.core.table import open_table
+from deltamirror.mirror.errors import EventStreamError
+from deltamirror.mirror.events import SCHEMA_VERSION, CommitSummary, TableReplaced
 from support.tables import copy_table
 from support.watching import watch_until
-
-
-def test_murmur2_gives_kafkas_own_test_vectors() -> None:
-    # org.apache.kafka.common.utils.UtilsTest#testMurmur2
-    cases = {
-        "21": -973932308,
-        "foobar": -790332482,
-        "a-little-bit-long-string": -985981536,
-        "a-little-bit-longer-string": -1486304829,
-        "lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
-        "abc": 479470107,
-    }
-    assert {k: murmur2(k.encode()) for k in cases} == cases
 
 
 def _summary(
@@ -110,26 +91,6 @@ def test_a_recreated_table_stops_the_feed() -> None:
 
 
 # --- against the real broker ---------------------------------------------------------------------
-
-
-@pytest.mark.kafka
-def test_murmur2_partition_is_where_librdkafka_puts_a_key(kafka_bootstrap: str) -> None:
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    topic = f"murmur-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-    admin.create_topics([NewTopic(topic, 7, 1)])[topic].result(30)
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "partitioner": "murmur2_random"})
-    placed: dict[bytes, int] = {}
-    keys = [uuid.uuid4().hex.encode() for _ in range(40)] + [b"a", b"ab", b"abc", b"abcd"]
-    for key in keys:
-        producer.produce(
-            topic, b"v", key, on_delivery=lambda err, msg: placed.__setitem__(msg.key(), msg.partition())
-        )
-    assert producer.flush(30) == 0
-    assert placed == {k: murmur2_partition(k, 7) for k in keys}
-    assert len(set(placed.values())) > 1
 
 
 @pytest.mark.kafka

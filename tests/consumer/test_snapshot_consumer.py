@@ -24,12 +24,14 @@ from deltamirror.consumer.snapshot import (
     file_key,
     parse_event,
 )
-from deltamirror.core.errors import ConfigError, EventStreamError
-from deltamirror.core.events import ActionEvent, TableReplaced
+from deltamirror.core.errors import ConfigError
 from deltamirror.core.replay import file_keys
 from deltamirror.core.table import open_table
-from deltamirror.producer.service import encoder_for, iter_event_values
+from deltamirror.mirror.errors import EventStreamError
+from deltamirror.mirror.events import ActionEvent, TableReplaced
+from deltamirror.producer.offline_events import iter_event_values
 from deltamirror.producer.snapshot_events import SnapshotWork
+from deltamirror.producer.transactions import encoder_for
 from support.tables import TABLES, copy_table
 from support.watching import watch_until
 
@@ -236,7 +238,7 @@ def test_invalidations_are_the_difference_between_cores_snapshots(table_id: str)
 def _version_values(
     version: int, actions: list[tuple[str, dict[str, Any]]], *, snapshot: bool = False
 ) -> list[bytes]:
-    from deltamirror.core.events import EnvelopeEncoder
+    from deltamirror.mirror.events import EnvelopeEncoder
 
     encoder = EnvelopeEncoder(
         table_id="t",
@@ -461,16 +463,6 @@ def test_unknown_state_formats_and_damaged_state_dirs_are_refused(tmp_path: Path
         StateStore(tmp_path, "t.actions").load()
 
 
-class _FakeKafka:
-    """Takes the offsets a checkpoint stores for the group commit."""
-
-    def __init__(self) -> None:
-        self.stored: list[dict[tuple[str, int], int]] = []
-
-    def store_offsets(self, offsets: list[Any]) -> None:
-        self.stored.append({(tp.topic, tp.partition): tp.offset for tp in offsets})
-
-
 def test_a_restart_continues_from_the_unfinished_version_without_the_broker(tmp_path: Path) -> None:
     path = TABLES / "golden__log-replay-dv-key-cases"
     table = open_table(str(path))
@@ -481,14 +473,14 @@ def test_a_restart_continues_from_the_unfinished_version_without_the_broker(tmp_
     first = SnapshotConsumer(
         "unused:9092", "t.actions", state_dir=tmp_path, on_applied=lambda i, _: applied.append(i)
     )
-    kafka = _FakeKafka()
     for offset, value in enumerate(values[:cut]):
         first.handle("t.actions", 0, offset, value)
     assert applied == []  # reported only once persisted
-    first.checkpoint(kafka)
-    assert [i.version for i in applied] == [0, 1]
     restart_at = len(versions[0]) + len(versions[1])
-    assert kafka.stored == [{("t.actions", 0): restart_at}]
+    # what a checkpoint stores for the group commit (the real broker's side: the loop tests)
+    assert first.position.offsets == {0: restart_at}
+    first.checkpoint()
+    assert [i.version for i in applied] == [0, 1]
 
     second = SnapshotConsumer("unused:9092", "t.actions", state_dir=tmp_path)
     assert second.position.offsets == {0: restart_at}
@@ -573,8 +565,8 @@ def test_table_replaced_drops_the_previous_tables_state_and_files(tmp_path: Path
     if not notice_first:
         for offset, (value, hdrs) in enumerate(zip(commits, headers, strict=True)):
             second.handle("t.commits", 0, offset, value, hdrs)
-    kafka = _FakeKafka()
-    second.checkpoint(kafka)
+    assert second.position.commits_offsets == {0: 2}  # what the checkpoint stores for the group
+    second.checkpoint()
 
     (notice,) = notices
     assert (notice.previous_table_id, notice.table_id, notice.previous_version) == (
@@ -587,7 +579,6 @@ def test_table_replaced_drops_the_previous_tables_state_and_files(tmp_path: Path
     applied_new = [f"{new_id}@{v}" for v in range(new_latest + 1)]
     assert order == (["replaced", *applied_new] if notice_first else [*applied_new, "replaced"])
     assert set(second.tables) == {new_id}
-    assert kafka.stored[-1][("t.commits", 0)] == 2
     # on disk: the new table only; the previous one's sidecar and Parquet file are gone
     assert not sidecar.exists()
     assert len(list((tmp_path / "tables").glob("*.json"))) == 1
@@ -623,17 +614,6 @@ def test_a_state_dir_of_another_commits_topic_is_refused(tmp_path: Path) -> None
     # following no commits topic any more keeps the retired ids; starting to follow one reads it all
     assert StateStore(tmp_path, "t.actions").load_all()[1].commits_offsets == {}
     assert StateStore(tmp_path, "t.actions", "t.commits").load_all()[1].commits_offsets == {0: 5}
-
-
-def test_default_commits_topic_follows_the_watchers_naming_rule() -> None:
-    from deltamirror.core.topic_names import default_commits_topic
-    from deltamirror.producer.topics import default_topics
-
-    for uri in ("/data/demo", "s3://bucket/a b/sales.v2", "file:///x/_weird-"):
-        topics = default_topics(uri)
-        assert default_commits_topic(topics.actions) == topics.commits
-    with pytest.raises(ConfigError, match="give the commits topic"):
-        default_commits_topic("my.own.actions.topic")
 
 
 # --- against a real broker ----------------------------------------------------------------------
@@ -715,6 +695,75 @@ def test_consumer_follows_the_watcher_and_resumes_from_its_state_dir(
     (state,) = consumer.tables.values()
     assert state.file_keys == _core_keys(after.files) and state.complete
     assert _consume_once(kafka_bootstrap, actions, state_dir) == []  # nothing new: nothing applied
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(120)
+def test_a_long_running_consumer_waits_for_its_topic_applies_as_records_come_and_commits(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    import threading
+    import time
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    table = copy_table("golden__basic-with-inserts-updates", tmp_path)
+    name = f"dmsc-{uuid.uuid4().hex[:10]}"
+    actions, group = f"{name}.actions", f"{name}-group"
+    latest = open_table(str(table)).latest_version()
+    seen: list[Invalidation] = []
+    consumer = SnapshotConsumer(
+        kafka_bootstrap,
+        actions,
+        group_id=group,
+        state_dir=tmp_path / "state",
+        on_applied=lambda inv, _: seen.append(inv),
+    )
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            consumer.run(topic_timeout_s=5)  # the topic does not exist yet: it is waited for
+        except BaseException as exc:  # reported by the test's thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    time.sleep(2)
+    assert thread.is_alive() and not errors and seen == []
+    _watch(kafka_bootstrap, table, actions, latest, name)
+    deadline = time.monotonic() + 60
+    while not seen and time.monotonic() < deadline and thread.is_alive():
+        time.sleep(0.2)
+    consumer.request_stop()
+    thread.join(30)
+    assert not thread.is_alive() and not errors
+    assert [(i.version, i.snapshot) for i in seen] == [(latest, True)]
+    position = StateStore(tmp_path / "state", actions).load()[1]
+    assert position == consumer.position.offsets and sum(position.values()) > 0
+    # the group's offsets are what the state says (for lag in Kafka's tools), committed on close
+    reader = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group})
+    try:
+        committed = reader.committed([TopicPartition(actions, p) for p in position], timeout=10)
+    finally:
+        reader.close()
+    assert {tp.partition: tp.offset for tp in committed} == position
+
+
+@pytest.mark.timeout(60)
+def test_a_consumer_stopped_while_waiting_for_its_topic_returns() -> None:
+    """No broker answers: without ``once`` the metadata is asked again until the stop."""
+    import threading
+
+    stop = threading.Event()
+    consumer = SnapshotConsumer("127.0.0.1:1", "never.actions", stop=stop)
+    thread = threading.Thread(target=consumer.run, daemon=True)
+    thread.start()
+    thread.join(1.5)
+    assert thread.is_alive()  # still asking
+    stop.set()
+    thread.join(15)
+    assert not thread.is_alive()
 
 
 def test_events_model_is_the_contract() -> None:
@@ -810,11 +859,11 @@ def test_cli_refuses_to_guess_the_commits_topic_of_a_non_default_actions_topic()
 )
 def test_the_path_index_never_misses_a_path_it_was_given(batches: list[list[str]], probes: list[str]) -> None:
     """The index behind the append shortcut: "no" must be right; "maybe" may be wrong."""
-    from deltamirror.consumer.snapshot import _PathIndex
+    from deltamirror.consumer.snapshot.files import PathIndex
 
-    if not _PathIndex.available:
+    if not PathIndex.available:
         pytest.skip("pyarrow without search_sorted")
-    index = _PathIndex(pa.array([], pa.string()))
+    index = PathIndex(pa.array([], pa.string()))
     given_paths: set[str] = set()
     for batch in batches:
         index.extend(pa.array(batch, pa.string()))

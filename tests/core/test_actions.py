@@ -586,7 +586,7 @@ def test_findings_are_refused_by_snapshot_history_and_changes(
 
 @pytest.mark.parametrize(("line", "problem"), FINDINGS, ids=range(len(FINDINGS)))
 def test_findings_are_refused_by_the_watchers_scan(tmp_path: Path, line: bytes, problem: str) -> None:
-    from deltamirror.producer.service import iter_event_values
+    from deltamirror.producer.offline_events import iter_event_values
 
     path = copy_table("krs__cdf-table", tmp_path)
     version = _append_commit(path, [line])
@@ -614,7 +614,7 @@ def test_a_missing_partition_column_is_refused_not_read_as_null(tmp_path: Path) 
     with pytest.raises(CorruptLogError) as info:
         list(open_table(str(path)).history())
     assert info.value.message.startswith(expect) and info.value.line == 2 and info.value.version == version
-    from deltamirror.producer.service import iter_event_values
+    from deltamirror.producer.offline_events import iter_event_values
 
     with pytest.raises(CorruptLogError) as info:
         list(iter_event_values(str(path), starting_version=version))

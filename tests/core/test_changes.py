@@ -26,8 +26,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from deltamirror.core import changes as changes_module
 from deltamirror.core.changes import read_changes
+from deltamirror.core.changes import rows as changes_rows
 from deltamirror.core.errors import (
     ChangeDataNotEnabledError,
     ChangeTimestampAfterLatestError,
@@ -249,13 +249,13 @@ def test_partition_filter_prunes_before_opening(monkeypatch: pytest.MonkeyPatch)
     table = open_table(str(TABLES / "gen__long-log-cdf"))
     full = read_changes(table, starting_version=0).to_arrow()
     opened: list[str] = []
-    real = changes_module.read_data_file
+    real = changes_rows.read_data_file
 
     def spy(storage: Any, path: str, **kw: Any) -> Any:
         opened.append(path)
         return real(storage, path, **kw)
 
-    monkeypatch.setattr(changes_module, "read_data_file", spy)
+    monkeypatch.setattr(changes_rows, "read_data_file", spy)
     for spec in ({"part": "a"}, {"part": ["a", "b"]}, lambda values: values["part"] == "c"):
         opened.clear()
         got = read_changes(table, starting_version=0, partition_filter=spec).to_arrow()

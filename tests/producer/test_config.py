@@ -10,15 +10,9 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from deltamirror.core.errors import ConfigError
-from deltamirror.producer.config import (
-    KafkaSettings,
-    TableConfig,
-    WatchConfig,
-    config_from_args,
-    load_config,
-    merge_cli_overrides,
-    redacted,
-)
+from deltamirror.mirror.settings import KafkaSettings
+from deltamirror.producer.config_file import load_config, redacted
+from deltamirror.producer.settings import TableConfig, WatchConfig, merge_overrides
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 SECRETS = {
@@ -598,15 +592,18 @@ def test_malformed_reference_is_an_error(tmp_path: Path) -> None:
 # --- the command line -------------------------------------------------------------------------
 
 
-def test_config_from_args() -> None:
-    cfg = config_from_args(
-        "localhost:9092",
-        ["/data/a", "s3://b/t"],
-        "from-version",
-        from_version=7,
-        storage_options={"key": "AKIA-test-7731", "region": "eu"},
-        poll_interval_s=0.5,
-        metrics_port=0,
+def test_overrides_alone() -> None:
+    cfg = merge_overrides(
+        None,
+        {
+            "bootstrap_servers": "localhost:9092",
+            "tables": ["/data/a", "s3://b/t"],
+            "snapshot_mode": "from-version",
+            "from_version": 7,
+            "storage_options": {"key": "AKIA-test-7731", "region": "eu"},
+            "poll_interval_s": 0.5,
+            "metrics_port": 0,
+        },
     )
     assert cfg.kafka.librdkafka_config() == {"bootstrap.servers": "localhost:9092"}
     assert [t.uri for t in cfg.tables] == ["/data/a", "s3://b/t"]
@@ -617,15 +614,56 @@ def test_config_from_args() -> None:
     assert cfg.metrics_port == 0
 
 
-def test_config_from_args_defaults_and_errors() -> None:
-    cfg = config_from_args("b:9092", ["/t"])
+def test_overrides_alone_defaults_and_errors() -> None:
+    cfg = merge_overrides(None, {"bootstrap_servers": "b:9092", "tables": ["/t"]})
     assert cfg.tables[0].snapshot_mode == "initial"
     with pytest.raises(ConfigError, match="no table"):
-        config_from_args("b:9092", [])
+        merge_overrides(None, {"bootstrap_servers": "b:9092", "tables": []})
     with pytest.raises(ConfigError, match=r"tables\[0\]\.from_version: required"):
-        config_from_args("b:9092", ["/t"], "from-version")
-    with pytest.raises(ConfigError, match=r"kafka\.bootstrap_servers"):
-        config_from_args("", ["/t"])
+        merge_overrides(
+            None, {"bootstrap_servers": "b:9092", "tables": ["/t"], "snapshot_mode": "from-version"}
+        )
+    with pytest.raises(ConfigError, match=r"kafka\.bootstrap_servers: is empty"):
+        merge_overrides(None, {"bootstrap_servers": "", "tables": ["/t"]})
+    with pytest.raises(ConfigError, match=r"kafka\.bootstrap_servers: required key is missing"):
+        merge_overrides(None, {"tables": ["/t"]})
+
+
+def test_every_top_level_setting_can_be_overridden(tmp_path: Path) -> None:
+    """Each top-level key of the file is an override by the same name (no list to keep in step)."""
+    cfg = load_config(write(tmp_path, "w.yaml", MINIMAL), environ={})
+    given = {
+        "progress_topic": "p2",
+        "transactional_id_prefix": "tx2",
+        "txn_max_records": 7,
+        "txn_max_bytes": 4096,
+        "txn_max_ms": 9,
+        "heartbeat_interval_s": 2.5,
+        "metrics_host": "0.0.0.0",
+        "metrics_port": 9555,
+        "max_record_bytes": 2048,
+        "oversize_policy": "fail",
+        "use_notifications": False,
+    }
+    assert set(given) == set(WatchConfig.model_fields) - {"kafka", "tables"}
+    merged = merge_overrides(cfg, given)
+    assert {key: getattr(merged, key) for key in given} == given
+
+
+def test_an_unknown_override_is_a_type_error(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, "w.yaml", MINIMAL), environ={})
+    with pytest.raises(TypeError, match="snapshotmode"):
+        merge_overrides(cfg, {"snapshotmode": "latest"})
+    with pytest.raises(TypeError, match="kafka"):
+        merge_overrides(cfg, {"kafka": {"bootstrap_servers": "x:1"}})
+
+
+def test_the_old_module_still_exports_its_public_names() -> None:
+    from deltamirror.producer import config
+
+    assert config.load_config is load_config and config.redacted is redacted
+    assert config.WatchConfig is WatchConfig and config.TableConfig is TableConfig
+    assert config.KafkaSettings is KafkaSettings
 
 
 def test_flags_override_the_file(tmp_path: Path) -> None:
@@ -640,13 +678,15 @@ def test_flags_override_the_file(tmp_path: Path) -> None:
         "metrics_port: 9000\nprogress_topic: file.progress\n",
     )
     cfg = load_config(path, environ={})
-    merged = merge_cli_overrides(
+    merged = merge_overrides(
         cfg,
-        bootstrap_servers="flag-broker:9092",
-        tables=["/data/b/", "/data/c"],
-        from_timestamp="2026-01-01T00:00:00Z",
-        storage_options={"region": "eu"},
-        metrics_port=9464,
+        {
+            "bootstrap_servers": "flag-broker:9092",
+            "tables": ["/data/b/", "/data/c"],
+            "from_timestamp": "2026-01-01T00:00:00Z",
+            "storage_options": {"region": "eu"},
+            "metrics_port": 9464,
+        },
     )
     assert merged.kafka.bootstrap_servers == "flag-broker:9092"
     assert merged.kafka.librdkafka_config()["sasl.password"] == "kafka-pw-Zq81"  # kept, still secret
@@ -662,13 +702,13 @@ def test_flags_override_the_file(tmp_path: Path) -> None:
     assert merged.metrics_port == 9464
     assert merged.progress_topic == "file.progress"  # not given: unchanged
 
-    unchanged = merge_cli_overrides(cfg)
+    unchanged = merge_overrides(cfg, {"metrics_host": None, "tables": [], "storage_options": {}})
     assert revealed(unchanged) == revealed(cfg)
 
 
 def test_overrides_are_validated(tmp_path: Path) -> None:
     cfg = load_config(write(tmp_path, "w.yaml", MINIMAL), environ={})
     with pytest.raises(ConfigError, match=r"tables\[0\]\.from_timestamp: required"):
-        merge_cli_overrides(cfg, snapshot_mode="from-timestamp")
+        merge_overrides(cfg, {"snapshot_mode": "from-timestamp"})
     with pytest.raises(ConfigError, match=r"metrics_port"):
-        merge_cli_overrides(cfg, metrics_port=-1)
+        merge_overrides(cfg, {"metrics_port": -1})

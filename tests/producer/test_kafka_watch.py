@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from deltamirror.core.events import ActionEvent, CommitSummary, ProgressRecord, TableReplaced
 from deltamirror.core.table import open_table
+from deltamirror.mirror.events import ActionEvent, CommitSummary, ProgressRecord, TableReplaced
 from deltamirror.producer.config import WatchConfig
-from deltamirror.producer.service import WatchService, transactional_id
+from deltamirror.producer.pipeline import transactional_id
+from deltamirror.producer.service import WatchService
 from support.tables import copy_table
 
 pytestmark = [pytest.mark.kafka]
@@ -130,7 +131,7 @@ def test_every_action_of_every_version_once_in_order_with_its_timestamp(
     progress = {r.key: ProgressRecord.model_validate_json(r.value) for r in setup_old.progress_records()}
     last_old = progress[table.uri.encode()]
     assert last_old.version == latest_old and last_old.complete
-    assert last_old.transactional_id == transactional_id(cfg.transactional_id_prefix, str(old))
+    assert last_old.transactional_id == transactional_id(cfg.transactional_id_prefix, table.uri)
     assert progress[open_table(str(live)).uri.encode()].version == 4
 
 
@@ -368,7 +369,7 @@ def test_storage_errors_are_retried_and_never_skip_a_version(
     import fsspec
     from fsspec.implementations.local import LocalFileSystem
 
-    from deltamirror.producer.service import iter_event_values
+    from deltamirror.producer.offline_events import iter_event_values
 
     class FlakyFileSystem(LocalFileSystem):
         """Local files where one call in ten times out (a listing counts as one call)."""
@@ -475,7 +476,7 @@ def test_a_record_over_the_size_limit_is_split_never_dropped(
     _run_until(service, lambda: _last_summary_version(kit, setup) >= 0, timeout_s=60)
     expected = kit.events_output(table)
     records = setup.actions_records()
-    from deltamirror.core.events import FragmentAssembler
+    from deltamirror.mirror.fragments import FragmentAssembler
 
     assembler = FragmentAssembler()
     rebuilt: list[bytes] = []
@@ -510,7 +511,7 @@ def test_an_idle_table_gets_heartbeats_even_with_liveness_rewrites_in_between(
     kafka_bootstrap: str, tmp_path: Path, kit: Any, watch_setup: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The periodic progress re-write is not activity: heartbeats must still come at their interval."""
-    from deltamirror.producer import service as service_module
+    from deltamirror.producer import transactions as service_module
 
     monkeypatch.setattr(service_module, "LIVENESS_INTERVAL_S", 0.3)  # re-writes far more often than beats
     table = kit.make_table(tmp_path / "t", versions=2)

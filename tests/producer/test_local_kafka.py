@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 
 from deltamirror.cli.local_kafka_cmd import register
-from deltamirror.core.errors import ConfigError, EnvironmentMissingError, KafkaError
-from deltamirror.producer import local_kafka
-from deltamirror.producer.local_kafka import ArtifactPin, LocalKafka, ensure_jars, verify_jar
+from deltamirror.core.errors import ConfigError, EnvironmentMissingError
+from deltamirror.mirror.errors import KafkaError
+from deltamirror.producer import kafka_jars, local_kafka
+from deltamirror.producer.kafka_jars import ArtifactPin, ensure_jars, verify_jar
+from deltamirror.producer.local_kafka import LocalKafka
 from support.kafka import new_topic
 
 
@@ -133,7 +135,7 @@ def test_maven_repo_can_be_overridden_by_env(tmp_path: Path, monkeypatch: pytest
 
 def test_default_locations_follow_xdg_cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert local_kafka.jar_cache_dir("9.9.9") == tmp_path / "deltamirror" / "kafka" / "9.9.9"
+    assert kafka_jars.jar_cache_dir("9.9.9") == tmp_path / "deltamirror" / "kafka" / "9.9.9"
     assert LocalKafka(port=19092).data_dir == tmp_path / "deltamirror" / "kafka-data" / "19092"
 
 
@@ -160,7 +162,7 @@ def test_old_java_is_an_environment_error(
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setenv("PATH", str(bin_dir))
     with pytest.raises(EnvironmentMissingError, match=rf"found Java {found} at"):
-        local_kafka.find_java()
+        kafka_jars.find_java()
 
 
 def test_port_taken_by_another_program_is_a_clear_error(tmp_path: Path) -> None:
@@ -261,7 +263,7 @@ def test_transactions_are_atomic_for_read_committed_consumers(kafka_bootstrap: s
 @pytest.mark.slow
 def test_local_kafka_lifecycle_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     try:
-        local_kafka.find_java()
+        kafka_jars.find_java()
     except EnvironmentMissingError as exc:
         pytest.skip(str(exc))
     port = _free_port()

@@ -30,8 +30,8 @@ from hypothesis import strategies as st
 from deltamirror.core.errors import ConfigError, TableNotFoundError
 from deltamirror.core.redact import MASK, RedactingFilter, is_secret_key, redact, redact_value
 from deltamirror.producer.config import load_config, redacted
+from deltamirror.producer.log_format import configure_logging
 from deltamirror.producer.metrics import WatcherMetrics, serve
-from deltamirror.producer.service import configure_logging
 
 # one recognisable value per place a credential can hide
 URI_SECRET = "uri-secret-Aa11"

@@ -30,8 +30,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .errors import ConfigError
-from .redact import redact
+from deltamirror.core.errors import ConfigError
+from deltamirror.core.redact import redact
 
 # --- the broker list ------------------------------------------------------------------------------
 

@@ -31,7 +31,15 @@ from typing import Any
 from confluent_kafka import KafkaError as _RdKafkaError
 from confluent_kafka import KafkaException, Producer
 
-from deltamirror.core.errors import KafkaError, ProducerFencedError
+from .errors import (
+    KafkaError,
+    ProducerFencedError,
+    RecordRefusedError,
+    RetriableKafkaError,
+    StopRequested,
+    TimestampRefusedError,
+    TransactionAbortableError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,26 +50,6 @@ FENCED_CODES = frozenset(
 RECORD_OVERHEAD = 4096
 
 Headers = list[tuple[str, str | bytes | None]]
-
-
-class StopRequested(Exception):
-    """The stop flag was set while a call waited on the broker; nothing was committed by the call."""
-
-
-class TransactionAbortableError(KafkaError):
-    """The open transaction must be aborted; publishing resumes from the last committed position."""
-
-
-class RetriableKafkaError(KafkaError):
-    """A call that timed out or met a passing broker condition; it may be repeated as is."""
-
-
-class TimestampRefusedError(TransactionAbortableError):
-    """A topic refused a record's timestamp (its message.timestamp.*.max.ms): clamp and retry."""
-
-
-class RecordRefusedError(TransactionAbortableError):
-    """The broker refused a record permanently (too large for the topic, policy...)."""
 
 
 def classify(exc: BaseException, what: str, transactional_id: str) -> KafkaError:

@@ -34,30 +34,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from itertools import repeat
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
-from pydantic_core import to_json
+from pydantic_core import from_json, to_json
 
-from . import models
+from deltamirror.core import models
+
 from .errors import EventStreamError
+from .headers import INDEX_TEXT
 
 SCHEMA_VERSION = 1
 SCHEMA_ID = "https://github.com/deltamirror/deltamirror/schemas/event.schema.json"
 
 TimestampSourceName = Literal["ict", "file-time", "adjusted-file-time"]
-
-# Kafka record headers (values are ASCII strings).
-HEADER_VERSION = "version"
-HEADER_INDEX = "index"
-HEADER_TYPE = "type"
-HEADER_KIND = "kind"
-#: on records split by the ``split`` oversize policy: "<fragment>/<fragments>", 0-based
-HEADER_FRAGMENT = "fragment"
-#: on records whose Kafka timestamp was clamped because the broker refuses the commit timestamp
-HEADER_CLAMPED_FROM = "clampedFrom"
-
-#: the actions of a snapshot, in the order a snapshot publishes them (files come last, by path)
-SNAPSHOT_ACTION_ORDER = ("protocol", "metaData", "domainMetadata", "txn", "add")
 
 
 class _Record(BaseModel):
@@ -186,7 +175,7 @@ CommitsTopicRecord = CommitSummary | Heartbeat | TableReplaced
 
 
 def parse_commits_record(value: bytes | str) -> CommitSummary | Heartbeat | TableReplaced:
-    """A commits-topic value as its model (``kind`` decides which)."""
+    """A commits-topic value as its model (``kind`` decides which); an unknown kind is a ValueError."""
     data = json.loads(value)
     kind = data.get("kind")
     if kind == "commit":
@@ -198,12 +187,78 @@ def parse_commits_record(value: bytes | str) -> CommitSummary | Heartbeat | Tabl
     raise ValueError(f"unknown commits-topic record kind {kind!r}")
 
 
+# --- the one decoder of what readers take from the topics -------------------------------------------
+
+
+def _first_error(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return f"{where}: {first['msg']}" if where else str(first["msg"])
+
+
+def decode_action_event(value: bytes | str, **where: Any) -> ActionEvent:
+    """An actions-topic value as its model; a value that is not one is an :class:`EventStreamError`.
+
+    ``where`` (topic, offset, table...) goes into the error so that the record can be found.
+    """
+    try:
+        return ActionEvent.model_validate_json(value, strict=True)
+    except ValidationError as exc:
+        raise EventStreamError(f"not an action event: {_first_error(exc)}", **where) from None
+
+
+_COMMITS_MODELS: dict[str, type[CommitSummary] | type[Heartbeat] | type[TableReplaced]] = {
+    "commit": CommitSummary,
+    "heartbeat": Heartbeat,
+    "tableReplaced": TableReplaced,
+}
+
+
+def decode_commits_record(
+    value: bytes | str, kind: str | None = None, *, wanted: Iterable[str] | None = None, **where: Any
+) -> CommitSummary | Heartbeat | TableReplaced | None:
+    """A commits-topic value as its model, or None for a kind the reader does not want.
+
+    ``kind`` is the record's ``kind`` header when the reader has it (the value is then parsed only
+    for the kinds in ``wanted``, all known kinds by default); kinds a newer watcher may add are
+    None, as the contract says to ignore them. A value of a wanted kind that does not fit its
+    model is an :class:`EventStreamError`.
+    """
+    wanted = _COMMITS_MODELS.keys() if wanted is None else frozenset(wanted)
+    if kind is not None and kind not in wanted:
+        return None
+    if kind is None:
+        try:
+            data = from_json(value)
+        except ValueError as exc:  # not JSON, or nested beyond jiter's limit
+            raise EventStreamError(f"a commits-topic record is not JSON: {exc}", **where) from None
+        if not isinstance(data, dict) or not isinstance(data.get("kind", ""), str):
+            raise EventStreamError("a commits-topic record is not an object with a text kind", **where)
+        kind = data.get("kind")
+        if kind not in wanted or kind not in _COMMITS_MODELS:
+            return None
+        try:
+            return _COMMITS_MODELS[kind].model_validate(data)
+        except ValidationError as exc:
+            raise EventStreamError(f"not a {kind} record: {_first_error(exc)}", **where) from None
+    model = _COMMITS_MODELS.get(kind)
+    if model is None:
+        return None
+    try:
+        return model.model_validate_json(value)
+    except ValidationError as exc:
+        raise EventStreamError(f"not a {kind} record: {_first_error(exc)}", **where) from None
+
+
+def decode_progress(value: bytes | str, **where: Any) -> ProgressRecord:
+    """A progress-topic value as its model; anything else is an :class:`EventStreamError`."""
+    try:
+        return ProgressRecord.model_validate_json(value)
+    except ValidationError as exc:
+        raise EventStreamError(f"not a progress record: {_first_error(exc)}", **where) from None
+
+
 # --- the hot path ---------------------------------------------------------------------------------
-
-
-def encode_json(obj: Any) -> bytes:
-    """Compact JSON of plain data (dicts, lists, str, int...), the way every record is serialized."""
-    return to_json(obj)
 
 
 _TYPE_PART: dict[str, bytes] = {}
@@ -216,11 +271,6 @@ def _type_part(action_type: str) -> bytes:
         if len(_TYPE_PART) < 1024:
             _TYPE_PART[action_type] = part
     return part
-
-
-#: the text of the first indexes (most versions have fewer actions), made once: the envelope's
-#: ``index`` and the ``index`` header share it
-INDEX_TEXT: tuple[bytes, ...] = tuple(str(i).encode() for i in range(4096))
 
 
 class EnvelopeEncoder:
@@ -358,13 +408,6 @@ def json_schema_text() -> str:
 
 
 __all__: Sequence[str] = [
-    "HEADER_CLAMPED_FROM",
-    "HEADER_FRAGMENT",
-    "HEADER_INDEX",
-    "HEADER_KIND",
-    "HEADER_TYPE",
-    "HEADER_VERSION",
-    "INDEX_TEXT",
     "SCHEMA_VERSION",
     "ActionEvent",
     "CommitSummary",
@@ -373,43 +416,10 @@ __all__: Sequence[str] = [
     "Heartbeat",
     "ProgressRecord",
     "TableReplaced",
-    "encode_json",
+    "decode_action_event",
+    "decode_commits_record",
+    "decode_progress",
     "json_schema",
     "json_schema_text",
     "parse_commits_record",
 ]
-
-
-class FragmentAssembler:
-    """Joins the fragment records of the ``split`` oversize policy back into one value.
-
-    Fragments of one value are consecutive records of one partition (same key, same transaction),
-    each with a ``fragment`` header ``"<i>/<n>"``. Feed every record of a partition in order;
-    :meth:`feed` returns a whole value, or ``None`` while a value is still incomplete. A fragment
-    out of order means records were lost or reordered: that is an error, never a guess.
-    """
-
-    def __init__(self) -> None:
-        self._parts: list[bytes] = []
-        self._total = 0
-
-    def feed(self, value: bytes, headers: Sequence[tuple[str, bytes | str | None]] | None) -> bytes | None:
-        fragment = next((v for k, v in headers or () if k == HEADER_FRAGMENT), None)
-        if fragment is None:
-            if self._parts:
-                raise EventStreamError(
-                    f"fragment {len(self._parts)}/{self._total} missing: a whole record came next"
-                )
-            return value
-        text = fragment.decode() if isinstance(fragment, bytes) else str(fragment)
-        index, total = (int(x) for x in text.split("/"))
-        if index != len(self._parts) or (self._parts and total != self._total):
-            raise EventStreamError(
-                f"fragment {text} out of order (expected {len(self._parts)}/{self._total or total})"
-            )
-        self._parts.append(value)
-        self._total = total
-        if index + 1 < total:
-            return None
-        whole, self._parts, self._total = b"".join(self._parts), [], 0
-        return whole

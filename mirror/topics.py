@@ -1,5 +1,11 @@
-"""The watcher's topics: created with settings that lose nothing, or checked when they exist.
+"""A table's topics: their names, the partitioner, and their creation with settings that lose nothing.
 
+Names: the watcher names the topics of a table it was given no names for; a consumer that was told
+only the actions topic needs the matching commits topic (it carries ``tableReplaced``). Both sides
+must agree on the rule without the consumer importing the producer, so it lives here. Records are
+keyed by table id and placed by Kafka's default partitioner (murmur2), which readers compute too.
+
+Creation:
 - Actions and commits topics keep records forever by default (``retention.ms=-1``): record
   timestamps are commit times, which can be years old, so a time-based retention would delete a
   backfill the moment it is written. An existing topic with time or size retention is accepted
@@ -16,6 +22,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,10 +31,90 @@ from confluent_kafka import KafkaError as _RdKafkaError
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
-from deltamirror.core.errors import ConfigError, KafkaError
-from deltamirror.core.topic_names import TableTopics, default_topics
+from deltamirror.core.errors import ConfigError
 
-from .publisher import RECORD_OVERHEAD
+from .errors import KafkaError
+from .kafka_producer import RECORD_OVERHEAD
+
+PREFIX = "deltamirror."
+ACTIONS_SUFFIX = ".actions"
+COMMITS_SUFFIX = ".commits"
+
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+@dataclass(frozen=True)
+class TableTopics:
+    actions: str
+    commits: str
+
+
+def default_topics(table_uri: str) -> TableTopics:
+    """``deltamirror.<last path segment>.actions`` / ``.commits``; stable for a location.
+
+    ``table_uri`` is the normalized location (``normalize_table_uri``), as it entered the watcher's
+    settings or the reader's.
+
+    The table's directory name is its name for people; two watched tables with the same directory
+    name must be given topic names in the configuration (the service refuses a collision).
+    """
+    name = table_uri.rstrip("/").rsplit("/", 1)[-1] or "table"
+    name = _NAME_UNSAFE.sub("_", name).strip("._") or "table"
+    name = name[:200]
+    return TableTopics(f"{PREFIX}{name}{ACTIONS_SUFFIX}", f"{PREFIX}{name}{COMMITS_SUFFIX}")
+
+
+def default_commits_topic(actions_topic: str) -> str:
+    """The commits topic the watcher pairs with ``actions_topic`` when it named both by default.
+
+    Only a default name (``deltamirror.<name>.actions``) says what its pair is: a topic named in
+    the watcher's configuration may have any partner, so guessing would follow a topic that may
+    not exist (or belong to another table). Such a name is a :class:`ConfigError`.
+    """
+    name = actions_topic[len(PREFIX) : -len(ACTIONS_SUFFIX)]
+    if not (actions_topic.startswith(PREFIX) and actions_topic.endswith(ACTIONS_SUFFIX) and name):
+        raise ConfigError(
+            f"{actions_topic!r} is not a default actions topic name (deltamirror.<name>.actions): "
+            "give the commits topic by name"
+        )
+    return f"{PREFIX}{name}{COMMITS_SUFFIX}"
+
+
+# --- the partitioner -------------------------------------------------------------------------------
+
+
+def murmur2(key: bytes) -> int:
+    """Kafka's murmur2 hash of ``key`` (``org.apache.kafka.common.utils.Utils.murmur2``), as a signed int."""
+    m, mask = 0x5BD1E995, 0xFFFFFFFF
+    length = len(key)
+    h = (0x9747B28C ^ length) & mask
+    for i in range(0, length - length % 4, 4):
+        k = int.from_bytes(key[i : i + 4], "little")
+        k = (k * m) & mask
+        k ^= k >> 24
+        k = (k * m) & mask
+        h = ((h * m) & mask) ^ k
+    tail = length % 4
+    base = length - tail
+    if tail == 3:
+        h ^= key[base + 2] << 16
+    if tail >= 2:
+        h ^= key[base + 1] << 8
+    if tail >= 1:
+        h ^= key[base]
+        h = (h * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def murmur2_partition(key: bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner (and librdkafka's ``murmur2_random``) gives ``key``."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+# --- creation --------------------------------------------------------------------------------------
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +281,10 @@ __all__ = [
     "TableTopics",
     "TopicLimits",
     "TopicManager",
+    "default_commits_topic",
     "default_topics",
     "event_topic_config",
+    "murmur2",
+    "murmur2_partition",
     "progress_topic_config",
 ]

@@ -10,6 +10,9 @@ untrusted, and a mirror that followed ``../``, ``file:///etc`` or another bucket
 publish, files that are not the table's. ``resolve`` checks a path by its components before
 anything is read; on a local disk every open also checks the file's real path, so a symbolic link
 inside the root cannot lead out of it.
+
+The package is that choke point: this module (paths, retries, reads, listing), :mod:`.local` (the
+real-path-checked opens of a local disk) and :mod:`.uri` (how a table location is spelled).
 """
 
 from __future__ import annotations
@@ -17,19 +20,30 @@ from __future__ import annotations
 import inspect
 import os
 import time
-import urllib.parse
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import fsspec
 import pyarrow as pa
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from .errors import InvalidTableUriError, PathOutsideTableError, StorageAccessError, StorageError
-from .paths import SIDECAR_DIR, PathRules, inside
+from ..errors import InvalidTableUriError, StorageAccessError, StorageError
+from ..paths import SIDECAR_DIR, PathRules
+from .local import LocalFiles
+from .uri import normalize_location, normalize_table_uri, without_password
+
+__all__ = [
+    "LOG_DIR",
+    "STORAGE_ATTEMPTS",
+    "STORAGE_BACKOFF_S",
+    "FileInfo",
+    "TableStorage",
+    "normalize_location",
+    "normalize_table_uri",
+    "without_password",
+]
 
 LOG_DIR = "_delta_log"
 
@@ -56,23 +70,8 @@ _PERMANENT_ERRORS = (
     NotADirectoryError,
     FileExistsError,
 )
-
-
-#: the same file on another filesystem (opened through pyarrow's own local filesystem: handing
-#: pyarrow an fsspec filesystem makes it convert that filesystem on every open)
-_LOCAL_FS = pafs.LocalFileSystem()
-#: Linux: a file opened with O_PATH is reopened race-free through /proc/self/fd/N after its real
-#: path was checked; elsewhere the real path is checked, then the file opened by that path
-_PROC_FD = hasattr(os, "O_PATH") and os.path.isdir("/proc/self/fd")
+#: file sizes remembered (table files are immutable)
 _SIZES_KEPT = 1024
-
-
-class _OwnedParquetFile(pq.ParquetFile):
-    """A ParquetFile over a handle it owns: closing it closes the file (pyarrow leaves a handle it
-    was given open)."""
-
-    def close(self, force: bool = False) -> None:
-        super().close(force=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,45 +81,6 @@ class FileInfo:
     name: str
     size: int
     modification_time: int
-
-
-def normalize_table_uri(uri: str) -> str:
-    """A stable URI for a table: absolute ``file://`` for local paths, no trailing slash, no password.
-
-    It is the identity of a table in progress records and Kafka keys, so two spellings of the same
-    location (``./t``, ``/abs/t/``, ``file:///abs/t``) must give the same string, and credentials
-    given in the URL (``s3://key:secret@bucket/t``) are not part of it.
-    """
-    return without_password(normalize_location(uri))
-
-
-def normalize_location(uri: str) -> str:
-    """:func:`normalize_table_uri`, credentials kept: what the filesystem is opened with."""
-    if not uri or not uri.strip():
-        raise InvalidTableUriError("empty table location", table=uri)
-    parsed = urllib.parse.urlparse(uri)
-    if parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and os.name == "nt"):
-        path = parsed.path if parsed.scheme == "file" else uri
-        if parsed.scheme == "file" and parsed.netloc not in ("", "localhost"):
-            raise InvalidTableUriError("file:// URL with a host is not supported", table=uri)
-        return "file://" + os.path.abspath(os.path.expanduser(path)).rstrip("/")
-    if parsed.scheme not in fsspec.available_protocols() and parsed.scheme not in fsspec.registry:
-        raise InvalidTableUriError(f"unknown storage protocol {parsed.scheme!r}", table=uri)
-    return uri.rstrip("/")
-
-
-def without_password(uri: str) -> str:
-    """``uri`` without the ``user:password@`` of its authority, if it has one.
-
-    A URL may carry credentials (``s3://key:secret@bucket/t``); the table's identity is published
-    to Kafka and printed, so it must not. A user part without a password stays: in
-    ``abfs://container@account.dfs.core.windows.net/t`` it names the container.
-    """
-    parsed = urllib.parse.urlsplit(uri)
-    userinfo, at, host = parsed.netloc.rpartition("@")
-    if not at or ":" not in userinfo:
-        return uri
-    return urllib.parse.urlunsplit(parsed._replace(netloc=host))
 
 
 def _epoch_ms(info: dict[str, Any]) -> int:
@@ -171,7 +131,7 @@ class TableStorage:
         self._root: str | None = None
         self.is_local = self.uri.startswith("file://")
         self._rules = PathRules(self.uri, self.allowed_path_prefixes)
-        self._real_roots: tuple[str, ...] | None = None
+        self._local = LocalFiles(lambda: [self.root, *(a.path for a in self._rules.allowed)], self.uri)
         self._sizes: dict[str, int] = {}
 
     # pickling: credentials travel, the filesystem object (sockets, caches) is rebuilt on arrival
@@ -303,23 +263,23 @@ class TableStorage:
         if (start is not None and start < 0) or (end is not None and end < 0):
             raise ValueError(f"byte range [{start}, {end}) is negative")
         if self.is_local:  # fsspec's cat_file costs several times a local read
-            return self._call("read", path, self._read_local, path, start, end)
+            return cast(bytes, self._call("read", path, self._local.read_bytes, path, start, end))
         if start is None and end is None:
-            return self._call("read", path, self.fs.cat_file, path)
+            return cast(bytes, self._call("read", path, self.fs.cat_file, path))
         size = self._size(path)
         lo = start or 0
         hi = size if end is None else min(end, size)
         if hi <= lo:
             return b""
-        return self._call("read", path, self.fs.cat_file, path, start=lo, end=hi)
+        return cast(bytes, self._call("read", path, self.fs.cat_file, path, start=lo, end=hi))
 
     def open(self, path: str, mode: str = "rb") -> IO[bytes]:
         """A file opened for streaming (a commit of millions of actions)."""
         if mode != "rb":
             raise ValueError("table files are only opened for reading")
         if self.is_local:
-            return self._call("open", path, self._open_local, path)
-        return self._call("open", path, self.fs.open, path, mode)
+            return cast(IO[bytes], self._call("open", path, self._local.open, path))
+        return cast(IO[bytes], self._call("open", path, self.fs.open, path, mode))
 
     def info(self, path: str) -> FileInfo:
         d = self._call("stat", path, self.fs.info, path)
@@ -333,25 +293,8 @@ class TableStorage:
         they mean (a missing data file, a corrupt checkpoint) is for the caller to say.
         """
         if self.is_local:
-            held, name = self._checked_local(path)
-            try:
-                source = _LOCAL_FS.open_input_file(name)
-            finally:
-                if held >= 0:
-                    os.close(held)
-            try:
-                return _OwnedParquetFile(source, **options)
-            except BaseException:
-                source.close()
-                raise
+            return self._local.parquet_file(path, **options)
         return pq.ParquetFile(path, filesystem=self.fs, **options)
-
-    def read_parquet(self, path: str, columns: list[str] | None = None) -> pa.Table:
-        pf = self.parquet_file(path)
-        try:
-            return pf.read(columns=columns)
-        finally:
-            pf.close()
 
     def _size(self, path: str) -> int:
         """A file's size, remembered (table files are immutable, and one DV file serves many)."""
@@ -362,76 +305,6 @@ class TableStorage:
                 self._sizes.clear()
             self._sizes[path] = size
         return size
-
-    # --- local files: the real path must stay inside ------------------------------------------
-
-    def _real_places(self) -> tuple[str, ...]:
-        """Real paths of the root and of the local allowed prefixes (symbolic links resolved)."""
-        if self._real_roots is None:
-            places = [self.root, *(a.path for a in self._rules.allowed)]
-            self._real_roots = tuple(os.path.realpath(p) for p in places)
-        return self._real_roots
-
-    def _check_real(self, real: str, path: str) -> None:
-        if not any(inside(real, place) for place in self._real_places()):
-            raise PathOutsideTableError(
-                f"{path!r} leads through a symbolic link to {real!r}, outside the table root and "
-                "every allowed prefix; not read (allow that location with --allow-path-prefix URI "
-                "or allowed_path_prefixes)",
-                table=self.uri,
-            )
-
-    def _checked_local(self, path: str) -> tuple[int, str]:
-        """A name that opens ``path``'s file, whose real path was checked, and the descriptor
-        (or -1) to close once it is opened. On Linux it is /proc/self/fd/N of an O_PATH descriptor:
-        the very file checked, even if a link is swapped meanwhile; elsewhere the real path."""
-        if not _PROC_FD:
-            real = os.path.realpath(path)
-            self._check_real(real, path)
-            return -1, real
-        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-        name = f"/proc/self/fd/{fd}"
-        try:
-            self._check_real(os.readlink(name), path)
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd, name
-
-    def _open_fd(self, path: str) -> int:
-        """A descriptor of ``path`` opened for reading, once its real path was checked (a file
-        behind a link out of the root is not even opened)."""
-        held, name = self._checked_local(path)
-        try:
-            return os.open(name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
-        finally:
-            if held >= 0:
-                os.close(held)
-
-    def _open_local(self, path: str) -> IO[bytes]:
-        return os.fdopen(self._open_fd(path), "rb")
-
-    def _read_local(self, path: str, start: int | None, end: int | None) -> bytes:
-        fd = self._open_fd(path)
-        try:
-            size = os.fstat(fd).st_size
-            lo = start or 0
-            hi = size if end is None else min(end, size)
-            if hi <= lo:
-                return b""
-            if lo:
-                os.lseek(fd, lo, os.SEEK_SET)
-            chunks = []
-            remaining = hi - lo
-            while remaining > 0:
-                chunk = os.read(fd, remaining)
-                if not chunk:  # shrank while read
-                    break
-                chunks.append(chunk)
-                remaining -= len(chunk)
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        finally:
-            os.close(fd)
 
     # --- listing ------------------------------------------------------------------------------
 

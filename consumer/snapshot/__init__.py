@@ -1,0 +1,54 @@
+"""Incremental snapshots: the active files of each mirrored table, kept current from the actions topic.
+
+One job per module:
+
+- :mod:`.state`: :class:`IncrementalSnapshot`, the state of one table (files in Arrow, metaData,
+  protocol, txns, domains), applied version by version; :class:`Invalidation`, what a version changed;
+- :mod:`.files`: the Arrow kernels that find what a version changed without a pass per file;
+- :mod:`.store`: :class:`StateStore`, the state on disk (a Parquet file of the files + a JSON sidecar
+  per table, ``offsets.json``), crash-safe, and the migration from the older all-JSON format;
+- :mod:`.loop`: :class:`SnapshotConsumer`, the Kafka loop over the actions (and commits) topic, on
+  the mirror's one reader, with restarts and re-created tables (:class:`TableReplacement`).
+
+Records are decoded by the mirror's one decoder (:mod:`deltamirror.mirror.events`).
+"""
+
+from __future__ import annotations
+
+from deltamirror.mirror.events import TableReplaced, decode_action_event, decode_commits_record
+
+from .loop import DEFAULT_GROUP_ID, AppliedCallback, ReplacedCallback, SnapshotConsumer, TableReplacement
+from .state import STATE_FORMAT, STATE_FORMAT_JSON, FileKey, IncrementalSnapshot, Invalidation, file_key
+from .store import Position, StateStore
+
+#: an actions-topic value as its model (the mirror's decoder; kept under its former name)
+parse_event = decode_action_event
+
+
+def parse_table_replaced(value: bytes | str) -> TableReplaced | None:
+    """A commits-topic value: its :class:`TableReplaced`, or None for any other ``kind``.
+
+    The mirror's decoder (kept under its former name): other kinds are ignored, as the contract
+    says; a ``tableReplaced`` that does not parse is an EventStreamError.
+    """
+    record = decode_commits_record(value, wanted={"tableReplaced"})
+    return record if isinstance(record, TableReplaced) else None
+
+
+__all__ = [
+    "DEFAULT_GROUP_ID",
+    "STATE_FORMAT",
+    "STATE_FORMAT_JSON",
+    "AppliedCallback",
+    "FileKey",
+    "IncrementalSnapshot",
+    "Invalidation",
+    "Position",
+    "ReplacedCallback",
+    "SnapshotConsumer",
+    "StateStore",
+    "TableReplacement",
+    "file_key",
+    "parse_event",
+    "parse_table_replaced",
+]

@@ -1,0 +1,349 @@
+"""The snapshot consumer: an :class:`~.state.IncrementalSnapshot` per table, kept current from Kafka.
+
+:class:`SnapshotConsumer` reads the actions topic (and the commits topic, when given) through the
+mirror's one reader, :class:`~deltamirror.mirror.kafka_consumer.MirrorConsumer` (``read_committed``,
+fragments joined, every partition assigned to this instance), applies each record to its table's
+state, and after each batch persists what changed (:class:`~.store.StateStore`, when ``state_dir``
+is given), stores the offsets for the group commit and reports the applied versions and
+replacements (callbacks), in that order.
+
+Where a restart continues: the stored offset of an actions partition is the first record of the
+oldest version still incomplete in it (transactions of several tables interleave in one
+partition, and a version can span transactions), so a restart re-reads every unfinished version
+whole. Records a table has already applied (``version`` at or below its state's, see
+:meth:`IncrementalSnapshot.apply`) are skipped on that re-read. Without ``state_dir`` nothing is
+persisted and the state is rebuilt by reading the topics from their beginning (the watcher creates
+its topics with unlimited retention). Either way the position comes from the state, not from the
+group's committed offset: an offset is meaningless without the state it belongs to. The group
+offsets are still committed, so that lag shows in Kafka's tools.
+
+Re-created tables (``commits_topic``): the watcher announces a location that now holds another
+table with a ``tableReplaced`` record on the commits topic, in the transaction of the new table's
+first events. On it the consumer drops the previous ``tableId``'s state (and its files on disk),
+remembers the id as retired, so that its events still to be read, or read again after a restart,
+are skipped instead of building a new state for it, and reports a :class:`TableReplacement`
+(``on_replaced``) after the drop is persisted. The two topics are read together but Kafka orders
+nothing across topics: the notice can come before or after the previous table's last events, and
+both orders end with its state dropped. Without ``commits_topic`` a re-created table simply
+appears under its new ``tableId`` and the previous one's state stays.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from deltamirror.core.errors import ConfigError
+from deltamirror.mirror.errors import StopRequested
+from deltamirror.mirror.events import TableReplaced, decode_action_event, decode_commits_record
+from deltamirror.mirror.fragments import FragmentAssembler
+from deltamirror.mirror.headers import HEADER_KIND, header_value
+
+from .state import IncrementalSnapshot, Invalidation
+from .store import Position, StateStore
+
+if TYPE_CHECKING:
+    from deltamirror.mirror.kafka_consumer import MirrorConsumer, Record
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GROUP_ID = "deltamirror-snapshot-consumer"
+
+
+@dataclass(frozen=True)
+class TableReplacement:
+    """A location now holds another table: everything cached for ``previous_table_id`` must go.
+
+    ``dropped_version`` / ``dropped_files`` describe the state this consumer dropped (None / 0
+    when it held none, e.g. the notice was read again after a restart). The new table's own
+    versions follow as :class:`Invalidation` s of ``table_id``, starting from its snapshot or
+    version 0.
+    """
+
+    table_uri: str
+    table_id: str
+    previous_table_id: str
+    previous_version: int
+    reason: str
+    dropped_version: int | None
+    dropped_files: int
+
+
+AppliedCallback = Callable[[Invalidation, IncrementalSnapshot], None]
+ReplacedCallback = Callable[[TableReplacement], None]
+
+
+class OffsetStore(Protocol):
+    """Where a checkpoint stores the offsets for the group commit (a MirrorConsumer with a group)."""
+
+    def store_offsets(self, offsets: Mapping[tuple[str, int], int]) -> None: ...
+
+
+class SnapshotConsumer:
+    """Keeps an :class:`IncrementalSnapshot` per table of an actions topic.
+
+    Every partition of the topic (and of ``commits_topic``, when given) is assigned to this
+    consumer (no group rebalancing: each instance keeps the whole state, so run one per
+    ``state_dir``). ``on_applied`` is called for each applied version, ``on_replaced`` for each
+    ``tableReplaced`` read from ``commits_topic``, in the order they happened, after the state
+    that includes them is persisted.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        *,
+        group_id: str = DEFAULT_GROUP_ID,
+        state_dir: str | Path | None = None,
+        kafka: Mapping[str, str] | None = None,
+        on_applied: AppliedCallback | None = None,
+        stop: threading.Event | None = None,
+        batch_size: int = 1000,
+        commits_topic: str | None = None,
+        on_replaced: ReplacedCallback | None = None,
+    ) -> None:
+        if commits_topic == topic:
+            raise ConfigError(f"the commits topic is the actions topic ({topic})")
+        self.topic = topic
+        self.commits_topic = commits_topic
+        self.group_id = group_id
+        #: the cluster's librdkafka settings; how the topics are read is MirrorConsumer's
+        self.config = {**(kafka or {}), "bootstrap.servers": bootstrap_servers}
+        self.store = StateStore(state_dir, topic, commits_topic) if state_dir is not None else None
+        self.tables: dict[str, IncrementalSnapshot] = {}
+        position = Position()
+        if self.store is not None:
+            self.tables, position = self.store.load_all()
+        self._offsets = position.offsets
+        self._commits_offsets = position.commits_offsets
+        #: table ids dropped on tableReplaced (-> last version published for them); their events are skipped
+        self.retired = position.retired
+        self.on_applied = on_applied
+        self.on_replaced = on_replaced
+        self.stop_event = stop or threading.Event()
+        self.batch_size = batch_size
+        #: fragments of records given to :meth:`handle` (run's records come whole)
+        self._assemblers: dict[tuple[str, int], FragmentAssembler] = {}
+        self._fragment_start: dict[tuple[str, int], int] = {}
+        #: per partition, the offset of the first record of each table's unfinished version
+        self._starts: dict[int, dict[str, int]] = {}
+        self._dirty: set[str] = set()
+        self._dropped: set[str] = set()
+        self._notices: list[tuple[Invalidation, IncrementalSnapshot] | TableReplacement] = []
+        #: events of retired tables that were skipped
+        self.skipped_retired_events = 0
+
+    def request_stop(self) -> None:
+        self.stop_event.set()
+
+    # --- the Kafka loop ------------------------------------------------------------------------
+
+    def run(self, *, once: bool = False, topic_timeout_s: float = 30.0) -> None:
+        """Consume until stopped; with ``once``, until every partition is read to its end.
+
+        Without ``once`` a topic that does not exist yet is waited for; with it, that is an error.
+        """
+        from deltamirror.mirror.kafka_consumer import MirrorConsumer
+
+        # one that reads to the end asks the broker not to hold an empty fetch (MirrorConsumer's
+        # default); a long-running one keeps librdkafka's fetch wait
+        consumer = (
+            MirrorConsumer(self.config, group_id=self.group_id)
+            if once
+            else MirrorConsumer(self.config, group_id=self.group_id, fetch_wait_max_ms=None)
+        )
+        with consumer:
+            with contextlib.suppress(StopRequested):  # stopped: what was taken is still checkpointed
+                self._consume(consumer, once=once, topic_timeout_s=topic_timeout_s)
+            self.checkpoint(consumer)
+        # closing the consumer commits the stored offsets
+
+    def _consume(self, consumer: MirrorConsumer, *, once: bool, topic_timeout_s: float) -> None:
+        wanted = {self.topic: self._offsets}
+        if self.commits_topic is not None:
+            wanted[self.commits_topic] = self._commits_offsets
+        starts: list[tuple[str, int, int | None]] = []
+        for topic, offsets in wanted.items():
+            partitions = consumer.partitions(
+                topic, wait_for_topic=not once, timeout_s=topic_timeout_s, stop=self.stop_event
+            )
+            if partitions is None:  # stopped while waiting for the topic
+                return
+            starts.extend((topic, p, offsets.get(p)) for p in partitions)
+        consumer.assign(starts)
+        # without once, empty batches come too while the topics are quiet: each is a checkpoint
+        for batch in consumer.batches(until_end=once, stop=self.stop_event, max_records=self.batch_size):
+            for record in batch:
+                self.take(record)
+            self.checkpoint(consumer)
+
+    # --- records -------------------------------------------------------------------------------
+
+    def take(self, record: Record) -> None:
+        """One whole record (fragments joined) of the actions or the commits topic, in partition order."""
+        self._take(
+            record.topic,
+            record.partition,
+            record.first_offset,
+            record.offset,
+            record.value,
+            record.header(HEADER_KIND),
+        )
+
+    def handle(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        value: bytes,
+        headers: Sequence[tuple[str, bytes | str | None]] | None = None,
+    ) -> None:
+        """One record as Kafka stores it (maybe a fragment of a larger one), in partition order.
+
+        For a caller that reads the topics itself; :meth:`run` takes whole records (:meth:`take`).
+        :meth:`checkpoint` then persists and reports.
+        """
+        if topic != self.topic and topic != self.commits_topic:
+            raise ConfigError(f"a record of topic {topic}, which this consumer does not read")
+        where = (topic, partition)
+        whole = self._assemblers.setdefault(where, FragmentAssembler()).feed(value, headers)
+        if whole is None:
+            self._fragment_start.setdefault(where, offset)
+            return
+        first = self._fragment_start.pop(where, offset)
+        self._take(topic, partition, first, offset, whole, header_value(headers, HEADER_KIND))
+
+    def _take(
+        self, topic: str, partition: int, first: int, offset: int, value: bytes, kind: str | None
+    ) -> None:
+        if topic == self.topic:
+            self._take_action(partition, first, offset, value)
+        elif topic == self.commits_topic:
+            self._take_commits(partition, offset, value, kind)
+        else:
+            raise ConfigError(f"a record of topic {topic}, which this consumer does not read")
+
+    def _take_action(self, partition: int, first: int, offset: int, value: bytes) -> None:
+        """One actions-topic record; ``first`` is the offset of its first fragment."""
+        event = decode_action_event(value, topic=self.topic, partition=partition, offset=offset)
+        self._offsets[partition] = offset + 1
+        if event.table_id in self.retired:
+            self.skipped_retired_events += 1
+            return
+        state = self.tables.get(event.table_id)
+        if state is None:
+            state = self.tables[event.table_id] = IncrementalSnapshot(event.table_id, event.table_uri)
+        applied = state.apply(event)
+        state.invalidations()  # reported through on_applied; the list must not grow
+        starts = self._starts.setdefault(partition, {})
+        if state.in_progress:
+            if event.index == 0:
+                starts[event.table_id] = first
+        else:
+            starts.pop(event.table_id, None)
+        if applied is not None:
+            self._dirty.add(event.table_id)
+            self._notices.append((applied, state))
+
+    def _take_commits(self, partition: int, offset: int, value: bytes, kind: str | None) -> None:
+        """One commits-topic record: only ``tableReplaced`` matters here."""
+        self._commits_offsets[partition] = offset + 1
+        record = decode_commits_record(
+            value,
+            kind,
+            wanted={"tableReplaced"},
+            topic=self.commits_topic,
+            partition=partition,
+            offset=offset,
+        )
+        if isinstance(record, TableReplaced):
+            self.replace(record)
+
+    def replace(self, record: TableReplaced) -> TableReplacement:
+        """Drop the state of ``record.previous_table_id`` and retire that id (see the module docstring)."""
+        previous = record.previous_table_id
+        self.retired[previous] = record.previous_version
+        self.retired.pop(record.table_id, None)  # an id can come back (a table restored elsewhere)
+        state = self.tables.pop(previous, None)
+        for starts in self._starts.values():
+            starts.pop(previous, None)  # its unfinished version no longer holds the offset back
+        self._dirty.discard(previous)
+        self._dropped.add(previous)
+        notice = TableReplacement(
+            table_uri=record.table_uri,
+            table_id=record.table_id,
+            previous_table_id=previous,
+            previous_version=record.previous_version,
+            reason=record.reason,
+            dropped_version=state.version if state is not None else None,
+            dropped_files=state.file_count if state is not None else 0,
+        )
+        log.info(
+            "table %s at %s was replaced by %s (%s): dropped its state (%s files)",
+            previous,
+            record.table_uri,
+            record.table_id,
+            record.reason,
+            notice.dropped_files,
+        )
+        self._notices.append(notice)
+        return notice
+
+    # --- position and checkpoints --------------------------------------------------------------
+
+    @property
+    def position(self) -> Position:
+        """Where a restart would continue from: what the next checkpoint writes."""
+        return Position(self._safe_offsets(), dict(self._commits_offsets), dict(self.retired))
+
+    def _safe_offsets(self) -> dict[int, int]:
+        """Per partition, where a restart must read from: the oldest unfinished version, or past the end."""
+        return {p: min(self._starts.get(p, {}).values(), default=o) for p, o in self._offsets.items()}
+
+    def checkpoint(self, consumer: OffsetStore | None = None) -> None:
+        """Persist what changed, store the offsets in ``consumer`` (if any), then report.
+
+        The steps of :mod:`.store`'s docstring; nothing happens when nothing was applied or dropped.
+        """
+        if not self._dirty and not self._notices and not self._dropped:
+            return
+        offsets = self._safe_offsets()
+        commits_offsets = dict(self._commits_offsets)
+        if self.store is not None:
+            self.store.save(
+                (self.tables[t] for t in sorted(self._dirty)),
+                offsets,
+                commits_offsets=commits_offsets,
+                retired=self.retired,
+                dropped=sorted(self._dropped),
+            )
+        if consumer is not None:
+            stored = {(self.topic, p): o for p, o in offsets.items()}
+            if self.commits_topic is not None:
+                stored.update({(self.commits_topic, p): o for p, o in commits_offsets.items()})
+            if stored:
+                consumer.store_offsets(stored)
+        self._dirty.clear()
+        self._dropped.clear()
+        notices, self._notices = self._notices, []
+        for notice in notices:
+            if isinstance(notice, TableReplacement):
+                if self.on_replaced is not None:
+                    self.on_replaced(notice)
+            elif self.on_applied is not None:
+                self.on_applied(*notice)
+
+
+__all__ = [
+    "DEFAULT_GROUP_ID",
+    "AppliedCallback",
+    "ReplacedCallback",
+    "SnapshotConsumer",
+    "TableReplacement",
+]

@@ -1,0 +1,361 @@
+"""One version's change rows, from its actions: what each file action contributes, and reading it.
+
+Per version (delta-spark's ``CDCReader.changesToDF``):
+
+* with ``cdc`` actions, the rows are those of its change data files, typed by their ``_change_type``;
+* otherwise every ``add``/``remove`` with dataChange=true gives inserts/deletes of the rows its own
+  deletion vector leaves alive, except that an ``add`` and a ``remove`` of one path are a DV update
+  whose rows are those whose deletion bit flipped; a MERGE that reports no changed row gives none.
+
+Where the actions come from (a checked plan of the log, or a mirror of it) is the feeds' business
+(:mod:`.feed`); the reads run in order, small ones ahead on threads (:mod:`.prefetch`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..actions import missing_partition_column
+from ..deletion_vectors import read_deleted_rows
+from ..errors import CorruptLogError, InvalidArgumentError, SchemaError
+from ..log import commit_name
+from ..read import AppendColumns, read_data_file
+from ..schema import (
+    ColumnMappingMode,
+    PrimitiveType,
+    StructField,
+    StructType,
+    column_mapping_mode,
+    to_arrow_field,
+)
+from .cdf_columns import (
+    CDF_COLUMNS,
+    CHANGE_TYPE,
+    COMMIT_TIMESTAMP,
+    COMMIT_VERSION,
+    TIMESTAMP_TYPE,
+    ColumnCursor,
+    CommitColumns,
+    repeated_string,
+)
+from .file_filter import FileFilter, PartitionFilter
+from .prefetch import FileRead, prefetchable, prefetched
+from .read_schema import ReadSchema
+
+if TYPE_CHECKING:
+    from ..table import DeltaTable
+
+_MERGE_METRICS = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")
+_STRING = PrimitiveType(name="string")
+
+
+class ChangeRows:
+    """Reads change rows of ``table`` with one read schema: the selected columns, then the CDF ones.
+
+    Built once per feed, so that bad ``columns`` or a bad ``partition_filter`` are refused before
+    any version is read.
+    """
+
+    def __init__(
+        self,
+        table: DeltaTable,
+        read: ReadSchema,
+        columns: Sequence[str] | None,
+        partition_filter: PartitionFilter | None,
+        batch_size: int,
+    ) -> None:
+        self.table = table
+        self.read = read
+        self._batch_size = batch_size
+        metadata = read.metadata
+        self._table_schema: StructType = metadata.table_schema
+        self._mode: ColumnMappingMode = column_mapping_mode(metadata.configuration)
+        self._partition_columns = list(metadata.partition_columns)
+        self._partition_keys = metadata.partition_keys
+        self._data_columns = self._select(columns)
+        # read batches come in table order: asked for in that order, they need no reordering
+        chosen = set(self._data_columns)
+        self._in_table_order = self._data_columns == [c for c in self._table_schema.names if c in chosen]
+        self._data_positions: dict[tuple[str, ...], list[int]] = {}
+        # columns=None reads every column without building a projected schema per file
+        every = self._data_columns == list(self._table_schema.names)
+        self._columns_arg: list[str] | None = None if every else self._data_columns
+        self._cdc_schema = StructType(
+            fields=(*self._table_schema.fields, StructField(name=CHANGE_TYPE, type=_STRING))
+        )
+        self._cdc_columns_arg = None if every else [*self._data_columns, CHANGE_TYPE]
+        self._filter = FileFilter(
+            partition_filter, self._table_schema, self._partition_columns, self._mode, table.uri
+        )
+        data_fields = [to_arrow_field(self._table_schema.field(c)) for c in self._data_columns]
+        self.schema = pa.schema(
+            [
+                *data_fields,
+                pa.field(CHANGE_TYPE, pa.string()),
+                pa.field(COMMIT_VERSION, pa.int64()),
+                pa.field(COMMIT_TIMESTAMP, TIMESTAMP_TYPE),
+            ]
+        )
+
+    def _select(self, columns: Sequence[str] | None) -> list[str]:
+        if columns is None:
+            return list(self._table_schema.names)
+        out: list[str] = []
+        for name in columns:
+            if name in CDF_COLUMNS:
+                continue
+            try:
+                canonical = self._table_schema.field(name).name
+            except SchemaError:
+                raise InvalidArgumentError(
+                    f"no column {name!r} in the table (columns: {', '.join(self._table_schema.names)})",
+                    table=self.table.uri,
+                ) from None
+            if canonical not in out:
+                out.append(canonical)
+        return out
+
+    def batches(self, reads: Iterator[FileRead]) -> Iterator[pa.RecordBatch]:
+        """The rows of ``reads`` (in version order) in batches of up to ``batch_size`` rows, each
+        from one version."""
+        pending: list[pa.RecordBatch] = []
+        rows = 0
+        current: int | None = None
+        for version, batches in prefetched(reads):
+            if version != current and rows:
+                yield _concat(pending)
+                pending, rows = [], 0
+            current = version
+            for batch in batches:
+                while batch.num_rows:
+                    take = min(batch.num_rows, self._batch_size - rows)
+                    pending.append(batch.slice(0, take))
+                    rows += take
+                    batch = batch.slice(take)
+                    if rows == self._batch_size:
+                        yield _concat(pending)
+                        pending, rows = [], 0
+        if rows:
+            yield _concat(pending)
+
+    def reads_of(
+        self, version: int, timestamp_ms: int, actions: Iterable[tuple[str, Mapping[str, Any]]]
+    ) -> Iterator[FileRead]:
+        """The file reads that make up one version's rows, in commit order."""
+        cdc: list[Mapping[str, Any]] = []
+        adds: dict[str, Mapping[str, Any]] = {}
+        removes: dict[str, Mapping[str, Any]] = {}
+        commit_info: Mapping[str, Any] | None = None
+        for name, body in actions:
+            if name == "cdc":
+                cdc.append(body)
+            elif name == "add" and body.get("dataChange", True):
+                adds[body["path"]] = body
+            elif name == "remove" and body.get("dataChange", True):
+                removes[body["path"]] = body
+            elif name == "commitInfo" and commit_info is None:
+                commit_info = body
+        meta = CommitColumns(version, timestamp_ms * 1000)
+        if cdc:
+            for action in cdc:
+                if self._filter.keeps(action, version):
+                    yield FileRead(version, action.get("size"), partial(self._read_cdc_file, action, meta))
+            return
+        if commit_info is not None and _is_noop_merge(commit_info):
+            return
+        for path, add in adds.items():
+            remove = removes.get(path)
+            if remove is None:
+                if self._filter.keeps(add, version):
+                    dv = add.get("deletionVector")
+                    yield FileRead(
+                        version, add.get("size"), partial(self._read_file, add, "insert", meta, dv=dv)
+                    )
+            else:
+                self._check_dv_pair(add, remove, meta)
+                if self._filter.keeps(add, version):
+                    yield FileRead(version, add.get("size"), partial(self._read_dv_update, add, remove, meta))
+        for path, remove in removes.items():
+            if path not in adds and self._filter.keeps(remove, version):
+                dv = remove.get("deletionVector")
+                yield FileRead(
+                    version, remove.get("size"), partial(self._read_file, remove, "delete", meta, dv=dv)
+                )
+
+    def _check_dv_pair(self, add: Mapping[str, Any], remove: Mapping[str, Any], meta: CommitColumns) -> None:
+        if remove.get("deletionVector") is None and add.get("deletionVector") is None:
+            raise CorruptLogError(
+                f"file {add['path']!r} is both removed and added in one version, neither with a "
+                "deletion vector; delta-spark refuses such a change feed too",
+                table=self.table.uri,
+                version=meta.version,
+            )
+
+    def _read_dv_update(
+        self, add: Mapping[str, Any], remove: Mapping[str, Any], meta: CommitColumns
+    ) -> Iterator[pa.RecordBatch]:
+        """Rows whose deletion bit flipped between the removed and the added DV of one file."""
+        path = add["path"]
+        remove_dv, add_dv = remove.get("deletionVector"), add.get("deletionVector")
+        before = self._deleted_rows(remove_dv, path)
+        after = self._deleted_rows(add_dv, path)
+        newly_deleted = _difference(after, before)
+        undeleted = _difference(before, after)
+        if len(newly_deleted):
+            yield from self._read_file(remove, "delete", meta, only_rows=newly_deleted, partition_from=add)
+        if len(undeleted):
+            yield from self._read_file(add, "insert", meta, only_rows=undeleted)
+
+    def _deleted_rows(self, descriptor: Mapping[str, Any] | None, path: str) -> pa.UInt64Array:
+        if descriptor is None:
+            return pa.array([], pa.uint64())
+        return read_deleted_rows(self.table.storage, descriptor, table=self.table.uri, data_file=path)
+
+    def _read_file(
+        self,
+        action: Mapping[str, Any],
+        change_type: str,
+        meta: CommitColumns,
+        *,
+        dv: Mapping[str, Any] | None = None,
+        only_rows: pa.UInt64Array | None = None,
+        partition_from: Mapping[str, Any] | None = None,
+    ) -> Iterator[pa.RecordBatch]:
+        partition_values = self._partition_values(partition_from or action, meta.version)
+        append = None
+        if self._in_table_order:  # the CDF columns are added in the same batch
+
+            def cdf_columns(n: int) -> tuple[pa.Array, ...]:
+                return repeated_string(change_type, n), *meta.columns(n)
+
+            append = AppendColumns(self.schema, cdf_columns)
+        batches = read_data_file(
+            self.table.storage,
+            action["path"],
+            schema=self._table_schema,
+            partition_columns=self._partition_columns,
+            column_mapping=self._mode,
+            partition_values=partition_values,
+            deletion_vector=dv,
+            columns=self._columns_arg,
+            only_rows=only_rows,
+            table=self.table.uri,
+            use_threads=not prefetchable(action),
+            append=append,
+        )
+        if append is not None:
+            yield from batches
+            return
+        for batch in batches:
+            yield self._finish(batch, repeated_string(change_type, batch.num_rows), meta)
+
+    def _read_cdc_file(self, action: Mapping[str, Any], meta: CommitColumns) -> Iterator[pa.RecordBatch]:
+        """A change data file: the data columns plus its physical ``_change_type`` column."""
+        partition_values = self._partition_values(action, meta.version)
+        path = action["path"]
+        append = None
+        if self._mode == "id":  # _change_type has no field id: read it beside the data columns
+            cursor = types = ColumnCursor(self.table, path, CHANGE_TYPE)
+            schema, columns = self._table_schema, self._columns_arg
+            if self._in_table_order:
+
+                def cdf_columns(n: int) -> tuple[pa.Array, ...]:
+                    return cursor.take(n), *meta.columns(n)
+
+                append = AppendColumns(self.schema, cdf_columns)
+        else:
+            types = None
+            schema, columns = self._cdc_schema, self._cdc_columns_arg
+            if self._in_table_order:  # _change_type is the last column read
+
+                def cdf_columns(n: int) -> tuple[pa.Array, ...]:
+                    return meta.columns(n)
+
+                append = AppendColumns(self.schema, cdf_columns)
+        change_type_at = len(self._data_columns)
+        try:
+            for batch in read_data_file(
+                self.table.storage,
+                path,
+                schema=schema,
+                partition_columns=self._partition_columns,
+                column_mapping=self._mode,
+                partition_values=partition_values,
+                columns=columns,
+                table=self.table.uri,
+                use_threads=not prefetchable(action),
+                append=append,
+                kind="change data file",
+            ):
+                if append is not None:
+                    change_types = batch.column(change_type_at)
+                elif types is None:  # _finish keeps the data columns only
+                    change_types = batch.column(batch.num_columns - 1)
+                else:
+                    change_types = types.take(batch.num_rows)
+                if change_types.null_count:
+                    raise CorruptLogError(
+                        "change data file has rows without a _change_type (missing column?)",
+                        table=self.table.uri,
+                        version=meta.version,
+                        file=path,
+                    )
+                yield batch if append is not None else self._finish(batch, change_types, meta)
+        finally:
+            if types is not None:
+                types.close()
+
+    def _finish(self, batch: pa.RecordBatch, change_types: pa.Array, meta: CommitColumns) -> pa.RecordBatch:
+        n = batch.num_rows
+        names = tuple(batch.schema.names)
+        positions = self._data_positions.get(names)
+        if positions is None:  # per batch layout (data files, change data files): worked out once
+            positions = self._data_positions[names] = [names.index(c) for c in self._data_columns]
+        columns = batch.columns
+        data = [columns[i] for i in positions]
+        return pa.RecordBatch.from_arrays([*data, change_types, *meta.columns(n)], schema=self.schema)
+
+    def _partition_values(self, action: Mapping[str, Any], version: int) -> Mapping[str, str | None]:
+        """The file's partition values, naming every partition column (a missing one is not null)."""
+        values = action.get("partitionValues")
+        if values is None:
+            if self._partition_columns:
+                raise CorruptLogError(
+                    f"file action for {action.get('path')!r} has no partitionValues in a partitioned table",
+                    table=self.table.uri,
+                    version=version,
+                )
+            return {}
+        missing = missing_partition_column(values, self._partition_keys)
+        if missing is not None:
+            raise CorruptLogError(
+                f"file action for {action.get('path')!r}: partitionValues lacks partition column {missing!r}",
+                table=self.table.uri,
+                version=version,
+                file=self.table.storage.log_file(commit_name(version)),
+            )
+        return dict(values)
+
+
+def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    return batches[0] if len(batches) == 1 else pa.concat_batches(batches)
+
+
+def _difference(left: pa.UInt64Array, right: pa.UInt64Array) -> pa.UInt64Array:
+    """Rows in ``left`` but not in ``right`` (both sorted and unique, so the result is too)."""
+    if len(right) == 0 or len(left) == 0:
+        return left
+    return left.filter(pc.invert(pc.is_in(left, value_set=right)))
+
+
+def _is_noop_merge(commit_info: Mapping[str, Any]) -> bool:
+    """delta-spark's ``shouldSkipFileActionsInCommit``: a MERGE reporting 0 rows changed."""
+    if commit_info.get("operation") != "MERGE":
+        return False
+    metrics = commit_info.get("operationMetrics") or {}
+    return all(str(metrics.get(name)) == "0" for name in _MERGE_METRICS)

@@ -1,0 +1,318 @@
+"""Delta table schemas (``metaData.schemaString``) as typed values: parsed, compared, written back.
+
+Parsing keeps everything a writer put in the JSON (unknown keys, column metadata, the object form
+``{"type": "variant"}``, a key left out) so that :meth:`StructType.to_json_string` gives back the
+same JSON: a mirror republishes schemas and must not alter them. Equality ignores those spelling
+details, so a parsed schema equals the same schema built in code. What a schema means for data
+files and Arrow (column mapping, Arrow types) is :mod:`.schema`'s.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Iterable, Mapping
+from typing import Annotated, Any, ClassVar
+
+import pydantic_core
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    model_serializer,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from .errors import SchemaError
+
+__all__ = [
+    "PRIMITIVE_TYPE_NAMES",
+    "ArrayType",
+    "DataType",
+    "DecimalType",
+    "DeltaType",
+    "MapType",
+    "PrimitiveType",
+    "StructField",
+    "StructType",
+    "parse_schema",
+]
+
+PRIMITIVE_TYPE_NAMES = frozenset(
+    {
+        "string",
+        "long",
+        "integer",
+        "short",
+        "byte",
+        "float",
+        "double",
+        "boolean",
+        "binary",
+        "date",
+        "timestamp",
+        "timestamp_ntz",
+        "variant",
+        "void",
+    }
+)
+
+_DECIMAL = re.compile(r"^decimal\(\s*(-?\d+)\s*,\s*(-?\d+)\s*\)$")
+# set as validation context by parse_schema: only JSON input records how it was spelled
+_FROM_JSON = "deltamirror.schema.from_json"
+
+
+def _is_json_input(info: ValidationInfo) -> bool:
+    return isinstance(info.context, Mapping) and bool(info.context.get(_FROM_JSON))
+
+
+class _SchemaNode(BaseModel):
+    """A node of a schema: frozen, camelCase on the wire, unknown keys kept as extras."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, alias_generator=to_camel, extra="allow")
+
+    # the "type" key of this node's JSON object, consumed by validation (None: not an object)
+    _wire_type: ClassVar[str | None] = None
+    # wire keys the source JSON left out (defaults apply, but are not written back)
+    _absent: frozenset[str] = PrivateAttr(default_factory=frozenset)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_type_key(cls, data: Any) -> Any:
+        if cls._wire_type is not None and isinstance(data, Mapping) and "type" in data:
+            if data["type"] != cls._wire_type:
+                raise ValueError(f"expected type {cls._wire_type!r}, not {data['type']!r}")
+            return {k: v for k, v in data.items() if k != "type"}
+        return data
+
+    def to_json_value(self) -> Any:
+        """The node as Delta writes it in ``schemaString`` (a str for primitives, else a dict)."""
+        return self._json(exact=True)
+
+    def _json(self, *, exact: bool) -> Any:
+        raise NotImplementedError
+
+    def _finish(self, out: dict[str, Any], *, exact: bool) -> dict[str, Any]:
+        if exact:
+            for key in self._absent:
+                out.pop(key, None)
+        for key, value in (self.__pydantic_extra__ or {}).items():
+            out.setdefault(key, value)
+        return out
+
+    @model_serializer(mode="plain")
+    def _serialize(self) -> Any:
+        return self.to_json_value()
+
+    @model_validator(mode="after")
+    def _record_absent(self, info: ValidationInfo) -> _SchemaNode:
+        if _is_json_input(info):
+            optional = {
+                (f.alias or name)
+                for name, f in type(self).model_fields.items()
+                if not f.is_required() and name not in self.model_fields_set
+            }
+            self._absent = frozenset(optional)
+        return self
+
+    def __eq__(self, other: object) -> bool:
+        if type(self) is not type(other):
+            return NotImplemented
+        assert isinstance(other, _SchemaNode)
+        return self.__dict__ == other.__dict__ and (self.__pydantic_extra__ or {}) == (
+            other.__pydantic_extra__ or {}
+        )
+
+    def __hash__(self) -> int:
+        return hash(json.dumps(self._json(exact=False), sort_keys=True, default=str))
+
+
+class PrimitiveType(_SchemaNode):
+    """A type named by a bare string: ``long``, ``timestamp_ntz``, ``variant``, or one unknown here."""
+
+    name: str
+    # `{"type": "variant"}` is as legal as `"variant"`; keep the spelling the writer chose
+    _as_object: bool = PrivateAttr(default=False)
+
+    def _json(self, *, exact: bool) -> Any:
+        if exact and (self._as_object or self.__pydantic_extra__):
+            return self._finish({"type": self.name}, exact=exact)
+        return self.name
+
+
+class DecimalType(_SchemaNode):
+    """``decimal(precision,scale)``."""
+
+    precision: int
+    scale: int
+    _spelling: str | None = PrivateAttr(default=None)
+    _as_object: bool = PrivateAttr(default=False)
+
+    def _json(self, *, exact: bool) -> Any:
+        name = (self._spelling if exact else None) or f"decimal({self.precision},{self.scale})"
+        if exact and (self._as_object or self.__pydantic_extra__):
+            return self._finish({"type": name}, exact=exact)
+        return name
+
+
+def _to_data_type(value: Any, info: ValidationInfo) -> Any:
+    """JSON form of a type -> node: a type is a bare string or an object with a "type" key."""
+    if isinstance(value, _SchemaNode):
+        return value
+    context = info.context
+    if isinstance(value, str):
+        return _primitive_or_decimal(value, {}, as_object=False, context=context)
+    if isinstance(value, Mapping):
+        kind = value.get("type")
+        if kind == "struct":
+            return StructType.model_validate(value, context=context)
+        if kind == "array":
+            return ArrayType.model_validate(value, context=context)
+        if kind == "map":
+            return MapType.model_validate(value, context=context)
+        if isinstance(kind, str):
+            rest = {k: v for k, v in value.items() if k != "type"}
+            return _primitive_or_decimal(kind, rest, as_object=True, context=context)
+    raise ValueError(f"not a Delta data type: {value!r}")
+
+
+def _primitive_or_decimal(
+    name: str, extra: dict[str, Any], *, as_object: bool, context: Any
+) -> PrimitiveType | DecimalType:
+    node: PrimitiveType | DecimalType
+    match = _DECIMAL.match(name)
+    if match:
+        node = DecimalType.model_validate(
+            {"precision": int(match[1]), "scale": int(match[2]), **extra}, context=context
+        )
+        if name != f"decimal({node.precision},{node.scale})":
+            node._spelling = name
+    elif name == "decimal":  # Spark's spelling of its default decimal(10,0)
+        node = DecimalType.model_validate({"precision": 10, "scale": 0, **extra}, context=context)
+        node._spelling = name
+    else:
+        node = PrimitiveType.model_validate({"name": name, **extra}, context=context)
+    node._as_object = as_object
+    return node
+
+
+class ArrayType(_SchemaNode):
+    _wire_type: ClassVar[str | None] = "array"
+
+    element_type: DataType
+    contains_null: bool = True
+
+    def _json(self, *, exact: bool) -> Any:
+        out = {
+            "type": "array",
+            "elementType": self.element_type._json(exact=exact),
+            "containsNull": self.contains_null,
+        }
+        return self._finish(out, exact=exact)
+
+
+class MapType(_SchemaNode):
+    _wire_type: ClassVar[str | None] = "map"
+
+    key_type: DataType
+    value_type: DataType
+    value_contains_null: bool = True
+
+    def _json(self, *, exact: bool) -> Any:
+        out = {
+            "type": "map",
+            "keyType": self.key_type._json(exact=exact),
+            "valueType": self.value_type._json(exact=exact),
+            "valueContainsNull": self.value_contains_null,
+        }
+        return self._finish(out, exact=exact)
+
+
+class StructField(_SchemaNode):
+    name: str
+    type: DataType
+    nullable: bool = True
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    def _json(self, *, exact: bool) -> Any:
+        out = {
+            "name": self.name,
+            "type": self.type._json(exact=exact),
+            "nullable": self.nullable,
+            "metadata": dict(self.metadata),
+        }
+        return self._finish(out, exact=exact)
+
+
+class StructType(_SchemaNode):
+    _wire_type: ClassVar[str | None] = "struct"
+
+    fields: tuple[StructField, ...]
+
+    def _json(self, *, exact: bool) -> Any:
+        out = {"type": "struct", "fields": [f._json(exact=exact) for f in self.fields]}
+        return self._finish(out, exact=exact)
+
+    def to_json_string(self) -> str:
+        """The schema as a ``schemaString``: the JSON it was parsed from, up to key order."""
+        return json.dumps(self.to_json_value(), separators=(",", ":"), ensure_ascii=False)
+
+    @property
+    def names(self) -> list[str]:
+        return [f.name for f in self.fields]
+
+    def field(self, name: str) -> StructField:
+        """The field called ``name``; exact match first, then case-insensitive like delta-spark."""
+        for f in self.fields:
+            if f.name == name:
+                return f
+        folded = [f for f in self.fields if f.name.lower() == name.lower()]
+        if len(folded) == 1:
+            return folded[0]
+        raise SchemaError(f"no column {name!r} in the schema", column=name)
+
+    def select(self, names: Iterable[str]) -> StructType:
+        """The named fields, in the schema's own order."""
+        wanted = {self.field(n).name for n in names}
+        return StructType(fields=tuple(f for f in self.fields if f.name in wanted))
+
+
+DeltaType = PrimitiveType | DecimalType | ArrayType | MapType | StructType
+# the annotation of a type-valued attribute: accepts the JSON forms (a string or an object)
+DataType = Annotated[DeltaType, BeforeValidator(_to_data_type)]
+
+ArrayType.model_rebuild()
+MapType.model_rebuild()
+StructField.model_rebuild()
+StructType.model_rebuild()
+
+
+# --- parsing ----------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=32)
+def parse_schema(schema_string: str) -> StructType:
+    """Parse a ``schemaString``; :class:`SchemaError` when it is not JSON or not a Delta struct.
+
+    Cached (a schema is immutable): the log boundary checks each metaData's schema, then the
+    table's readers use it, and a table has few schemas."""
+    try:  # strict and depth-limited (a nesting too deep is an error, never a RecursionError)
+        value = pydantic_core.from_json(schema_string, allow_inf_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise SchemaError(f"schemaString is not JSON: {exc}") from exc
+    if not isinstance(value, dict) or value.get("type") != "struct":
+        raise SchemaError("schemaString must be a JSON object of type 'struct'")
+    try:
+        return StructType.model_validate(value, context={_FROM_JSON: True})
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise SchemaError(f"schemaString is not a valid Delta schema: {where}: {first['msg']}") from None
+    except RecursionError:
+        raise SchemaError("schemaString nests types too deeply") from None

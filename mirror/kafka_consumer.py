@@ -1,0 +1,310 @@
+"""One typed wrapper over confluent-kafka's consumer, and the one loop that reads the mirror's topics.
+
+Every reader of the mirror (the watcher's progress, the snapshot consumer, the change feed read
+from the mirror, the Spark source) reads the same way: partitions assigned by the reader itself
+(no group rebalancing: each reader knows which partitions it needs), ``read_committed`` (an
+aborted transaction's records are never seen), records in partition order, fragments of the
+``split`` oversize policy joined back into one value, and a clear notion of "the end": a
+partition is at its end when the consumer's position reaches its last stable offset. That loop
+is :meth:`MirrorConsumer.batches`, written once here.
+
+Errors are translated once too: a broker that does not answer is a
+:class:`~deltamirror.mirror.errors.KafkaError` (retryable), a missing topic a
+:class:`~deltamirror.mirror.errors.TopicNotFoundError` (bad input), records that break the
+contract an :class:`~deltamirror.mirror.errors.EventStreamError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaError as _RdKafkaError
+
+from .errors import KafkaError, StopRequested, TopicNotFoundError
+from .fragments import FragmentAssembler
+from .headers import HEADER_FRAGMENT, Headers, header_value
+
+log = logging.getLogger(__name__)
+
+#: the offset that means "the first record the partition still has"
+BEGINNING = OFFSET_BEGINNING
+#: how long one metadata request waits: a stop is noticed within it
+METADATA_SLICE_S = 1.0
+#: how long a partition may stay quiet before its end is asked of the broker (the end of a
+#: partition assigned exactly at its last stable offset is reported by no fetch)
+END_CHECK_AFTER_S = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One whole record: fragments joined, so ``first_offset`` may be before ``offset``."""
+
+    topic: str
+    partition: int
+    #: the offset of the record (of its last fragment): a reader that took it goes on at offset + 1
+    offset: int
+    #: the offset of its first fragment: a reader that must read it again starts there
+    first_offset: int
+    key: bytes | None
+    value: bytes
+    headers: Headers
+    timestamp_ms: int
+
+    def header(self, name: str) -> str | None:
+        return header_value(self.headers, name)
+
+
+class MirrorConsumer:
+    """A confluent-kafka consumer that reads assigned partitions of the mirror, ``read_committed``.
+
+    ``kafka`` is the librdkafka configuration of the cluster (``bootstrap.servers`` and the
+    security settings, e.g. from :meth:`~deltamirror.mirror.settings.KafkaSettings.librdkafka_config`).
+    Offsets are committed to the group only when ``group_id`` is given and :meth:`store_offsets`
+    is called (auto-commit of stored offsets: what was processed, never what was only fetched);
+    otherwise the group id is a throw-away one and nothing is committed. ``purpose`` names the
+    throw-away group (``deltamirror-<purpose>-<random>``) so that an operator can tell readers apart.
+    """
+
+    def __init__(
+        self,
+        kafka: Mapping[str, Any],
+        *,
+        group_id: str | None = None,
+        purpose: str = "reader",
+        fetch_wait_max_ms: int | None = 10,
+    ) -> None:
+        self._commits = group_id is not None
+        config: dict[str, Any] = {
+            # the end of a partition is known only when a fetch returns, and the broker holds a fetch
+            # that finds nothing new for fetch.wait.max.ms (500 ms by default): a reader that reads
+            # to the end asks for 10 ms; a long-running one keeps librdkafka's default
+            **({} if fetch_wait_max_ms is None else {"fetch.wait.max.ms": fetch_wait_max_ms}),
+            **kafka,
+            "group.id": group_id or f"deltamirror-{purpose}-{uuid.uuid4().hex[:12]}",
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": self._commits,
+            "enable.auto.offset.store": False,
+        }
+        try:
+            self._consumer = Consumer(config)
+        except KafkaException as exc:
+            raise KafkaError(f"cannot create a Kafka consumer: {_reason(exc)}") from None
+        self._assigned: list[tuple[str, int]] = []
+        self._assemblers: dict[tuple[str, int], FragmentAssembler] = {}
+        self._first: dict[tuple[str, int], int] = {}
+
+    # --- lifetime -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Leave the cluster; with a group, the stored offsets are committed first."""
+        self._consumer.close()
+
+    def __enter__(self) -> MirrorConsumer:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # --- metadata -----------------------------------------------------------------------------
+
+    def partitions(
+        self,
+        topic: str,
+        *,
+        timeout_s: float = 30.0,
+        stop: threading.Event | None = None,
+        wait_for_topic: bool = False,
+    ) -> list[int] | None:
+        """The partition ids of ``topic``, sorted.
+
+        A broker that does not answer is asked again until ``timeout_s`` (then a KafkaError). A
+        missing topic is a TopicNotFoundError, or with ``wait_for_topic`` is waited for until
+        ``stop`` is set (None is returned then). Setting ``stop`` otherwise raises StopRequested.
+        """
+        deadline = time.monotonic() + timeout_s
+        said_waiting = False
+        while True:
+            if stop is not None and stop.is_set():
+                if wait_for_topic:
+                    return None
+                raise StopRequested("stop requested")
+            try:
+                slice_s = max(0.1, min(METADATA_SLICE_S, deadline - time.monotonic()))
+                found = self._consumer.list_topics(topic, timeout=slice_s).topics.get(topic)
+            except KafkaException as exc:
+                if time.monotonic() >= deadline and not wait_for_topic:
+                    raise KafkaError(
+                        f"cannot read the metadata of topic {topic}: {_reason(exc)}", topic=topic
+                    ) from None
+                if wait_for_topic and time.monotonic() >= deadline:
+                    log.warning("cannot read the metadata of topic %s (retrying): %s", topic, _reason(exc))
+                    deadline = time.monotonic() + timeout_s
+                continue
+            if found is not None and found.error is None and found.partitions:
+                return sorted(found.partitions)
+            if not wait_for_topic:
+                reason = (
+                    found.error.str() if found is not None and found.error is not None else "no such topic"
+                )
+                raise TopicNotFoundError(f"topic {topic} cannot be read: {reason}", topic=topic)
+            if not said_waiting:
+                log.info("waiting for topic %s to exist", topic)
+                said_waiting = True
+            if stop is not None:
+                stop.wait(1.0)
+            else:
+                time.sleep(1.0)
+
+    def offset_for_time(self, topic: str, partition: int, timestamp_ms: int, timeout_s: float = 30.0) -> int:
+        """The first offset whose record timestamp is at or after ``timestamp_ms`` (BEGINNING if none)."""
+        try:
+            found = self._consumer.offsets_for_times(
+                [TopicPartition(topic, partition, max(timestamp_ms, 0))], timeout=timeout_s
+            )
+        except KafkaException as exc:
+            raise KafkaError(
+                f"cannot look up offsets by time on {topic}: {_reason(exc)}", topic=topic
+            ) from None
+        offset: int = found[0].offset
+        return offset if offset >= 0 else BEGINNING
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def assign(self, starts: Iterable[tuple[str, int, int | None]]) -> None:
+        """Read these (topic, partition) from these offsets (None: from the beginning), nothing else."""
+        parts = [TopicPartition(t, p, BEGINNING if o is None else o) for t, p, o in starts]
+        self._assigned = [(tp.topic, tp.partition) for tp in parts]
+        self._assemblers.clear()
+        self._first.clear()
+        try:
+            self._consumer.assign(parts)
+        except KafkaException as exc:
+            raise KafkaError(f"cannot assign partitions: {_reason(exc)}") from None
+
+    def batches(
+        self,
+        *,
+        until_end: bool,
+        stop: threading.Event | None = None,
+        timeout_s: float | None = None,
+        idle_timeout_s: float | None = None,
+        max_records: int = 1000,
+        poll_s: float = 0.05,
+    ) -> Iterator[list[Record]]:
+        """Whole records of the assigned partitions, in batches, each partition in order.
+
+        With ``until_end``, the loop ends once every assigned partition has been read to its end
+        (a set ``stop`` raises StopRequested). Without it, the loop runs until ``stop`` is set and
+        also yields empty batches while the topics are quiet, so that a caller can checkpoint.
+        ``timeout_s`` bounds the whole read to the end and ``idle_timeout_s`` a silence of the
+        broker while the end is not reached: both raise a KafkaError.
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        pending = set(self._assigned)
+        quiet_since = time.monotonic()
+        last_end_check = 0.0
+        while True:
+            if until_end and not pending:
+                return
+            if stop is not None and stop.is_set():
+                if until_end:
+                    raise StopRequested("stop requested")
+                return
+            now = time.monotonic()
+            if until_end and deadline is not None and now > deadline:
+                raise KafkaError(
+                    f"could not read {_names(pending)} to the end within {timeout_s:.0f} s",
+                    topic=sorted(pending)[0][0],
+                )
+            try:
+                messages = self._consumer.consume(max_records, timeout=poll_s)
+            except KafkaException as exc:
+                raise KafkaError(f"consuming failed: {_reason(exc)}") from None
+            batch: list[Record] = []
+            for msg in messages:
+                where = (msg.topic() or "", msg.partition() or 0)
+                err = msg.error()
+                if err is not None:
+                    if err.code() == _RdKafkaError._PARTITION_EOF:
+                        pending.discard(where)
+                        continue
+                    if err.fatal() or not err.retriable():
+                        raise KafkaError(f"consuming failed: {err.str()}", topic=where[0], partition=where[1])
+                    log.warning("consumer error (retried): %s", err.str())
+                    continue
+                pending.add(where)  # not at its end any more: wait for the next end
+                record = self._whole(where, msg)
+                if record is not None:
+                    batch.append(record)
+            if messages:
+                quiet_since = time.monotonic()
+            elif until_end and pending:
+                quiet = time.monotonic() - quiet_since
+                if quiet >= END_CHECK_AFTER_S and time.monotonic() - last_end_check >= END_CHECK_AFTER_S:
+                    last_end_check = time.monotonic()
+                    pending = {w for w in pending if not self._at_end(*w)}
+                if pending and idle_timeout_s is not None and quiet >= idle_timeout_s:
+                    raise KafkaError(
+                        f"{_names(pending)} did not reach their end: the broker sent nothing for "
+                        f"{idle_timeout_s:.0f} s",
+                        topic=sorted(pending)[0][0],
+                    )
+            if batch or not until_end:
+                yield batch
+
+    def _whole(self, where: tuple[str, int], msg: Any) -> Record | None:
+        offset: int = msg.offset() or 0
+        headers: Headers = msg.headers() or []
+        assembler = self._assemblers.get(where)
+        if assembler is None:
+            assembler = self._assemblers[where] = FragmentAssembler()
+        value = assembler.feed(msg.value() or b"", headers)
+        if value is None:
+            self._first.setdefault(where, offset)
+            return None
+        first = self._first.pop(where, None)
+        if first is None:
+            first = offset
+        else:  # joined: the record's headers are its own, without the last fragment's mark
+            headers = [h for h in headers if h[0] != HEADER_FRAGMENT]
+        return Record(where[0], where[1], offset, first, msg.key(), value, headers, msg.timestamp()[1])
+
+    def _at_end(self, topic: str, partition: int) -> bool:
+        tp = TopicPartition(topic, partition)
+        try:
+            end = self._consumer.get_watermark_offsets(tp, timeout=10, cached=False)[1]  # the LSO
+            position = self._consumer.position([tp])[0].offset
+        except KafkaException as exc:
+            raise KafkaError(f"cannot read the end offsets of {topic}: {_reason(exc)}", topic=topic) from None
+        return bool(position >= end or (position < 0 and end == 0))
+
+    def store_offsets(self, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Remember where each partition's processing stands; committed to the group in the background."""
+        if not self._commits:
+            raise ValueError("store_offsets needs a consumer built with a group_id")
+        if offsets:
+            self._consumer.store_offsets(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()])
+
+
+def _reason(exc: KafkaException) -> str:
+    first = exc.args[0] if exc.args else exc
+    return first.str() if isinstance(first, _RdKafkaError) else str(first)
+
+
+def _names(partitions: Iterable[tuple[str, int]]) -> str:
+    return ", ".join(f"{t}[{p}]" for t, p in sorted(partitions))
+
+
+__all__ = ["BEGINNING", "MirrorConsumer", "Record"]

@@ -1,0 +1,187 @@
+"""The watcher's configuration file: YAML or TOML in, a validated :class:`WatchConfig` out.
+
+Errors never echo a value of the file (it may be a secret): they name the file, the key path or the
+line, and what is wrong. A key given twice in a YAML mapping is an error (PyYAML would keep the last
+one silently).
+
+Environment variables: any string value in a config *file* may contain ``${VAR}`` (the variable
+must be set) or ``${VAR:-default}`` (default when unset or empty); ``$${`` is a literal ``${``.
+Interpolation is done once, on the file's values only: keys are never interpolated, and CLI flags
+are taken as given (the shell already expanded them).
+
+Relative local paths in a file (table URIs, ``ssl_*_location``) are resolved against the file's
+directory, so a config means the same thing whatever the working directory of the watcher.
+
+Logs: :func:`redacted` gives the configuration as plain data with every secret ``***``: SecretStr
+values, values under secret-named keys, and the userinfo of URLs in any string (core/redact.py).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+import urllib.parse
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from deltamirror.core.errors import ConfigError
+from deltamirror.mirror.settings import SSL_FILE_FIELDS, for_log, key_path
+
+from .settings import WatchConfig, validate_watch_config
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML keeps the last of two equal keys; in a config file that hides a mistake."""
+
+
+class _DuplicateKeyError(yaml.constructor.ConstructorError):
+    """A key given twice: the message names the key (a name, never a value)."""
+
+
+def _mapping_without_duplicates(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if key in seen:
+            raise _DuplicateKeyError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+
+
+def _parse_file(path: Path) -> Any:
+    suffix = path.suffix.lower()
+    if suffix not in (".yaml", ".yml", ".toml"):
+        raise ConfigError("unknown configuration format: use a .yaml, .yml or .toml file", file=str(path))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError("configuration file not found", file=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read configuration file: {exc}", file=str(path)) from None
+    if suffix == ".toml":
+        try:
+            return tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"invalid TOML: {_without_values(str(exc))}", file=str(path)) from None
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or "cannot parse"
+        if not isinstance(exc, _DuplicateKeyError):
+            problem = _without_values(problem)
+        where = {"line": mark.line + 1, "column": mark.column + 1} if mark is not None else {}
+        raise ConfigError(f"invalid YAML: {problem}", file=str(path), **where) from None
+
+
+_QUOTED = re.compile(r"'[^'\n]*'|\"[^\"\n]*\"")
+
+
+def _without_values(problem: str) -> str:
+    """A parser's message without the text it quotes from the file (it may be part of a secret).
+
+    What is left names the problem; the line and column say where. A quoted single character
+    (``'\\t'``, ``']'``) and a token name (``'<stream end>'``) stay: they are the useful part.
+    """
+
+    def keep_short(match: re.Match[str]) -> str:
+        inner = match.group(0)[1:-1]
+        if len(inner) <= 2 or (inner.startswith("<") and inner.endswith(">")):
+            return match.group(0)
+        return "(text of the file)"
+
+    return " ".join(_QUOTED.sub(keep_short, problem).split())
+
+
+_ENV_REF = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\{")
+
+
+def _interpolate_text(text: str, key: str, source: str, environ: Mapping[str, str]) -> str:
+    def substitute(match: re.Match[str]) -> str:
+        whole = match.group(0)
+        if whole == "$${":
+            return "${"
+        name, default = match.group(1), match.group(2)
+        if name is None:
+            raise ConfigError(
+                f"{key}: malformed ${{...}}: write ${{VAR}}, ${{VAR:-default}} or $${{ for a literal",
+                file=source,
+            )
+        value = environ.get(name)
+        if default is not None and not value:
+            return default
+        if value is None:
+            raise ConfigError(f"{key}: environment variable {name} is not set", file=source)
+        return value
+
+    return _ENV_REF.sub(substitute, text)
+
+
+def _interpolate(value: Any, loc: list[int | str], source: str, environ: Mapping[str, str]) -> Any:
+    if isinstance(value, str):
+        return _interpolate_text(value, key_path(loc), source, environ) if "$" in value else value
+    if isinstance(value, Mapping):
+        return {k: _interpolate(v, [*loc, k], source, environ) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interpolate(v, [*loc, i], source, environ) for i, v in enumerate(value)]
+    return value
+
+
+def _is_relative_local_path(text: str) -> bool:
+    if text.startswith("~") or os.path.isabs(text):
+        return False
+    return urllib.parse.urlparse(text).scheme == ""
+
+
+def _resolve_relative_paths(data: dict[str, Any], base: Path) -> None:
+    def resolve(owner: Any, key: str) -> None:
+        value = owner.get(key) if isinstance(owner, dict) else None
+        if isinstance(value, str) and value and _is_relative_local_path(value):
+            owner[key] = str(base / value)
+
+    kafka = data.get("kafka")
+    for key in SSL_FILE_FIELDS:
+        resolve(kafka, key)
+    tables = data.get("tables")
+    if isinstance(tables, list):
+        for i, table in enumerate(tables):
+            if isinstance(table, str) and _is_relative_local_path(table):
+                tables[i] = str(base / table)
+            else:
+                resolve(table, "uri")
+
+
+def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> WatchConfig:
+    """Read a ``.yaml``/``.yml``/``.toml`` file into a validated :class:`WatchConfig`.
+
+    ``environ`` defaults to ``os.environ`` (for ``${VAR}``). Every problem is a ConfigError whose
+    one-line message names the file and the key path.
+    """
+    path = Path(path)
+    source = str(path)
+    raw = _parse_file(path)
+    if not isinstance(raw, dict):
+        raise ConfigError("the configuration must be a mapping of keys to values", file=source)
+    data = _interpolate(raw, [], source, os.environ if environ is None else environ)
+    _resolve_relative_paths(data, path.resolve().parent)
+    return validate_watch_config(data, source)
+
+
+def redacted(cfg: WatchConfig) -> dict[str, Any]:
+    """The configuration as plain data for logs: no secret, however it was written.
+
+    SecretStr values, values under secret-named keys (at any depth, whatever their type) and the
+    userinfo of URLs in any string (a table URI, ``client_kwargs.endpoint_url``) become ``***``.
+    """
+    data: dict[str, Any] = for_log(cfg.model_dump())
+    return data
+
+
+__all__ = ["load_config", "redacted"]

@@ -1,0 +1,383 @@
+"""One table, from its log to Kafka: the loop that survives every failure but a fenced producer.
+
+A session opens a transactional producer whose ``transactional.id`` is
+``<prefix>-<first 16 hex digits of sha1(normalized table URI)>``; ``init_transactions()`` first
+aborts or completes whatever an earlier incarnation left open (and fences it), then the progress
+topic is read ``read_committed`` to its end, and only then does publishing start, after the
+recorded position. A version that was only partly published is completed first.
+
+Failures: a table error (corrupt commit, unsupported feature, storage failure, gap) commits what
+was already produced, stops the table, and retries with backoff from the committed position; an
+aborted transaction is published again from the committed position; a broken producer is
+replaced (a new session); a fenced producer or a configuration error stops everything.
+
+Stopping: the open transaction is finished at the next batch boundary, within the stop budget.
+Every broker call made while stopping is bounded by the time left, and what cannot be finished
+in time (the broker is gone) is abandoned with one line saying what was left, e.g. ``stopping:
+abandoned the open transaction of table file:///t version 7; nothing committed is lost`` (the
+broker aborts that transaction, or the next start does; it is published again from the committed
+position).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from deltamirror.core.errors import ConfigError, DeltaMirrorError
+from deltamirror.mirror.connection import KafkaConnectionReporter
+from deltamirror.mirror.errors import (
+    KafkaError,
+    ProducerFencedError,
+    RetriableKafkaError,
+    StopRequested,
+    TimestampRefusedError,
+    TransactionAbortableError,
+)
+from deltamirror.mirror.kafka_producer import TransactionalPublisher
+from deltamirror.mirror.topics import TableTopics, TopicManager, default_topics
+
+from .progress import read_progress
+from .settings import TableConfig, WatchConfig
+from .snapshot_events import SnapshotWork
+from .transactions import BATCH, TableTransactions
+from .waker import LogWaker
+from .watcher import TableWatcher
+from .work import CommitWork, PositionWork, TableReplacedWork
+
+if TYPE_CHECKING:  # for the type checker only: importing it loads prometheus_client
+    from .metrics import Metrics
+
+log = logging.getLogger("deltamirror.watch")
+
+BACKOFF_MIN_S = 0.5
+BACKOFF_MAX_S = 30.0
+#: a commit file this big is read with no transaction open (its scan may be slow)
+LARGE_COMMIT_BYTES = 8 * 1024 * 1024
+#: how long a stop may take: tables still waiting on the broker after it are abandoned (said so)
+STOP_BUDGET_S = 7.0
+#: how long one metadata request waits while connecting (a stop is noticed within it)
+CONNECT_SLICE_S = 1.0
+
+
+def transactional_id(prefix: str, table_uri: str) -> str:
+    """``<prefix>-<sha1(table_uri)[:16]>``: the one producer identity of a table.
+
+    ``table_uri`` is the normalized location (:attr:`TableConfig.normalized_uri`).
+    """
+    digest = hashlib.sha1(table_uri.encode(), usedforsecurity=False).hexdigest()
+    return f"{prefix}-{digest[:16]}"
+
+
+def table_topics(table: TableConfig) -> TableTopics:
+    """The table's actions and commits topics: the configured names, else the defaults of its URI."""
+    default = default_topics(table.normalized_uri)
+    return TableTopics(table.actions_topic or default.actions, table.commits_topic or default.commits)
+
+
+class _Backoff:
+    def __init__(self) -> None:
+        self.delay = BACKOFF_MIN_S
+
+    def next(self) -> float:
+        delay = self.delay
+        self.delay = min(BACKOFF_MAX_S, self.delay * 2)
+        return delay
+
+    def reset(self) -> None:
+        self.delay = BACKOFF_MIN_S
+
+
+class TablePipeline:
+    """Watcher -> records -> transactions for one table, until the stop flag is set."""
+
+    def __init__(
+        self,
+        cfg: WatchConfig,
+        table: TableConfig,
+        *,
+        metrics: Metrics,
+        stop: threading.Event,
+        batch_size: int = BATCH,
+        reporter: KafkaConnectionReporter | None = None,
+        stop_budget_s: float = STOP_BUDGET_S,
+    ) -> None:
+        self.cfg = cfg
+        self.table = table
+        self.uri = table.normalized_uri
+        self.metrics = metrics
+        self.stop = stop
+        #: when a stop must be done (monotonic); set by the service, or by the table when it sees the flag
+        self.stop_deadline: float | None = None
+        self.stop_budget_s = stop_budget_s
+        #: True once this table said what it abandoned on stop
+        self.abandoned = False
+        #: what the table is doing, for the report of a stop that could not wait for it
+        self.phase = "connecting to Kafka"
+        self.topics = table_topics(table)
+        self.reporter = reporter or KafkaConnectionReporter(cfg.kafka.bootstrap_servers)
+        # every client of this table routes librdkafka's logs and errors to the reporter
+        self.kafka: dict[str, Any] = {**cfg.kafka.librdkafka_config(), **self.reporter.client_config()}
+        self.txn_id = transactional_id(cfg.transactional_id_prefix, self.uri)
+        self.ready = threading.Event()
+        self.watcher = TableWatcher(
+            table.uri,
+            table.storage_options_plain(),
+            mode=table.snapshot_mode,
+            from_version=table.from_version,
+            from_timestamp=table.from_timestamp,
+            allowed_path_prefixes=table.allowed_path_prefixes,
+        )
+        self.waker = LogWaker(self.watcher.storage, enabled=cfg.use_notifications)
+        self.txns = TableTransactions(
+            cfg,
+            self.uri,
+            self.topics,
+            self.txn_id,
+            metrics=metrics,
+            stop=stop,
+            time_left=self.time_left,
+            batch_size=max(1, min(batch_size, cfg.txn_max_records)),
+        )
+        self._log_extra = {"table": self.uri}
+        self._needs_start = True
+        self._table_failing = False
+        #: a stop cut a batch: the open transaction holds records its progress record would not cover
+        self._cut_mid_batch = False
+
+    # --- stopping -----------------------------------------------------------------------------
+
+    def time_left(self) -> float:
+        """Seconds left before the stop must be done; infinite while no stop was requested."""
+        if self.stop_deadline is None:
+            if not self.stop.is_set():
+                return float("inf")
+            self.stop_deadline = time.monotonic() + self.stop_budget_s
+        return self.stop_deadline - time.monotonic()
+
+    def unfinished_work(self) -> str:
+        """What a stop now would leave undone, in words."""
+        return self.txns.describe_open() or f"{self.phase} for table {self.uri}"
+
+    def say_abandoned(self, what: str | None = None) -> None:
+        """The one line a stop that could not finish this table's work prints (once)."""
+        if self.abandoned:
+            return
+        self.abandoned = True
+        log.warning(
+            "stopping: abandoned %s; nothing committed is lost",
+            what or self.unfinished_work(),
+            extra=self._log_extra,
+        )
+
+    # --- the outer loop: producer sessions ------------------------------------------------------
+
+    def run(self) -> None:
+        """Publish until stopped. Raises ProducerFencedError or ConfigError (the process must stop)."""
+        backoff = _Backoff()
+        try:
+            while not self.stop.is_set():
+                try:
+                    self._open()
+                    backoff.reset()
+                    self._loop()
+                    return
+                except StopRequested:
+                    self.say_abandoned()
+                    return
+                except (ProducerFencedError, ConfigError):
+                    raise
+                except KafkaError as exc:
+                    log.warning("kafka failure; reconnecting", exc_info=exc, extra=self._log_extra)
+                    self._close_publisher()
+                    self.stop.wait(backoff.next())
+        finally:
+            self._close_publisher()
+            self.waker.close()
+            self.watcher.close()
+
+    def _open(self) -> None:
+        self.phase = "connecting to Kafka"
+        pub = TransactionalPublisher(
+            self.kafka, self.txn_id, max_message_bytes=self.cfg.max_record_bytes, stop=self.stop
+        )
+        self.txns.pub = pub
+        self._wait_for_brokers(pub)
+        self.phase = "resuming"
+        manager = TopicManager(self.kafka, max_record_bytes=self.cfg.max_record_bytes)
+        for name in (self.topics.actions, self.topics.commits):
+            self.txns.limits[name] = manager.ensure_event_topic(name)
+        manager.ensure_progress_topic(self.cfg.progress_topic)
+        pub.init()  # fences older producers of this table before the progress is read
+        committed = read_progress(self.kafka, self.cfg.progress_topic, self.uri, stop=self.stop)
+        self.txns.resume(committed)
+        self.phase = "publishing"
+        self._needs_start = True
+        log.info(
+            "resuming table",
+            extra={
+                **self._log_extra,
+                "transactionalId": self.txn_id,
+                "actionsTopic": self.topics.actions,
+                "commitsTopic": self.topics.commits,
+                "resumeAfter": None
+                if committed is None
+                else f"v{committed.version}#{committed.index}/{committed.count}",
+            },
+        )
+        self.ready.set()
+
+    def _wait_for_brokers(self, pub: TransactionalPublisher) -> None:
+        """Until a broker answers: the reporter says why not (now and then), a stop ends the wait.
+
+        The admin calls that follow wait up to 30 s each on a broker that does not answer, and
+        librdkafka would print each failed attempt; asking for metadata in short slices first
+        keeps both the stop and the log under control.
+        """
+        while not pub.reachable(CONNECT_SLICE_S):
+            self.reporter.check()  # wrong credentials: no retry
+            if self.reporter.last_reason is None:  # no transport error: the broker is silent
+                self.reporter.unreachable(f"no answer within {CONNECT_SLICE_S:.0f} s")
+            if self.stop.is_set():
+                raise StopRequested("stop requested")
+        self.reporter.check()
+        self.reporter.reachable()
+
+    def _close_publisher(self) -> None:
+        pub = self.txns.pub
+        if pub is None:
+            return
+        self.txns.pub = None
+        left = self.time_left()
+        if pub.in_transaction and left > 0:
+            with contextlib.suppress(KafkaError):
+                pub.abort(min(5.0, left))
+        if pub.in_transaction and self.stop.is_set():
+            self.txns.pub = pub  # for the report
+            self.say_abandoned()
+            self.txns.pub = None
+        pub.close(max(0.0, min(5.0, self.time_left())))
+
+    # --- the inner loop: one unit of work at a time --------------------------------------------
+
+    def _loop(self) -> None:
+        backoff = _Backoff()
+        while not self.stop.is_set():
+            try:
+                if self._needs_start:
+                    self.watcher.start(self.txns.committed)
+                    self._needs_start = False
+                self._step()
+                if self._table_failing:
+                    self._table_failing = False
+                    self.metrics.table_ok(self.uri)
+                    log.info("table resumed", extra=self._log_extra)
+                backoff.reset()
+            except StopRequested:
+                self._cut_mid_batch = True  # the queue was full (broker gone) in the middle of a batch
+                break
+            except (ProducerFencedError, ConfigError):
+                raise
+            except TransactionAbortableError as exc:
+                log.warning("transaction aborted; publishing again", exc_info=exc, extra=self._log_extra)
+                self._abort()
+                if isinstance(exc, TimestampRefusedError):
+                    topic = exc.context.get("topic")
+                    if isinstance(topic, str) and topic in self.txns.limits:
+                        self.txns.limits[topic].always_clamp = True
+                self.stop.wait(backoff.next() / 4)
+            except RetriableKafkaError as exc:
+                log.warning("kafka busy; publishing again", exc_info=exc, extra=self._log_extra)
+                self._abort()
+                self.stop.wait(backoff.next())
+            except KafkaError:
+                raise
+            except (DeltaMirrorError, OSError) as exc:
+                self._table_error(exc)
+                self.stop.wait(backoff.next())
+            except Exception as exc:  # a bug: keep the other tables going, retry this one
+                log.error("unexpected error", exc_info=exc, extra=self._log_extra)
+                self._table_error(exc)
+                self.stop.wait(backoff.next())
+        self._finish()
+
+    def _abort(self, timeout_s: float | None = None) -> None:
+        """Abort the open transaction; the watcher starts again from the committed position."""
+        self.txns.abort(timeout_s)
+        self._needs_start = True
+
+    def _table_error(self, exc: BaseException) -> None:
+        """Keep what was published before the error, stop the table, retry later from there."""
+        if self.txns.in_transaction:
+            try:
+                self.txns.commit()
+            except (ProducerFencedError, ConfigError):
+                raise
+            except KafkaError:
+                self._abort()
+        self._needs_start = True
+        self._table_failing = True
+        self.metrics.table_error(self.uri, str(exc))
+        log.error("table stopped: %s", exc, exc_info=exc, extra=self._log_extra)
+
+    def _finish(self) -> None:
+        """Stop requested: commit the open transaction (it holds only whole batches) and flush.
+
+        Within the stop budget: what cannot be committed in time is aborted, and what cannot be
+        aborted either (the broker is gone) is abandoned, said in one line. Either way the
+        committed progress is where the next start resumes: nothing is lost or published twice.
+        """
+        if self.txns.in_transaction:
+            what = self.unfinished_work()
+            try:
+                if self._cut_mid_batch:  # records past the last batch boundary: never commit them
+                    raise RetriableKafkaError("a batch was cut by the stop")
+                self.txns.commit(timeout_s=max(0.0, self.time_left()))
+            except ProducerFencedError:
+                raise
+            except KafkaError as exc:
+                if not self._cut_mid_batch:
+                    log.warning("could not commit on stop; aborting", exc_info=exc, extra=self._log_extra)
+                try:
+                    left = self.time_left()
+                    if left <= 0:
+                        raise RetriableKafkaError("no time left to abort") from None
+                    self._abort(timeout_s=left)
+                except KafkaError:
+                    self.say_abandoned(what)
+        if not self.abandoned:
+            log.info("table stopped cleanly", extra=self._log_extra)
+
+    def _step(self) -> None:
+        txns = self.txns
+        if txns.in_transaction and self.watcher.next_commit_size() > LARGE_COMMIT_BYTES:
+            # reading a big commit may outlast transaction.timeout.ms: do not keep a transaction open
+            txns.commit()
+        work = self.watcher.next_work()
+        if work is None:
+            if txns.in_transaction:
+                txns.commit()
+            self.metrics.versions_behind(self.uri, 0)
+            txns.idle_duties()
+            self.waker.wait(self.table.poll_interval_s, self.stop)
+            return
+        if not txns.in_transaction:
+            txns.begin()
+        if isinstance(work, CommitWork | SnapshotWork):
+            txns.publish(work)
+            self.metrics.versions_behind(self.uri, self.watcher.versions_ahead)
+        elif isinstance(work, TableReplacedWork):
+            txns.announce_replaced(work)
+            return  # the new table's first work goes in the same transaction
+        elif isinstance(work, PositionWork):
+            txns.produced = work.position
+        # publish may have committed its last chunk already (a stop mid-version): no txn, no commit
+        if txns.in_transaction and txns.bounds_reached():
+            txns.commit()
+
+
+__all__ = ["STOP_BUDGET_S", "TablePipeline", "table_topics", "transactional_id"]

@@ -1,0 +1,319 @@
+"""What ``deltamirror watch`` does, as one validated, immutable model: the config file's format.
+
+The configuration file (:mod:`.config_file`), the command line's flags and a library caller all
+build the same :class:`WatchConfig`; the field names and aliases here *are* the file's keys.
+Unknown keys are refused, since a typo such as ``snapshotmode`` must not silently fall back to a
+default. Flags (or a caller's overrides) go over a configuration through one function,
+:func:`merge_overrides`, by the rules it states.
+
+Secrets: storage options whose key names a secret (:func:`deltamirror.core.redact.is_secret_key`:
+``key``, ``secret``, ``token``, ``password``, ``sas``, ``credential``...) are wrapped into
+``SecretStr`` on validation even when written as plain strings, and revealed only by
+:meth:`TableConfig.storage_options_plain`, for fsspec; the Kafka settings are
+:class:`deltamirror.mirror.settings.KafkaSettings`, shared with every consumer command.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import date, datetime, time
+from typing import Any, Literal, get_args
+
+from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator, model_validator
+
+from deltamirror.core.errors import ConfigError, DeltaMirrorError
+from deltamirror.core.storage import normalize_table_uri
+from deltamirror.core.timestamps import parse_timestamp
+from deltamirror.mirror.fragments import OversizePolicy
+from deltamirror.mirror.settings import (
+    FieldProblem,
+    KafkaSettings,
+    SettingsModel,
+    reveal,
+    settings_error,
+    wrap_secrets,
+)
+
+#: where a table without published progress starts: named once here (the watcher takes it; the
+#: CLI spells it out so that --help imports no pydantic, and a test holds the two equal)
+SnapshotMode = Literal["initial", "latest", "from-version", "from-timestamp", "when-needed"]
+SNAPSHOT_MODES: tuple[str, ...] = get_args(SnapshotMode)
+# fsspec backends take typed options (s3fs: ``anon: false``; ``client_kwargs: {endpoint_url: ...}``):
+# a bool turned into the string "false" would be truthy there, so scalars and nested maps keep their type.
+StorageOptionValue = str | SecretStr | bool | int | float | dict[str, Any]
+
+MiB = 1024 * 1024
+
+_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+def _check_topic(name: str | None) -> str | None:
+    if name is not None and (not _TOPIC_NAME.match(name) or name in (".", "..")):
+        raise ValueError("invalid Kafka topic name: 1 to 249 characters among letters, digits, '.', '_', '-'")
+    return name
+
+
+class TableConfig(SettingsModel):
+    """One table to mirror: where it is, how to reach it, where to start and where to publish."""
+
+    uri: str = Field(min_length=1)
+    storage_options: dict[str, StorageOptionValue] = Field(default_factory=dict)
+    snapshot_mode: SnapshotMode = "initial"
+    from_version: int | None = Field(default=None, ge=0)
+    from_timestamp: str | None = None
+    actions_topic: str | None = None
+    commits_topic: str | None = None
+    poll_interval_s: float = Field(default=1.0, gt=0)
+    #: locations outside the table root its log may name (a shallow clone's source); see open_table
+    allowed_path_prefixes: list[str] = Field(default_factory=list)
+
+    #: the table's identity, normalized once where the location enters (see ``normalized_uri``)
+    _normalized_uri: str = PrivateAttr(default="")
+
+    @field_validator("uri")
+    @classmethod
+    def _known_location(cls, value: str) -> str:
+        try:
+            normalize_table_uri(value)
+        except DeltaMirrorError as exc:
+            raise ValueError(exc.message) from None
+        return value
+
+    def model_post_init(self, context: Any, /) -> None:
+        self._normalized_uri = normalize_table_uri(self.uri)  # valid: the field validator said so
+
+    @field_validator("storage_options", mode="before")
+    @classmethod
+    def _secret_options(cls, value: Any) -> Any:
+        return wrap_secrets(value)
+
+    @field_validator("from_timestamp", mode="before")
+    @classmethod
+    def _timestamp_text(cls, value: Any) -> Any:
+        # YAML and TOML parse unquoted timestamps into datetime objects; keep the text form
+        if isinstance(value, datetime | date | time):
+            return value.isoformat()
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)  # epoch milliseconds
+        return value
+
+    @field_validator("from_timestamp")
+    @classmethod
+    def _parsable_timestamp(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                parse_timestamp(value)
+            except DeltaMirrorError:
+                raise ValueError(
+                    "not a timestamp: expected ISO-8601 such as 2026-01-01T00:00:05.500Z"
+                ) from None
+        return value
+
+    @field_validator("actions_topic", "commits_topic")
+    @classmethod
+    def _topic(cls, value: str | None) -> str | None:
+        return _check_topic(value)
+
+    @model_validator(mode="after")
+    def _start_matches_mode(self) -> TableConfig:
+        for field, mode in (("from_version", "from-version"), ("from_timestamp", "from-timestamp")):
+            given = getattr(self, field) is not None
+            if self.snapshot_mode == mode and not given:
+                raise FieldProblem(field, f"required when snapshot_mode is {mode!r}")
+            if given and self.snapshot_mode != mode:
+                raise FieldProblem(
+                    field, f"only allowed with snapshot_mode {mode!r} (it is {self.snapshot_mode!r})"
+                )
+        if self.actions_topic is not None and self.actions_topic == self.commits_topic:
+            raise FieldProblem("commits_topic", "must differ from actions_topic")
+        return self
+
+    @property
+    def normalized_uri(self) -> str:
+        """The table's identity (progress keys, transactional id, topic names, duplicate detection).
+
+        Normalized once, when the settings are made (``normalize_table_uri``: no password, one
+        spelling of a location); everything downstream takes this form as it is.
+        """
+        return self._normalized_uri
+
+    @property
+    def from_timestamp_ms(self) -> int | None:
+        return None if self.from_timestamp is None else parse_timestamp(self.from_timestamp)
+
+    def storage_options_plain(self) -> dict[str, Any]:
+        """fsspec options with secrets revealed: pass them to fsspec, never to a log."""
+        revealed: dict[str, Any] = reveal(self.storage_options)
+        return revealed
+
+
+class WatchConfig(SettingsModel):
+    """Everything ``deltamirror watch`` needs.
+
+    ``oversize_policy`` says what happens to a record whose value is larger than
+    ``max_record_bytes`` (a huge ``schemaString`` or ``stats``); nothing is ever dropped:
+
+    - ``split``: the record is published as consecutive fragment records with the same key, in the
+      same transaction, whose headers say which fragment of how many they are;
+      ``deltamirror.mirror.fragments.FragmentAssembler`` joins them again.
+    - ``fail``: the table stops with an error naming the version and the action index, and resumes
+      once the limit (here and on the broker) is raised.
+    """
+
+    kafka: KafkaSettings
+    tables: list[TableConfig] = Field(min_length=1)
+    progress_topic: str = "deltamirror.progress"
+    transactional_id_prefix: str = Field(default="deltamirror", min_length=1, pattern=r"^\S+$")
+    txn_max_records: int = Field(default=50_000, gt=0)
+    txn_max_bytes: int = Field(default=64 * MiB, gt=0)
+    txn_max_ms: int = Field(default=1000, gt=0)
+    heartbeat_interval_s: float | None = Field(default=None, gt=0)
+    metrics_host: str = Field(default="127.0.0.1", min_length=1)
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    max_record_bytes: int = Field(default=1_000_000, ge=1024)
+    oversize_policy: OversizePolicy = "split"
+    use_notifications: bool = True
+
+    @field_validator("tables", mode="before")
+    @classmethod
+    def _uri_shorthand(cls, value: Any) -> Any:
+        """``tables: [/data/a, {uri: s3://b/t, ...}]``: a bare string is a table with defaults."""
+        if isinstance(value, list | tuple):
+            return [{"uri": item} if isinstance(item, str) else item for item in value]
+        return value
+
+    @field_validator("tables")
+    @classmethod
+    def _distinct_tables(cls, tables: list[TableConfig]) -> list[TableConfig]:
+        seen: dict[str, int] = {}
+        for i, table in enumerate(tables):
+            uri = table.normalized_uri
+            if uri in seen:
+                raise FieldProblem((i, "uri"), f"same table as tables[{seen[uri]}] ({uri})")
+            seen[uri] = i
+        return tables
+
+    @field_validator("progress_topic")
+    @classmethod
+    def _progress_topic(cls, value: str) -> str:
+        checked = _check_topic(value)
+        assert checked is not None
+        return checked
+
+    @model_validator(mode="after")
+    def _topics_and_limits(self) -> WatchConfig:
+        for table in self.tables:
+            if self.progress_topic in (table.actions_topic, table.commits_topic):
+                raise FieldProblem(
+                    "progress_topic", f"must differ from the event topics of {table.uri} (it is compacted)"
+                )
+        broker_limit = self.kafka.extra.get("message.max.bytes")
+        if (
+            isinstance(broker_limit, str)
+            and broker_limit.isdigit()
+            and self.max_record_bytes > int(broker_limit)
+        ):
+            raise FieldProblem(
+                "max_record_bytes", f"larger than kafka.extra.message.max.bytes ({broker_limit})"
+            )
+        return self
+
+
+def validate_watch_config(data: Mapping[str, Any], source: str | None) -> WatchConfig:
+    """``data`` as a WatchConfig; a ConfigError naming ``source`` and every bad key otherwise."""
+    try:
+        return WatchConfig.model_validate(data)
+    except ValidationError as exc:
+        raise settings_error(exc, WatchConfig, source=source) from None
+
+
+# --- overrides: the command line's flags, or a caller's ----------------------------------------------
+
+#: overrides given once for every table: each table's own setting is replaced (storage options: merged)
+TABLE_OVERRIDES = ("snapshot_mode", "from_version", "from_timestamp", "storage_options", "poll_interval_s")
+#: every name :func:`merge_overrides` accepts: the broker list, tables to add, the per-table
+#: settings above, and every top-level setting of WatchConfig
+OVERRIDES = frozenset(
+    {"bootstrap_servers", "tables", *TABLE_OVERRIDES, *(set(WatchConfig.model_fields) - {"kafka", "tables"})}
+)
+
+
+def merge_overrides(cfg: WatchConfig | None, overrides: Mapping[str, Any]) -> WatchConfig:
+    """``cfg`` (from a file; None: nothing) with the ``overrides`` that were given on top.
+
+    An override that is None (or an empty ``tables`` / ``storage_options``) was not given and
+    leaves the file's setting, or the default. Given ones:
+
+    - ``bootstrap_servers`` replaces ``kafka.bootstrap_servers`` (the other Kafka settings stay);
+    - ``tables`` are added after the file's tables; one already in the file (same normalized URI)
+      keeps its file settings;
+    - ``snapshot_mode`` / ``from_version`` / ``from_timestamp`` apply to every table and replace the
+      file's start settings; ``from_version`` alone implies ``from-version`` (same for timestamps);
+    - ``storage_options`` are merged into every table's options, the override winning per key;
+      ``poll_interval_s`` applies to every table;
+    - every other name (see :data:`OVERRIDES`) replaces the top-level setting of the same name.
+
+    Without ``cfg``, ``tables`` must name at least one table. The result is validated again as a
+    whole; a bad combination raises ConfigError. An unknown name is a TypeError (a caller's bug).
+    """
+    given = {
+        key: value
+        for key, value in overrides.items()
+        if value is not None and not (key in ("tables", "storage_options") and not value)
+    }
+    unknown = sorted(set(given) - OVERRIDES)
+    if unknown:
+        raise TypeError(f"unknown override: {', '.join(unknown)}")
+    if cfg is None:
+        if not given.get("tables"):
+            raise ConfigError("no table to watch: name at least one TABLE or give --config FILE")
+        data: dict[str, Any] = {"kafka": {}, "tables": []}
+    else:
+        data = cfg.model_dump()  # python mode keeps SecretStr objects: secrets stay unrevealed
+    if "bootstrap_servers" in given:
+        data["kafka"] = {**data["kafka"], "bootstrap_servers": given["bootstrap_servers"]}
+    tables: list[dict[str, Any]] = [dict(t) for t in data["tables"]]
+    known = {normalize_table_uri(t["uri"]) for t in tables}
+    for uri in given.get("tables", ()):
+        try:
+            normalized = normalize_table_uri(uri)
+        except DeltaMirrorError as exc:
+            raise ConfigError(f"invalid table location: {exc.message}", table=uri) from None
+        if normalized not in known:
+            tables.append({"uri": uri})
+            known.add(normalized)
+    mode = given.get("snapshot_mode")
+    if mode is None and "from_version" in given:
+        mode = "from-version"
+    if mode is None and "from_timestamp" in given:
+        mode = "from-timestamp"
+    for table in tables:
+        if mode is not None:
+            table["snapshot_mode"] = mode
+            table["from_version"] = given.get("from_version")
+            table["from_timestamp"] = given.get("from_timestamp")
+        if "storage_options" in given:
+            table["storage_options"] = {**table.get("storage_options", {}), **given["storage_options"]}
+        if "poll_interval_s" in given:
+            table["poll_interval_s"] = given["poll_interval_s"]
+    data["tables"] = tables
+    for key, value in given.items():
+        if key not in TABLE_OVERRIDES and key not in ("bootstrap_servers", "tables"):
+            data[key] = value
+    return validate_watch_config(data, "command line")
+
+
+__all__ = [
+    "OVERRIDES",
+    "SNAPSHOT_MODES",
+    "TABLE_OVERRIDES",
+    "KafkaSettings",
+    "OversizePolicy",
+    "SnapshotMode",
+    "StorageOptionValue",
+    "TableConfig",
+    "WatchConfig",
+    "merge_overrides",
+    "validate_watch_config",
+]

@@ -1,0 +1,121 @@
+"""Oversize records: split by the producer, joined by FragmentAssembler, which refuses gaps rather than guessing."""
+
+from __future__ import annotations
+
+import pytest
+
+from deltamirror.mirror.errors import EventStreamError, RecordTooLargeError
+from deltamirror.mirror.fragments import FragmentAssembler, split_oversize
+from deltamirror.mirror.headers import HEADER_FRAGMENT, Headers, action_headers, header_value
+
+
+def _split(value: bytes, size: int) -> list[tuple[bytes, list[tuple[str, bytes]]]]:
+    n = -(-len(value) // size)
+    return [
+        (value[i * size : (i + 1) * size], [("version", b"3"), (HEADER_FRAGMENT, f"{i}/{n}".encode())])
+        for i in range(n)
+    ]
+
+
+def test_whole_records_pass_and_fragments_join() -> None:
+    assembler = FragmentAssembler()
+    assert assembler.feed(b'{"a":1}', [("version", b"1")]) == b'{"a":1}'
+    big = b'{"metaData":"' + b"x" * 1000 + b'"}'
+    out = [assembler.feed(v, h) for v, h in _split(big, 100)]
+    assert out[:-1] == [None] * (len(out) - 1) and out[-1] == big
+    assert assembler.feed(b"{}", None) == b"{}"
+
+
+def test_a_missing_fragment_is_an_error() -> None:
+    assembler = FragmentAssembler()
+    parts = _split(b"0123456789", 3)
+    assembler.feed(*parts[0])
+    with pytest.raises(EventStreamError, match="out of order"):
+        assembler.feed(*parts[2])
+    assembler = FragmentAssembler()
+    assembler.feed(*parts[0])
+    with pytest.raises(EventStreamError, match="missing"):
+        assembler.feed(b"{}", [])
+
+
+@pytest.mark.parametrize("header", [b"garbage", b"1", b"x/2", b"0/x", b"\xff/2", b"0/0", b""])
+def test_a_malformed_fragment_header_is_an_event_stream_error(header: bytes) -> None:
+    """The header is read from the topic, untrusted: a bad one is refused, never a traceback."""
+    with pytest.raises(EventStreamError):
+        FragmentAssembler().feed(b"{}", [(HEADER_FRAGMENT, header)])
+
+
+# --- split_oversize (the producer's half) ---------------------------------------------------------
+
+LIMIT = 1000
+
+
+def _headers(n: int) -> list[Headers]:
+    return [[("version", b"5"), ("index", str(i).encode()), ("type", b"add")] for i in range(n)]
+
+
+def _fragment(headers: Headers) -> str | None:
+    return header_value(headers, HEADER_FRAGMENT)
+
+
+def test_values_within_the_limit_are_left_alone() -> None:
+    values = [b"a" * LIMIT, b"{}", b""]  # a value of exactly the limit is not larger than it
+    headers = _headers(3)
+    out_v, out_h = split_oversize(values, headers, LIMIT, "split", topic="t", version=5, index=0)
+    assert out_v == values and list(out_h) == _headers(3)
+    out_v, out_h = split_oversize(values, headers, LIMIT, "fail", topic="t", version=5, index=0)
+    assert out_v == values and list(out_h) == _headers(3)
+    assert split_oversize([], [], LIMIT, "fail") == ([], [])
+
+
+@pytest.mark.parametrize("size", [LIMIT + 1, 2 * LIMIT, 2 * LIMIT + 1, 10 * LIMIT + 999])
+def test_a_larger_value_becomes_fragments_with_its_headers_and_a_fragment_header(size: int) -> None:
+    big = bytes(i % 251 for i in range(size))
+    values = [b'{"small":1}', big, b'{"small":2}']
+    out_v, out_h = split_oversize(values, _headers(3), LIMIT, "split", topic="t", version=5, index=0)
+    out_headers = list(out_h)
+    assert len(out_v) == len(out_headers)
+    assert (out_v[0], out_headers[0]) == (values[0], _headers(3)[0])
+    assert (out_v[-1], out_headers[-1]) == (values[2], _headers(3)[2])
+    fragments, fragment_headers = out_v[1:-1], out_headers[1:-1]
+    n = len(fragments)
+    assert n >= 2 and all(0 < len(f) <= LIMIT for f in fragments)  # max_record_bytes bounds a value
+    assert b"".join(fragments) == big  # "concatenate the values of fragments 0 ... n-1 in order"
+    # "the same key and headers ... each with a fragment header "<j>/<n>" (j 0-based)"
+    assert [_fragment(h) for h in fragment_headers] == [f"{j}/{n}" for j in range(n)]
+    for h in fragment_headers:
+        assert [x for x in h if x[0] != HEADER_FRAGMENT] == _headers(3)[1]
+        assert sum(1 for x in h if x[0] == HEADER_FRAGMENT) == 1
+
+
+def test_split_records_are_joined_back_into_the_values() -> None:
+    values = [b"x" * 3500, b"{}", b"y" * (LIMIT + 1), b"z" * LIMIT, b"w" * 5 * LIMIT]
+    headers = action_headers(("version", b"9"), 0, [("add", None)] * len(values), [])  # an iterator
+    out_v, out_h = split_oversize(values, headers, LIMIT, "split", topic="t", version=9, index=0)
+    assembler = FragmentAssembler()
+    joined = [assembler.feed(v, h) for v, h in zip(out_v, out_h, strict=True)]
+    assert [j for j in joined if j is not None] == values
+
+
+def test_the_fail_policy_names_topic_table_version_and_the_index_of_the_value() -> None:
+    values = [b"{}", b"{}", b"a" * (LIMIT + 1), b"b" * (LIMIT + 5)]
+    with pytest.raises(RecordTooLargeError) as err:
+        split_oversize(
+            values,
+            _headers(4),
+            LIMIT,
+            "fail",
+            topic="deltamirror.t.actions",
+            table="file:///t",
+            version=5,
+            index=40,
+        )
+    error = err.value
+    text = str(error)
+    # the first of the values is action 40 of the version: the first too large is action 42
+    assert error.table == "file:///t" and error.version == 5 and error.context["index"] == 42
+    assert (
+        "deltamirror.t.actions" in text and "file:///t" in text and "version=5" in text and "index=42" in text
+    )
+    assert str(LIMIT + 1) in text and str(LIMIT) in text
+    assert error.exit_code == 2

@@ -1,0 +1,361 @@
+"""MirrorConsumer against the session's real broker: the end of a partition, transactions, fragments, stop.
+
+Records are written here with confluent-kafka's own producer (transactional where the test needs
+markers), so what the reader must see follows from Kafka's rules alone: on one partition a
+transaction of ``n`` records takes ``n`` offsets and its commit or abort marker one more, and a
+``read_committed`` reader never sees an aborted record.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from deltamirror.mirror.errors import EventStreamError, KafkaError, StopRequested, TopicNotFoundError
+from deltamirror.mirror.fragments import split_oversize
+from deltamirror.mirror.headers import HEADER_FRAGMENT, Headers
+from deltamirror.mirror.kafka_consumer import BEGINNING, MirrorConsumer, Record
+from support.kafka import new_topic
+
+pytestmark = pytest.mark.kafka
+
+#: every read to the end in these tests is bounded: a reader that never finds the end fails, not hangs
+READ_S = 60.0
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def _kafka(bootstrap: str) -> dict[str, Any]:
+    return {"bootstrap.servers": bootstrap}
+
+
+def _plain_producer(bootstrap: str) -> Producer:
+    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+
+
+def _transactional_producer(bootstrap: str) -> Producer:
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": _name("txn"), "linger.ms": 0})
+    producer.init_transactions(30)
+    return producer
+
+
+def _transaction(producer: Producer, topic: str, values: list[bytes], *, commit: bool) -> None:
+    producer.begin_transaction()
+    for value in values:
+        producer.produce(topic, value, b"k", partition=0)
+    producer.flush(30)
+    if commit:
+        producer.commit_transaction(30)
+    else:
+        producer.abort_transaction(30)
+
+
+def _read_to_end(bootstrap: str, topic: str, **kw: Any) -> list[Record]:
+    with MirrorConsumer(_kafka(bootstrap), purpose="test") as consumer:
+        partitions = consumer.partitions(topic)
+        assert partitions is not None
+        consumer.assign((topic, p, kw.pop("offset", None)) for p in partitions)
+        return [r for batch in consumer.batches(until_end=True, timeout_s=READ_S, **kw) for r in batch]
+
+
+@pytest.fixture
+def topic(kafka_bootstrap: str) -> Iterator[str]:
+    yield new_topic(kafka_bootstrap, _name("mc"))
+
+
+# --- the end of a partition ---------------------------------------------------------------------
+
+
+def test_reads_every_partition_to_its_end_in_order(kafka_bootstrap: str) -> None:
+    topic = new_topic(kafka_bootstrap, _name("mc3"), partitions=3)
+    producer = _plain_producer(kafka_bootstrap)
+    sent: dict[int, list[tuple[bytes, bytes, Headers, int]]] = {0: [], 1: []}
+    for i in range(25):
+        partition = i % 2  # partition 2 stays empty: its end is its beginning
+        headers: Headers = [("version", str(i).encode())]
+        key, value, ts = f"key-{i}".encode(), f'{{"n":{i}}}'.encode(), 1_700_000 + i
+        producer.produce(topic, value, key, partition=partition, headers=headers, timestamp=ts)
+        sent[partition].append((key, value, headers, ts))
+    assert producer.flush(30) == 0
+
+    got = _read_to_end(kafka_bootstrap, topic, max_records=4)
+    for partition, records in sent.items():
+        mine = [r for r in got if r.partition == partition]
+        assert [(r.key, r.value, r.headers, r.timestamp_ms) for r in mine] == records
+        assert [r.offset for r in mine] == list(range(len(records)))
+        assert all(r.first_offset == r.offset and r.topic == topic for r in mine)
+        assert [r.header("version") for r in mine] == [str(i) for i in range(partition, 25, 2)]
+    assert len(got) == 25
+
+
+def test_an_empty_topic_is_at_its_end_at_once(kafka_bootstrap: str, topic: str) -> None:
+    started = time.monotonic()
+    assert _read_to_end(kafka_bootstrap, topic) == []
+    assert time.monotonic() - started < 20
+
+
+@pytest.mark.parametrize(
+    "transactions",
+    [
+        [("commit", 3)],
+        [("commit", 3), ("abort", 2)],
+        [("abort", 4)],
+        [("commit", 2), ("abort", 3), ("commit", 2)],
+        [("abort", 1), ("abort", 2), ("commit", 1), ("abort", 3)],
+    ],
+    ids=["committed-marker-last", "aborted-last", "only-aborted", "aborted-between", "many"],
+)
+def test_the_end_is_found_behind_transaction_markers_and_aborted_records(
+    kafka_bootstrap: str, topic: str, transactions: list[tuple[str, int]]
+) -> None:
+    producer = _transactional_producer(kafka_bootstrap)
+    expected: list[tuple[int, bytes]] = []
+    offset = 0
+    for t, (outcome, n) in enumerate(transactions):
+        values = [f"{outcome}-{t}-{i}".encode() for i in range(n)]
+        _transaction(producer, topic, values, commit=outcome == "commit")
+        if outcome == "commit":
+            expected += [(offset + i, v) for i, v in enumerate(values)]
+        offset += n + 1  # the records, then the transaction's marker
+    got = _read_to_end(kafka_bootstrap, topic)
+    assert [(r.offset, r.value) for r in got] == expected
+    assert not any(r.value.startswith(b"abort") for r in got)
+    # read again from the offset after the last committed record: nothing, and the end is found
+    last = expected[-1][0] + 1 if expected else 0
+    assert _read_to_end(kafka_bootstrap, topic, offset=last) == []
+
+
+def test_the_end_is_the_start_of_a_transaction_still_open(kafka_bootstrap: str, topic: str) -> None:
+    """A read_committed reader stops at the last stable offset: what an open transaction wrote is not
+    there yet, and waiting for it would hold up every reader of the topic."""
+    producer = _transactional_producer(kafka_bootstrap)
+    _transaction(producer, topic, [b"a", b"b"], commit=True)
+    producer.begin_transaction()
+    producer.produce(topic, b"open", b"k", partition=0)
+    producer.flush(30)
+    try:
+        got = _read_to_end(kafka_bootstrap, topic)
+        assert [(r.offset, r.value) for r in got] == [(0, b"a"), (1, b"b")]
+    finally:
+        producer.abort_transaction(30)
+
+
+# --- fragments ------------------------------------------------------------------------------------
+
+
+def _publish_with_a_split_record(bootstrap: str, topic: str) -> tuple[bytes, list[bytes]]:
+    big = b'{"metaData":"' + bytes(ord("a") + i % 26 for i in range(3500)) + b'"}'
+    values = [b'{"i":0}', big, b'{"i":2}']
+    headers: list[Headers] = [[("version", b"4"), ("index", str(i).encode())] for i in range(3)]
+    out_v, out_h = split_oversize(values, headers, 1000, "split", topic=topic, version=4, index=0)
+    producer = _transactional_producer(bootstrap)
+    producer.begin_transaction()
+    for v, h in zip(out_v, out_h, strict=True):
+        producer.produce(topic, v, b"table-id", partition=0, headers=h, timestamp=1_234)
+    producer.flush(30)
+    producer.commit_transaction(30)
+    return big, out_v
+
+
+@pytest.mark.parametrize("max_records", [1, 2, 1000])
+def test_fragments_come_back_as_one_record_with_the_offsets_of_both_ends(
+    kafka_bootstrap: str, topic: str, max_records: int
+) -> None:
+    big, sent = _publish_with_a_split_record(kafka_bootstrap, topic)
+    fragments = len(sent) - 2
+    assert fragments >= 4  # 3500+ bytes in pieces of at most 1000
+    got = _read_to_end(kafka_bootstrap, topic, max_records=max_records)
+    assert [r.value for r in got] == [b'{"i":0}', big, b'{"i":2}']
+    # the split record's fragments took offsets 1 .. fragments; the last whole record the next one
+    assert [(r.first_offset, r.offset) for r in got] == [
+        (0, 0),
+        (1, fragments),
+        (fragments + 1, fragments + 1),
+    ]
+    assert all(r.key == b"table-id" and r.timestamp_ms == 1_234 for r in got)
+    assert [r.header("version") for r in got] == ["4", "4", "4"]
+    assert [r.header("index") for r in got] == ["0", "1", "2"]
+
+
+def test_a_read_that_starts_inside_a_split_record_is_an_event_stream_error(
+    kafka_bootstrap: str, topic: str
+) -> None:
+    _publish_with_a_split_record(kafka_bootstrap, topic)
+    with pytest.raises(EventStreamError, match="fragment"):
+        _read_to_end(kafka_bootstrap, topic, offset=2)  # the second fragment of the split record
+
+
+def test_fragments_split_over_transactions_are_joined(kafka_bootstrap: str, topic: str) -> None:
+    """A whole record may follow its fragments' transaction: the reader keeps them until the last."""
+    producer = _transactional_producer(kafka_bootstrap)
+    parts = [(b"ab", b"0/3"), (b"cd", b"1/3"), (b"ef", b"2/3")]
+    for value, fragment in parts:
+        producer.begin_transaction()
+        producer.produce(topic, value, b"k", partition=0, headers=[(HEADER_FRAGMENT, fragment)])
+        producer.flush(30)
+        producer.commit_transaction(30)
+    got = _read_to_end(kafka_bootstrap, topic)
+    # three one-record transactions: records at 0, 2, 4 (markers at 1, 3, 5)
+    assert [(r.value, r.first_offset, r.offset) for r in got] == [(b"abcdef", 0, 4)]
+
+
+# --- topics that do not exist ---------------------------------------------------------------------
+
+
+def test_a_missing_topic_is_a_topic_not_found_error(kafka_bootstrap: str) -> None:
+    missing = _name("missing")
+    with MirrorConsumer(_kafka(kafka_bootstrap)) as consumer, pytest.raises(TopicNotFoundError) as err:
+        consumer.partitions(missing, timeout_s=10)
+    assert err.value.exit_code == 2
+    assert missing in str(err.value)
+
+
+def test_waiting_for_a_topic_ends_when_stop_is_set(kafka_bootstrap: str) -> None:
+    stop = threading.Event()
+    stop.set()
+    with MirrorConsumer(_kafka(kafka_bootstrap)) as consumer:
+        assert consumer.partitions(_name("missing"), wait_for_topic=True, stop=stop) is None
+        with pytest.raises(StopRequested):
+            consumer.partitions(_name("missing"), stop=stop)
+
+        later = threading.Event()
+        timer = threading.Timer(1.5, later.set)
+        timer.start()
+        started = time.monotonic()
+        try:
+            assert consumer.partitions(_name("missing"), wait_for_topic=True, stop=later) is None
+        finally:
+            timer.cancel()
+        assert 1.4 <= time.monotonic() - started < 15
+
+
+def test_waiting_for_a_topic_returns_its_partitions_once_it_exists(kafka_bootstrap: str) -> None:
+    name = _name("later")
+    stop = threading.Event()
+    creator = threading.Timer(1.0, lambda: new_topic(kafka_bootstrap, name, partitions=2))
+    creator.start()
+    guard = threading.Timer(60, stop.set)
+    guard.start()
+    try:
+        with MirrorConsumer(_kafka(kafka_bootstrap)) as consumer:
+            assert consumer.partitions(name, wait_for_topic=True, stop=stop) == [0, 1]
+    finally:
+        creator.join()
+        guard.cancel()
+    assert not stop.is_set()
+
+
+# --- stop -----------------------------------------------------------------------------------------
+
+
+def test_stop_set_during_a_read_to_the_end_raises_stop_requested(kafka_bootstrap: str, topic: str) -> None:
+    producer = _plain_producer(kafka_bootstrap)
+    for i in range(100):
+        producer.produce(topic, str(i).encode(), partition=0)
+    assert producer.flush(30) == 0
+    stop = threading.Event()
+    seen: list[Record] = []
+    with MirrorConsumer(_kafka(kafka_bootstrap)) as consumer:
+        consumer.assign([(topic, 0, None)])
+        with pytest.raises(StopRequested):
+            for batch in consumer.batches(until_end=True, stop=stop, timeout_s=READ_S, max_records=5):
+                seen += batch
+                stop.set()
+    assert 0 < len(seen) <= 5
+
+
+def test_a_continuous_read_yields_quiet_batches_sees_new_records_and_returns_on_stop(
+    kafka_bootstrap: str, topic: str
+) -> None:
+    producer = _plain_producer(kafka_bootstrap)
+    for value in (b"1", b"2", b"3"):
+        producer.produce(topic, value, partition=0)
+    assert producer.flush(30) == 0
+    stop = threading.Event()
+    seen: list[bytes] = []
+    empty_after_all = 0
+    more_sent = False
+    deadline = time.monotonic() + READ_S
+    with MirrorConsumer(_kafka(kafka_bootstrap), fetch_wait_max_ms=None) as consumer:
+        consumer.assign([(topic, 0, None)])
+        for batch in consumer.batches(until_end=False, stop=stop, poll_s=0.05):
+            assert time.monotonic() < deadline, f"still reading after {READ_S} s: {seen}"
+            seen += [r.value for r in batch]
+            if len(seen) == 3 and not more_sent:
+                for value in (b"4", b"5"):
+                    producer.produce(topic, value, partition=0)
+                assert producer.flush(30) == 0
+                more_sent = True
+            if len(seen) == 5 and not batch:
+                empty_after_all += 1
+                if empty_after_all == 3:
+                    stop.set()  # the loop returns at its next turn: no exception, nothing more
+    assert seen == [b"1", b"2", b"3", b"4", b"5"]
+    assert empty_after_all == 3
+
+
+# --- offsets of a group -----------------------------------------------------------------------------
+
+
+def test_store_offsets_needs_a_group_id(kafka_bootstrap: str, topic: str) -> None:
+    with MirrorConsumer(_kafka(kafka_bootstrap)) as consumer, pytest.raises(ValueError, match="group_id"):
+        consumer.store_offsets({(topic, 0): 1})
+
+
+def _committed(bootstrap: str, group: str, parts: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        found = consumer.committed([TopicPartition(t, p) for t, p in parts], timeout=30)
+        return {(tp.topic, tp.partition): tp.offset for tp in found}
+    finally:
+        consumer.close()
+
+
+def test_stored_offsets_are_committed_to_the_group_on_close(kafka_bootstrap: str) -> None:
+    topic = new_topic(kafka_bootstrap, _name("grp"), partitions=2)
+    producer = _plain_producer(kafka_bootstrap)
+    for i in range(7):
+        producer.produce(topic, str(i).encode(), partition=i % 2)  # 4 on partition 0, 3 on 1
+    assert producer.flush(30) == 0
+    group = _name("group")
+    consumer = MirrorConsumer(_kafka(kafka_bootstrap), group_id=group)
+    try:
+        consumer.assign([(topic, 0, None), (topic, 1, None)])
+        got = [r for b in consumer.batches(until_end=True, timeout_s=READ_S) for r in b]
+        assert len(got) == 7
+        # processed: all of partition 0, the first record of partition 1 (goes on at offset 1)
+        consumer.store_offsets({(topic, 0): 4, (topic, 1): 1})
+    finally:
+        consumer.close()
+    assert _committed(kafka_bootstrap, group, [(topic, 0), (topic, 1)]) == {(topic, 0): 4, (topic, 1): 1}
+
+
+# --- offsets by time --------------------------------------------------------------------------------
+
+
+def test_offset_for_time_is_the_first_record_at_or_after_it(kafka_bootstrap: str, topic: str) -> None:
+    producer = _plain_producer(kafka_bootstrap)
+    for ts in (1_000, 2_000, 3_000):
+        producer.produce(topic, str(ts).encode(), partition=0, timestamp=ts)
+    assert producer.flush(30) == 0
+    with MirrorConsumer(_kafka(kafka_bootstrap)) as consumer:
+        assert consumer.offset_for_time(topic, 0, 0) == 0
+        assert consumer.offset_for_time(topic, 0, 2_000) == 1
+        assert consumer.offset_for_time(topic, 0, 2_001) == 2
+        assert consumer.offset_for_time(topic, 0, -5) == 0
+        assert consumer.offset_for_time(topic, 0, 3_001) == BEGINNING  # none at or after: documented
+
+
+def test_a_broker_that_does_not_answer_is_a_kafka_error() -> None:
+    unreachable = {"bootstrap.servers": "127.0.0.1:1"}
+    with MirrorConsumer(unreachable) as consumer, pytest.raises(KafkaError) as err:
+        consumer.partitions("any", timeout_s=1.5)
+    assert err.value.exit_code == 1
