@@ -13,6 +13,7 @@ WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
 COPY core/ core/
 COPY mirror/ mirror/
+COPY ops/ ops/
 COPY producer/ producer/
 COPY consumer/ consumer/
 COPY cli/ cli/

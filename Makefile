@@ -41,7 +41,7 @@ test-spark: install ## only the tests that need Spark
 lint: install ## ruff and mypy, as CI runs them
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy -p deltamirror.core -p deltamirror.mirror -p deltamirror.producer -p deltamirror.consumer -p deltamirror.cli
+	$(BIN)/mypy -p deltamirror.core -p deltamirror.mirror -p deltamirror.ops -p deltamirror.producer -p deltamirror.consumer -p deltamirror.cli
 
 format: install ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .
@@ -54,6 +54,7 @@ bench: install ## the benchmarks against delta-rs, delta-spark and raw confluent
 	$(BIN)/python bench/bench_snapshot.py
 	$(BIN)/python bench/bench_changes.py
 	$(BIN)/python bench/bench_producer.py
+	$(BIN)/python bench/bench_snapshot_consumer.py
 
 bench-compare: install ## is the working tree slower than BASE (default HEAD)? median of per-round ratios
 	$(BIN)/python bench/compare_revisions.py --base $(or $(BASE),HEAD) --rounds $(or $(ROUNDS),7) $(if $(WORKLOAD),--workload $(WORKLOAD))

@@ -2,7 +2,7 @@
 
 Each contender runs in its own process from its own tree: a revision is checked out with
 ``git worktree add --detach /tmp/dm-rev-<sha>`` (reused when present) and imported through a link
-tree ``/tmp/dm-rev-<sha>-site/deltamirror/{core,mirror,producer,consumer,cli}`` (``deltamirror``
+tree ``/tmp/dm-rev-<sha>-site/deltamirror/{core,mirror,ops,producer,consumer,cli}`` (``deltamirror``
 stays a namespace package); ``worktree`` means /work/main as it is now. The child drops every other
 ``sys.path`` entry that holds a ``deltamirror`` (the editable install), warms up once, times one
 call (``perf_counter`` and ``process_time``) and fails unless every ``deltamirror`` module it
@@ -42,7 +42,7 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 DATA = BENCH / ".data"
 RESULTS = BENCH / "results"
-PACKAGES = ("core", "mirror", "producer", "consumer", "cli")
+PACKAGES = ("core", "mirror", "ops", "producer", "consumer", "cli")
 WORKLOADS = ("snapshot", "changes", "scan")
 SCAN_MODULES = ("deltamirror.producer.offline_events", "deltamirror.producer.service")
 

@@ -1,27 +1,64 @@
-"""``consume-snapshot``: the consumer side of the command line."""
+"""``consume-snapshot`` and ``invalidate``: the consumer side of the command line."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+INVALIDATE_HELP = """\
+Keep each table's active files from an actions topic, as consume-snapshot does,
+and hand every committed version, in order, to a command or an HTTP endpoint:
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "consume-snapshot",
-        help="keep the active files of every mirrored table, printing each applied version",
-        description="Read an actions topic (read_committed) and keep each table's active files, "
-        "applying a version when its last action arrives and replacing the state on a snapshot. "
-        'Prints one JSON line per applied version: {"tableId","version","files","added","removed",'
-        '"snapshot"} (counts of active, added and removed files). With --state-dir the state and '
-        "the position are saved after every batch and a restart continues from there; without it "
-        "the topic is read from its beginning. With --commits-topic the commits topic is read too: on "
-        "a tableReplaced record (a table deleted and re-created at its location) the previous "
-        'table\'s state is dropped and one line {"kind":"tableReplaced","tableId","previousTableId",'
-        '"previousVersion","droppedVersion","droppedFiles","tableUri"} is printed. Stops cleanly on '
-        "SIGTERM/SIGINT (exit 0).",
-    )
+  --exec CMD     runs CMD (split like a shell would, run without one) with the
+                 version's JSON document on stdin and DELTAMIRROR_TABLE (the
+                 table URI), DELTAMIRROR_TABLE_ID, DELTAMIRROR_VERSION,
+                 DELTAMIRROR_OPERATION, DELTAMIRROR_TRUNCATED (1: lists cut),
+                 DELTAMIRROR_KIND, DELTAMIRROR_DELIVERY_ID, DELTAMIRROR_ATTEMPT
+                 in its environment; exit status 0 accepts the version.
+  --webhook URL  POSTs the document (application/json, Idempotency-Key header);
+                 a 2xx status accepts it, a redirect does not.
+
+A failed attempt is tried again after 0.5, 1, 2, 4 s... (--backoff, doubling up
+to --max-backoff), --max-attempts times in all (default 5); then the version goes
+to --dead-letter-topic as {"payload","error","attempts","target"} and the next
+follows, or without that topic the command exits 1 naming the version.
+
+At least once, in order, none skipped: the group's offsets are committed only
+after a version was accepted (or dead-lettered), and a start rebuilds the state
+(from --state-dir, saved only after the versions in it were handed over, or from
+the topic's beginning) and hands over every version not acknowledged yet. A
+receiver may see a version twice (DELTAMIRROR_DELIVERY_ID / Idempotency-Key name
+it), never misses one. Prints one JSON line per version handled. Secrets in the URL
+(userinfo, path, query) are never printed. SIGTERM/SIGINT stop cleanly (exit 0).
+
+The document (also what consume-snapshot --format jsonl prints):
+  {"kind":"version", "tableId", "tableUri", "version", "snapshot",
+   "commitTimestamp" (epoch ms), "operation" (commitInfo.operation; SNAPSHOT),
+   "files" (active files after it), "partitions" (partitionValues of the files
+   added or removed), "added", "removed" (paths as in the log), "partitionsCount",
+   "addedCount", "removedCount" (full lengths), "partitionsTruncated",
+   "addedTruncated", "removedTruncated", "truncated"}
+  A list longer than --max-items (1000) is cut and flagged: drop everything
+  cached for the table then. With --commits-topic, a re-created table gives
+  {"kind":"tableReplaced", "tableId", "tableUri", "previousTableId",
+   "previousVersion", "reason", "droppedVersion", "droppedFiles"}.
+"""
+
+INVALIDATE_EXAMPLE = """\
+example: drop the cached results of the partitions each version touched
+  CACHE=/var/cache/sales deltamirror invalidate --bootstrap-servers kafka:9092 \\
+      --topic deltamirror.sales.actions --exec ./drop-cached.sh
+  where drop-cached.sh reads the document on stdin (python3 -c, no jq), removes
+  $CACHE/<key>=<value>/ for each partition touched, or all of $CACHE when the
+  lists were cut, the table is not partitioned or was re-created, and exits 0
+  (the script: README, "Invalidating a cache").
+"""
+
+
+def _add_source_arguments(p: argparse.ArgumentParser, group_default: str) -> None:
     p.add_argument(
         "--bootstrap-servers", required=True, metavar="HOSTS", help="Kafka brokers, host:port[,...]"
     )
@@ -34,18 +71,239 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="also read this commits topic and drop the state of re-created tables; without a name, "
         "the watcher's default pair of the actions topic (deltamirror.<name>.actions -> .commits)",
     )
-    p.add_argument("--group-id", metavar="G", help="consumer group for committed offsets (lag monitoring)")
-    p.add_argument("--state-dir", metavar="DIR", help="where to persist the state and the position")
+    p.add_argument(
+        "--group-id", metavar="G", help=f"consumer group for committed offsets (default {group_default})"
+    )
     p.add_argument("--once", action="store_true", help="exit once every partition is read to its end")
+    p.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help="where to save each table's state (a Delta checkpoint) and the position; a start "
+        "continues from there instead of the topic's beginning",
+    )
+    p.add_argument(
+        "--checkpoint-interval-versions",
+        type=int,
+        default=100,
+        metavar="N",
+        help="with --state-dir: save after N applied versions (default 100; 0: not on this count)",
+    )
+    p.add_argument(
+        "--checkpoint-interval-s",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="with --state-dir: save S seconds after the first change since the last save "
+        "(default 60; 0: not on this count); the end of a run always saves",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve /metrics (Prometheus: versions applied, lag in versions, records and ms, "
+        "applied actions) and /healthz on PORT (0: any free port)",
+    )
+    p.add_argument("--metrics-host", metavar="HOST", help="address of the metrics server (default 127.0.0.1)")
+    p.add_argument(
+        "--max-items",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="longest list of paths or partitions in a document (default 1000)",
+    )
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "consume-snapshot",
+        help="keep the active files of every mirrored table, printing each applied version",
+        description="Read an actions topic (read_committed) and keep each table's active files, "
+        "applying a version when its last action arrives and replacing the state on a snapshot. "
+        'With --format counts (the default) prints one JSON line per applied version: {"tableId",'
+        '"version","files","added","removed","snapshot"} (counts of active, added and removed files); '
+        "with --format jsonl the document `deltamirror invalidate` delivers for it. With --state-dir "
+        "each table's state is saved as a Delta checkpoint, with the position, every "
+        "--checkpoint-interval-versions versions or --checkpoint-interval-s seconds and at the end, "
+        "and a restart continues from there (the versions since the last save are printed again); "
+        "without it the topic is read from its beginning. With --commits-topic the commits topic is "
+        "read too: on a tableReplaced record (a table deleted and re-created at its location) the "
+        'previous table\'s state is dropped and one line {"kind":"tableReplaced","tableId",'
+        '"previousTableId","previousVersion","droppedVersion","droppedFiles","tableUri"} is printed '
+        "(with --format jsonl, the tableReplaced document). Stops cleanly on SIGTERM/SIGINT (exit 0). "
+        "The jsonl document is described in `deltamirror invalidate --help`.",
+    )
+    _add_source_arguments(p, "deltamirror-snapshot-consumer")
+    p.add_argument(
+        "--format",
+        choices=["counts", "jsonl"],
+        default="counts",
+        help="counts: file counts per version (default); jsonl: the invalidation document per version",
+    )
     p.set_defaults(handler=cmd_consume_snapshot)
+
+    p = sub.add_parser(
+        "invalidate",
+        help="run a command or call a webhook for every committed version (cache invalidation)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=INVALIDATE_HELP,
+        epilog=INVALIDATE_EXAMPLE,
+    )
+    _add_source_arguments(p, "deltamirror-invalidate")
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument(
+        "--exec",
+        metavar="CMD",
+        help="command to run per version, split like a shell would but run without one (use "
+        "'sh -c ...' for pipes); its output is captured, the last line of its stderr is logged on failure",
+    )
+    target.add_argument(
+        "--webhook", metavar="URL", help="http(s) endpoint to POST each version to (userinfo: basic auth)"
+    )
+    p.add_argument(
+        "--header",
+        action="append",
+        metavar="'NAME: VALUE'",
+        help="with --webhook: a header sent with every request (e.g. Authorization); repeatable",
+    )
+    p.add_argument("--dead-letter-topic", metavar="T", help="topic for versions given up (must exist)")
+    p.add_argument(
+        "--max-attempts",
+        type=int,
+        default=5,
+        metavar="N",
+        help="attempts per version before it is given up (default 5; 0: retry until stopped)",
+    )
+    p.add_argument(
+        "--backoff", type=float, default=0.5, metavar="S", help="wait after the first failure (default 0.5 s)"
+    )
+    p.add_argument(
+        "--max-backoff",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="longest wait between attempts, each wait doubling the one before (default 30 s)",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=30.0, metavar="S", help="time one attempt may take (default 30 s)"
+    )
+    p.set_defaults(handler=cmd_invalidate)
+
+
+# --- shared -------------------------------------------------------------------------------------------
+
+
+class _Source:
+    """The Kafka side both commands share: the broker list, its checks, the reporter of its failures."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        import logging
+
+        from deltamirror.core.errors import InvalidArgumentError
+        from deltamirror.core.redact import install_redaction
+        from deltamirror.mirror.connection import KafkaConnectionReporter
+        from deltamirror.mirror.settings import KafkaSettings
+        from deltamirror.mirror.topics import default_commits_topic
+
+        # the watcher's Kafka model: the same broker-list rule, SASL/SSL checks and secret handling
+        kafka = KafkaSettings.from_flags(
+            {"bootstrap_servers": args.bootstrap_servers}, {"bootstrap_servers": "--bootstrap-servers"}
+        )
+        self.servers = kafka.bootstrap_servers
+        if not args.topic.strip():
+            raise InvalidArgumentError("--topic is empty")
+        if args.max_items < 0:
+            raise InvalidArgumentError("--max-items must be 0 or more")
+        self.topic: str = args.topic
+        self.commits_topic: str | None = args.commits_topic
+        if self.commits_topic is not None:
+            self.commits_topic = self.commits_topic.strip() or default_commits_topic(args.topic.strip())
+        logging.basicConfig(
+            level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
+        )
+        install_redaction(logging.getLogger())
+        self.consumer: Any = None  # the SnapshotConsumer, once built
+        # librdkafka's lines go to logging (DEBUG), its errors become one warning now and then;
+        # wrong credentials stop the consumer
+        self.reporter = KafkaConnectionReporter(self.servers, on_fatal=self._fatal)
+        self.kafka: dict[str, Any] = {**kafka.librdkafka_config(), **self.reporter.client_config()}
+        self.metrics_port: int | None = args.metrics_port
+        self.metrics_host: str = args.metrics_host or "127.0.0.1"
+        if args.metrics_host is not None and args.metrics_port is None:
+            raise InvalidArgumentError("--metrics-host goes with --metrics-port")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise InvalidArgumentError("--metrics-port must be 0-65535")
+        for flag, value in (
+            ("--checkpoint-interval-versions", args.checkpoint_interval_versions),
+            ("--checkpoint-interval-s", args.checkpoint_interval_s),
+        ):
+            if value < 0:
+                raise InvalidArgumentError(f"{flag} must be 0 or more")
+        self.metrics: Any = None  # a ConsumerMetrics with --metrics-port
+        if self.metrics_port is not None:
+            from deltamirror.consumer.metrics import ConsumerMetrics
+
+            self.metrics = ConsumerMetrics()
+        #: the SnapshotConsumer options both commands pass alike
+        self.state_options: dict[str, Any] = {
+            "state_dir": args.state_dir,
+            "checkpoint_interval_versions": args.checkpoint_interval_versions or None,
+            "checkpoint_interval_s": args.checkpoint_interval_s or None,
+            "metrics": self.metrics,
+        }
+
+    def _fatal(self, error: Exception) -> None:
+        if self.consumer is not None:
+            self.consumer.request_stop()
+
+    @contextmanager
+    def running(self, consumer: Any) -> Iterator[None]:
+        """SIGTERM/SIGINT stop ``consumer`` cleanly while it runs; then the reporter's fatal error."""
+        import signal
+        from types import FrameType
+
+        self.consumer = consumer
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            consumer.request_stop()
+
+        server = None
+        if self.metrics is not None:
+            from deltamirror.consumer.metrics import serve
+
+            # a port that cannot be bound fails now, not after an hour unobserved
+            server = serve(self.metrics, self.metrics_host, self.metrics_port or 0)
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            if server is not None:
+                server.stop()
+        self.reporter.check()
+
+
+def _write(line: dict[str, Any]) -> None:
+    import json
+
+    sys.stdout.write(json.dumps(line, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+def _run(consumer: Any, once: bool) -> None:
+    import contextlib
+
+    from deltamirror.mirror.errors import StopRequested
+
+    # a stop while the last reports were being handed over: exit cleanly too
+    with contextlib.suppress(StopRequested):
+        consumer.run(once=once)
+
+
+# --- consume-snapshot ---------------------------------------------------------------------------------
 
 
 def cmd_consume_snapshot(args: argparse.Namespace) -> int:
-    import json
-    import logging
-    import signal
-    from types import FrameType
-
     from deltamirror.consumer.snapshot import (
         DEFAULT_GROUP_ID,
         IncrementalSnapshot,
@@ -53,77 +311,155 @@ def cmd_consume_snapshot(args: argparse.Namespace) -> int:
         SnapshotConsumer,
         TableReplacement,
     )
-    from deltamirror.core.errors import InvalidArgumentError
-    from deltamirror.core.redact import install_redaction
-    from deltamirror.mirror.connection import KafkaConnectionReporter
-    from deltamirror.mirror.settings import KafkaSettings
-    from deltamirror.mirror.topics import default_commits_topic
 
-    # the watcher's Kafka model: the same broker-list rule, SASL/SSL checks and secret handling
-    kafka = KafkaSettings.from_flags(
-        {"bootstrap_servers": args.bootstrap_servers}, {"bootstrap_servers": "--bootstrap-servers"}
-    )
-    servers = kafka.bootstrap_servers
-    if not args.topic.strip():
-        raise InvalidArgumentError("--topic is empty")
-    commits_topic = args.commits_topic
-    if commits_topic is not None:
-        commits_topic = commits_topic.strip() or default_commits_topic(args.topic.strip())
-    logging.basicConfig(
-        level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
-    )
-    install_redaction(logging.getLogger())
-    # librdkafka's lines go to logging (DEBUG), its errors become one warning now and then; wrong
-    # credentials stop the consumer
-    reporter = KafkaConnectionReporter(servers, on_fatal=lambda error: consumer.request_stop())
+    source = _Source(args)
+    options: dict[str, Any] = {
+        "kafka": source.kafka,
+        "group_id": args.group_id or DEFAULT_GROUP_ID,
+        "commits_topic": source.commits_topic,
+        **source.state_options,
+    }
+    consumer: SnapshotConsumer
+    if args.format == "jsonl":
+        from deltamirror.consumer.invalidate import InvalidationConsumer
 
-    def report(invalidation: Invalidation, state: IncrementalSnapshot) -> None:
-        line: dict[str, Any] = {
-            "tableId": invalidation.table_id,
-            "version": invalidation.version,
-            "files": invalidation.files,
-            "added": len(invalidation.added),
-            "removed": len(invalidation.removed),
-            "snapshot": invalidation.snapshot,
-        }
-        write(line)
-
-    def report_replaced(notice: TableReplacement) -> None:
-        write(
-            {
-                "kind": "tableReplaced",
-                "tableId": notice.table_id,
-                "previousTableId": notice.previous_table_id,
-                "previousVersion": notice.previous_version,
-                "droppedVersion": notice.dropped_version,
-                "droppedFiles": notice.dropped_files,
-                "tableUri": notice.table_uri,
-            }
+        consumer = InvalidationConsumer(
+            source.servers,
+            source.topic,
+            on_payload=_write,
+            max_items=args.max_items,
+            skip_acknowledged=False,  # the position is the state's, as for counts
+            **options,
         )
+    else:
 
-    def write(line: dict[str, Any]) -> None:
-        sys.stdout.write(json.dumps(line, separators=(",", ":")) + "\n")
-        sys.stdout.flush()
+        def report(invalidation: Invalidation, state: IncrementalSnapshot) -> None:
+            _write(
+                {
+                    "tableId": invalidation.table_id,
+                    "version": invalidation.version,
+                    "files": invalidation.files,
+                    "added": len(invalidation.added),
+                    "removed": len(invalidation.removed),
+                    "snapshot": invalidation.snapshot,
+                }
+            )
 
-    consumer = SnapshotConsumer(
-        servers,
-        args.topic,
-        kafka={**kafka.librdkafka_config(), **reporter.client_config()},
-        group_id=args.group_id or DEFAULT_GROUP_ID,
-        state_dir=args.state_dir,
-        on_applied=report,
-        commits_topic=commits_topic,
-        on_replaced=report_replaced,
+        def report_replaced(notice: TableReplacement) -> None:
+            _write(
+                {
+                    "kind": "tableReplaced",
+                    "tableId": notice.table_id,
+                    "previousTableId": notice.previous_table_id,
+                    "previousVersion": notice.previous_version,
+                    "droppedVersion": notice.dropped_version,
+                    "droppedFiles": notice.dropped_files,
+                    "tableUri": notice.table_uri,
+                }
+            )
+
+        consumer = SnapshotConsumer(
+            source.servers, source.topic, on_applied=report, on_replaced=report_replaced, **options
+        )
+    with source.running(consumer):
+        _run(consumer, args.once)
+    return 0
+
+
+# --- invalidate ---------------------------------------------------------------------------------------
+
+
+def _headers(pairs: list[str] | None) -> dict[str, str]:
+    from deltamirror.core.errors import InvalidArgumentError
+
+    headers: dict[str, str] = {}
+    for position, pair in enumerate(pairs or [], start=1):
+        name, sep, value = pair.partition(":")
+        if not sep or not name.strip() or any(c.isspace() for c in name.strip()):
+            # the text may be a bare token: named by its position, never echoed
+            raise InvalidArgumentError(f"--header #{position} is not 'NAME: VALUE'")
+        headers[name.strip()] = value.strip()
+    return headers
+
+
+def _print_outcome(outcome: Any) -> None:
+    _write(_outcome_line(outcome))
+
+
+def _outcome_line(outcome: Any) -> dict[str, Any]:
+    payload = outcome.payload
+    line: dict[str, Any] = {"kind": payload["kind"], "tableId": payload["tableId"]}
+    if payload["kind"] == "version":
+        line.update(version=payload["version"], snapshot=payload["snapshot"])
+    else:
+        line["previousTableId"] = payload["previousTableId"]
+    line.update(attempts=outcome.attempts, outcome="deadLettered" if outcome.dead_lettered else "delivered")
+    return line
+
+
+def cmd_invalidate(args: argparse.Namespace) -> int:
+    import threading
+
+    from deltamirror.consumer.invalidate import (
+        DEFAULT_GROUP_ID,
+        DeadLetterTopic,
+        DeliveryCounters,
+        ExecTarget,
+        InvalidationConsumer,
+        Invalidator,
+        RetryPolicy,
+        Target,
+        WebhookTarget,
     )
+    from deltamirror.core.errors import InvalidArgumentError
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        consumer.request_stop()
+    source = _Source(args)
+    if args.header and args.webhook is None:
+        raise InvalidArgumentError("--header goes with --webhook")
+    if args.timeout <= 0:
+        raise InvalidArgumentError("--timeout must be more than 0 s")
+    policy = RetryPolicy(
+        max_attempts=args.max_attempts, initial_backoff_s=args.backoff, max_backoff_s=args.max_backoff
+    )
+    target: Target
+    if args.exec is not None:
+        target = ExecTarget.from_command_line(args.exec, timeout_s=args.timeout)
+    else:
+        target = WebhookTarget(args.webhook, headers=_headers(args.header), timeout_s=args.timeout)
+    stop = threading.Event()
+    producer = None
+    dead_letters = None
+    if args.dead_letter_topic is not None:
+        from deltamirror.mirror.kafka_producer import RecordProducer
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        if not args.dead_letter_topic.strip():
+            raise InvalidArgumentError("--dead-letter-topic is empty")
+        producer = RecordProducer(source.kafka, delivery_timeout_s=max(30.0, args.timeout))
+        producer.check_topic(args.dead_letter_topic)  # now, not when the first version fails
+        dead_letters = DeadLetterTopic(producer, args.dead_letter_topic)
+    invalidator = Invalidator(
+        target,
+        policy=policy,
+        dead_letters=dead_letters,
+        stop=stop,
+        on_outcome=_print_outcome,
+        metrics=DeliveryCounters(source.metrics.registry) if source.metrics is not None else None,
+    )
+    consumer = InvalidationConsumer(
+        source.servers,
+        source.topic,
+        on_payload=invalidator,
+        max_items=args.max_items,
+        group_id=args.group_id or DEFAULT_GROUP_ID,
+        kafka=source.kafka,
+        commits_topic=source.commits_topic,
+        stop=stop,
+        **source.state_options,
+    )
     try:
-        consumer.run(once=args.once)
+        with source.running(consumer):
+            _run(consumer, args.once)
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    reporter.check()
+        if producer is not None:
+            producer.close()
     return 0

@@ -16,7 +16,8 @@ Two halves, because the Spark source runs them in different processes:
   timestamps are the resolved, strictly increasing commit timestamps) and checks that the first
   record of the range it meets is that version's first action; a clamped or rewritten timestamp
   makes it read the partition from its start instead. A missing, repeated or out-of-order action is
-  an :class:`EventStreamError`, never a skipped row.
+  an :class:`EventStreamError`, never a skipped row (unless the caller asks to skip versions that
+  retention deleted from the topic: the Spark source's failOnDataLoss=false).
 
 Neither imports pyspark: both are plain library code, usable without Spark.
 """
@@ -72,6 +73,11 @@ class MirroredVersion:
     timestamp_ms: int
     action_count: int
     metadata_changed: bool
+    #: the data files whose rows the version's changes are (its cdc files, else its adds and
+    #: removes) and their bytes (added + removed: a summary does not give cdc files' sizes); what
+    #: maxFilesPerTrigger and maxBytesPerTrigger count
+    files: int = 0
+    bytes: int = 0
 
 
 class MirrorIndex:
@@ -164,13 +170,74 @@ class MirrorIndex:
             self._snapshots.add(v)
         if self._first is None:
             self._first = v + 1 if record.snapshot else v
+        files = record.cdc_files or record.adds + record.removes
         self._versions[v] = MirroredVersion(
-            v, record.commit_timestamp, record.action_count, record.metadata_changed
+            v,
+            record.commit_timestamp,
+            record.action_count,
+            record.metadata_changed,
+            files=files,
+            bytes=record.bytes_added + record.bytes_removed,
         )
         self._last = v
 
     def timestamp(self, version: int) -> int:
         return self._versions[version].timestamp_ms
+
+    def admit(self, first: int, last: int, *, max_files: int | None, max_bytes: int | None) -> int:
+        """The last version of ``first..last`` a micro-batch reads under a files and bytes limit.
+
+        Whole versions only, and at least one however large, as delta-spark admits a commit whose
+        change rows come from cdc files or deletion vectors: all of it or nothing, the first
+        always, a later one only if it fits in what is left.
+        """
+        files_left = max_files if max_files is not None else float("inf")
+        bytes_left = max_bytes if max_bytes is not None else float("inf")
+        admitted_files = False  # a version without data files (metaData only) fills nothing
+        for v in range(first, last + 1):
+            entry = self._versions.get(v)
+            files, size = (entry.files, entry.bytes) if entry is not None else (0, 0)
+            if admitted_files and (files > files_left or size > bytes_left):
+                return v - 1
+            admitted_files = admitted_files or files > 0
+            files_left -= files
+            bytes_left -= size
+            if files_left <= 0 or bytes_left <= 0:
+                return v
+        return last
+
+    def lost(self, start: int, end: int) -> list[tuple[int, int, str]]:
+        """The versions of ``[start, end]`` the mirror does not hold as commits, as (first, last, why).
+
+        Versions before the first mirrored commit, versions a watcher skipped when it re-snapshotted,
+        and versions mirrored as a snapshot: their change rows cannot be read from the mirror.
+        """
+        out: list[tuple[int, int, str]] = []
+        if self._first is not None and start < self._first:
+            out.append(
+                (
+                    start,
+                    min(end, self._first - 1),
+                    f"its commits start at version {self._first}: the watcher was started there, or "
+                    "began with a snapshot",
+                )
+            )
+        for first_missing, next_present in self._gaps:
+            lo, hi = max(start, first_missing), min(end, next_present - 1)
+            if lo <= hi:
+                out.append(
+                    (
+                        lo,
+                        hi,
+                        f"the watcher re-snapshotted at version {next_present}, probably after they were "
+                        "cleaned from the log",
+                    )
+                )
+        first = self._first if self._first is not None else 0
+        for v in sorted(self._snapshots):
+            if start <= v <= end and v >= first and not any(lo <= v <= hi for lo, hi, _ in out):
+                out.append((v, v, "it is there as a snapshot, not as a commit"))
+        return sorted(out)
 
     def check_available(self, start: int, end: int) -> None:
         """Raise unless every version in ``[start, end]`` is in the mirror as a commit."""
@@ -179,30 +246,12 @@ class MirrorIndex:
                 f"versions {start}-{end} are not all in the mirror yet (latest there: {self._last})",
                 table=self.settings.table_uri,
             )
-        if start < self._first:
+        for lo, hi, why in self.lost(start, end):
             raise EventStreamError(
-                f"version {start} is not in the mirror: its commits start at version {self._first} "
-                "(the watcher was started from there, or began with a snapshot); start the stream at "
-                f"version {self._first} or later",
+                f"{_versions_text(lo, hi)} not in the mirror as change data ({why}), so no change rows "
+                "can be read for them",
                 table=self.settings.table_uri,
-                version=start,
-            )
-        for first_missing, next_present in self._gaps:
-            if start < next_present and end >= first_missing:
-                raise EventStreamError(
-                    f"versions {first_missing}-{next_present - 1} are not in the mirror (the watcher "
-                    f"re-snapshotted at version {next_present}, probably after they were cleaned from the "
-                    "log), so their change rows cannot be read",
-                    table=self.settings.table_uri,
-                    version=first_missing,
-                )
-        snapshots = [v for v in self._snapshots if start <= v <= end]
-        if snapshots:
-            raise EventStreamError(
-                f"version {min(snapshots)} is in the mirror as a snapshot, not as a commit: its change "
-                "rows cannot be read",
-                table=self.settings.table_uri,
-                version=min(snapshots),
+                version=lo,
             )
 
     def forget_before(self, version: int) -> None:
@@ -219,6 +268,10 @@ class MirrorIndex:
         with self.settings.consumer() as consumer:
             count = len(_partitions(consumer, self.settings.actions_topic, self.settings.table_uri))
         return murmur2_partition(self.table_id.encode(), count)
+
+
+def _versions_text(first: int, last: int) -> str:
+    return f"version {first} is" if first == last else f"versions {first}-{last} are"
 
 
 def _partitions(consumer: MirrorConsumer, topic: str, table: str) -> list[int]:
@@ -239,8 +292,14 @@ def read_mirror_versions(
     start: int,
     end: int,
     start_timestamp_ms: int,
+    skip_lost: bool = False,
 ) -> Iterator[VersionActions]:
-    """The actions of versions ``start..end`` (all wholly in the mirror), one version at a time."""
+    """The actions of versions ``start..end`` (all wholly in the mirror), one version at a time.
+
+    A version whose first records are no longer on the topic (retention deleted them) fails the
+    read, unless ``skip_lost`` (the Spark source's failOnDataLoss=false): then the versions before
+    the first one still whole on the topic are skipped with a warning.
+    """
     with settings.consumer() as consumer:
         seek = _seek_offset(consumer, settings.actions_topic, partition, start_timestamp_ms)
         reader = _VersionReader(settings, table_id, start, end)
@@ -253,8 +312,11 @@ def read_mirror_versions(
                 start,
                 partition,
             )
-            reader = _VersionReader(settings, table_id, start, end)
+            reader = _VersionReader(settings, table_id, start, end, skip_lost=skip_lost)
             yield from reader.read(consumer, partition, None)
+        if not reader.done and skip_lost and not reader.started:
+            _warn_lost(settings, start, end, partition)
+            return
         if not reader.done:
             raise EventStreamError(
                 f"the actions of versions {start}-{end} are not all on {settings.actions_topic} partition "
@@ -265,6 +327,18 @@ def read_mirror_versions(
             )
 
 
+def _warn_lost(settings: MirrorSettings, first: int, last: int, partition: int) -> None:
+    log.warning(
+        "versions %d-%d of %s are no longer on %s partition %d (retention?): their change rows are "
+        "skipped (failOnDataLoss=false)",
+        first,
+        last,
+        settings.table_uri,
+        settings.actions_topic,
+        partition,
+    )
+
+
 def _seek_offset(consumer: MirrorConsumer, topic: str, partition: int, timestamp_ms: int) -> int:
     # timestamps strictly increase per table, so nothing of the start version lies before the first
     # record at or after start-1 ms; the reader checks it did not land past it. No record that late:
@@ -273,15 +347,19 @@ def _seek_offset(consumer: MirrorConsumer, topic: str, partition: int, timestamp
 
 
 class _VersionReader:
-    def __init__(self, settings: MirrorSettings, table_id: str, start: int, end: int) -> None:
+    def __init__(
+        self, settings: MirrorSettings, table_id: str, start: int, end: int, *, skip_lost: bool = False
+    ) -> None:
         self.settings = settings
+        self.skip_lost = skip_lost
         self.table_id = table_id
         self.start, self.end = start, end
         self.version = start
         self.next_index = 0
         self.done = False
         self.overshot = False
-        self._started = False
+        self.started = False
+        self.partition = -1
         self._actions: list[tuple[str, Mapping[str, Any]]] = []
         self._timestamp = 0
 
@@ -291,6 +369,7 @@ class _VersionReader:
         not done)."""
         topic = self.settings.actions_topic
         key = self.table_id.encode()
+        self.partition = partition
         consumer.assign([(topic, partition, offset)])
         for batch in consumer.batches(until_end=True, idle_timeout_s=self.settings.idle_timeout_s):
             for record in batch:
@@ -308,10 +387,20 @@ class _VersionReader:
         event = decode_action_event(
             value, table=self.settings.table_uri, topic=self.settings.actions_topic, offset=offset
         )
-        if event.snapshot or (event.version < self.start and not self._started):
+        if event.snapshot or (event.version < self.version and not self.started):
             return None
-        if event.version != self.version or event.index != self.next_index:
-            if not self._started:
+        out_of_place = event.version != self.version or event.index != self.next_index
+        if out_of_place and not self.started and self.skip_lost:
+            # read from the partition's start, the range begins later: what is before is lost.
+            # A version met past its first action cannot be read whole: lost too
+            last_lost = event.version - 1 if event.index == 0 else event.version
+            _warn_lost(self.settings, self.version, min(last_lost, self.end), self.partition)
+            self.version = last_lost + 1
+            self.done = self.version > self.end
+            if event.index != 0 or self.done:
+                return None
+        elif out_of_place:
+            if not self.started:
                 self.overshot = True  # the seek landed past the start: the caller reads from the beginning
                 return None
             raise EventStreamError(
@@ -320,7 +409,7 @@ class _VersionReader:
                 table=self.settings.table_uri,
                 version=event.version,
             )
-        self._started = True
+        self.started = True
         self._actions.append((event.type, event.action))
         self._timestamp = event.commit_timestamp
         self.next_index += 1

@@ -2,10 +2,10 @@
 
 The only module that imports pyspark. It is a Python data source (``pyspark.sql.datasource``) over
 :mod:`deltamirror.consumer.mirror_changes`: the planner reads the commits topic to learn which
-versions are wholly mirrored; each task reads a range of versions from the actions topic and turns
-them into change rows from the table's data files, with the rules of
-:func:`deltamirror.core.changes.changes_from_actions`. The rows are those delta-spark's
-``readChangeFeed`` gives, with ``_change_type``, ``_commit_version`` and ``_commit_timestamp``.
+versions are wholly mirrored (:mod:`.spark_planning` decides where the stream starts and how far
+each micro-batch reads); each task reads a range of versions from the actions topic and turns them
+into change rows from the table's data files (:mod:`.spark_rows`). The rows are those delta-spark's
+``readChangeFeed`` stream gives, with ``_change_type``, ``_commit_version`` and ``_commit_timestamp``.
 
 >>> from deltamirror.consumer.spark_source import register
 >>> register(spark)  # checks, on a worker, that Spark's Python workers can import deltamirror
@@ -14,24 +14,30 @@ them into change rows from the table's data files, with the rules of
 ...           .option("startingVersion", 0)
 ...           .load("s3://bucket/events"))
 
-Options (``load(path)`` gives the table location):
+Options (``load(path)`` gives the table location; :mod:`.spark_options` checks them, and refuses
+by name any it does not read; docs/spark.md has the table of delta-spark's options):
 
 ``kafka.bootstrap.servers`` (required), ``kafka.<librdkafka setting>``
     The broker, and any other librdkafka consumer setting (``kafka.security.protocol``, ...),
-    checked as the watcher's ``kafka:`` settings are (:mod:`deltamirror.consumer.spark_options`).
+    checked as the watcher's ``kafka:`` settings are.
 ``actionsTopic``, ``commitsTopic``
     The table's topics; default: the watcher's default names for the location.
-``startingVersion``
-    A version, or ``latest`` (only changes committed after the stream starts). Without it, as in
+``startingVersion``, ``startingTimestamp``
+    Where the stream starts, as in delta-spark: a version (``latest``: only what is committed after
+    the query starts), or the first commit at or after a timestamp. Without either, as in
     delta-spark, the first micro-batch is the table at the latest mirrored version, as inserts.
+``maxFilesPerTrigger``, ``maxBytesPerTrigger``
+    How much a micro-batch reads (default 1000 files, as delta-spark), in whole versions, at least
+    one. Trigger.AvailableNow reads what was mirrored when the query started, in such batches.
+``failOnDataLoss``
+    ``false`` skips, with a warning, data files that are gone and versions gone from the mirror.
 ``versionsPerPartition``
     Versions read by one task (default 64).
 ``storage.<option>``
     fsspec storage options for reading the data files (credentials, endpoints).
 
-Offsets are ``{"version": next version to read}``, plus ``"snapshot": true`` before the initial
-snapshot. A schema change after the stream started fails the query (DELTA_SCHEMA_CHANGED_WITH_VERSION),
-as delta-spark's does: restart it to read with the new schema.
+A schema change after the stream started fails the query (DELTA_SCHEMA_CHANGED_WITH_VERSION), as
+delta-spark's does: restart it to read with the new schema.
 """
 
 from __future__ import annotations
@@ -43,32 +49,22 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema
-
-from deltamirror.core import features
-from deltamirror.core.changes import (
-    CHANGE_TYPE,
-    COMMIT_TIMESTAMP,
-    COMMIT_VERSION,
-    TIMESTAMP_TYPE,
-    ReadSchema,
-    VersionActions,
-    changes_from_actions,
-    check_change_metadata,
-    is_cdf_enabled,
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxFiles,
+    SupportsTriggerAvailableNow,
 )
-from deltamirror.core.errors import (
-    ChangeDataNotEnabledError,
-    SchemaChangedError,
-    StartVersionAfterLatestError,
-    VersionNotFoundError,
-)
-from deltamirror.core.models import Metadata, Protocol
-from deltamirror.core.table import DeltaTable
-from deltamirror.mirror.errors import EventStreamError
 
-from . import spark_workers
+from deltamirror.core.changes import ReadSchema
+from deltamirror.core.errors import InvalidArgumentError
+from deltamirror.core.models import Metadata
+
+from . import spark_planning, spark_workers
 from .mirror_changes import MirrorIndex, read_mirror_versions
 from .spark_options import SourceOptions
+from .spark_rows import change_rows, feed_schema, snapshot_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -126,14 +122,10 @@ class DeltaMirrorSource(DataSource):
         self._read = ReadSchema(snapshot.metadata, snapshot.version)
 
     def schema(self) -> SparkStructType:
-        return from_arrow_schema(_feed_schema(self._parsed.table(), self._read))
+        return from_arrow_schema(feed_schema(self._parsed.table(), self._read))
 
     def streamReader(self, schema: SparkStructType) -> DataSourceStreamReader:
         return MirrorChangeStreamReader(self._parsed, self._read)
-
-
-def _feed_schema(table: DeltaTable, read: ReadSchema) -> pa.Schema:
-    return changes_from_actions(table, read.metadata, read.version, ()).schema
 
 
 @dataclass(frozen=True)
@@ -151,7 +143,7 @@ class _VersionsPartition(InputPartition):
     kafka_partition: int
 
 
-class MirrorChangeStreamReader(DataSourceStreamReader):
+class MirrorChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Plans micro-batches from the commits topic (driver) and reads them (tasks).
 
     Only the options and the read schema travel to the tasks; the commits-topic index stays in the
@@ -163,6 +155,8 @@ class MirrorChangeStreamReader(DataSourceStreamReader):
         self._read_metadata = read.metadata.model_dump_json(by_alias=True, exclude_none=True)
         self._read_version = read.version
         self._index: MirrorIndex | None = None
+        #: with Trigger.AvailableNow: the last version the query reads, fixed when it starts
+        self._target: int | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -185,52 +179,37 @@ class MirrorChangeStreamReader(DataSourceStreamReader):
     # --- planning (driver) ---
 
     def initialOffset(self) -> dict[str, Any]:
-        index = self._mirror()
-        latest = index.latest
-        start = self._options.starting_version
-        if latest is None:
-            raise EventStreamError(
-                f"nothing of the table is on {self._options.settings.commits_topic} yet: start the watcher first",
-                table=self._uri,
-            )
-        if start == "latest":
-            return {"version": latest + 1}
-        if start is None:
-            self._check_enabled_at(latest)
-            return {"version": latest, "snapshot": True}
-        assert isinstance(start, int)
-        if start > latest + 1:
-            raise StartVersionAfterLatestError(
-                f"startingVersion {start} is after the latest mirrored version {latest}",
-                table=self._uri,
-                version=start,
-            )
-        self._check_enabled_at(start)
-        return {"version": start}
+        return spark_planning.initial_offset(self._options, self._mirror(), self._read_schema())
 
-    def _check_enabled_at(self, version: int) -> None:
-        """The change feed must be on where the stream starts (later metaData are checked as read)."""
-        table = self._options.table()
-        try:
-            metadata = table.snapshot(version=version).metadata
-        except VersionNotFoundError:  # cleaned from the log: the mirror's own metaData decide then
-            return
-        if not is_cdf_enabled(metadata):
-            raise ChangeDataNotEnabledError(
-                f"change data was not recorded for version {version} (delta.enableChangeDataFeed is not "
-                "true), so the stream cannot start there",
-                table=self._uri,
-                version=version,
-            )
-        read = self._read_schema()
-        if version < read.version:
-            check_change_metadata(read, metadata, version, table=self._uri, start=version)
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """delta-spark's: maxFilesPerTrigger (1000 unless only maxBytesPerTrigger is set), else the bytes.
 
-    def latestOffset(self, start: dict[str, Any], limit: Any = None) -> dict[str, Any]:
-        latest = self._mirror().latest
-        if latest is None or (latest + 1 <= int(start["version"]) and not start.get("snapshot")):
-            return start
-        return {"version": latest + 1}
+        Spark's Python API takes one limit; with both options, latestOffset applies the other too.
+        """
+        files, size = self._options.read_limit()
+        if files is not None:
+            return ReadMaxFiles(files)
+        assert size is not None
+        return ReadMaxBytes(size)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._mirror().latest
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit | None = None) -> dict[str, Any]:
+        """The end of the next micro-batch: whole versions up to the limit (delta-spark's admission
+        control); ReadAllAvailable (Trigger.Once) reads everything there is."""
+        bounds: spark_planning.Limit | None
+        if limit is None or isinstance(limit, ReadAllAvailable):
+            bounds = None
+        elif isinstance(limit, ReadMaxFiles):
+            bounds = (limit.max_files, self._options.max_bytes_per_trigger)
+        elif isinstance(limit, ReadMaxBytes):
+            bounds = (self._options.max_files_per_trigger, limit.max_bytes)
+        else:
+            raise InvalidArgumentError(
+                f"[DELTA_UNKNOWN_READ_LIMIT] read limit {limit!r} is not supported", table=self._uri
+            )
+        return spark_planning.next_offset(self._mirror(), start, target=self._target, limit=bounds)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         latest = self._index.latest if self._index is not None else None
@@ -246,13 +225,18 @@ class MirrorChangeStreamReader(DataSourceStreamReader):
         last = int(end["version"]) - 1
         if first > last:
             return parts
-        index.check_available(first, last)
+        runs = spark_planning.readable_runs(
+            index, first, last, fail_on_data_loss=self._options.fail_on_data_loss
+        )
+        if not runs:
+            return parts
         assert index.table_id is not None
         kafka_partition = index.actions_partition()
         step = self._options.versions_per_partition
-        for lo in range(first, last + 1, step):
-            hi = min(lo + step - 1, last)
-            parts.append(_VersionsPartition(lo, hi, index.timestamp(lo), index.table_id, kafka_partition))
+        for run_first, run_last in runs:
+            for lo in range(run_first, run_last + 1, step):
+                hi = min(lo + step - 1, run_last)
+                parts.append(_VersionsPartition(lo, hi, index.timestamp(lo), index.table_id, kafka_partition))
         return parts
 
     def commit(self, end: dict[str, Any]) -> None:
@@ -270,7 +254,7 @@ class MirrorChangeStreamReader(DataSourceStreamReader):
         table = self._options.table()
         read = self._read_schema()
         if isinstance(partition, _SnapshotPartition):
-            yield from _snapshot_rows(table, read, partition)
+            yield from snapshot_rows(table, read, partition.version, partition.timestamp_ms)
             return
         assert isinstance(partition, _VersionsPartition)
         versions = read_mirror_versions(
@@ -280,52 +264,9 @@ class MirrorChangeStreamReader(DataSourceStreamReader):
             start=partition.start,
             end=partition.end,
             start_timestamp_ms=partition.start_timestamp_ms,
+            skip_lost=not self._options.fail_on_data_loss,
         )
-        checked = _checked(versions, read, self._uri)
-        yield from changes_from_actions(table, read.metadata, read.version, checked)
-
-
-def _checked(versions: Iterator[VersionActions], read: ReadSchema, table: str) -> Iterator[VersionActions]:
-    """Each version, once its protocol and metaData (if any) are known to be readable with ``read``."""
-    for entry in versions:
-        actions = list(entry.actions)
-        for name, body in actions:
-            if name == "protocol":
-                features.check_readable(Protocol.model_validate(body), table=table, version=entry.version)
-            elif name == "metaData":
-                metadata = Metadata.model_validate(body)
-                if entry.version <= read.version or not is_cdf_enabled(metadata):
-                    check_change_metadata(read, metadata, entry.version, table=table, start=entry.version)
-                elif metadata.table_schema != read.metadata.table_schema or (
-                    metadata.partition_columns != read.metadata.partition_columns
-                ):
-                    raise SchemaChangedError(
-                        f"the schema changed at version {entry.version}, after the stream started reading "
-                        f"with that of version {read.version}; restart the query to read with the new schema",
-                        table=table,
-                        version=entry.version,
-                    )
-        yield VersionActions(entry.version, entry.timestamp_ms, actions)
-
-
-def _snapshot_rows(table: DeltaTable, read: ReadSchema, part: _SnapshotPartition) -> Iterator[pa.RecordBatch]:
-    """The table at the starting version as inserts, as delta-spark begins a stream with no startingVersion."""
-    schema = _feed_schema(table, read)
-    snapshot = table.snapshot(version=part.version)
-    names = [f.name for f in schema if f.name not in (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP)]
-    for batch in snapshot.iter_batches(columns=names):
-        n = batch.num_rows
-        if n == 0:
-            continue
-        yield pa.RecordBatch.from_arrays(
-            [
-                *(batch.column(name) for name in names),
-                pa.array(["insert"] * n, pa.string()),
-                pa.array([part.version] * n, pa.int64()),
-                pa.array([part.timestamp_ms * 1000] * n, TIMESTAMP_TYPE),
-            ],
-            schema=schema,
-        )
+        yield from change_rows(table, read, versions, fail_on_data_loss=self._options.fail_on_data_loss)
 
 
 __all__ = ["FORMAT", "DeltaMirrorSource", "MirrorChangeStreamReader", "check_workers", "register"]

@@ -206,6 +206,18 @@ class ChangeVersionNotFoundError(ChangeDataFeedError, VersionNotFoundError):
     error_class = "DELTA_LOG_FILE_NOT_FOUND"
 
 
+class StreamStartNotFoundError(ChangeDataFeedError, VersionNotFoundError):
+    """A stream's startingVersion after the table's latest version (delta-spark's streaming source)."""
+
+    error_class = "DELTA_VERSION_NOT_FOUND"
+
+
+class StartingVersionAndTimestampError(ChangeDataFeedError):
+    """A stream given both startingVersion and startingTimestamp (delta-spark's DeltaOptions)."""
+
+    error_class = "DELTA_STARTING_VERSION_AND_TIMESTAMP_BOTH_SET"
+
+
 # --- configuration and services ---------------------------------------------------------------
 
 

@@ -3,10 +3,16 @@
 A log segment is the smallest set of files that defines a version: the best complete checkpoint at
 or below it and the JSON commits after it. ``_last_checkpoint`` only says where to start listing;
 whatever it says (missing, stale, empty, corrupt), the listing decides.
+
+Log compaction files (``<x>.<y>.compacted.json``, the reconciled actions of commits x..y) may stand
+in for the commits they cover when a state is rebuilt; the segment still names every commit, since
+a version's timestamp, the change feed and the watcher need each commit's own actions. A compaction
+file is an optional copy of what the commits say: one that cannot be read is passed over for them.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +22,7 @@ from .actions import ActionRun, PartitionKeySets, Where, iter_values, line_buffe
 from .errors import (
     CorruptLogError,
     LogGapError,
+    StorageAccessError,
     StorageError,
     TableNotFoundError,
     VersionNotFoundError,
@@ -30,6 +37,8 @@ MULTIPART_CP_RE = re.compile(r"^(\d{20})\.checkpoint\.(\d{10})\.(\d{10})\.parque
 UUID_CP_RE = re.compile(r"^(\d{20})\.checkpoint\.([0-9a-fA-F-]{36})\.(json|parquet)$")
 COMPACTION_RE = re.compile(r"^(\d{20})\.(\d{20})\.compacted\.json$")
 CRC_RE = re.compile(r"^(\d{20})\.crc$")
+
+log = logging.getLogger(__name__)
 
 CheckpointKind = Literal["v2", "multipart", "classic"]
 _KIND_RANK = {"v2": 3, "multipart": 2, "classic": 1}
@@ -117,18 +126,77 @@ def read_last_checkpoint(storage: TableStorage) -> int | None:
 
 
 @dataclass(frozen=True, slots=True)
+class Compaction:
+    """A log compaction file: the reconciled actions of commits ``start`` to ``end`` (both in)."""
+
+    start: int
+    end: int
+    file: FileInfo
+
+    @property
+    def versions(self) -> range:
+        return range(self.start, self.end + 1)
+
+
+@dataclass(frozen=True, slots=True)
 class LogSegment:
-    """The files that define ``version``: a checkpoint (or none) and the commits after it."""
+    """The files that define ``version``: a checkpoint (or none) and the commits after it, and the
+    compaction files that replay reads in place of some of those commits (:func:`compaction_cover`)."""
 
     table: str
     version: int
     checkpoint: Checkpoint | None
     commits: tuple[tuple[int, FileInfo], ...]
     listing: LogListing
+    compactions: tuple[Compaction, ...] = ()
 
     @property
     def commit_versions(self) -> list[int]:
         return [v for v, _ in self.commits]
+
+    def replay_files(self) -> list[int | Compaction]:
+        """What a replay reads after the checkpoint, in log order: each compaction in place of the
+        commits it covers, the version of every other commit."""
+        out: list[int | Compaction] = []
+        by_start = {c.start: c for c in self.compactions}
+        version = self.commits[0][0] if self.commits else self.version + 1
+        while version <= self.version:
+            compaction = by_start.get(version)
+            if compaction is not None:
+                out.append(compaction)
+                version = compaction.end + 1
+            else:
+                out.append(version)
+                version += 1
+        return out
+
+
+def compaction_cover(listing: LogListing, after: int, version: int) -> tuple[Compaction, ...]:
+    """The compaction files a replay of ``version`` reads, in order: those wholly within
+    (``after``, ``version``], none overlapping another, chosen greedily from the oldest start, the
+    widest where several start at one version (as delta-kernel-rs chooses). ``after`` is the
+    checkpoint's version (-1 without one): a file that reaches back to it or before would apply
+    actions the checkpoint already holds.
+
+    Passed over: a file whose end is not after its start (the protocol requires it to be) and an
+    empty one (being written, or cut short: its commits are read instead)."""
+    usable: dict[int, Compaction] = {}
+    for (start, end), info in listing.compactions.items():
+        if not after < start < end <= version:
+            continue
+        if info.size == 0:  # passed over at every listing while it stays: not worth a warning each time
+            log.debug("log compaction file %s is empty: reading the commits it covers", info.name)
+            continue
+        current = usable.get(start)
+        if current is None or end > current.end:
+            usable[start] = Compaction(start, end, info)
+    chosen: list[Compaction] = []
+    reached = after  # the last version covered so far
+    for start in sorted(usable):
+        if start > reached:
+            chosen.append(usable[start])
+            reached = usable[start].end
+    return tuple(chosen)
 
 
 def list_log(storage: TableStorage, start_version: int = 0) -> LogListing:
@@ -192,7 +260,9 @@ def build_segment(
                 file=storage.log_file(commit_name(v)),
             )
         commits.append((v, f))
-    return LogSegment(storage.uri, target, cp, tuple(commits), listing)
+    after = cp.version if cp is not None else -1
+    cover = compaction_cover(listing, after, target) if listing.compactions else ()
+    return LogSegment(storage.uri, target, cp, tuple(commits), listing, cover)
 
 
 def _best_checkpoint(listing: LogListing, version: int | None) -> Checkpoint | None:
@@ -213,6 +283,29 @@ def commit_runs(storage: TableStorage, version: int) -> Iterator[ActionRun]:
             f"commit {version} does not exist", table=storage.uri, version=version, file=path
         ) from None
     return read_actions(data, table=storage.uri, file=path, version=version)
+
+
+def compaction_runs(storage: TableStorage, compaction: Compaction) -> Iterator[ActionRun] | None:
+    """The validated actions of a compaction file, as the boundary's runs; None when it cannot be
+    read (gone since the listing, refused by the storage, empty): the caller reads the commits it
+    covers instead, which say the same. A file that is read but does not hold valid actions is
+    refused as a corrupt commit is: the log holding it is broken."""
+    path = storage.log_file(compaction.file.name)
+    try:
+        data = storage.read_bytes(path)
+    except (FileNotFoundError, StorageError, StorageAccessError) as exc:
+        log.warning(
+            "log compaction file %s cannot be read (%s): reading commits %d-%d instead",
+            path,
+            exc if not isinstance(exc, FileNotFoundError) else "not found",
+            compaction.start,
+            compaction.end,
+        )
+        return None
+    if not _NOT_BLANK.search(data):
+        log.warning("log compaction file %s is empty: reading the commits it covers", path)
+        return None
+    return read_actions(data, table=storage.uri, file=path)
 
 
 def read_commit(storage: TableStorage, version: int) -> list[dict[str, Any]]:

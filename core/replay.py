@@ -21,6 +21,7 @@ from .accumulator import APPLIED_ACTIONS, ORDER, ActionAccumulator
 from .actions import (
     FILE_ACTIONS,
     KNOWN_ACTIONS,
+    ActionRun,
     PartitionKeySets,
     Where,
     iter_values,
@@ -28,7 +29,16 @@ from .actions import (
 from .checkpoint import CheckpointState, read_checkpoint, read_checkpoint_config
 from .deletion_vectors import dv_unique_ids
 from .errors import CorruptLogError, IncompleteTableStateError, UnsupportedFeatureError
-from .log import LogSegment, check_commit, commit_name, commit_runs, stream_commit, timestamp_problem
+from .log import (
+    Compaction,
+    LogSegment,
+    check_commit,
+    commit_name,
+    commit_runs,
+    compaction_runs,
+    stream_commit,
+    timestamp_problem,
+)
 from .models import CommitInfo, DomainMetadata, Metadata, Protocol, Txn
 from .storage import TableStorage
 
@@ -96,73 +106,190 @@ class TableState:
     tombstones: pa.Table
     txns: dict[str, Txn] = field(default_factory=dict)
     domains: dict[str, DomainMetadata] = field(default_factory=dict)
+    #: the commitInfo of each commit replay read (none of those a compaction file stood in for)
     commit_infos: dict[int, CommitInfo] = field(default_factory=dict)
     #: action types this version of deltamirror does not know, with how often they occur
     unknown_actions: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass
+class _Read:
+    """One file replay read after the checkpoint: a commit, or a compaction in place of its commits
+    (whose file actions took places ``orders`` in the log order)."""
+
+    where: Where
+    actions: int
+    keys: PartitionKeySets
+    commit_info: dict[str, Any] | None = None
+    commit_info_line: int | None = None
+    orders: range | None = None
+
+
 def _collect(
-    storage: TableStorage, versions: Iterable[int], metadata: Metadata | None
-) -> tuple[ActionAccumulator, list[CorruptLogError]]:
-    """The commits' actions, validated, each commit checked as a whole (:func:`check_commit`)
-    against the metaData in force there (``metadata``, the checkpoint's, until a commit replaces
-    it; a commit before any metaData is checked once the first one is known).
+    storage: TableStorage, files: Iterable[int | Compaction], metadata: Metadata | None
+) -> tuple[ActionAccumulator, list[CorruptLogError], list[_Read]]:
+    """The actions of the commits and compaction files, validated, each file checked as a whole
+    (:func:`check_commit`) against the metaData in force there (``metadata``, the checkpoint's,
+    until one replaces it; a commit before any metaData is checked once the first one is known).
 
     With the actions: the commits In-Commit Timestamps require a timestamp of and that lack one
     (raised once the protocol is known readable: a table refused by feature name is refused by
-    that name)."""
+    that name), and the compaction files read (whose file actions must name each file once)."""
     pending = ActionAccumulator(table=storage.uri)
     timestamp_problems: list[CorruptLogError] = []
+    compactions: list[_Read] = []
     order = 0
-    unchecked: list[tuple[Where, int, PartitionKeySets, dict[str, Any] | None, int | None]] = []
-    for version in versions:
-        file = storage.log_file(commit_name(version))
-        keys = PartitionKeySets()
-        info: dict[str, Any] | None = None
-        info_line: int | None = None
-        first = order
-        for run in commit_runs(storage, version):
-            name, n = run.name, len(run)
-            if name in FILE_ACTIONS:
-                keys.add(run)
-            if name == "add" or name == "remove":
-                pending.take_files(name, run.values, first_order=order + 1)
-            elif name in APPLIED_ACTIONS:
-                if name == "commitInfo" and info is None:
-                    info, info_line = run.values[0], run.line
-                for value in run.values:
-                    pending.take(version, name, value)
-                if name == "metaData" and pending.metadata is not None:  # the last of the run wins
-                    pending.metadata.located(Where(storage.uri, file, version), run.line + n - 1)
-            elif name not in KNOWN_ACTIONS:
-                if name not in pending.unknown:
-                    log.warning(
-                        "unknown action type %r in %s line %d: kept, not applied", name, file, run.line
-                    )
-                for value in run.values:
-                    pending.take(version, name, value)  # counted
-            order += n
-        unchecked.append((Where(storage.uri, file, version), order - first, keys, info, info_line))
+    unchecked: list[_Read] = []
+    for item in files:
+        if isinstance(item, Compaction):
+            runs = compaction_runs(storage, item)
+            if runs is not None:
+                read, order = _take_compaction(storage, pending, item, runs, order)
+                compactions.append(read)
+                unchecked.append(read)
+            versions: Iterable[int] = item.versions if runs is None else ()
+        else:
+            versions = (item,)
+        for version in versions:
+            read, order = _take_commit(storage, pending, version, order)
+            unchecked.append(read)
         in_force = pending.metadata or metadata
         if in_force is not None:
-            for where, actions, found, commit_info, line in unchecked:
+            for done in unchecked:
                 check_commit(
-                    where,
-                    actions=actions,
-                    keys=found,
+                    done.where,
+                    actions=done.actions,
+                    keys=done.keys,
                     metadata=in_force,
-                    commit_info=commit_info,
-                    commit_info_line=line,
+                    commit_info=done.commit_info,
+                    commit_info_line=done.commit_info_line,
                     timestamps=False,
                 )
-                problem = timestamp_problem(where, in_force, commit_info, line)
-                if problem is not None:
-                    timestamp_problems.append(problem)
+                if done.orders is None:  # a compaction holds no commitInfo: its commits are not read
+                    problem = timestamp_problem(done.where, in_force, done.commit_info, done.commit_info_line)
+                    if problem is not None:
+                        timestamp_problems.append(problem)
             unchecked.clear()
-    for where, actions, _, _, _ in unchecked:  # no metaData at all: the segment is refused for that
-        if actions == 0:
-            raise where.refuse(f"commit {where.version} has no actions (an empty commit file)")
-    return pending, timestamp_problems
+    for done in unchecked:  # no metaData at all: the segment is refused for that
+        if done.actions == 0:
+            raise done.where.refuse(f"commit {done.where.version} has no actions (an empty commit file)")
+    return pending, timestamp_problems, compactions
+
+
+def _take_commit(
+    storage: TableStorage, pending: ActionAccumulator, version: int, order: int
+) -> tuple[_Read, int]:
+    """One commit's actions into ``pending``; file actions take places from ``order`` on."""
+    file = storage.log_file(commit_name(version))
+    read = _Read(Where(storage.uri, file, version), 0, PartitionKeySets())
+    first = order
+    for run in commit_runs(storage, version):
+        name, n = run.name, len(run)
+        if name in FILE_ACTIONS:
+            read.keys.add(run)
+        if name == "add" or name == "remove":
+            pending.take_files(name, run.values, first_order=order + 1)
+        elif name in APPLIED_ACTIONS:
+            if name == "commitInfo" and read.commit_info is None:
+                read.commit_info, read.commit_info_line = run.values[0], run.line
+            for value in run.values:
+                pending.take(version, name, value)
+            if name == "metaData" and pending.metadata is not None:  # the last of the run wins
+                pending.metadata.located(read.where, run.line + n - 1)
+        elif name not in KNOWN_ACTIONS:
+            _take_unknown(pending, version, run, file)
+        order += n
+    read.actions = order - first
+    return read, order
+
+
+def _take_compaction(
+    storage: TableStorage,
+    pending: ActionAccumulator,
+    compaction: Compaction,
+    runs: Iterable[ActionRun],
+    order: int,
+) -> tuple[_Read, int]:
+    """A compaction file's actions into ``pending``, as one commit at the end of its range.
+
+    A reconciled state names each file, app id and domain once and holds at most one metaData and
+    one protocol; a file that does not is refused (the order of its lines would decide what it
+    says, and the protocol gives them none). Only its adds must name the partition columns of the
+    metaData in force: its removes may predate a metaData its range replaced. A ``commitInfo``
+    is no state and is not taken (its version would be a guess)."""
+    file = storage.log_file(compaction.file.name)
+    read = _Read(Where(storage.uri, file), 0, PartitionKeySets(), orders=range(0))
+    first = order
+    seen: dict[tuple[str, str], int] = {}  # (action type, its id) -> line
+    for run in runs:
+        name, n = run.name, len(run)
+        if name == "add":
+            read.keys.add(run)
+        if name == "add" or name == "remove":
+            pending.take_files(name, run.values, first_order=order + 1)
+        elif name in _ONCE_PER_STATE:
+            for i, value in enumerate(run.values):
+                key = (name, _ONCE_PER_STATE[name](value))
+                if key in seen:
+                    raise read.where.refuse(
+                        f"not a reconciled log compaction: a second {name}{_named(key[1])} "
+                        f"(the first is on line {seen[key]})",
+                        run.line + i,
+                    )
+                seen[key] = run.line + i
+                pending.take(compaction.end, name, value)
+            if name == "metaData" and pending.metadata is not None:
+                pending.metadata.located(read.where, run.line + n - 1)
+        elif name not in KNOWN_ACTIONS:
+            _take_unknown(pending, compaction.end, run, file)
+        order += n
+    read.actions = order - first
+    read.orders = range(first + 1, order + 1)
+    return read, order
+
+
+#: the non-file actions a reconciled state holds once per id
+_ONCE_PER_STATE: dict[str, Callable[[dict[str, Any]], str]] = {
+    "metaData": lambda _: "",
+    "protocol": lambda _: "",
+    "txn": lambda value: str(value["appId"]),
+    "domainMetadata": lambda value: str(value["domain"]),
+}
+
+
+def _named(key: str) -> str:
+    return f" of {key!r}" if key else ""
+
+
+def _take_unknown(pending: ActionAccumulator, version: int, run: ActionRun, file: str) -> None:
+    if run.name not in pending.unknown:
+        log.warning("unknown action type %r in %s line %d: kept, not applied", run.name, file, run.line)
+    for value in run.values:
+        pending.take(version, run.name, value)  # counted
+
+
+def _check_reconciled(adds: pa.Table, removes: pa.Table, compactions: Sequence[_Read]) -> None:
+    """Each compaction file names a file (path and deletion vector) in one action at most."""
+    for read in compactions:
+        assert read.orders is not None
+        if len(read.orders) < 2:
+            continue
+        lo, hi = read.orders.start, read.orders.stop
+        parts = []
+        for rows in (adds, removes):
+            inside = pc.and_(pc.greater_equal(rows[ORDER], lo), pc.less(rows[ORDER], hi))
+            parts.append(rows.filter(inside).select(["path", "deletionVector"]))
+        named = pa.concat_tables(parts)
+        keys = file_keys(named["path"], named["deletionVector"])
+        if pc.count_distinct(keys).as_py() == len(keys):
+            continue
+        counts = pc.value_counts(keys)
+        twice = counts.filter(pc.greater(counts.field("counts"), 1))[0]["values"].as_py()
+        path, _, dv = twice.partition("\x00")
+        raise read.where.refuse(
+            "not a reconciled log compaction: file "
+            f"{path!r}{f' (deletion vector {dv})' if dv else ''} is named by more than one add or remove"
+        )
 
 
 def reconcile(
@@ -211,15 +338,15 @@ def replay(
     for a caller that shows a long replay advancing; it is never called without one.
     """
     cp: CheckpointState | None = None
-    commits = segment.commit_versions
+    files = segment.replay_files()
     read = 0
     if segment.checkpoint is not None:
-        cp_progress = None if progress is None else (lambda done, total: progress(done, total + len(commits)))
+        cp_progress = None if progress is None else (lambda done, total: progress(done, total + len(files)))
         cp = read_checkpoint(storage, segment.checkpoint, cp_progress)
         read = len(segment.checkpoint.files) + len(cp.sidecars)
-    pending, timestamp_problems = _collect(
+    pending, timestamp_problems, compactions = _collect(
         storage,
-        commits if progress is None else _counted(commits, read, progress),
+        files if progress is None else _counted(files, read, progress),
         cp.metadata if cp else None,
     )
     metadata, protocol = _required(
@@ -238,7 +365,8 @@ def replay(
     txns = pending.txns_over(cp.actions.txns if cp else {})
     domains = pending.domains_over(cp.actions.domains if cp else {})
     adds, removes = pending.file_actions()
-    files, tombstones = reconcile(
+    _check_reconciled(adds, removes, compactions)
+    active, tombstones = reconcile(
         cp.adds if cp else action_schema.ADD.empty_table(),
         cp.removes if cp else action_schema.REMOVE.empty_table(),
         adds,
@@ -248,7 +376,7 @@ def replay(
         segment.version,
         metadata,
         protocol,
-        files,
+        active,
         tombstones,
         txns,
         domains,
@@ -257,12 +385,14 @@ def replay(
     )
 
 
-def _counted(versions: Sequence[int], before: int, progress: Callable[[int, int], None]) -> Iterator[int]:
-    """``versions`` in order, telling ``progress`` how many log files are read before each one."""
-    total = before + len(versions)
-    for done, version in enumerate(versions, start=before):
+def _counted(
+    files: Sequence[int | Compaction], before: int, progress: Callable[[int, int], None]
+) -> Iterator[int | Compaction]:
+    """``files`` in order, telling ``progress`` how many log files are read before each one."""
+    total = before + len(files)
+    for done, item in enumerate(files, start=before):
         progress(done, total)
-        yield version
+        yield item
     progress(total, total)
 
 

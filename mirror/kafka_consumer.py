@@ -100,6 +100,8 @@ class MirrorConsumer:
         except KafkaException as exc:
             raise KafkaError(f"cannot create a Kafka consumer: {_reason(exc)}") from None
         self._assigned: list[tuple[str, int]] = []
+        #: where each assigned partition was asked to start (BEGINNING or an offset): lag() before a read
+        self._start_offsets: dict[tuple[str, int], int] = {}
         self._assemblers: dict[tuple[str, int], FragmentAssembler] = {}
         self._first: dict[tuple[str, int], int] = {}
 
@@ -186,6 +188,7 @@ class MirrorConsumer:
         """Read these (topic, partition) from these offsets (None: from the beginning), nothing else."""
         parts = [TopicPartition(t, p, BEGINNING if o is None else o) for t, p, o in starts]
         self._assigned = [(tp.topic, tp.partition) for tp in parts]
+        self._start_offsets = {(tp.topic, tp.partition): tp.offset for tp in parts}
         self._assemblers.clear()
         self._first.clear()
         try:
@@ -289,6 +292,44 @@ class MirrorConsumer:
         except KafkaException as exc:
             raise KafkaError(f"cannot read the end offsets of {topic}: {_reason(exc)}", topic=topic) from None
         return bool(position >= end or (position < 0 and end == 0))
+
+    def lag(self, timeout_s: float = 2.0) -> dict[tuple[str, int], int]:
+        """Per assigned partition, the offsets between this reader's position and the partition's end.
+
+        The end is the last stable offset (``read_committed``): records of open transactions are
+        not behind yet. Counted in offsets, so transaction markers count too (a reader at the end
+        is at 0). A partition not read yet counts from where it was assigned. The broker is asked
+        (``timeout_s`` for each partition): a KafkaError when it does not answer.
+        """
+        out: dict[tuple[str, int], int] = {}
+        try:
+            positions = self._consumer.position([TopicPartition(t, p) for t, p in self._assigned])
+            for tp in positions:
+                where = (tp.topic, tp.partition)
+                marks = self._consumer.get_watermark_offsets(
+                    TopicPartition(*where), timeout=timeout_s, cached=False
+                )
+                if marks is None:  # older clients say a timeout this way
+                    raise KafkaError(f"cannot read the end offsets of {where[0]}: timed out", topic=where[0])
+                low, end = marks
+                # not read yet: from where it was assigned (BEGINNING is below any low watermark)
+                position = tp.offset if tp.offset >= 0 else self._start_offsets.get(where, BEGINNING)
+                out[where] = max(0, end - max(position, low))
+        except KafkaException as exc:
+            raise KafkaError(f"cannot read the end offsets: {_reason(exc)}") from None
+        return out
+
+    def committed(self, topic: str, partitions: Iterable[int], timeout_s: float = 30.0) -> dict[int, int]:
+        """The group's committed offset of each partition that has one (a reader built with a group_id)."""
+        if not self._commits:
+            raise ValueError("committed needs a consumer built with a group_id")
+        wanted = [TopicPartition(topic, p) for p in partitions]
+        try:
+            found = self._consumer.committed(wanted, timeout=timeout_s)
+        except KafkaException as exc:
+            reason = _reason(exc)
+            raise KafkaError(f"cannot read the committed offsets of {topic}: {reason}", topic=topic) from None
+        return {tp.partition: tp.offset for tp in found if tp.error is None and tp.offset >= 0}
 
     def store_offsets(self, offsets: Mapping[tuple[str, int], int]) -> None:
         """Remember where each partition's processing stands; committed to the group in the background."""

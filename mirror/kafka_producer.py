@@ -38,6 +38,7 @@ from .errors import (
     RetriableKafkaError,
     StopRequested,
     TimestampRefusedError,
+    TopicNotFoundError,
     TransactionAbortableError,
 )
 
@@ -321,9 +322,69 @@ class TransactionalPublisher:
             self._producer.flush(timeout_s)
 
 
+class RecordProducer:
+    """An idempotent, non-transactional producer whose :meth:`send` returns once the record is stored.
+
+    For the odd record that must be on the broker before the caller goes on (a dead letter, then
+    the offset of what it replaces): no transaction, each send waits for its delivery report. A
+    send that times out may still be delivered later: at least once, like what it stands for.
+    """
+
+    def __init__(self, kafka: dict[str, Any], *, delivery_timeout_s: float = 30.0) -> None:
+        self.delivery_timeout_s = delivery_timeout_s
+        config = {
+            "linger.ms": 5,
+            **kafka,
+            "enable.idempotence": True,
+            "acks": "all",
+            "message.timeout.ms": max(1000, int(delivery_timeout_s * 1000)),
+        }
+        try:
+            self._producer = Producer(config)
+        except KafkaException as exc:
+            raise KafkaError(f"cannot create a Kafka producer: {exc}") from None
+
+    def check_topic(self, topic: str, timeout_s: float = 30.0) -> None:
+        """A TopicNotFoundError now, rather than a send that fails after its timeout."""
+        try:
+            found = self._producer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        except KafkaException as exc:
+            raise KafkaError(f"cannot read the metadata of topic {topic}: {exc}", topic=topic) from None
+        if found is None or found.error is not None or not found.partitions:
+            reason = found.error.str() if found is not None and found.error is not None else "no such topic"
+            raise TopicNotFoundError(f"topic {topic} cannot be written: {reason}", topic=topic)
+
+    def send(
+        self, topic: str, value: bytes, key: bytes | None = None, headers: Headers | None = None
+    ) -> None:
+        """Produce one record and wait for the broker to store it; a KafkaError if it did not."""
+        outcome: list[_RdKafkaError | None] = []
+
+        def delivered(err: _RdKafkaError | None, msg: Any) -> None:
+            outcome.append(err)
+
+        try:
+            self._producer.produce(topic, value, key, headers=headers, on_delivery=delivered)
+        except (KafkaException, BufferError) as exc:
+            raise KafkaError(f"producing to {topic} failed: {exc}", topic=topic) from None
+        self._producer.flush(self.delivery_timeout_s + 5.0)
+        if not outcome:
+            raise RetriableKafkaError(
+                f"a record to {topic} was not delivered within {self.delivery_timeout_s:.0f} s", topic=topic
+            )
+        err = outcome[0]
+        if err is not None:
+            raise KafkaError(f"delivery to {topic} failed: {err.str()} ({err.name()})", topic=topic)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        with contextlib.suppress(KafkaException):
+            self._producer.flush(timeout_s)
+
+
 __all__ = [
     "FENCED_CODES",
     "RECORD_OVERHEAD",
+    "RecordProducer",
     "RecordRefusedError",
     "RetriableKafkaError",
     "StopRequested",

@@ -1,4 +1,4 @@
-"""What the watcher exposes to operators: Prometheus metrics and a health endpoint, on one small server.
+"""What the watcher exposes to operators: Prometheus metrics and a health endpoint.
 
 The metrics live on a private ``CollectorRegistry`` so that two watchers in one process (tests, a
 library user) never share or double-register series. Every metric is labelled by ``table`` (the
@@ -25,7 +25,9 @@ table's normalized URI) and prefixed ``deltamirror_``:
 ``GET /healthz`` answers 200 ``{"status": "ok", ...}`` when the watcher said it is healthy and no
 table is stopped on an error, else 503 with the reason; the watcher starts unhealthy ("starting")
 until it calls ``set_healthy(True)``, so a container is not marked healthy before it has resumed.
-Both endpoints bind to 127.0.0.1 unless told otherwise: they describe the tables being mirrored.
+Both endpoints are served by :func:`deltamirror.ops.serve` (re-exported here as :func:`serve`, on
+port 9464 by default), bound to 127.0.0.1 unless told otherwise: they describe the tables being
+mirrored.
 
 A table URI may hold credentials (``s3://key:secret@bucket/t``): the ``table`` label, the table
 names and the reasons of ``/healthz`` are redacted (``s3://***@bucket/t``, core/redact.py).
@@ -33,30 +35,21 @@ names and the reasons of ``/healthz`` are redacted (``s3://***@bucket/t``, core/
 
 from __future__ import annotations
 
-import json
-import logging
-import socket
-import socketserver
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from deltamirror.core.errors import ConfigError
 from deltamirror.core.redact import redact
+from deltamirror.ops import DEFAULT_HOST, Served, ServerHandle
+from deltamirror.ops import serve as _serve
 
-log = logging.getLogger(__name__)
-
-DEFAULT_HOST = "127.0.0.1"
+#: the watcher's port (the OpenTelemetry Prometheus exporter's); the consumers default to 9465
 DEFAULT_PORT = 9464
 PREFIX = "deltamirror_"
-
-StartResponse = Callable[..., Any]
-WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 
 class Metrics(Protocol):
@@ -81,13 +74,8 @@ class Metrics(Protocol):
 
 
 @runtime_checkable
-class ServedMetrics(Metrics, Protocol):
+class ServedMetrics(Metrics, Served, Protocol):
     """Metrics that :func:`serve` can expose: a Prometheus registry and the body of ``/healthz``."""
-
-    @property
-    def registry(self) -> CollectorRegistry: ...
-
-    def health(self) -> tuple[bool, dict[str, Any]]: ...
 
 
 class NullMetrics:
@@ -256,109 +244,12 @@ class WatcherMetrics:
         return ok, body
 
 
-# --- the HTTP server --------------------------------------------------------------------------
-
-
-class _Server(socketserver.ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("metrics server: " + format, *args)
-
-
-def _app(metrics: ServedMetrics) -> WsgiApp:
-    metrics_app = make_wsgi_app(metrics.registry)
-
-    def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        path = environ.get("PATH_INFO", "")
-        method = environ.get("REQUEST_METHOD", "GET")
-        if method not in ("GET", "HEAD"):
-            start_response("405 Method Not Allowed", [("Allow", "GET, HEAD"), ("Content-Length", "0")])
-            return [b""]
-        if path == "/metrics":
-            result: Iterable[bytes] = metrics_app(environ, start_response)
-            return result
-        if path in ("/healthz", "/health"):
-            ok, body = metrics.health()
-            payload = json.dumps(body).encode()
-            start_response(
-                "200 OK" if ok else "503 Service Unavailable",
-                [
-                    ("Content-Type", "application/json"),
-                    ("Content-Length", str(len(payload))),
-                    ("Cache-Control", "no-store"),
-                ],
-            )
-            return [b"" if method == "HEAD" else payload]
-        payload = b"not found: try /metrics or /healthz\n"
-        start_response(
-            "404 Not Found", [("Content-Type", "text/plain"), ("Content-Length", str(len(payload)))]
-        )
-        return [payload]
-
-    return app
-
-
-class ServerHandle:
-    """A running metrics/health server; ``port`` is the bound port (useful when asked for 0)."""
-
-    def __init__(self, server: WSGIServer, thread: threading.Thread) -> None:
-        self._server = server
-        self._thread = thread
-        self._stopped = False
-        address = server.server_address
-        self.host: str = str(address[0])
-        self.port: int = int(address[1])
-
-    @property
-    def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
-
-    def stop(self) -> None:
-        """Stop serving and free the port; safe to call twice."""
-        if self._stopped:
-            return
-        self._stopped = True
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> ServerHandle:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+# --- the HTTP server: deltamirror.ops, with the watcher's default port --------------------------
 
 
 def serve(metrics: ServedMetrics, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT) -> ServerHandle:
-    """Serve ``GET /metrics`` (Prometheus text, or OpenMetrics when asked) and ``GET /healthz``.
-
-    Runs in a daemon thread; ``port=0`` picks a free port (read it from the handle).
-    """
-    try:
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-    except socket.gaierror as exc:
-        raise ConfigError(f"cannot serve metrics on {host}:{port}: {exc.strerror}") from None
-
-    class Server(_Server):
-        address_family = family
-
-    try:
-        server = make_server(host, port, _app(metrics), server_class=Server, handler_class=_QuietHandler)
-    except OSError as exc:
-        raise ConfigError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from None
-    # the poll interval bounds how long stop() waits for the serving loop to notice
-    thread = threading.Thread(
-        target=server.serve_forever, args=(0.1,), name="deltamirror-metrics", daemon=True
-    )
-    thread.start()
-    handle = ServerHandle(server, thread)
-    log.info("metrics on %s/metrics, health on %s/healthz", handle.url, handle.url)
-    return handle
+    """Serve the watcher's ``GET /metrics`` and ``GET /healthz`` (:func:`deltamirror.ops.serve`)."""
+    return _serve(metrics, host, port=port)
 
 
 __all__ = [

@@ -3,6 +3,7 @@
 - core is the Delta protocol: it imports only the standard library, pyarrow, fsspec and pydantic;
 - mirror is the wire: it imports core (never producer, consumer or the CLI);
 - producer and consumer import core and mirror, never each other;
+- ops (the metrics and health server) imports only core, the standard library and prometheus_client;
 - confluent_kafka is imported only in mirror (and the local broker helper, for admin calls);
 - only consumer/spark_source.py imports pyspark;
 - the CLI imports the packages only inside functions (lazily), except its own modules;
@@ -21,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {
     "core": "deltamirror.core",
     "mirror": "deltamirror.mirror",
+    "ops": "deltamirror.ops",
     "producer": "deltamirror.producer",
     "consumer": "deltamirror.consumer",
     "cli": "deltamirror.cli",
@@ -82,6 +84,18 @@ def test_mirror_imports_core_and_never_the_layers_above(path: Path) -> None:
         assert not module.startswith(("deltamirror.producer", "deltamirror.consumer", "deltamirror.cli")), (
             f"{path.relative_to(ROOT)}:{line} imports {module}"
         )
+
+
+@pytest.mark.parametrize("path", _files("ops"), ids=lambda p: p.name)
+def test_ops_imports_only_core_stdlib_and_prometheus_client(path: Path) -> None:
+    """The server every command serves stands below producer and consumer: it knows no command."""
+    for module, line, _ in _imports(path, "deltamirror.ops"):
+        ok = (
+            _is_stdlib(module)
+            or module.split(".")[0] == "prometheus_client"
+            or module.startswith(("deltamirror.core", "deltamirror.ops"))
+        )
+        assert ok, f"{path.relative_to(ROOT)}:{line} imports {module}"
 
 
 @pytest.mark.parametrize(
@@ -194,7 +208,13 @@ def test_cli_imports_the_packages_lazily() -> None:
     for path in _files("cli"):
         for module, line, top_level in _imports(path, "deltamirror.cli"):
             if module.startswith(
-                ("deltamirror.producer", "deltamirror.consumer", "deltamirror.core", "deltamirror.mirror")
+                (
+                    "deltamirror.producer",
+                    "deltamirror.consumer",
+                    "deltamirror.core",
+                    "deltamirror.mirror",
+                    "deltamirror.ops",
+                )
             ):
                 assert not top_level, f"{path.relative_to(ROOT)}:{line} imports {module} at module level"
 

@@ -5,8 +5,13 @@ One job per module:
 - :mod:`.state`: :class:`IncrementalSnapshot`, the state of one table (files in Arrow, metaData,
   protocol, txns, domains), applied version by version; :class:`Invalidation`, what a version changed;
 - :mod:`.files`: the Arrow kernels that find what a version changed without a pass per file;
-- :mod:`.store`: :class:`StateStore`, the state on disk (a Parquet file of the files + a JSON sidecar
-  per table, ``offsets.json``), crash-safe, and the migration from the older all-JSON format;
+- :mod:`.delta_checkpoint`: one table's state as the actions of a classic V1 Delta checkpoint, and
+  back (Arrow);
+- :mod:`.table_folder`: that checkpoint as a Delta table folder on disk (with ``_last_checkpoint``)
+  that delta-spark, delta-rs and core open at the state's version;
+- :mod:`.store`: :class:`StateStore`, the state on disk (a checkpoint folder per table,
+  ``offsets.json``), crash-safe, and the migration from the older formats (Parquet + JSON
+  sidecar, all-JSON);
 - :mod:`.loop`: :class:`SnapshotConsumer`, the Kafka loop over the actions (and commits) topic, on
   the mirror's one reader, with restarts and re-created tables (:class:`TableReplacement`).
 
@@ -17,8 +22,24 @@ from __future__ import annotations
 
 from deltamirror.mirror.events import TableReplaced, decode_action_event, decode_commits_record
 
-from .loop import DEFAULT_GROUP_ID, AppliedCallback, ReplacedCallback, SnapshotConsumer, TableReplacement
-from .state import STATE_FORMAT, STATE_FORMAT_JSON, FileKey, IncrementalSnapshot, Invalidation, file_key
+from .loop import (
+    DEFAULT_CHECKPOINT_INTERVAL_S,
+    DEFAULT_CHECKPOINT_INTERVAL_VERSIONS,
+    DEFAULT_GROUP_ID,
+    AppliedCallback,
+    ReplacedCallback,
+    SnapshotConsumer,
+    TableReplacement,
+)
+from .state import (
+    STATE_FORMAT,
+    STATE_FORMAT_JSON,
+    STATE_FORMAT_PARQUET,
+    FileKey,
+    IncrementalSnapshot,
+    Invalidation,
+    file_key,
+)
 from .store import Position, StateStore
 
 #: an actions-topic value as its model (the mirror's decoder; kept under its former name)
@@ -36,9 +57,12 @@ def parse_table_replaced(value: bytes | str) -> TableReplaced | None:
 
 
 __all__ = [
+    "DEFAULT_CHECKPOINT_INTERVAL_S",
+    "DEFAULT_CHECKPOINT_INTERVAL_VERSIONS",
     "DEFAULT_GROUP_ID",
     "STATE_FORMAT",
     "STATE_FORMAT_JSON",
+    "STATE_FORMAT_PARQUET",
     "AppliedCallback",
     "FileKey",
     "IncrementalSnapshot",

@@ -3,19 +3,32 @@
 :class:`SnapshotConsumer` reads the actions topic (and the commits topic, when given) through the
 mirror's one reader, :class:`~deltamirror.mirror.kafka_consumer.MirrorConsumer` (``read_committed``,
 fragments joined, every partition assigned to this instance), applies each record to its table's
-state, and after each batch persists what changed (:class:`~.store.StateStore`, when ``state_dir``
-is given), stores the offsets for the group commit and reports the applied versions and
-replacements (callbacks), in that order.
+state, and after each batch (:meth:`SnapshotConsumer.checkpoint`) stores the offsets for the group
+commit, reports the applied versions and replacements (callbacks), and saves the state when a
+save is due, in that order.
 
-Where a restart continues: the stored offset of an actions partition is the first record of the
-oldest version still incomplete in it (transactions of several tables interleave in one
+Persistence (``state_dir``): each table's state is saved as a Delta checkpoint that any Delta
+reader opens (:mod:`.store`, :mod:`.table_folder`), together with the offsets it corresponds
+to, after ``checkpoint_interval_versions`` applied versions (over all tables) or
+``checkpoint_interval_s`` seconds after the first change since the last save, whichever comes
+first, and always when the loop ends (a clean stop, or the end of the topics with ``once``).
+Between saves nothing is written: the offsets saved with the checkpoints are the restart
+position, and a restart reads the topics again from them and applies the versions after them
+again. That is the whole crash story; it bounds the re-read by the interval, and a save of a
+large state (a whole checkpoint) is not paid per batch. Reports come before the save that
+includes them: after a crash, the versions applied since the last save are applied and reported
+again (at least once), never lost.
+
+Where a restart continues: the saved offset of an actions partition is the first record of the
+oldest version then incomplete in it (transactions of several tables interleave in one
 partition, and a version can span transactions), so a restart re-reads every unfinished version
 whole. Records a table has already applied (``version`` at or below its state's, see
 :meth:`IncrementalSnapshot.apply`) are skipped on that re-read. Without ``state_dir`` nothing is
 persisted and the state is rebuilt by reading the topics from their beginning (the watcher creates
 its topics with unlimited retention). Either way the position comes from the state, not from the
 group's committed offset: an offset is meaningless without the state it belongs to. The group
-offsets are still committed, so that lag shows in Kafka's tools.
+offsets (where the consumer is, saved or not) are still committed, so that lag shows in Kafka's
+tools.
 
 Re-created tables (``commits_topic``): the watcher announces a location that now holds another
 table with a ``tableReplaced`` record on the commits topic, in the transaction of the new table's
@@ -33,14 +46,21 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from deltamirror.core.errors import ConfigError
-from deltamirror.mirror.errors import StopRequested
-from deltamirror.mirror.events import TableReplaced, decode_action_event, decode_commits_record
+from deltamirror.mirror.errors import EventStreamError, StopRequested
+from deltamirror.mirror.events import (
+    CommitSummary,
+    Heartbeat,
+    TableReplaced,
+    decode_action_event,
+    decode_commits_record,
+)
 from deltamirror.mirror.fragments import FragmentAssembler
 from deltamirror.mirror.headers import HEADER_KIND, header_value
 
@@ -50,9 +70,15 @@ from .store import Position, StateStore
 if TYPE_CHECKING:
     from deltamirror.mirror.kafka_consumer import MirrorConsumer, Record
 
+    from ..metrics import MetricsSink
+
 log = logging.getLogger(__name__)
 
 DEFAULT_GROUP_ID = "deltamirror-snapshot-consumer"
+#: a save after this many applied versions (over all tables) ...
+DEFAULT_CHECKPOINT_INTERVAL_VERSIONS = 100
+#: ... or this many seconds after the first change since the last save
+DEFAULT_CHECKPOINT_INTERVAL_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -90,8 +116,10 @@ class SnapshotConsumer:
     Every partition of the topic (and of ``commits_topic``, when given) is assigned to this
     consumer (no group rebalancing: each instance keeps the whole state, so run one per
     ``state_dir``). ``on_applied`` is called for each applied version, ``on_replaced`` for each
-    ``tableReplaced`` read from ``commits_topic``, in the order they happened, after the state
-    that includes them is persisted.
+    ``tableReplaced`` read from ``commits_topic``, in the order they happened, once the batch
+    that completes them is handled (before the save that includes them: at least once).
+    ``checkpoint_interval_versions`` / ``checkpoint_interval_s`` say how often the state is saved
+    to ``state_dir`` (None: never on that count; the loop's end always saves).
     """
 
     def __init__(
@@ -107,9 +135,22 @@ class SnapshotConsumer:
         batch_size: int = 1000,
         commits_topic: str | None = None,
         on_replaced: ReplacedCallback | None = None,
+        metrics: MetricsSink | None = None,
+        checkpoint_interval_versions: int | None = DEFAULT_CHECKPOINT_INTERVAL_VERSIONS,
+        checkpoint_interval_s: float | None = DEFAULT_CHECKPOINT_INTERVAL_S,
     ) -> None:
         if commits_topic == topic:
             raise ConfigError(f"the commits topic is the actions topic ({topic})")
+        if checkpoint_interval_versions is not None and (
+            type(checkpoint_interval_versions) is not int or checkpoint_interval_versions < 1
+        ):
+            raise ConfigError(
+                f"checkpoint_interval_versions must be 1 or more, not {checkpoint_interval_versions!r}"
+            )
+        if checkpoint_interval_s is not None and not checkpoint_interval_s > 0:
+            raise ConfigError(f"checkpoint_interval_s must be more than 0, not {checkpoint_interval_s!r}")
+        self.checkpoint_interval_versions = checkpoint_interval_versions
+        self.checkpoint_interval_s = checkpoint_interval_s
         self.topic = topic
         self.commits_topic = commits_topic
         self.group_id = group_id
@@ -126,6 +167,8 @@ class SnapshotConsumer:
         self.retired = position.retired
         self.on_applied = on_applied
         self.on_replaced = on_replaced
+        #: what operators see (consumer/metrics.py: ConsumerMetrics); None measures nothing
+        self.metrics = metrics
         self.stop_event = stop or threading.Event()
         self.batch_size = batch_size
         #: fragments of records given to :meth:`handle` (run's records come whole)
@@ -138,6 +181,11 @@ class SnapshotConsumer:
         self._notices: list[tuple[Invalidation, IncrementalSnapshot] | TableReplacement] = []
         #: events of retired tables that were skipped
         self.skipped_retired_events = 0
+        #: versions applied since the last save, and when the first change since it was reported
+        self._unsaved_versions = 0
+        self._unsaved_since: float | None = None
+        #: saves of the state (a Delta checkpoint per changed table, then the offsets) so far
+        self.saves = 0
 
     def request_stop(self) -> None:
         self.stop_event.set()
@@ -149,6 +197,16 @@ class SnapshotConsumer:
 
         Without ``once`` a topic that does not exist yet is waited for; with it, that is an error.
         """
+        try:
+            self._run(once, topic_timeout_s)
+        except Exception as exc:
+            if self.metrics is not None:
+                self.metrics.stopped(exc)
+            raise
+        if self.metrics is not None:
+            self.metrics.stopped()
+
+    def _run(self, once: bool, topic_timeout_s: float) -> None:
         from deltamirror.mirror.kafka_consumer import MirrorConsumer
 
         # one that reads to the end asks the broker not to hold an empty fetch (MirrorConsumer's
@@ -159,9 +217,11 @@ class SnapshotConsumer:
             else MirrorConsumer(self.config, group_id=self.group_id, fetch_wait_max_ms=None)
         )
         with consumer:
-            with contextlib.suppress(StopRequested):  # stopped: what was taken is still checkpointed
+            with contextlib.suppress(StopRequested):  # stopped: what was taken is still saved
                 self._consume(consumer, once=once, topic_timeout_s=topic_timeout_s)
             self.checkpoint(consumer)
+            if self.unsaved:  # the loop's end always saves
+                self.save()
         # closing the consumer commits the stored offsets
 
     def _consume(self, consumer: MirrorConsumer, *, once: bool, topic_timeout_s: float) -> None:
@@ -182,6 +242,8 @@ class SnapshotConsumer:
             for record in batch:
                 self.take(record)
             self.checkpoint(consumer)
+            if self.metrics is not None:
+                self.metrics.batch_read(len(batch), consumer)
 
     # --- records -------------------------------------------------------------------------------
 
@@ -250,20 +312,32 @@ class SnapshotConsumer:
         if applied is not None:
             self._dirty.add(event.table_id)
             self._notices.append((applied, state))
+            self._unsaved_versions += 1
+            if self.metrics is not None:
+                self.metrics.version_applied(
+                    event.table_uri or event.table_id, event.version, event.commit_timestamp, event.count
+                )
 
     def _take_commits(self, partition: int, offset: int, value: bytes, kind: str | None) -> None:
-        """One commits-topic record: only ``tableReplaced`` matters here."""
+        """One commits-topic record: ``tableReplaced``; with metrics, commits and heartbeats too."""
         self._commits_offsets[partition] = offset + 1
-        record = decode_commits_record(
-            value,
-            kind,
-            wanted={"tableReplaced"},
-            topic=self.commits_topic,
-            partition=partition,
-            offset=offset,
-        )
+        where = {"topic": self.commits_topic, "partition": partition, "offset": offset}
+        record = decode_commits_record(value, kind, wanted={"tableReplaced"}, **where)
         if isinstance(record, TableReplaced):
             self.replace(record)
+            return
+        if self.metrics is None:
+            return
+        # read for the metrics only: a summary that breaks the contract must not stop a consumer
+        # that would not have read it without metrics
+        try:
+            seen = decode_commits_record(value, kind, wanted={"commit", "heartbeat"}, **where)
+        except EventStreamError as exc:
+            log.warning("a commits-topic record read for metrics only is skipped: %s", exc)
+            return
+        if isinstance(seen, CommitSummary | Heartbeat) and seen.table_id not in self.retired:
+            published = seen.version if isinstance(seen, CommitSummary) else seen.latest_version
+            self.metrics.version_published(seen.table_uri or seen.table_id, published)
 
     def replace(self, record: TableReplaced) -> TableReplacement:
         """Drop the state of ``record.previous_table_id`` and retire that id (see the module docstring)."""
@@ -307,30 +381,24 @@ class SnapshotConsumer:
         return {p: min(self._starts.get(p, {}).values(), default=o) for p, o in self._offsets.items()}
 
     def checkpoint(self, consumer: OffsetStore | None = None) -> None:
-        """Persist what changed, store the offsets in ``consumer`` (if any), then report.
+        """After a batch: store the offsets in ``consumer`` (if any) for the group commit, report
+        what the batch applied, then save the state if a save is due (:meth:`save`).
 
-        The steps of :mod:`.store`'s docstring; nothing happens when nothing was applied or dropped.
+        See the module docstring for why reports come before the save and saves come only at the
+        interval. Nothing happens when nothing was applied or dropped.
         """
-        if not self._dirty and not self._notices and not self._dropped:
+        changed = self.unsaved
+        if not changed and not self._notices:
             return
+        if changed and self._unsaved_since is None:
+            self._unsaved_since = time.monotonic()
         offsets = self._safe_offsets()
-        commits_offsets = dict(self._commits_offsets)
-        if self.store is not None:
-            self.store.save(
-                (self.tables[t] for t in sorted(self._dirty)),
-                offsets,
-                commits_offsets=commits_offsets,
-                retired=self.retired,
-                dropped=sorted(self._dropped),
-            )
         if consumer is not None:
             stored = {(self.topic, p): o for p, o in offsets.items()}
             if self.commits_topic is not None:
-                stored.update({(self.commits_topic, p): o for p, o in commits_offsets.items()})
+                stored.update({(self.commits_topic, p): o for p, o in self._commits_offsets.items()})
             if stored:
                 consumer.store_offsets(stored)
-        self._dirty.clear()
-        self._dropped.clear()
         notices, self._notices = self._notices, []
         for notice in notices:
             if isinstance(notice, TableReplacement):
@@ -338,9 +406,43 @@ class SnapshotConsumer:
                     self.on_replaced(notice)
             elif self.on_applied is not None:
                 self.on_applied(*notice)
+        if changed and self._save_due():
+            self.save(offsets)
+
+    @property
+    def unsaved(self) -> bool:
+        """True when a table changed or was dropped since the last save."""
+        return bool(self._dirty or self._dropped)
+
+    def _save_due(self) -> bool:
+        versions, seconds = self.checkpoint_interval_versions, self.checkpoint_interval_s
+        if versions is not None and self._unsaved_versions >= versions:
+            return True
+        since = self._unsaved_since
+        return seconds is not None and since is not None and time.monotonic() - since >= seconds
+
+    def save(self, offsets: Mapping[int, int] | None = None) -> None:
+        """Save the tables changed since the last save and the position (``offsets``, or where a
+        restart would read from now), whatever the interval; :meth:`run` does at its end. Nothing
+        is written without ``state_dir``."""
+        if self.store is not None:
+            self.store.save(
+                (self.tables[t] for t in sorted(self._dirty)),
+                self._safe_offsets() if offsets is None else offsets,
+                commits_offsets=dict(self._commits_offsets),
+                retired=self.retired,
+                dropped=sorted(self._dropped),
+            )
+            self.saves += 1
+        self._dirty.clear()
+        self._dropped.clear()
+        self._unsaved_versions = 0
+        self._unsaved_since = None
 
 
 __all__ = [
+    "DEFAULT_CHECKPOINT_INTERVAL_S",
+    "DEFAULT_CHECKPOINT_INTERVAL_VERSIONS",
     "DEFAULT_GROUP_ID",
     "AppliedCallback",
     "ReplacedCallback",

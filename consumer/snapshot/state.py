@@ -9,9 +9,11 @@ core's own replay (:func:`deltamirror.core.replay.reconcile`: newest action per 
 deletion vector id wins). What the version changed (:class:`Invalidation`) is computed with the
 same keys, by the kernels of :mod:`.files`.
 
-The state serializes itself in two formats: format 2 is a sidecar document (everything but the
-files) beside a Parquet file of the files (what :class:`~.store.StateStore` writes); format 1 has
-every ``add`` inline in one JSON document (what the store wrote before, still read and migrated).
+The state serializes itself as a document (everything but the files) beside its files: in format 3
+the document is the footer of a Delta checkpoint of the files (:mod:`.delta_checkpoint`, what
+:class:`~.store.StateStore` writes); in format 2 it was a JSON sidecar beside a Parquet file of the
+files; format 1 has every ``add`` inline in one JSON document. Formats 1 and 2 are still read (and
+migrated by the store).
 """
 
 from __future__ import annotations
@@ -35,7 +37,10 @@ from deltamirror.mirror.events import ActionEvent, decode_action_event
 
 from .files import PathIndex, compact, gone, needs_compaction, snapshot_changes
 
-STATE_FORMAT = 2
+#: a Delta checkpoint per table (:mod:`.delta_checkpoint`)
+STATE_FORMAT = 3
+#: a JSON sidecar beside a Parquet file of the files, per table (read and migrated)
+STATE_FORMAT_PARQUET = 2
 #: the format that kept every ``add`` inline in the table's JSON file (read and migrated)
 STATE_FORMAT_JSON = 1
 
@@ -86,11 +91,14 @@ class PendingVersion:
     persists them as JSON, where the accumulator would turn them into typed models.
     """
 
-    def __init__(self, table_id: str, version: int, snapshot: bool, count: int) -> None:
+    def __init__(
+        self, table_id: str, version: int, snapshot: bool, count: int, commit_timestamp: int | None = None
+    ) -> None:
         self.table_id = table_id
         self.version = version
         self.snapshot = snapshot
         self.count = count
+        self.commit_timestamp = commit_timestamp
         self.received = 0
         self.others: list[tuple[str, Any]] = []
         self._files = ActionAccumulator(table=table_id, batch_rows=_BATCH_ROWS)
@@ -145,6 +153,8 @@ class IncrementalSnapshot:
         self.table_id = table_id
         self.table_uri = table_uri
         self.version: int | None = None
+        #: the commit timestamp (epoch ms) of ``version``, as the events resolved it
+        self.commit_timestamp: int | None = None
         self.complete = False
         self.metadata: dict[str, Any] | None = None
         self.protocol: dict[str, Any] | None = None
@@ -218,7 +228,7 @@ class IncrementalSnapshot:
                     version=event.version,
                 )
             pending = self._pending = PendingVersion(
-                self.table_id, event.version, event.snapshot, event.count
+                self.table_id, event.version, event.snapshot, event.count, event.commit_timestamp
             )
         elif pending is None or (pending.version, pending.snapshot, pending.count) != (
             event.version,
@@ -301,6 +311,7 @@ class IncrementalSnapshot:
         self._apply_others(pending.others)
         self._files = compact(files) if needs_compaction(files) else files
         self.version = pending.version
+        self.commit_timestamp = pending.commit_timestamp
         self.complete = self.complete or pending.snapshot or pending.version == 0
         invalidation = Invalidation(
             self.table_id,
@@ -348,8 +359,8 @@ class IncrementalSnapshot:
 
     # --- serialized forms ----------------------------------------------------------------------
 
-    def sidecar(self, files: str) -> dict[str, Any]:
-        """Everything but the files (format 2), naming the Parquet file ``files`` that holds them.
+    def document(self) -> dict[str, Any]:
+        """Everything but the files (format 3: what a checkpoint's footer holds).
 
         An unfinished version is not part of the state: it is read again.
         """
@@ -358,21 +369,44 @@ class IncrementalSnapshot:
             "tableId": self.table_id,
             "tableUri": self.table_uri,
             "version": self.version,
+            "commitTimestamp": self.commit_timestamp,
             "complete": self.complete,
             "metaData": self.metadata,
             "protocol": self.protocol,
             "txns": self.txns,
             "domains": self.domains,
-            "files": files,
             "fileCount": self.file_count,
         }
+
+    def sidecar(self, files: str) -> dict[str, Any]:
+        """Everything but the files (format 2), naming the Parquet file ``files`` that holds them.
+
+        What the store wrote before format 3 (kept to export, and to test the migration).
+        """
+        return {**self.document(), "format": STATE_FORMAT_PARQUET, "files": files}
 
     @classmethod
     def from_sidecar(cls, data: Mapping[str, Any], files: pa.Table) -> IncrementalSnapshot:
         """The state from a format-2 sidecar and its files (any table with the ``add`` columns)."""
+        if data.get("format") != STATE_FORMAT_PARQUET:
+            raise ConfigError(f"unknown snapshot state format {data.get('format')!r}")
+        return cls._with_files(data, files)
+
+    @classmethod
+    def from_document(cls, data: Mapping[str, Any], files: pa.Table) -> IncrementalSnapshot:
+        """The state from a format-3 document (a checkpoint's footer) and its files."""
         if data.get("format") != STATE_FORMAT:
             raise ConfigError(f"unknown snapshot state format {data.get('format')!r}")
-        state = cls._from_fields(data)
+        return cls._with_files(data, files)
+
+    @classmethod
+    def _with_files(cls, data: Mapping[str, Any], files: pa.Table) -> IncrementalSnapshot:
+        try:
+            state = cls._from_fields(data)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(
+                f"a snapshot state document lacks a field or has one of a wrong type: {exc}"
+            ) from None
         state._files = action_schema.conform(files, action_schema.ADD)
         return state
 
@@ -406,6 +440,7 @@ class IncrementalSnapshot:
     def _from_fields(cls, data: Mapping[str, Any]) -> IncrementalSnapshot:
         state = cls(str(data["tableId"]), data.get("tableUri"))
         state.version = data["version"]
+        state.commit_timestamp = data.get("commitTimestamp")
         state.complete = bool(data["complete"])
         state.metadata = data["metaData"]
         state.protocol = data["protocol"]
@@ -417,6 +452,7 @@ class IncrementalSnapshot:
 __all__ = [
     "STATE_FORMAT",
     "STATE_FORMAT_JSON",
+    "STATE_FORMAT_PARQUET",
     "FileKey",
     "IncrementalSnapshot",
     "Invalidation",

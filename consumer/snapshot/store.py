@@ -1,35 +1,46 @@
-"""The consumer's state on disk, so that a restart continues where it stopped.
+"""The consumer's state on disk: each table as a Delta checkpoint folder, and the offsets beside them.
 
-A save (:meth:`StateStore.save`), after the records of a poll batch are handled, in this order:
+Layout of a state directory (format 3)::
 
-1. every table whose state changed: ``tables/<hash>-v<version>-<token>.parquet`` (the files) and
-   then ``tables/<hash>.json`` (version, metaData, protocol, txns, domains and the name of that
-   Parquet file), each written to a temp file, fsynced and renamed; the directory is fsynced, then
-   the Parquet file the sidecar named before is deleted;
-2. ``offsets.json``: the next offset to read per partition of the actions (and commits) topic and
-   the table ids retired by ``tableReplaced`` (same atomic write);
-3. the files of the retired tables are deleted. (The consumer then stores the offsets for the
-   group commit and reports the applied versions and replacements.)
+    offsets.json                       topic, next offset per partition (actions and commits
+                                       topics), retired table ids, and an index of the tables
+    tables/<key>/_delta_log/           one Delta table folder per table (``<key>`` = the first 16
+        <version>.checkpoint.parquet   hex digits of sha1(tableId)): a classic V1 checkpoint of
+        <version>.json                 the table at ``version``, a marker commit, and
+        _last_checkpoint               ``_last_checkpoint`` (see :mod:`.table_folder`)
 
-A crash between two steps only makes the restart re-read, never lose, records; :meth:`StateStore.load`
-deletes what an interrupted save left behind (Parquet files no sidecar names, the files of a table
-``offsets.json`` lists as retired).
+Any Delta reader opens ``tables/<key>`` as the table at the state's version (delta-spark reads its
+data; ``offsets.json`` names each table's folder under ``tables``).
 
-State format 2 is the above, like a Delta checkpoint (Parquet) with its sidecar. Format 1 (before
-the files moved to Parquet: one JSON file per table with every ``add`` inline) is still read, and
-rewritten as format 2 when the store is loaded; a newer format is refused with a
-:class:`~deltamirror.core.errors.ConfigError`.
+A save (:meth:`StateStore.save`), in this order:
+
+1. each table whose state changed: its checkpoint, marker commit and then ``_last_checkpoint``,
+   each written to a temp file, fsynced and renamed (:func:`~.table_folder.write_folder`);
+2. ``offsets.json``: where a restart reads from, the retired ids and the index (same atomic write);
+3. the checkpoints of those tables older than the previous one are deleted (the previous one
+   stays for a reader that has just read the previous hint), and the folders of dropped tables.
+
+A crash between two steps only makes the restart re-read, never lose, records: a table whose new
+checkpoint is in force before ``offsets.json`` moves is merely ahead of the offsets, and a restart
+skips the versions it already has. :meth:`StateStore.load` deletes what an interrupted save left
+(checkpoints newer than a folder's ``_last_checkpoint``, folders without one, temp files, the
+folders of tables ``offsets.json`` lists as retired).
+
+Older formats are read and migrated when the store is loaded: format 2 (``tables/<key>.json``, a
+sidecar, beside ``tables/<key>-v<version>-<token>.parquet``, the files) and format 1 (one JSON
+file per table, every ``add`` inline). Each migrated table is written as a checkpoint folder, then
+``offsets.json`` is rewritten, then the old files go; a crash in between migrates again (a table
+that has both a folder and an old file is read from its folder). A newer format is refused with a
+:class:`~deltamirror.core.errors.ConfigError`. Going back to a deltamirror that wrote format 2 is
+not supported: it does not see the folders (delete the state directory to rebuild from the topic).
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import logging
-import os
-import secrets
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +50,8 @@ import pyarrow.parquet as pq
 
 from deltamirror.core.errors import ConfigError
 
-from .state import STATE_FORMAT, STATE_FORMAT_JSON, IncrementalSnapshot
+from .state import STATE_FORMAT, STATE_FORMAT_JSON, STATE_FORMAT_PARQUET, IncrementalSnapshot
+from .table_folder import fsync_dir, prune, read_folder, remove_folder, write_folder, write_json
 
 log = logging.getLogger(__name__)
 
@@ -66,14 +78,17 @@ class StateStore:
         self.tables_dir = self.root / "tables"
         self.tables_dir.mkdir(parents=True, exist_ok=True)
         self.offsets_path = self.root / "offsets.json"
-        #: table id -> the Parquet file its sidecar names
-        self._parquet: dict[str, str] = {}
+        #: table id -> what offsets.json lists of it (folder, version, table URI)
+        self._index: dict[str, dict[str, Any]] = {}
+        #: folders written by the save in progress: pruned once the offsets are saved
+        self._written: list[Path] = []
 
-    def _stem(self, table_id: str) -> str:
-        return hashlib.sha1(table_id.encode()).hexdigest()[:16]
+    def key(self, table_id: str) -> str:
+        return hashlib.sha1(table_id.encode(), usedforsecurity=False).hexdigest()[:16]
 
-    def _sidecar_path(self, table_id: str) -> Path:
-        return self.tables_dir / f"{self._stem(table_id)}.json"
+    def folder(self, table_id: str) -> Path:
+        """The Delta table folder of a table's state (what a Delta reader opens)."""
+        return self.tables_dir / self.key(table_id)
 
     # --- loading -------------------------------------------------------------------------------
 
@@ -83,46 +98,53 @@ class StateStore:
         return tables, position.offsets
 
     def load_all(self) -> tuple[dict[str, IncrementalSnapshot], Position]:
-        position = self._read_position()
+        position, stored_format = self._read_position()
         tables: dict[str, IncrementalSnapshot] = {}
-        migrate: list[tuple[IncrementalSnapshot, Path]] = []
-        for path in sorted(self.tables_dir.glob("*.json")):
-            data = json.loads(path.read_text())
-            fmt = data.get("format") if isinstance(data, dict) else None
-            if fmt == STATE_FORMAT_JSON:
-                state = IncrementalSnapshot.from_json(data)
-                migrate.append((state, path))
-            elif fmt == STATE_FORMAT:
-                state = IncrementalSnapshot.from_sidecar(data, self._read_files(path, data))
-                self._parquet[state.table_id] = str(data["files"])
-            else:
+        for folder in sorted(p for p in self.tables_dir.iterdir() if p.is_dir()):
+            try:
+                state = read_folder(folder)
+            except ConfigError as exc:
                 raise ConfigError(
-                    f"{path} has snapshot state format {fmt!r}, this deltamirror reads {STATE_FORMAT_JSON} "
-                    f"and {STATE_FORMAT}: run the version that wrote it, or delete {self.root} to rebuild "
-                    "the state from the topic"
+                    f"{exc.message}: delete {self.root} to rebuild the state from the topic"
+                ) from None
+            if state is None:  # a first save that never wrote its hint
+                remove_folder(folder)
+                continue
+            if folder.name != self.key(state.table_id):
+                raise ConfigError(
+                    f"{folder} holds the state of table {state.table_id}, whose folder is "
+                    f"{self.key(state.table_id)}: delete {self.root} to rebuild the state from the topic"
                 )
-            if state.table_id in position.retired:  # dropped, but a crash came before its files went
-                self.delete_table(state.table_id)
-                continue
             tables[state.table_id] = state
+        legacy = self._read_legacy(set(tables))
+        for table_id in [t for t in (*tables, *legacy) if t in position.retired]:
+            # dropped, but a crash came before its files went
+            tables.pop(table_id, None)
+            legacy.pop(table_id, None)
+            remove_folder(self.folder(table_id))
+        for state in tables.values():
+            prune(self.folder(state.table_id))
+            self._index[state.table_id] = self._entry(state)
+        if legacy or stored_format != STATE_FORMAT or any(self.tables_dir.glob("*.json")):
+            self._migrate(legacy, tables, position)
         self._delete_leftovers()
-        for state, legacy in migrate:
-            if state.table_id not in tables:
-                continue
-            log.info("migrating the state of table %s to format %d (Parquet)", state.table_id, STATE_FORMAT)
-            self.write_tables([state])  # replaces the legacy file when it has the sidecar's name
-            if legacy != self._sidecar_path(state.table_id):
-                legacy.unlink(missing_ok=True)
         return tables, position
 
-    def _read_position(self) -> Position:
+    def _read_position(self) -> tuple[Position, int | None]:
         position = Position()
         if not self.offsets_path.exists():
-            return position
+            return position, STATE_FORMAT
         data = json.loads(self.offsets_path.read_text())
         if data.get("topic") != self.topic:
             raise ConfigError(
                 f"state directory {self.root} holds the state of topic {data.get('topic')!r}, not {self.topic!r}"
+            )
+        stored_format = data.get("format")
+        if stored_format is not None and stored_format != STATE_FORMAT:
+            raise ConfigError(
+                f"{self.offsets_path} has snapshot state format {stored_format!r}, this deltamirror reads "
+                f"{STATE_FORMAT_JSON} to {STATE_FORMAT}: run the version that wrote it, or delete "
+                f"{self.root} to rebuild the state from the topic"
             )
         position.offsets = {int(p): int(o) for p, o in data["partitions"].items()}
         stored_commits = data.get("commitsTopic")
@@ -134,9 +156,32 @@ class StateStore:
         if self.commits_topic is not None and stored_commits == self.commits_topic:
             position.commits_offsets = {int(p): int(o) for p, o in data.get("commitsPartitions", {}).items()}
         position.retired = {str(t): int(v) for t, v in data.get("retired", {}).items()}
-        return position
+        return position, stored_format
 
-    def _read_files(self, sidecar: Path, data: Mapping[str, Any]) -> pa.Table:
+    # --- formats 1 and 2 -------------------------------------------------------------------------
+
+    def _read_legacy(self, have: set[str]) -> dict[str, IncrementalSnapshot]:
+        """The tables of format-1 and format-2 files that have no folder yet."""
+        out: dict[str, IncrementalSnapshot] = {}
+        for path in sorted(self.tables_dir.glob("*.json")):
+            data = json.loads(path.read_text())
+            fmt = data.get("format") if isinstance(data, dict) else None
+            if fmt not in (STATE_FORMAT_JSON, STATE_FORMAT_PARQUET):
+                raise ConfigError(
+                    f"{path} has snapshot state format {fmt!r}, this deltamirror reads {STATE_FORMAT_JSON} "
+                    f"to {STATE_FORMAT}: run the version that wrote it, or delete {self.root} to rebuild "
+                    "the state from the topic"
+                )
+            if str(data.get("tableId")) in have:  # migrated before a crash: the folder is in force
+                continue
+            if fmt == STATE_FORMAT_JSON:
+                state = IncrementalSnapshot.from_json(data)
+            else:
+                state = IncrementalSnapshot.from_sidecar(data, self._read_legacy_files(path, data))
+            out[state.table_id] = state
+        return out
+
+    def _read_legacy_files(self, sidecar: Path, data: Mapping[str, Any]) -> pa.Table:
         path = self.tables_dir / str(data["files"])
         try:
             files = pq.read_table(path)
@@ -152,40 +197,65 @@ class StateStore:
             )
         return files
 
+    def _migrate(
+        self,
+        legacy: Mapping[str, IncrementalSnapshot],
+        tables: dict[str, IncrementalSnapshot],
+        position: Position,
+    ) -> None:
+        """Folders for the old tables, then offsets.json in format 3; the old files go after."""
+        for state in legacy.values():
+            log.info(
+                "migrating the state of table %s to format %d (a Delta checkpoint)",
+                state.table_id,
+                STATE_FORMAT,
+            )
+            tables[state.table_id] = state
+        self.write_tables(legacy.values())
+        self._write_position(position.offsets, position.commits_offsets, position.retired)
+        self._finish()
+        for path in self.tables_dir.glob("*.json"):
+            path.unlink(missing_ok=True)
+
     def _delete_leftovers(self) -> None:
-        """Parquet files no sidecar names and temp files: what an interrupted save left."""
-        named = set(self._parquet.values())
+        """Old Parquet files no sidecar names any more and temp files: what a save or migration left."""
+        (self.root / f".{self.offsets_path.name}.tmp").unlink(missing_ok=True)
         for path in self.tables_dir.iterdir():
             stale_tmp = path.name.startswith(".") and path.name.endswith(".tmp")
-            if stale_tmp or (path.suffix == ".parquet" and path.name not in named):
+            if stale_tmp or (path.is_file() and path.suffix == ".parquet" and not self._legacy_named(path)):
                 path.unlink(missing_ok=True)
+
+    def _legacy_named(self, path: Path) -> bool:
+        return any(path.name.startswith(f"{p.stem}-") for p in self.tables_dir.glob("*.json"))
 
     # --- saving --------------------------------------------------------------------------------
 
+    def _entry(self, state: IncrementalSnapshot) -> dict[str, Any]:
+        return {
+            "folder": f"tables/{self.key(state.table_id)}",
+            "version": state.version,
+            "tableUri": state.table_uri,
+        }
+
     def write_tables(self, tables: Iterable[IncrementalSnapshot]) -> None:
-        """Step 1 of a save: each table's files, then its sidecar; then the files they replace go."""
-        superseded = []
-        wrote = False
+        """Step 1 of a save: each table's checkpoint folder (a new folder made durable in ``tables``)."""
+        created_any = False
         for state in tables:
-            name = f"{self._stem(state.table_id)}-v{state.version}-{secrets.token_hex(4)}.parquet"
-            _write_atomically(self.tables_dir / name, functools.partial(_write_parquet, state.files))
-            _write_json(self._sidecar_path(state.table_id), state.sidecar(name))
-            previous = self._parquet.get(state.table_id)
-            if previous is not None:
-                superseded.append(previous)
-            self._parquet[state.table_id] = name
-            wrote = True
-        if wrote:
-            _fsync_dir(self.tables_dir)
-        for name in superseded:
-            (self.tables_dir / name).unlink(missing_ok=True)
+            folder = self.folder(state.table_id)
+            created = not folder.exists()
+            write_folder(state, folder)
+            if created:
+                fsync_dir(folder)  # its _delta_log entry
+                created_any = True
+            self._index[state.table_id] = self._entry(state)
+            self._written.append(folder)
+        if created_any:
+            fsync_dir(self.tables_dir)
 
     def delete_table(self, table_id: str) -> None:
-        """The sidecar first (so none names a missing file), then the Parquet file."""
-        self._sidecar_path(table_id).unlink(missing_ok=True)
-        name = self._parquet.pop(table_id, None)
-        if name is not None:
-            (self.tables_dir / name).unlink(missing_ok=True)
+        """A table's folder (its hint first, so no reader is sent to a deleted checkpoint)."""
+        self._index.pop(table_id, None)
+        remove_folder(self.folder(table_id))
 
     def save(
         self,
@@ -196,46 +266,37 @@ class StateStore:
         retired: Mapping[str, int] | None = None,
         dropped: Iterable[str] = (),
     ) -> None:
-        """Steps 1 to 3 of the module docstring: tables, then the position, then dropped tables."""
+        """Steps 1 to 3 of the module docstring: tables, then the position, then what is superseded."""
         self.write_tables(tables)  # a crash before the offsets only means a re-read
+        dropped = list(dropped)
+        for table_id in dropped:
+            self._index.pop(table_id, None)
+        self._write_position(offsets, commits_offsets or {}, retired or {})
+        self._finish()
+        for table_id in dropped:  # retired in offsets.json now: a crash here is cleaned by load
+            self.delete_table(table_id)
+
+    def _write_position(
+        self, offsets: Mapping[int, int], commits_offsets: Mapping[int, int], retired: Mapping[str, int]
+    ) -> None:
         data: dict[str, Any] = {
+            "format": STATE_FORMAT,
             "topic": self.topic,
             "partitions": {str(p): o for p, o in sorted(offsets.items())},
         }
         if self.commits_topic is not None:
             data["commitsTopic"] = self.commits_topic
-            data["commitsPartitions"] = {str(p): o for p, o in sorted((commits_offsets or {}).items())}
-        data["retired"] = dict(sorted((retired or {}).items()))
-        _write_json(self.offsets_path, data)
-        _fsync_dir(self.root)
-        for table_id in dropped:  # retired in offsets.json now: a crash here is cleaned by load
-            self.delete_table(table_id)
+            data["commitsPartitions"] = {str(p): o for p, o in sorted(commits_offsets.items())}
+        data["retired"] = dict(sorted(retired.items()))
+        data["tables"] = dict(sorted(self._index.items()))
+        write_json(self.offsets_path, data)
+        fsync_dir(self.root)
 
-
-def _write_atomically(path: Path, write: Callable[[Any], None]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as out:
-        write(out)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
-
-
-def _write_json(path: Path, data: Any) -> None:
-    _write_atomically(path, lambda out: out.write(json.dumps(data, separators=(",", ":")).encode()))
-
-
-def _write_parquet(files: pa.Table, out: Any) -> None:
-    pq.write_table(files, out)
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make the renames in ``path`` durable before the next step relies on them."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    def _finish(self) -> None:
+        """Step 3 for the folders this save wrote: what their new checkpoint superseded goes."""
+        for folder in self._written:
+            prune(folder)
+        self._written.clear()
 
 
 __all__ = ["Position", "StateStore"]

@@ -3,6 +3,11 @@
 delta-spark's batch CDF reader (``CDCReader.changesToDF``) reads a range with the latest schema
 (the end version's for column-mapped tables) and checks every schema change inside the range for
 read compatibility; a version written without the change data feed on has no change rows to read.
+
+Types must be equal, except in one mode: delta-spark's *streaming* source, reading versions written
+before the schema it reads with (backfilling), lets a column's type have been widened since (type
+widening: INT to BIGINT, FLOAT to DOUBLE, a wider decimal, ...) and reads the old rows widened,
+where its batch reader refuses the same range. ``allow_widening`` is that mode, for the stream only.
 """
 
 from __future__ import annotations
@@ -13,8 +18,10 @@ from ..errors import ChangeDataNotEnabledError, IncompatibleDataSchemaError, Inc
 from ..models import Metadata
 from ..schema import (
     ArrayType,
+    DecimalType,
     DeltaType,
     MapType,
+    PrimitiveType,
     StructField,
     StructType,
     column_mapping_mode,
@@ -47,15 +54,21 @@ def check_schema_readable(
     table: str,
     start: int,
     end: int,
+    allow_widening: bool = False,
 ) -> None:
     """Raise unless data written under ``metadata`` (at ``version``) reads with ``read``'s schema.
 
     A schema change inside the range names its version (DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_SCHEMA_CHANGE);
     the final check of the start version against the read schema is a data-schema mismatch.
+    ``allow_widening`` (the streaming source only) lets data written before the read schema's
+    version have a type the read schema widened.
     """
     if version <= read.version:
         compatible = _no_column_mapping_changes(new=read.metadata, old=metadata) and is_read_compatible(
-            metadata.table_schema, read.metadata.table_schema, forbid_tighten_nullability=True
+            metadata.table_schema,
+            read.metadata.table_schema,
+            forbid_tighten_nullability=True,
+            allow_widening=allow_widening,
         )
     else:
         compatible = _no_column_mapping_changes(new=metadata, old=read.metadata) and is_read_compatible(
@@ -74,13 +87,20 @@ def check_schema_readable(
 
 
 def check_change_metadata(
-    read: ReadSchema, metadata: Metadata, version: int, *, table: str, start: int
+    read: ReadSchema,
+    metadata: Metadata,
+    version: int,
+    *,
+    table: str,
+    start: int,
+    allow_widening: bool = False,
 ) -> None:
     """Raise unless rows of ``version``, written under ``metadata``, belong in a feed read with ``read``.
 
     The checks :func:`~deltamirror.core.changes.read_changes` makes on each metaData of its range:
     the change data feed must be on (DELTA_MISSING_CHANGE_DATA) and the schema read-compatible with
-    the read schema (DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_SCHEMA_CHANGE).
+    the read schema (DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_SCHEMA_CHANGE); ``allow_widening`` as in
+    :func:`check_schema_readable`.
     """
     if not is_cdf_enabled(metadata):
         raise ChangeDataNotEnabledError(
@@ -89,11 +109,30 @@ def check_change_metadata(
             table=table,
             version=version,
         )
-    check_schema_readable(read, metadata, version, schema_change=True, table=table, start=start, end=version)
+    check_schema_readable(
+        read,
+        metadata,
+        version,
+        schema_change=True,
+        table=table,
+        start=start,
+        end=version,
+        allow_widening=allow_widening,
+    )
 
 
-def is_read_compatible(existing: StructType, read: StructType, *, forbid_tighten_nullability: bool) -> bool:
-    """delta-spark's ``SchemaUtils.isReadCompatible``: only added columns, same types, safe nullability."""
+def is_read_compatible(
+    existing: StructType,
+    read: StructType,
+    *,
+    forbid_tighten_nullability: bool,
+    allow_widening: bool = False,
+) -> bool:
+    """delta-spark's ``SchemaUtils.isReadCompatible``: only added columns, same types, safe nullability.
+
+    With ``allow_widening`` (its ``TypeWideningMode.AllTypeWidening``) a type of ``existing`` may
+    be one that ``read`` widened (:func:`is_widening`).
+    """
 
     def nullability_ok(existing_nullable: bool, read_nullable: bool) -> bool:
         if forbid_tighten_nullability:
@@ -113,7 +152,9 @@ def is_read_compatible(existing: StructType, read: StructType, *, forbid_tighten
                 and types_ok(e.key_type, n.key_type)
                 and types_ok(e.value_type, n.value_type)
             )
-        return bool(e.to_json_value() == n.to_json_value())
+        if e.to_json_value() == n.to_json_value():
+            return True
+        return allow_widening and is_widening(e, n)
 
     def structs_ok(e: StructType, n: StructType) -> bool:
         by_name = {f.name.lower(): f for f in e.fields}
@@ -133,6 +174,40 @@ def is_read_compatible(existing: StructType, read: StructType, *, forbid_tighten
         return True
 
     return structs_ok(existing, read)
+
+
+#: bytes per value of the integral types (Spark's ``defaultSize``)
+_INTEGRAL_SIZE = {"byte": 1, "short": 2, "integer": 4, "long": 8}
+#: integer digits a decimal needs to hold every value of an integral type (Spark's
+#: ``DecimalType.forType``): INT32-stored types need decimal(10,0), long decimal(20,0)
+_INTEGRAL_DIGITS = {"byte": 10, "short": 10, "integer": 10, "long": 20}
+
+
+def is_widening(old: DeltaType, new: DeltaType) -> bool:
+    """Whether a column of type ``old`` may have been widened to ``new`` (Delta's type widening).
+
+    delta-spark's ``TypeWidening.isTypeChangeSupported``: a wider integral type, float to double,
+    byte/short/int to double, date to timestamp_ntz, a decimal with no fewer integer digits and
+    no smaller scale, an integral type to a decimal with room for all its values.
+    """
+    if isinstance(old, DecimalType):
+        return isinstance(new, DecimalType) and _decimal_wider(new, old.precision - old.scale, old.scale)
+    if not isinstance(old, PrimitiveType):
+        return False
+    name = old.name
+    if isinstance(new, DecimalType):
+        return name in _INTEGRAL_DIGITS and _decimal_wider(new, _INTEGRAL_DIGITS[name], 0)
+    if not isinstance(new, PrimitiveType):
+        return False
+    if name in _INTEGRAL_SIZE and new.name in _INTEGRAL_SIZE:
+        return _INTEGRAL_SIZE[name] <= _INTEGRAL_SIZE[new.name]
+    return (name, new.name) in {("float", "double"), ("date", "timestamp_ntz")} or (
+        name in ("byte", "short", "integer") and new.name == "double"
+    )
+
+
+def _decimal_wider(new: DecimalType, integer_digits: int, scale: int) -> bool:
+    return new.precision - new.scale >= integer_digits and new.scale >= scale
 
 
 def _no_column_mapping_changes(*, new: Metadata, old: Metadata) -> bool:

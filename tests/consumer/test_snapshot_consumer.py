@@ -387,79 +387,173 @@ def _assert_same_state(a: IncrementalSnapshot, b: IncrementalSnapshot) -> None:
     assert (a.metadata, a.protocol, a.txns, a.domains) == (b.metadata, b.protocol, b.txns, b.domains)
 
 
+def _folder(root: Path) -> Path:
+    """The one table folder of a state directory."""
+    (folder,) = (p for p in (root / "tables").iterdir() if p.is_dir())
+    return folder
+
+
 @pytest.mark.parametrize("table_id", TABLES_FROM_ZERO)
-def test_state_store_round_trips_files_as_parquet_and_the_rest_as_json(table_id: str, tmp_path: Path) -> None:
+def test_state_store_round_trips_each_table_as_a_delta_checkpoint_folder(
+    table_id: str, tmp_path: Path
+) -> None:
     state = _applied(table_id)
     store = StateStore(tmp_path, "t.actions")
     store.save([state], {0: 42})
-    (sidecar,) = (tmp_path / "tables").glob("*.json")
-    data = json.loads(sidecar.read_text())
-    assert data["format"] == 2 and data["fileCount"] == state.file_count
-    assert isinstance(data["files"], str) and (tmp_path / "tables" / data["files"]).is_file()
-    assert [p.name for p in (tmp_path / "tables").glob("*.parquet")] == [data["files"]]
-    tables, offsets = StateStore(tmp_path, "t.actions").load()
-    assert offsets == {0: 42}
+    folder = _folder(tmp_path)
+    assert folder == store.folder(state.table_id)
+    v = f"{state.version:020d}"
+    assert sorted(p.name for p in (folder / "_delta_log").iterdir()) == [
+        f"{v}.checkpoint.parquet",
+        f"{v}.json",
+        "_last_checkpoint",
+    ]
+    assert list((tmp_path / "tables").iterdir()) == [folder]
+    offsets = json.loads((tmp_path / "offsets.json").read_text())
+    assert offsets["format"] == 3 and offsets["partitions"] == {"0": 42}
+    assert offsets["tables"] == {
+        state.table_id: {
+            "folder": f"tables/{folder.name}",
+            "version": state.version,
+            "tableUri": state.table_uri,
+        }
+    }
+    tables, loaded_offsets = StateStore(tmp_path, "t.actions").load()
+    assert loaded_offsets == {0: 42}
     _assert_same_state(tables[state.table_id], state)
     # the loaded state goes on like the original: core's snapshot at the latest version
     table = open_table(str(TABLES / table_id))
     _assert_matches_core(tables[state.table_id], table, table.latest_version())
 
 
-def test_a_newer_save_replaces_the_parquet_file_and_leftovers_are_cleaned_on_load(tmp_path: Path) -> None:
+def test_a_newer_save_keeps_the_previous_checkpoint_and_leftovers_are_cleaned_on_load(tmp_path: Path) -> None:
     path = TABLES / "golden__log-replay-dv-key-cases"
     versions = _by_version(list(iter_event_values(str(path))))
+    assert len(versions) >= 3
     state = IncrementalSnapshot(json.loads(versions[0][0])["tableId"])
     store = StateStore(tmp_path, "t.actions")
-    state.apply_values(versions[0])
-    store.save([state], {0: 1})
-    state.apply_values(versions[1])
-    store.save([state], {0: 2})
-    tables_dir = tmp_path / "tables"
-    (only,) = tables_dir.glob("*.parquet")  # the version-0 file went once the sidecar named the new one
-    assert "-v1-" in only.name
-    # what a crash in the middle of a save leaves: an unnamed Parquet file, a temp file
-    (tables_dir / "0123456789abcdef-v9-00000000.parquet").write_bytes(b"partial")
-    (tables_dir / ".x.json.tmp").write_bytes(b"{")
+    for v in range(3):
+        state.apply_values(versions[v])
+        store.save([state], {0: v + 1})
+    log_dir = _folder(tmp_path) / "_delta_log"
+
+    def names() -> list[str]:
+        return sorted(p.name for p in log_dir.iterdir())
+
+    kept = [f"{v:020d}.{kind}" for v in (1, 2) for kind in ("checkpoint.parquet", "json")]
+    # the version-0 checkpoint went once version 2's was saved; version 1's stays for a reader
+    assert names() == sorted([*kept, "_last_checkpoint"])
+    # what a crash in the middle of a save leaves: a checkpoint the hint does not name yet, a temp
+    # file, a table folder without a hint, a temp offsets file
+    (log_dir / f"{9:020d}.checkpoint.parquet").write_bytes(b"partial")
+    (log_dir / f".{9:020d}.json.tmp").write_bytes(b"{")
+    (tmp_path / "tables" / "0123456789abcdef" / "_delta_log").mkdir(parents=True)
     tables, _ = StateStore(tmp_path, "t.actions").load()
-    assert sorted(p.name for p in tables_dir.iterdir()) == sorted(
-        [only.name, next(tables_dir.glob("*.json")).name]
-    )
-    _assert_matches_core(tables[state.table_id], open_table(str(path)), 1)
+    assert names() == sorted([*kept, "_last_checkpoint"])
+    assert [p.name for p in (tmp_path / "tables").iterdir()] == [log_dir.parent.name]
+    _assert_matches_core(tables[state.table_id], open_table(str(path)), 2)
 
 
-def test_format_1_state_files_are_read_and_migrated_to_parquet(tmp_path: Path) -> None:
+def _format_2_store(root: Path, state: IncrementalSnapshot, offsets: dict[str, int]) -> None:
+    """A state directory as deltamirror wrote it before format 3: a sidecar beside a Parquet file."""
+    import pyarrow.parquet as pq
+
+    tables_dir = root / "tables"
+    tables_dir.mkdir(parents=True)
+    name = f"aaaaaaaaaaaaaaaa-v{state.version}-00000000.parquet"
+    pq.write_table(state.files, tables_dir / name)
+    sidecar = state.sidecar(name)
+    assert sidecar["format"] == 2
+    (tables_dir / "aaaaaaaaaaaaaaaa.json").write_text(json.dumps(sidecar))
+    (tables_dir / "bbbbbbbbbbbbbbbb-v1-00000000.parquet").write_bytes(b"a leftover")
+    (root / "offsets.json").write_text(json.dumps({"topic": "t.actions", "partitions": offsets}))
+
+
+@pytest.mark.parametrize("legacy_format", [1, 2])
+def test_format_1_and_2_state_dirs_are_read_and_migrated_to_checkpoint_folders(
+    tmp_path: Path, legacy_format: int
+) -> None:
     state = _applied("krs__cdf-table-partitioned")
     tables_dir = tmp_path / "tables"
-    tables_dir.mkdir(parents=True)
-    # a state directory written before format 2: one JSON document per table, every add inline
-    legacy = state.to_json()
-    assert legacy["format"] == 1 and len(legacy["files"]) == state.file_count
-    (tables_dir / "aaaaaaaaaaaaaaaa.json").write_text(json.dumps(legacy))
-    (tmp_path / "offsets.json").write_text(json.dumps({"topic": "t.actions", "partitions": {"0": 7}}))
+    if legacy_format == 1:
+        # one JSON document per table, every add inline
+        legacy = state.to_json()
+        assert legacy["format"] == 1 and len(legacy["files"]) == state.file_count
+        tables_dir.mkdir(parents=True)
+        (tables_dir / "aaaaaaaaaaaaaaaa.json").write_text(json.dumps(legacy))
+        (tmp_path / "offsets.json").write_text(json.dumps({"topic": "t.actions", "partitions": {"0": 7}}))
+    else:
+        _format_2_store(tmp_path, state, {"0": 7})
     tables, offsets = StateStore(tmp_path, "t.actions").load()
     assert offsets == {0: 7}
     loaded = tables[state.table_id]
     assert loaded.file_keys == state.file_keys and loaded.version == state.version
     assert _rows_by_key(loaded.files) == _rows_by_key(state.files)
-    # rewritten as format 2 at once; loading again reads the Parquet file
-    sidecars = [json.loads(p.read_text()) for p in tables_dir.glob("*.json")]
-    assert [d["format"] for d in sidecars] == [2]
+    # rewritten as format 3 at once: a folder, offsets.json in format 3, the old files gone
+    folder = _folder(tmp_path)
+    assert [p.name for p in tables_dir.iterdir()] == [folder.name]
+    assert json.loads((tmp_path / "offsets.json").read_text())["format"] == 3
     again, _ = StateStore(tmp_path, "t.actions").load()
     assert again[state.table_id].files.equals(loaded.files)
 
 
+def test_a_migration_cut_short_is_finished_from_the_folder_it_wrote(tmp_path: Path) -> None:
+    """A crash after a table's folder was written and before the old files went: the folder is in
+    force (the old files would give the same state), and the old files go."""
+    state = _applied("krs__cdf-table-partitioned")
+    _format_2_store(tmp_path, state, {"0": 7})
+    StateStore(tmp_path, "t.actions").write_tables([state])
+    assert len(list((tmp_path / "tables").glob("*.json"))) == 1
+    tables, offsets = StateStore(tmp_path, "t.actions").load()
+    assert offsets == {0: 7}
+    _assert_same_state(tables[state.table_id], state)
+    assert [p.name for p in (tmp_path / "tables").iterdir()] == [_folder(tmp_path).name]
+
+
 def test_unknown_state_formats_and_damaged_state_dirs_are_refused(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
     state = _applied("golden__basic-with-inserts-updates")
     StateStore(tmp_path, "t.actions").save([state], {0: 1})
     with pytest.raises(ConfigError, match="not 'other'"):
         StateStore(tmp_path, "other").load()
-    (sidecar,) = (tmp_path / "tables").glob("*.json")
-    data = json.loads(sidecar.read_text())
-    sidecar.write_text(json.dumps({**data, "fileCount": data["fileCount"] + 1}))
+    checkpoint = next((_folder(tmp_path) / "_delta_log").glob("*.checkpoint.parquet"))
+    good = checkpoint.read_bytes()
+    # a checkpoint cut short
+    checkpoint.write_bytes(good[: len(good) // 2])
     with pytest.raises(ConfigError, match="delete"):
         StateStore(tmp_path, "t.actions").load()
-    sidecar.write_text(json.dumps({**data, "format": 3}))
-    with pytest.raises(ConfigError, match="format 3"):
+    # a checkpoint of a newer format, or not the consumer's (no document in its footer)
+    table = pq.read_table(pa.BufferReader(good))
+    document = json.loads(table.schema.metadata[b"deltamirror.state"])
+    pq.write_table(
+        table.replace_schema_metadata({b"deltamirror.state": json.dumps({**document, "format": 4})}),
+        checkpoint,
+    )
+    with pytest.raises(ConfigError, match="format 4"):
+        StateStore(tmp_path, "t.actions").load()
+    pq.write_table(table.replace_schema_metadata({}), checkpoint)
+    with pytest.raises(ConfigError, match="not a state this consumer wrote"):
+        StateStore(tmp_path, "t.actions").load()
+    # a document whose file count is not the checkpoint's
+    pq.write_table(
+        table.replace_schema_metadata(
+            {b"deltamirror.state": json.dumps({**document, "fileCount": table.num_rows + 1})}
+        ),
+        checkpoint,
+    )
+    with pytest.raises(ConfigError, match="delete"):
+        StateStore(tmp_path, "t.actions").load()
+    checkpoint.write_bytes(good)
+    assert StateStore(tmp_path, "t.actions").load()[0][state.table_id].files.equals(state.files)
+    # offsets.json or an old-style file of a format this deltamirror does not know
+    offsets = json.loads((tmp_path / "offsets.json").read_text())
+    (tmp_path / "offsets.json").write_text(json.dumps({**offsets, "format": 9}))
+    with pytest.raises(ConfigError, match="format 9"):
+        StateStore(tmp_path, "t.actions").load()
+    (tmp_path / "offsets.json").write_text(json.dumps(offsets))
+    (tmp_path / "tables" / "cccccccccccccccc.json").write_text(json.dumps({"format": 5}))
+    with pytest.raises(ConfigError, match="format 5"):
         StateStore(tmp_path, "t.actions").load()
 
 
@@ -471,16 +565,20 @@ def test_a_restart_continues_from_the_unfinished_version_without_the_broker(tmp_
     cut = len(versions[0]) + len(versions[1]) + 1  # versions 0 and 1, and the first action of 2
     applied: list[Invalidation] = []
     first = SnapshotConsumer(
-        "unused:9092", "t.actions", state_dir=tmp_path, on_applied=lambda i, _: applied.append(i)
+        "unused:9092",
+        "t.actions",
+        state_dir=tmp_path,
+        on_applied=lambda i, _: applied.append(i),
+        checkpoint_interval_versions=2,
     )
     for offset, value in enumerate(values[:cut]):
         first.handle("t.actions", 0, offset, value)
-    assert applied == []  # reported only once persisted
+    assert applied == []  # reported at the batch's checkpoint
     restart_at = len(versions[0]) + len(versions[1])
     # what a checkpoint stores for the group commit (the real broker's side: the loop tests)
     assert first.position.offsets == {0: restart_at}
-    first.checkpoint()
-    assert [i.version for i in applied] == [0, 1]
+    first.checkpoint()  # two versions applied: a save is due
+    assert [i.version for i in applied] == [0, 1] and first.saves == 1
 
     second = SnapshotConsumer("unused:9092", "t.actions", state_dir=tmp_path)
     assert second.position.offsets == {0: restart_at}
@@ -489,6 +587,8 @@ def test_a_restart_continues_from_the_unfinished_version_without_the_broker(tmp_
     for offset in range(restart_at, len(values)):
         second.handle("t.actions", 0, offset, values[offset])
     second.checkpoint()
+    assert second.saves == 0  # not due (100 versions or 60 s by default) ...
+    second.save()  # ... but the loop's end saves
     assert state.skipped_events == 0
     _assert_matches_core(state, table, table.latest_version())
     # read again from the start (e.g. offsets lost): every event is skipped, nothing changes
@@ -536,14 +636,14 @@ def test_table_replaced_drops_the_previous_tables_state_and_files(tmp_path: Path
             state_dir=tmp_path,
             on_applied=lambda inv, _: order.append(f"{inv.table_id}@{inv.version}"),
             on_replaced=lambda n: (notices.append(n), order.append("replaced")),
+            checkpoint_interval_versions=1,  # a save at each checkpoint
         )
 
     first = consumer()
     for offset, value in enumerate(old_values):
         first.handle("t.actions", 0, offset, value)
     first.checkpoint()
-    (sidecar,) = (tmp_path / "tables").glob("*.json")
-    assert len(list((tmp_path / "tables").glob("*.parquet"))) == 1
+    old_folder = _folder(tmp_path)
     old_files = first.tables[old_id].file_count
     assert order == [f"{old_id}@{v}" for v in range(old_latest + 1)]
     order.clear()
@@ -579,10 +679,9 @@ def test_table_replaced_drops_the_previous_tables_state_and_files(tmp_path: Path
     applied_new = [f"{new_id}@{v}" for v in range(new_latest + 1)]
     assert order == (["replaced", *applied_new] if notice_first else [*applied_new, "replaced"])
     assert set(second.tables) == {new_id}
-    # on disk: the new table only; the previous one's sidecar and Parquet file are gone
-    assert not sidecar.exists()
-    assert len(list((tmp_path / "tables").glob("*.json"))) == 1
-    assert len(list((tmp_path / "tables").glob("*.parquet"))) == 1
+    # on disk: the new table only; the previous one's folder is gone
+    assert not old_folder.exists()
+    assert _folder(tmp_path) == StateStore(tmp_path, "t.actions").folder(new_id)
     offsets = json.loads((tmp_path / "offsets.json").read_text())
     assert offsets["retired"] == {old_id: old_latest} and offsets["commitsTopic"] == "t.commits"
 
@@ -601,7 +700,7 @@ def test_a_crash_after_the_offsets_but_before_the_drop_is_finished_on_load(tmp_p
     store.save([state], {0: 13})
     # step 2 done (the id is retired in offsets.json), step 3 (deleting its files) not
     store.save([], {0: 13}, commits_offsets={0: 1}, retired={state.table_id: 3})
-    assert list((tmp_path / "tables").glob("*.parquet"))
+    assert _folder(tmp_path).is_dir()
     tables, _ = StateStore(tmp_path, "t.actions", "t.commits").load()
     assert tables == {}
     assert list((tmp_path / "tables").iterdir()) == []
@@ -669,7 +768,7 @@ def test_consumer_follows_the_watcher_and_resumes_from_its_state_dir(
     assert lines[0]["files"] == core.snapshot(latest).files.num_rows
     (persisted,) = StateStore(state_dir, actions).load()[0].values()
     assert persisted.file_keys == _core_keys(core.snapshot(latest).files)
-    assert len(list((state_dir / "tables").glob("*.parquet"))) == 1
+    assert _folder(state_dir).is_dir()
 
     # another commit (delta-rs writes to the copied table), published, then the same state dir
     write_deltalake(str(table), open_table(str(table)).snapshot(latest).to_arrow().slice(0, 3), mode="append")
@@ -817,7 +916,7 @@ def test_a_recreated_table_drops_the_previous_state_with_commits_topic(
     assert applied[-1]["version"] == new.version and applied[-1]["files"] == new.files.num_rows
     (state,) = StateStore(state_dir, actions, f"{name}.commits").load()[0].values()
     assert state.table_id == new.metadata.id and state.file_keys == _core_keys(new.files)
-    assert len(list((state_dir / "tables").glob("*.parquet"))) == 1
+    assert _folder(state_dir) == StateStore(state_dir, actions).folder(new.metadata.id)
 
     # from scratch, the library reads both topics from their beginning and ends the same
     notices: list[TableReplacement] = []

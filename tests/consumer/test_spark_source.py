@@ -8,6 +8,8 @@ twice with the same trigger: by ``format("deltamirror")`` from Kafka, and by del
 
 from __future__ import annotations
 
+import datetime as dt
+import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,17 @@ from typing import Any
 import pytest
 
 from support.spark import spark  # noqa: F401
-from support.spark_scenarios import CDF, DV, _create, _insert, _merge, _sql, normalize_cdf_rows
+from support.spark_scenarios import (
+    CDF,
+    DV,
+    _create,
+    _insert,
+    _merge,
+    _sql,
+    commit_actions,
+    normalize_cdf_rows,
+    spark_cdf_error,
+)
 from support.watching import watch_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(600)]
@@ -23,10 +35,17 @@ pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(600)]
 
 def _run(stream: Any, checkpoint: Path) -> list[dict[str, Any]]:
     """Everything the stream has now (trigger availableNow), as plain rows; the query then stops."""
-    rows: list[dict[str, Any]] = []
+    return [row for batch in _batches(stream, checkpoint) for row in batch]
+
+
+def _batches(stream: Any, checkpoint: Path) -> list[list[dict[str, Any]]]:
+    """Everything the stream has now (trigger availableNow), one list of rows per non-empty micro-batch."""
+    batches: list[list[dict[str, Any]]] = []
 
     def collect(df: Any, _batch_id: int) -> None:
-        rows.extend(r.asDict(recursive=True) for r in df.collect())
+        rows = [r.asDict(recursive=True) for r in df.collect()]
+        if rows:
+            batches.append(rows)
 
     query = (
         stream.writeStream.foreachBatch(collect)
@@ -37,7 +56,7 @@ def _run(stream: Any, checkpoint: Path) -> list[dict[str, Any]]:
     query.awaitTermination()
     if query.exception() is not None:
         raise AssertionError(str(query.exception()))
-    return rows
+    return batches
 
 
 class Mirror:
@@ -136,12 +155,32 @@ def test_versions_spread_over_several_tasks_and_a_latest_start(mirror: Mirror) -
     ours = normalize_cdf_rows(_run(mirror.ours(startingVersion=1, versionsPerPartition=2), mirror.root / "p"))
     theirs = normalize_cdf_rows(_run(mirror.theirs(startingVersion=1), mirror.root / "p-theirs"))
     assert ours == theirs and len({r["_commit_version"] for r in ours}) == last
+
+    # two files a micro-batch: versions 1-5 add one file each, the UPDATE writes a change data file
+    # per file it rewrote; its version is never split, as in delta-spark, whose batches are the same.
+    # skipChangeCommits changes nothing in a change feed, in delta-spark as here
+    limited = {"startingVersion": 1, "maxFilesPerTrigger": 2, "skipChangeCommits": "true"}
+    ours_batches = _batches(mirror.ours(**limited), mirror.root / "m")
+    theirs_batches = _batches(mirror.theirs(**limited), mirror.root / "m-theirs")
+    assert [_versions(b) for b in ours_batches] == [_versions(b) for b in theirs_batches]
+    assert [_versions(b) for b in ours_batches] == [[1, 2], [3, 4], [5], [last]]
+    assert normalize_cdf_rows(r for b in ours_batches for r in b) == theirs
+
+    # startingTimestamp: the first commit at or after it (version 3's commit time, from its file)
+    at = os.stat(Path(mirror.path) / "_delta_log" / f"{3:020d}.json").st_mtime_ns // 1_000_000
+    when = dt.datetime.fromtimestamp(at / 1000, dt.UTC).isoformat(timespec="milliseconds")
+    ours, theirs = mirror.both("t", startingTimestamp=when)
+    assert ours == theirs and min(r["_commit_version"] for r in ours) == 3
     # "latest": only what is committed after the query starts
     assert _run(mirror.ours(startingVersion="latest"), mirror.root / "l") == []
     last = _insert(mirror.spark, mirror.path, 200, 203)
     mirror.publish(last)
     rows = _run(mirror.ours(startingVersion="latest"), mirror.root / "l")
     assert sorted(r["id"] for r in rows) == [200, 201, 202]
+
+
+def _versions(rows: list[dict[str, Any]]) -> list[int]:
+    return sorted({r["_commit_version"] for r in rows})
 
 
 def _started(stream: Any, checkpoint: Path, rows: list[dict[str, Any]]) -> Any:
@@ -178,12 +217,76 @@ def test_a_schema_change_while_running_fails_the_query_as_in_delta_spark(mirror:
     assert ours_after == theirs_after and [r["extra"] for r in ours_after] == ["e"]
 
 
-def test_bad_options_are_refused_by_name(mirror: Mirror) -> None:
+def _error(stream: Any, checkpoint: Path) -> str:
+    with pytest.raises(Exception) as err:
+        _run(stream(), checkpoint)
+    return str(err.value)
+
+
+def test_bad_options_are_refused_by_name_and_bad_starts_as_in_delta_spark(mirror: Mirror) -> None:
     _create(mirror.spark, mirror.path, CDF, rows=(0, 2))
     mirror.publish(0)
     with pytest.raises(Exception, match="startingVersion"):
         _run(mirror.ours(startingVersion="soon"), mirror.root / "bad")
     with pytest.raises(Exception, match=r"kafka\.bootstrap\.servers"):
         mirror.spark.readStream.format("deltamirror").load(mirror.path)
-    with pytest.raises(Exception, match="DELTA_CDC_START_VERSION_AFTER_LATEST"):
-        _run(mirror.ours(startingVersion=7), mirror.root / "after")
+    with pytest.raises(Exception, match="unknown option 'startingversoin'"):
+        mirror.ours(startingVersoin=0)
+    # the same error class as delta-spark's stream for each bad start (latest + 1 included)
+    bad_starts: list[tuple[dict[str, Any], str]] = [
+        ({"startingVersion": 1}, "DELTA_VERSION_NOT_FOUND"),
+        ({"startingVersion": 7}, "DELTA_VERSION_NOT_FOUND"),
+        ({"startingTimestamp": "2099-01-01"}, "DELTA_TIMESTAMP_GREATER_THAN_COMMIT"),
+        (
+            {"startingVersion": 0, "startingTimestamp": "2020-01-01"},
+            "DELTA_STARTING_VERSION_AND_TIMESTAMP_BOTH_SET",
+        ),
+    ]
+    for i, (options, error_class) in enumerate(bad_starts):
+        assert error_class in _error(lambda: mirror.ours(**options), mirror.root / f"o{i}")  # noqa: B023
+        assert error_class in _error(lambda: mirror.theirs(**options), mirror.root / f"t{i}")  # noqa: B023
+
+
+def test_widened_columns_stream_widened_while_the_batch_feed_refuses_them(mirror: Mirror) -> None:
+    """INT->BIGINT, SMALLINT->INT, DECIMAL(6,2)->(12,4), FLOAT->DOUBLE after rows were written: delta-spark's
+    stream reads the old rows widened, its batch change feed refuses the range; both, here too."""
+    from deltamirror.core.errors import IncompatibleSchemaChangeError
+    from deltamirror.core.table import open_table
+
+    session, t = mirror.spark, f"delta.`{mirror.path}`"
+    session.sql(
+        f"CREATE TABLE {t} (id INT, s SMALLINT, d DECIMAL(6,2), f FLOAT) USING delta "
+        f"TBLPROPERTIES ({CDF}, 'delta.enableTypeWidening' = 'true')"
+    )
+    session.sql(f"INSERT INTO {t} VALUES (1, 2, 1234.56, 1.5), (2, -3, -0.01, -0.25)")
+    for column, wider in (("id", "BIGINT"), ("s", "INT"), ("d", "DECIMAL(12,4)"), ("f", "DOUBLE")):
+        session.sql(f"ALTER TABLE {t} ALTER COLUMN {column} TYPE {wider}")
+    last = _sql(session, mirror.path, "INSERT INTO {t} VALUES (5000000000, 70000, 12345678.1234, 1e300)")
+    mirror.publish(last)
+    ours, theirs = mirror.both("w", startingVersion=0)
+    assert ours == theirs
+    assert [(r["id"], r["d"]) for r in ours] == [
+        (1, "1234.5600"),
+        (2, "-0.0100"),
+        (5000000000, "12345678.1234"),
+    ]
+    assert (
+        spark_cdf_error(session, mirror.path, start=0) == "DELTA_CHANGE_DATA_FEED_INCOMPATIBLE_SCHEMA_CHANGE"
+    )
+    with pytest.raises(IncompatibleSchemaChangeError):
+        open_table(mirror.path).changes(starting_version=0)
+
+
+def test_a_vacuumed_data_file_fails_the_stream_or_is_skipped_with_fail_on_data_loss(mirror: Mirror) -> None:
+    _create(mirror.spark, mirror.path, CDF, rows=(0, 10))
+    _insert(mirror.spark, mirror.path, 10, 20)
+    last = _sql(mirror.spark, mirror.path, "UPDATE {t} SET name = 'u' WHERE id < 5")
+    mirror.publish(last)
+    # the file version 0 added, removed by the UPDATE, is gone as VACUUM would delete it
+    (gone,) = [a["add"]["path"] for a in commit_actions(mirror.path, 0) if "add" in a]
+    os.remove(Path(mirror.path) / gone)
+    message = _error(lambda: mirror.ours(startingVersion=0), mirror.root / "f")
+    assert "missing" in message and gone in message and "failOnDataLoss" in message
+    ours = normalize_cdf_rows(_run(mirror.ours(startingVersion=0, failOnDataLoss="false"), mirror.root / "s"))
+    theirs = normalize_cdf_rows(_run(mirror.theirs(startingVersion=1), mirror.root / "s-theirs"))
+    assert ours == theirs and {r["_commit_version"] for r in ours} == {1, last}

@@ -1,0 +1,148 @@
+"""The Spark source's tasks: the change rows of a run of versions read from the mirror, or of the
+initial snapshot.
+
+No pyspark here. The per-version rules are core's (:class:`~deltamirror.core.changes.rows.ChangeRows`,
+as :func:`~deltamirror.core.changes.changes_from_actions` applies them); what this module adds is
+the stream's own checks on each version's protocol and metaData (delta-spark's streaming rules:
+widened types read widened, a schema change after the start fails the query) and its
+``failOnDataLoss`` choice for a data file that is gone: fail naming it, or skip it with a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from deltamirror.core import features
+from deltamirror.core.actions import Where, check_actions
+from deltamirror.core.changes import (
+    CHANGE_TYPE,
+    COMMIT_TIMESTAMP,
+    COMMIT_VERSION,
+    DEFAULT_BATCH_SIZE,
+    TIMESTAMP_TYPE,
+    ReadSchema,
+    VersionActions,
+    changes_from_actions,
+    check_change_metadata,
+    is_cdf_enabled,
+)
+from deltamirror.core.changes.prefetch import FileRead
+from deltamirror.core.changes.rows import ChangeRows
+from deltamirror.core.errors import DataFileNotFoundError, SchemaChangedError
+from deltamirror.core.models import Metadata, Protocol
+
+if TYPE_CHECKING:
+    from deltamirror.core.table import DeltaTable
+
+log = logging.getLogger(__name__)
+
+
+def feed_schema(table: DeltaTable, read: ReadSchema) -> pa.Schema:
+    """The rows' schema: the read schema's columns, then the three change-feed columns."""
+    return changes_from_actions(table, read.metadata, read.version, ()).schema
+
+
+def change_rows(
+    table: DeltaTable, read: ReadSchema, versions: Iterable[VersionActions], *, fail_on_data_loss: bool
+) -> Iterator[pa.RecordBatch]:
+    """The change rows of ``versions`` (checked as the stream checks them), in order."""
+    rows = ChangeRows(table, read, None, None, DEFAULT_BATCH_SIZE)
+    reads = (
+        _guarded(file_read, fail_on_data_loss)
+        for entry in checked_versions(versions, read, table.uri)
+        for file_read in rows.reads_of(
+            entry.version,
+            entry.timestamp_ms,
+            check_actions(entry.actions, Where(table.uri, None, entry.version)),
+        )
+    )
+    return rows.batches(reads)
+
+
+def _guarded(file_read: FileRead, fail_on_data_loss: bool) -> FileRead:
+    """``file_read``, but a data file that is gone fails naming the option that skips it, or is skipped."""
+
+    def read() -> Iterator[pa.RecordBatch]:
+        produced = False
+        try:
+            for batch in file_read.read():
+                produced = True
+                yield batch
+        except DataFileNotFoundError as exc:
+            if fail_on_data_loss or produced:
+                raise DataFileNotFoundError(
+                    f"{exc.message}; .option('failOnDataLoss', 'false') skips its change rows",
+                    table=exc.table,
+                    version=file_read.version,
+                    file=exc.file,
+                ) from exc
+            log.warning(
+                "a data file of version %d of %s is missing: its change rows are skipped "
+                "(failOnDataLoss=false): %s",
+                file_read.version,
+                exc.table,
+                exc,
+            )
+
+    return FileRead(file_read.version, file_read.size, read)
+
+
+def checked_versions(
+    versions: Iterable[VersionActions], read: ReadSchema, table: str
+) -> Iterator[VersionActions]:
+    """Each version, once its protocol and metaData (if any) are known to be readable with ``read``.
+
+    A version up to the read schema's is read with it when its schema reads so, widened types
+    included (delta-spark's stream backfilling); a schema change after it fails the query
+    (DELTA_SCHEMA_CHANGED_WITH_VERSION), as delta-spark's stream does: a restart reads on with it.
+    """
+    for entry in versions:
+        actions = list(entry.actions)
+        for name, body in actions:
+            if name == "protocol":
+                features.check_readable(Protocol.model_validate(body), table=table, version=entry.version)
+            elif name == "metaData":
+                metadata = Metadata.model_validate(body)
+                if entry.version <= read.version or not is_cdf_enabled(metadata):
+                    check_change_metadata(
+                        read, metadata, entry.version, table=table, start=entry.version, allow_widening=True
+                    )
+                elif metadata.table_schema != read.metadata.table_schema or (
+                    metadata.partition_columns != read.metadata.partition_columns
+                ):
+                    raise SchemaChangedError(
+                        f"the schema changed at version {entry.version}, after the stream started reading "
+                        f"with that of version {read.version}; restart the query to read with the new schema",
+                        table=table,
+                        version=entry.version,
+                    )
+        yield VersionActions(entry.version, entry.timestamp_ms, actions)
+
+
+def snapshot_rows(
+    table: DeltaTable, read: ReadSchema, version: int, timestamp_ms: int
+) -> Iterator[pa.RecordBatch]:
+    """The table at ``version`` as inserts, as delta-spark begins a stream with no starting option."""
+    schema = feed_schema(table, read)
+    snapshot = table.snapshot(version=version)
+    names = [f.name for f in schema if f.name not in (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP)]
+    for batch in snapshot.iter_batches(columns=names):
+        n = batch.num_rows
+        if n == 0:
+            continue
+        yield pa.RecordBatch.from_arrays(
+            [
+                *(batch.column(name) for name in names),
+                pa.array(["insert"] * n, pa.string()),
+                pa.array([version] * n, pa.int64()),
+                pa.array([timestamp_ms * 1000] * n, TIMESTAMP_TYPE),
+            ],
+            schema=schema,
+        )
+
+
+__all__ = ["change_rows", "checked_versions", "feed_schema", "snapshot_rows"]

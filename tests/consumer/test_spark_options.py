@@ -1,0 +1,380 @@
+"""The Spark source's options and planning without Spark or a broker: delta-spark's names and rules.
+
+What delta-spark does is pinned against delta-spark itself in test_spark_source.py; here the same
+rules are checked fast, on plain options, a hand-fed commits index and tables on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from deltamirror.consumer.mirror_changes import MirrorIndex, MirrorSettings, _VersionReader
+from deltamirror.consumer.spark_options import KNOWN, REFUSED, SourceOptions
+from deltamirror.consumer.spark_planning import initial_offset, next_offset, readable_runs
+from deltamirror.core.changes import ReadSchema
+from deltamirror.core.changes.read_schema import is_read_compatible, is_widening
+from deltamirror.core.errors import (
+    ChangeTimestampAfterLatestError,
+    InvalidArgumentError,
+    StartingVersionAndTimestampError,
+    StreamStartNotFoundError,
+)
+from deltamirror.core.schema import parse_schema
+from deltamirror.core.table import open_table
+from deltamirror.mirror.errors import EventStreamError
+from deltamirror.mirror.events import SCHEMA_VERSION, ActionEvent, CommitSummary
+from support.tables import copy_table
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "spark.md"
+BASE = {"path": "/data/t", "kafka.bootstrap.servers": "b1:9092"}
+
+
+def _parse(**options: str) -> SourceOptions:
+    return SourceOptions.parse({**BASE, **options})
+
+
+# --- options -------------------------------------------------------------------------------------
+
+
+def test_delta_spark_options_parse_with_its_meanings_in_any_case() -> None:
+    # Spark hands the options over lower-cased
+    parsed = SourceOptions.parse(
+        {
+            **BASE,
+            "startingtimestamp": "2024-05-01T12:00:00.250Z",
+            "maxfilespertrigger": "7",
+            "maxbytespertrigger": "10m",
+            "failondataloss": "FALSE",
+            "skipchangecommits": "true",
+            "readchangefeed": "true",
+            "actionstopic": "a.actions",
+            "storage.AWS_REGION": "eu",
+        }
+    )
+    assert parsed.starting_version is None
+    assert parsed.starting_timestamp_ms == 1714564800250
+    assert (parsed.max_files_per_trigger, parsed.max_bytes_per_trigger) == (7, 10 * 1024 * 1024)
+    assert parsed.read_limit() == (7, 10 * 1024 * 1024)
+    assert parsed.fail_on_data_loss is False
+    assert parsed.settings.actions_topic == "a.actions"
+    assert dict(parsed.storage_options) == {"AWS_REGION": "eu"}
+    # delta-spark's defaults: 1000 files a batch, failOnDataLoss on; a date is midnight UTC
+    default = _parse(startingVersion="latest", maxBytesPerTrigger="1g")
+    assert default.starting_version == "latest" and default.fail_on_data_loss is True
+    assert default.read_limit() == (None, 1 << 30)
+    assert _parse().read_limit() == (1000, None)
+    assert _parse(startingTimestamp="2024-05-01").starting_timestamp_ms == 1714521600000
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"startingversion": "soon"}, r"^option startingVersion must be a version number, got 'soon'"),
+        ({"startingTimestamp": "yesterday"}, r"^option startingTimestamp: invalid timestamp 'yesterday'"),
+        ({"maxFilesPerTrigger": "0"}, r"^option maxFilesPerTrigger must be a positive integer, got '0'"),
+        ({"maxBytesPerTrigger": "1.5g"}, r"^option maxBytesPerTrigger must be a size such as '10g'"),
+        ({"failOnDataLoss": "yes"}, r"^option failOnDataLoss must be 'true' or 'false', got 'yes'"),
+        ({"readChangeFeed": "false"}, r"^option readChangeFeed is false, but this source reads only"),
+        ({"startingVersoin": "3"}, r"^unknown option 'startingversoin' for format\(\"deltamirror\"\)"),
+        (
+            {"excludeRegex": ".*"},
+            r"^option excludeRegex is not supported by format\(\"deltamirror\"\): filter",
+        ),
+        ({"endingversion": "4"}, r"^option endingVersion is not supported .*: a stream has no end"),
+        (
+            {"schemaTrackingLocation": "/c"},
+            r"^option schemaTrackingLocation is not supported .*no schema tracking",
+        ),
+    ],
+)
+def test_a_bad_or_unknown_option_is_refused_by_name_on_one_line(
+    options: dict[str, str], message: str
+) -> None:
+    with pytest.raises(InvalidArgumentError, match=message) as err:
+        _parse(**options)
+    assert err.value.exit_code == 2 and "\n" not in str(err.value)
+
+
+def test_both_starting_options_are_refused_with_delta_sparks_class() -> None:
+    with pytest.raises(StartingVersionAndTimestampError) as err:
+        _parse(startingVersion="1", startingTimestamp="2024-01-01")
+    assert str(err.value).startswith("[DELTA_STARTING_VERSION_AND_TIMESTAMP_BOTH_SET]")
+
+
+def test_the_docs_table_names_every_option_the_source_reads_or_refuses() -> None:
+    text = DOCS.read_text()
+    table = text[text.index("## Options") :]
+    first_cells = [line.split("|")[1] for line in table.splitlines() if line.startswith("| `")]
+    named = {name for cell in first_cells for name in re.findall(r"`([^`]+)`", cell)}
+    missing = (set(KNOWN.values()) | set(REFUSED)) - named
+    assert not missing, f"docs/spark.md has no row for {sorted(missing)}"
+
+
+# --- type widening (read compatibility) ----------------------------------------------------------
+
+
+def _types(*types: str) -> list[object]:
+    fields = [{"name": f"c{i}", "type": t, "nullable": True, "metadata": {}} for i, t in enumerate(types)]
+    return list(parse_schema(json.dumps({"type": "struct", "fields": fields})).fields)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "widens"),
+    [
+        ("integer", "long", True),
+        ("short", "integer", True),
+        ("byte", "long", True),
+        ("float", "double", True),
+        ("integer", "double", True),
+        ("date", "timestamp_ntz", True),
+        ("decimal(6,2)", "decimal(12,4)", True),
+        ("integer", "decimal(10,0)", True),
+        ("long", "decimal(20,0)", True),
+        ("long", "integer", False),
+        ("double", "float", False),
+        ("long", "double", False),
+        ("decimal(6,2)", "decimal(6,3)", False),  # fewer integer digits
+        ("decimal(6,2)", "decimal(8,1)", False),  # smaller scale
+        ("integer", "decimal(9,0)", False),
+        ("long", "decimal(19,0)", False),
+        ("date", "timestamp", False),
+        ("string", "binary", False),
+    ],
+)
+def test_type_widening_is_delta_sparks_list_of_supported_changes(old: str, new: str, widens: bool) -> None:
+    (a, b) = _types(old, new)
+    assert is_widening(a.type, b.type) is widens  # type: ignore[attr-defined]
+
+
+def _struct(**fields: object) -> dict[str, object]:
+    return {
+        "type": "struct",
+        "fields": [{"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in fields.items()],
+    }
+
+
+def test_widened_columns_read_compatible_only_where_widening_is_allowed() -> None:
+    old = parse_schema(json.dumps(_struct(id="integer", s=_struct(f="float"))))
+    new = parse_schema(json.dumps(_struct(id="long", s=_struct(f="double"))))
+    assert not is_read_compatible(old, new, forbid_tighten_nullability=True)  # the batch reader's rule
+    assert is_read_compatible(old, new, forbid_tighten_nullability=True, allow_widening=True)
+    assert not is_read_compatible(new, old, forbid_tighten_nullability=True, allow_widening=True)
+
+
+# --- planning over a hand-fed commits index --------------------------------------------------------
+
+
+def _summary(version: int, *, files: int = 1, size: int = 100, cdc: int = 0, snapshot: bool = False) -> bytes:
+    return CommitSummary(
+        schema_version=SCHEMA_VERSION,
+        table_id="id-1",
+        table_uri="file:///data/t",
+        version=version,
+        commit_timestamp=1_000 + version,
+        commit_timestamp_source="file-time",
+        snapshot=snapshot,
+        action_count=files + cdc + 1,
+        adds=files,
+        removes=0,
+        cdc_files=cdc,
+        bytes_added=size,
+        bytes_removed=0,
+    ).to_json_bytes()
+
+
+def _index(*summaries: bytes) -> MirrorIndex:
+    index = MirrorIndex(MirrorSettings("unused:1", "t.actions", "t.commits", "/data/t"))
+    for value in summaries:
+        index._take(value, b"commit")
+    return index
+
+
+def test_a_micro_batch_takes_whole_versions_and_at_least_one() -> None:
+    # versions 1-5: 1, 3 (as cdc files), 1, 0 (metaData only) and 2 files; 100 bytes a file
+    index = _index(
+        _summary(1),
+        _summary(2, files=2, cdc=3, size=300),
+        _summary(3),
+        _summary(4, files=0, size=0),
+        _summary(5, files=2, size=200),
+    )
+    ends = {limit: index.admit(1, 5, max_files=limit, max_bytes=None) for limit in (1, 2, 4, 5, 7, 100)}
+    # 2 files: version 1, then version 2's 3 cdc files do not fit; 4: versions 1-2 fill it exactly
+    assert ends == {1: 1, 2: 1, 4: 2, 5: 3, 7: 5, 100: 5}
+    assert index.admit(2, 5, max_files=1, max_bytes=None) == 2  # larger than the limit: admitted whole
+    assert index.admit(4, 5, max_files=1, max_bytes=None) == 5  # a file-less version fills nothing
+    assert index.admit(1, 5, max_files=None, max_bytes=250) == 1
+    assert index.admit(1, 5, max_files=None, max_bytes=400) == 2
+    assert index.admit(1, 5, max_files=100, max_bytes=500) == 3  # both limits: whichever comes first
+    assert index.admit(1, 5, max_files=2, max_bytes=10_000) == 1
+
+
+def test_next_offset_respects_the_limit_the_available_now_target_and_the_snapshot() -> None:
+    index = _index(*(_summary(v) for v in range(0, 6)))
+    assert next_offset(index, {"version": 1}, target=None, limit=None) == {"version": 6}
+    assert next_offset(index, {"version": 1}, target=None, limit=(2, None)) == {"version": 3}
+    assert next_offset(index, {"version": 1}, target=3, limit=(10, None)) == {"version": 4}
+    assert next_offset(index, {"version": 4}, target=3, limit=(10, None)) == {"version": 4}  # done
+    assert next_offset(index, {"version": 6}, target=None, limit=None) == {"version": 6}  # nothing new
+    snapshot = {"version": 2, "snapshot": True}
+    assert next_offset(index, snapshot, target=None, limit=(1000, None)) == {"version": 3}
+    assert next_offset(index, snapshot, target=None, limit=None) == {"version": 6}
+
+
+def test_versions_gone_from_the_mirror_fail_or_are_skipped_with_fail_on_data_loss() -> None:
+    # the mirror's commits start at 3; 6-7 skipped by a re-snapshot at 8; 10 a snapshot
+    index = _index(
+        _summary(2, snapshot=True),
+        _summary(3),
+        _summary(4),
+        _summary(5),
+        _summary(8, snapshot=True),
+        _summary(9),
+        _summary(10, snapshot=True),
+        _summary(11),
+    )
+    with pytest.raises(EventStreamError, match=r"versions 1-2 are not in the mirror .*failOnDataLoss"):
+        readable_runs(index, 1, 11, fail_on_data_loss=True)
+    with pytest.raises(
+        EventStreamError, match=r"versions 6-7 are not in the mirror .*re-snapshotted at version 8"
+    ):
+        readable_runs(index, 4, 9, fail_on_data_loss=True)
+    assert readable_runs(index, 4, 5, fail_on_data_loss=True) == [(4, 5)]
+    assert readable_runs(index, 1, 11, fail_on_data_loss=False) == [(3, 5), (9, 9), (11, 11)]
+    with pytest.raises(EventStreamError, match="not all in the mirror yet"):  # not data loss: never skipped
+        readable_runs(index, 9, 12, fail_on_data_loss=False)
+
+
+def _event(version: int, index: int, count: int) -> bytes:
+    return ActionEvent(
+        schema_version=SCHEMA_VERSION,
+        table_id="id-1",
+        table_uri="file:///data/t",
+        version=version,
+        commit_timestamp=1_000 + version,
+        commit_timestamp_source="file-time",
+        index=index,
+        count=count,
+        type="commitInfo",
+        snapshot=False,
+        action={"operation": "WRITE"},
+    ).to_json_bytes()
+
+
+def _read(start: int, end: int, events: list[bytes], *, skip_lost: bool) -> tuple[list[int], _VersionReader]:
+    reader = _VersionReader(
+        MirrorSettings("unused:1", "t.actions", "t.commits", "/data/t"),
+        "id-1",
+        start,
+        end,
+        skip_lost=skip_lost,
+    )
+    got = []
+    for offset, value in enumerate(events):
+        version = reader._take(value, offset)
+        if version is not None:
+            got.append(version.version)
+        if reader.done or reader.overshot:
+            break
+    return got, reader
+
+
+def test_records_gone_from_the_actions_topic_are_skipped_only_with_fail_on_data_loss_false() -> None:
+    # retention took version 2 and the first action of version 3: the partition starts there
+    events = [_event(3, 1, 2), _event(4, 0, 1), _event(5, 0, 2), _event(5, 1, 2)]
+    got, reader = _read(2, 5, events, skip_lost=False)
+    assert got == [] and reader.overshot  # the caller then fails, naming the versions
+    got, reader = _read(2, 5, events, skip_lost=True)
+    assert got == [4, 5] and reader.done
+    got, reader = _read(2, 3, events, skip_lost=True)  # nothing of the range is left
+    assert got == [] and reader.done
+
+
+# --- where a stream starts, on a table on disk ----------------------------------------------------
+
+
+@pytest.fixture
+def dated_table(tmp_path: Path) -> str:
+    """krs__cdf-table (versions 0-3) with commit times 1000, 2000, 3000 and 4000 s after the epoch."""
+    path = copy_table("krs__cdf-table", tmp_path)
+    for v in range(4):
+        os.utime(path / "_delta_log" / f"{v:020d}.json", (1000 * (v + 1), 1000 * (v + 1)))
+    return str(path)
+
+
+def _start(table: str, index: MirrorIndex | None = None, **options: str) -> dict[str, object]:
+    parsed = SourceOptions.parse({"path": table, "kafka.bootstrap.servers": "b:9092", **options})
+    snapshot = open_table(table).snapshot()
+    mirrored = index or _index(*(_summary(v) for v in range(4)))
+    return initial_offset(parsed, mirrored, ReadSchema(snapshot.metadata, snapshot.version))
+
+
+def test_starting_version_must_exist_and_latest_starts_after_the_last_commit(dated_table: str) -> None:
+    index = _index(*(_summary(v) for v in range(3)))  # the watcher lags: version 3 is not mirrored yet
+    assert _start(dated_table, index, startingVersion="3") == {"version": 3}  # the rows wait for it
+    assert _start(dated_table, index, startingVersion="latest") == {"version": 4}
+    with pytest.raises(StreamStartNotFoundError) as err:
+        _start(dated_table, index, startingVersion="4")
+    assert str(err.value).startswith("[DELTA_VERSION_NOT_FOUND] startingVersion 4 does not exist")
+    assert _start(dated_table, index) == {"version": 2, "snapshot": True}
+
+
+@pytest.mark.parametrize(
+    ("timestamp", "version"),
+    [
+        ("1970-01-01T00:33:20Z", 1),  # version 1's time exactly (2000 s)
+        ("1970-01-01T00:33:20.001Z", 2),  # just after it: the next commit
+        ("1970-01-01T00:53:21+00:20", 2),  # 2001 s, with an offset
+        ("1970-01-01", 0),  # before every commit: the first one
+        ("1970-01-01T01:06:40Z", 3),  # the last commit's time
+    ],
+)
+def test_starting_timestamp_starts_at_the_first_commit_at_or_after_it(
+    dated_table: str, timestamp: str, version: int
+) -> None:
+    assert _start(dated_table, startingTimestamp=timestamp) == {"version": version}
+
+
+def test_a_starting_timestamp_after_the_last_commit_fails_as_in_delta_spark(dated_table: str) -> None:
+    with pytest.raises(ChangeTimestampAfterLatestError) as err:
+        _start(dated_table, startingTimestamp="1970-01-01T01:06:40.001Z")
+    assert str(err.value).startswith("[DELTA_TIMESTAMP_GREATER_THAN_COMMIT]")
+
+
+# --- a data file gone from storage, in a task ------------------------------------------------------
+
+
+def test_a_missing_data_file_fails_naming_it_or_its_rows_are_skipped(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from deltamirror.consumer.spark_rows import change_rows
+    from deltamirror.core.changes import VersionActions
+    from deltamirror.core.errors import DataFileNotFoundError
+
+    path = copy_table("krs__cdf-table", tmp_path)  # version 0 adds 10 files, versions 1-3 use cdc files
+    table = open_table(str(path))
+    stamps = {t.version: t.timestamp for t in table.commit_timestamps()}
+    versions = [
+        VersionActions(v, stamps[v], [next(iter(a.items())) for a in table.read_commit(v)]) for v in range(4)
+    ]
+    snapshot = table.snapshot()
+    read = ReadSchema(snapshot.metadata, snapshot.version)
+    everything = pa.Table.from_batches(list(change_rows(table, read, versions, fail_on_data_loss=True)))
+    gone = "birthday=2023-12-22/part-00000-592a7e14-f790-4236-9c61-120d006eb3b8.c000.snappy.parquet"
+    lost_rows = pq.read_table(path / gone).num_rows
+    os.remove(path / gone)  # as VACUUM would, version 1 having removed it
+
+    with pytest.raises(DataFileNotFoundError, match="failOnDataLoss") as err:
+        list(change_rows(table, read, versions, fail_on_data_loss=True))
+    assert err.value.file == gone and err.value.version == 0
+    skipped = pa.Table.from_batches(list(change_rows(table, read, versions, fail_on_data_loss=False)))
+    assert lost_rows > 0 and skipped.num_rows == everything.num_rows - lost_rows
+    later = everything.filter(pc.greater(everything["_commit_version"], 0))
+    assert skipped.filter(pc.greater(skipped["_commit_version"], 0)).equals(later)
