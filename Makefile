@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install demo test test-fast test-kafka test-spark lint format fuzz bench bench-compare ci clean
+.PHONY: help install demo test test-fast test-kafka test-spark lint format fuzz bench bench-quick bench-compare ci clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-11s %s\n", $$1, $$2}'
@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	@echo "Installing deltamirror with Spark and the test tools into $(VENV): about 450 MB to download"
 	@echo "on a first run (pyspark is most of it), about 1 GB on disk. Progress follows."
 	$(PIP) install --progress-bar on --upgrade pip setuptools wheel
-	$(PIP) install --progress-bar on -e ".[spark,dev]" --config-settings editable_mode=strict
+	$(PIP) install --progress-bar on -e ".[spark,dev,bench]" --config-settings editable_mode=strict
 	touch $(STAMP)
 
 install: $(STAMP) ## create .venv and install deltamirror with its Spark and test dependencies
@@ -50,11 +50,11 @@ format: install ## apply ruff's fixes and formatting
 fuzz: install ## the full mutation campaign over real tables (SEED=11; failures by class in .dev/fuzz-report.md)
 	$(BIN)/python tests/mutation --size full --seed $(or $(SEED),11) --report .dev/fuzz-report.md
 
-bench: install ## the benchmarks against delta-rs, delta-spark and raw confluent-kafka
-	$(BIN)/python bench/bench_snapshot.py
-	$(BIN)/python bench/bench_changes.py
-	$(BIN)/python bench/bench_producer.py
-	$(BIN)/python bench/bench_snapshot_consumer.py
+bench: install ## every performance goal beside its peers, 7 rounds (ROUNDS=, ONLY=group); bench/results (~30 min)
+	$(BIN)/python bench/run.py $(if $(ROUNDS),--rounds $(ROUNDS)) $(foreach g,$(ONLY),--only $(g))
+
+bench-quick: install ## the benchmark harness on tiny inputs, 1 round: a smoke check, never judged by time
+	$(BIN)/python bench/run.py --quick
 
 bench-compare: install ## is the working tree slower than BASE (default HEAD)? median of per-round ratios
 	$(BIN)/python bench/compare_revisions.py --base $(or $(BASE),HEAD) --rounds $(or $(ROUNDS),7) $(if $(WORKLOAD),--workload $(WORKLOAD))

@@ -219,6 +219,99 @@ def build_table(path: Path, versions: int, rows_per_append: int, seed: int = 7) 
     return info
 
 
+# --- contenders: each a function bench/run.py runs in a fresh process (harness.Clock) ---------------
+
+
+def setup(clock: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """The change-feed table (built once per size, cached under bench/.data) and the floor's file list.
+
+    The floor reads what a change feed over every version must read at least: the change data
+    files of the versions that have them, else the data files added or removed with dataChange.
+    """
+    versions, per_append = params["versions"], params["rows_per_append"]
+    path = (
+        DATA if (versions, per_append) == (1000, 1500) else DATA.with_name(f"changes-{versions}x{per_append}")
+    )
+    clock.start()
+    info_file = path / "bench_info.json"
+    if params.get("rebuild") or not info_file.exists():
+        build_table(path, versions, per_append)
+    info = json.loads(info_file.read_text())
+    data_files, change_files = _floor_files(path)
+    clock.stop()
+    return {
+        **params,
+        **info,
+        "path": str(path),
+        "data_files": data_files,
+        "change_files": change_files,
+        "inputs": [str(path)],
+    }
+
+
+def _floor_files(path: Path) -> tuple[list[str], list[str]]:
+    from urllib.parse import unquote
+
+    data: list[str] = []
+    changes: list[str] = []
+    for commit in sorted((path / "_delta_log").glob("*.json")):
+        actions = [json.loads(line) for line in commit.read_text().splitlines() if line.strip()]
+        cdc = [a["cdc"]["path"] for a in actions if "cdc" in a]
+        if cdc:
+            changes += cdc
+            continue
+        for a in actions:
+            for kind in ("add", "remove"):
+                if kind in a and a[kind].get("dataChange", True):
+                    data.append(a[kind]["path"])
+    return [str(path / unquote(p)) for p in data], [str(path / unquote(p)) for p in changes]
+
+
+def changes_deltamirror(clock: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """Timed: ``read_changes(open_table(path), starting_version=0)``, every batch consumed."""
+    from deltamirror.core import open_table
+    from deltamirror.core.changes import read_changes
+
+    clock.imported()
+    clock.start()
+    feed = read_changes(open_table(params["path"]), starting_version=0, ending_version=params.get("end"))
+    rows = sum(b.num_rows for b in feed)
+    clock.stop()
+    return {"rows": rows}
+
+
+def changes_delta_rs(clock: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """Timed: ``DeltaTable(path).load_cdf(starting_version=0)``, every batch of the reader consumed."""
+    from deltalake import DeltaTable
+
+    clock.imported()
+    clock.start()
+    stream = DeltaTable(params["path"]).load_cdf(starting_version=0, ending_version=params.get("end"))
+    rows = 0
+    for b in stream:
+        rows += b.num_rows
+    clock.stop()
+    return {"rows": rows}
+
+
+def changes_pyarrow(clock: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """The floor. Timed: pyarrow.dataset reading every file of the floor's list (multi-threaded).
+
+    Two datasets (data files; change data files, which have ``_change_type`` too), every column.
+    """
+    import pyarrow.dataset as ds
+
+    clock.imported()
+    clock.start()
+    rows = 0
+    for files in (params["data_files"], params["change_files"]):
+        if files:
+            for batch in ds.dataset(files, format="parquet").to_batches():
+                rows += batch.num_rows
+    clock.stop()
+    return {"rows_read": rows, "files": len(params["data_files"]) + len(params["change_files"])}
+
+
 # --- child side: one read in a fresh process ----------------------------------------------------
 
 
@@ -231,23 +324,15 @@ def _peak_mb(pid: str = "self") -> float:
 
 
 def child(reader: str, path: str, end: int | None) -> dict[str, Any]:
-    if reader == "deltamirror":
-        from deltamirror.core import open_table
-        from deltamirror.core.changes import read_changes
+    if reader in ("deltamirror", "delta-rs"):
+        sys.path.insert(0, str(BENCH))
+        from harness import Clock
 
-        started = time.perf_counter()
-        feed = read_changes(open_table(path), starting_version=0, ending_version=end)
-        rows = sum(b.num_rows for b in feed)
-        return {"rows": rows, "seconds": time.perf_counter() - started, "peak_mb": _peak_mb()}
-    if reader == "delta-rs":
-        from deltalake import DeltaTable
-
-        started = time.perf_counter()
-        stream = DeltaTable(path).load_cdf(starting_version=0, ending_version=end)
-        rows = 0
-        for b in stream:
-            rows += b.num_rows
-        return {"rows": rows, "seconds": time.perf_counter() - started, "peak_mb": _peak_mb()}
+        clock = Clock()
+        read = changes_deltamirror if reader == "deltamirror" else changes_delta_rs
+        facts = read(clock, {"path": path, "end": end})
+        seconds = clock.marks["stop"]["perf"] - clock.marks["start"]["perf"]
+        return {"rows": facts["rows"], "seconds": seconds, "peak_mb": _peak_mb()}
     if reader == "delta-spark":
         sys.path.insert(0, str(REPO / "tests"))
         from support.spark import get_spark_session, stop_spark_session

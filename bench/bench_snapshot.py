@@ -33,11 +33,74 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results" / "snapshot.json"
+DATA = BENCH / ".data"
 sys.path.insert(0, str(BENCH))
 
-from make_checkpoint_table import DATA, ensure_table  # noqa: E402
+from harness import Clock  # noqa: E402  (standard library only: a child imports nothing heavy here)
 
 CONTENDERS = ("deltamirror", "delta-rs", "pyarrow")
+
+
+# --- contenders: each a function bench/run.py runs in a fresh process (harness.Clock) ---------------
+
+
+def setup(clock: Clock, params: dict[str, Any]) -> dict[str, Any]:
+    """The 1M-file table (make_checkpoint_table, cached under bench/.data): its root and checkpoint."""
+    from make_checkpoint_table import ensure_table
+
+    clock.start()
+    manifest = ensure_table(params["files"], params["commits"], data_dir=Path(params.get("data_dir", DATA)))
+    clock.stop()
+    return {**params, **manifest, "inputs": [manifest["root"]]}
+
+
+def snapshot_deltamirror(clock: Clock, params: dict[str, Any]) -> dict[str, Any]:
+    """Timed: ``open_table(root).snapshot()`` until its file list is in Arrow (``snap.files.num_rows``)."""
+    from deltamirror.core.table import open_table
+
+    clock.imported()
+    clock.start()
+    snap = open_table(params["root"]).snapshot()
+    files = snap.files.num_rows
+    clock.stop()
+    return {"files": files, "version": snap.version}
+
+
+def snapshot_delta_rs(clock: Clock, params: dict[str, Any]) -> dict[str, Any]:
+    """Timed: ``DeltaTable(root)`` (replays the log, loads the file list) + ``get_add_actions()``."""
+    from deltalake import DeltaTable
+
+    clock.imported()
+    clock.start()
+    t0 = time.perf_counter()
+    dt = DeltaTable(params["root"])
+    t1 = time.perf_counter()
+    files = dt.get_add_actions().num_rows
+    clock.stop()
+    return {
+        "files": int(files),
+        "version": dt.version(),
+        "open_s": t1 - t0,
+        "file_list_s": time.perf_counter() - t1,
+    }
+
+
+def snapshot_pyarrow(clock: Clock, params: dict[str, Any]) -> dict[str, Any]:
+    """The floor. Timed: ``pq.read_table(checkpoint, columns=["add"])``: reading the bytes at all."""
+    import pyarrow.parquet as pq
+
+    clock.imported()
+    clock.start()
+    rows = pq.read_table(params["checkpoint"], columns=["add"]).num_rows
+    clock.stop()
+    return {"rows": rows}
+
+
+CONTENDER_FUNCTIONS = {
+    "deltamirror": snapshot_deltamirror,
+    "delta-rs": snapshot_delta_rs,
+    "pyarrow": snapshot_pyarrow,
+}
 
 
 # --- child side: one load in a fresh process ----------------------------------------------------
@@ -77,49 +140,18 @@ def _child(name: str, root: str, checkpoint: str) -> dict[str, Any]:
 
 
 def _load(name: str, root: str, checkpoint: str) -> dict[str, Any]:
+    if name not in CONTENDER_FUNCTIONS:
+        raise SystemExit(f"unknown contender {name!r}")
     started_cpu = _cpu_s()
-    if name == "deltamirror":
-        from deltamirror.core.table import open_table
-
-        imported, import_cpu = _rss_mb(), _cpu_s() - started_cpu
-        t0 = time.perf_counter()
-        snap = open_table(root).snapshot()
-        files = snap.files.num_rows
-        t1 = time.perf_counter()
-        return {
-            "total_s": t1 - t0,
-            "files": files,
-            "version": snap.version,
-            "import_rss_mb": imported,
-            "import_cpu_s": import_cpu,
-        }
-    if name == "delta-rs":
-        from deltalake import DeltaTable
-
-        imported, import_cpu = _rss_mb(), _cpu_s() - started_cpu
-        t0 = time.perf_counter()
-        dt = DeltaTable(root)
-        t1 = time.perf_counter()
-        files = dt.get_add_actions().num_rows
-        t2 = time.perf_counter()
-        return {
-            "total_s": t2 - t0,
-            "open_s": t1 - t0,
-            "file_list_s": t2 - t1,
-            "files": int(files),
-            "version": dt.version(),
-            "import_rss_mb": imported,
-            "import_cpu_s": import_cpu,
-        }
-    if name == "pyarrow":
-        import pyarrow.parquet as pq
-
-        imported, import_cpu = _rss_mb(), _cpu_s() - started_cpu
-        t0 = time.perf_counter()
-        rows = pq.read_table(checkpoint, columns=["add"]).num_rows
-        t1 = time.perf_counter()
-        return {"total_s": t1 - t0, "rows": rows, "import_rss_mb": imported, "import_cpu_s": import_cpu}
-    raise SystemExit(f"unknown contender {name!r}")
+    clock = Clock()
+    facts = CONTENDER_FUNCTIONS[name](clock, {"root": root, "checkpoint": checkpoint})
+    marks = clock.marks
+    return {
+        **facts,
+        "total_s": marks["stop"]["perf"] - marks["start"]["perf"],
+        "import_rss_mb": marks["imported"]["rss_mb"],
+        "import_cpu_s": marks["imported"]["cpu"] - started_cpu,
+    }
 
 
 def _run_child(name: str, root: str, checkpoint: str) -> dict[str, Any]:
@@ -194,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
         result["peak_rss_mb"] = _rss_mb()
         print(json.dumps(result))
         return 0
+
+    from make_checkpoint_table import ensure_table
 
     manifest = ensure_table(args.files, args.commits, data_dir=args.data_dir)
     root, checkpoint = manifest["root"], manifest["checkpoint"]

@@ -79,6 +79,8 @@ class ActionAccumulator:
         self._rows: dict[str, list[Mapping[str, Any]]] = {"add": [], "remove": []}
         self._order: dict[str, list[int]] = {"add": [], "remove": []}
         self._tables: dict[str, list[pa.Table]] = {"add": [], "remove": []}
+        #: where the run of small tables (fewer than ``batch_rows`` rows) at the end of _tables starts
+        self._small: dict[str, int] = {"add": 0, "remove": 0}
 
     # --- non-file actions ---------------------------------------------------------------------
 
@@ -137,6 +139,29 @@ class ActionAccumulator:
         if self.batch_rows is not None and len(rows) >= self.batch_rows:
             self._flush(name)
 
+    def take_file_table(self, name: str, rows: pa.Table) -> None:
+        """``add`` or ``remove`` rows already in :data:`FILE_ROWS` columns (``__order`` included),
+        following those taken before in log order: a reader that decoded them into Arrow itself.
+
+        Small tables are merged into one of ``batch_rows`` rows once that many have come, so that
+        a long stream of small batches ends as a few large chunks.
+        """
+        if rows.schema != FILE_ROWS[name]:
+            raise CorruptLogError(f"{name} rows do not have the columns of a checkpoint's", table=self.table)
+        if self._rows[name]:
+            self._flush(name)
+        tables = self._tables[name]
+        tables.append(rows)
+        limit = self.batch_rows
+        if limit is None or rows.num_rows >= limit:
+            self._small[name] = len(tables)
+            return
+        small = tables[self._small[name] :]
+        if sum(t.num_rows for t in small) >= limit:
+            del tables[self._small[name] :]
+            tables.append(pa.concat_tables(small).combine_chunks())
+            self._small[name] = len(tables)
+
     def file_actions(self) -> tuple[pa.Table, pa.Table]:
         """(adds, removes) taken so far, in :data:`FILE_ROWS` columns, as ``reconcile`` takes them."""
         out = []
@@ -151,10 +176,11 @@ class ActionAccumulator:
         schema = action_schema.ADD if name == "add" else action_schema.REMOVE
         try:
             table = pa.Table.from_pylist(self._rows[name], schema=schema)
-        except (pa.ArrowException, TypeError, ValueError) as exc:  # the boundary makes this unreachable
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:  # unreachable from the log
             raise CorruptLogError(
                 f"file actions do not fit the Arrow schema: {exc}", table=self.table
             ) from exc
         order = pa.array(self._order[name], pa.int64())
         self._tables[name].append(table.append_column(pa.field(ORDER, pa.int64()), order))
+        self._small[name] = len(self._tables[name])
         self._rows[name], self._order[name] = [], []

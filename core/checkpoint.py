@@ -4,11 +4,14 @@ File actions stay columnar from the parquet page to the snapshot: the ``add`` st
 filtered and flattened by pyarrow, never turned into Python objects. Only the handful of
 non-file actions (protocol, metaData, txn, domainMetadata) become models.
 
-A checkpoint is log input like a commit and gets the same checks (:mod:`.actions`), vectorised:
-columns of the types the protocol gives (integers stay integers, a string is not a number),
-required fields present, paths non-empty, sizes non-negative, deletion vector descriptors well
-formed, and every partition column named by each file's ``partitionValues``. A file that is not
-Parquet, or is cut short, is refused as a corrupt checkpoint (exit 2), never a traceback.
+Every column of the ``add`` rows but ``stats`` is read at once; the stats (most of a checkpoint's
+bytes, and needed by no replay) are read again from the checkpoint when a snapshot's files are
+first asked for them (:class:`DeferredStats`, :mod:`.file_table`). A column that row group
+statistics prove null in every add row is not decoded at all.
+
+A checkpoint is log input like a commit and gets the same checks (:mod:`.checkpoint_checks`),
+vectorised. A file that is not Parquet, or is cut short, is refused as a corrupt checkpoint
+(exit 2), never a traceback.
 """
 
 from __future__ import annotations
@@ -24,25 +27,97 @@ import pyarrow.parquet as pq
 
 from . import action_schema
 from .accumulator import ActionAccumulator
-from .actions import PartitionKeys, Where, iter_values, read_actions
+from .actions import Where, iter_values, read_actions
+from .checkpoint_checks import check_file_rows, check_partition_rows
 from .errors import CorruptLogError, IncompleteTableStateError
+from .file_table import CHECKPOINT_ROW, CHECKPOINT_ROW_TYPE, shared_nulls
 from .log import Checkpoint
 from .models import CheckpointMetadata, DomainMetadata, Metadata, Protocol, Sidecar, parse_action
 from .storage import TableStorage
 
 SIDECAR_DIR = "_sidecars"
+_BATCH_ROWS = 65_536
 _SMALL_ACTIONS = ("metaData", "protocol", "txn", "domainMetadata", "checkpointMetadata", "sidecar")
 #: what a reader of a checkpoint's configuration reads of it
 _CONFIG_ACTIONS = ("metaData", "protocol", "checkpointMetadata")
 
 
+@dataclass(frozen=True)
+class _PartRows:
+    """Where the add rows of one parquet part (or sidecar) are read again: the row groups read and
+    how many add rows they held; the footer's size and row count tell a file that changed."""
+
+    path: str
+    groups: list[int] | None
+    rows: int
+    footer: tuple[int, int]
+
+
+class DeferredStats:
+    """The ``add.stats`` of a checkpoint's add rows, in their order, read when first needed.
+
+    A parquet part's stats are read again from the rows that held adds the first time; those of a
+    JSON part (and of a part whose ``add`` column had to be read whole) are kept as read; a part
+    without a ``stats`` field has as many nulls.
+    """
+
+    def __init__(self, storage: TableStorage) -> None:
+        self.storage = storage
+        self._pieces: list[_PartRows | pa.ChunkedArray | int] = []
+
+    def kept(self, stats: pa.ChunkedArray | int) -> None:
+        """The stats of the next rows as read (a number: that many nulls)."""
+        self._pieces.append(stats)
+
+    def deferred(self, part: _PartRows) -> None:
+        self._pieces.append(part)
+
+    def read(self) -> pa.ChunkedArray:
+        chunks: list[pa.Array] = []
+        for piece in self._pieces:
+            if isinstance(piece, int):
+                chunks.append(pa.nulls(piece, pa.string()))
+            else:
+                chunks += (piece if isinstance(piece, pa.ChunkedArray) else self._read_part(piece)).chunks
+        return pa.chunked_array(chunks, type=pa.string())
+
+    def _read_part(self, part: _PartRows) -> pa.ChunkedArray:
+        where = Where(self.storage.uri, part.path)
+        pf = _open_part(self.storage, part.path, "before the snapshot read its files' stats")
+        try:
+            with _corrupt_checkpoint(where, "add.stats"):
+                if _footer(pf) != part.footer:
+                    raise where.refuse("checkpoint changed after the snapshot read it")
+                column = _read_add_groups(pf, ["add.stats"], part.groups)
+                column = action_schema.keep_rows(column, pc.is_valid(column))
+                if len(column) != part.rows:
+                    raise where.refuse(
+                        f"checkpoint changed after the snapshot read it ({len(column)} add rows, "
+                        f"{part.rows} before)"
+                    )
+                stats = pc.struct_field(column, "stats")
+                return stats if stats.type == pa.string() else stats.cast(pa.string())
+        finally:
+            pf.close()
+
+
+def _footer(pf: pq.ParquetFile) -> tuple[int, int]:
+    return int(pf.metadata.serialized_size), int(pf.metadata.num_rows)
+
+
 @dataclass
 class CheckpointState:
-    """What one checkpoint holds, before the commits after it are applied."""
+    """What one checkpoint holds, before the commits after it are applied.
+
+    ``adds`` has the columns of :data:`.action_schema.ADD` (``stats`` null: see ``add_stats``) and
+    :data:`.file_table.CHECKPOINT_ROW`, each row's place among the adds.
+    """
 
     version: int
     adds: pa.Table
     removes: pa.Table
+    #: the stats of ``adds``, in order, read on demand
+    add_stats: DeferredStats | None = None
     #: its metaData, protocol, txns and domains
     actions: ActionAccumulator = field(default_factory=ActionAccumulator)
     checkpoint_metadata: CheckpointMetadata | None = None
@@ -73,111 +148,18 @@ def arrow_to_python(value: Any, typ: pa.DataType) -> Any:
 
 
 def struct_rows(column: pa.ChunkedArray, schema: pa.Schema) -> pa.Table:
-    """The non-null rows of a struct column as a table conformed to ``schema``."""
+    """The non-null rows of a struct column as a table conformed to ``schema`` (the fields it
+    lacks null, all over one zeroed buffer)."""
     column = action_schema.keep_rows(column, pc.is_valid(column))
     if len(column) == 0:
         return schema.empty_table()
-    return action_schema.conform(pa.Table.from_struct_array(column), schema)
-
-
-#: fields a file action row must have (as a commit line must), by action type
-_REQUIRED = {
-    "add": ("path", "partitionValues", "size", "modificationTime", "dataChange"),
-    "remove": ("path", "dataChange"),
-}
-_NON_NEGATIVE = ("size", "baseRowId", "defaultRowCommitVersion")
-_DV_NON_NEGATIVE = ("offset", "sizeInBytes", "cardinality", "maxRowIndex")
-
-
-def check_file_rows(kind: str, rows: pa.Table, where: Where) -> None:
-    """A checkpoint's ``add`` (or ``remove``) rows, checked as the boundary checks commit lines,
-    in Arrow: a handful of kernels whatever the number of files (a null count is free, a minimum
-    one pass; deletion vectors are checked on the rows that have one)."""
-
-    def refuse(mask: pa.ChunkedArray | pa.Array, problem: str) -> None:
-        if pc.any(mask).as_py():
-            row = pc.index(mask, True).as_py()
-            raise where.refuse(f"{problem} (checkpoint {kind} row {row})")
-
-    for name in _REQUIRED[kind]:
-        if rows[name].null_count:
-            refuse(pc.is_null(rows[name]), f"{kind}.{name}: required field missing")
-    if rows.num_rows and pc.min(pc.binary_length(rows["path"])).as_py() == 0:
-        refuse(pc.equal(pc.binary_length(rows["path"]), 0), f"{kind}.path: expected a non-empty string")
-    for name in _NON_NEGATIVE:
-        if rows[name].null_count == rows.num_rows:
-            continue
-        low = pc.min(rows[name]).as_py()
-        if low is not None and low < 0:
-            refuse(pc.less(rows[name], 0), f"{kind}.{name}: expected a non-negative 64-bit integer")
-    dv = rows["deletionVector"]
-    if dv.null_count == len(dv):
-        return
-    present = pc.is_valid(dv)
-    dvs = dv.filter(present)  # the few rows with a deletion vector
-
-    def refuse_dv(mask: pa.ChunkedArray | pa.Array, problem: str) -> None:
-        if pc.any(mask).as_py():
-            row = pc.indices_nonzero(present)[pc.index(mask, True).as_py()].as_py()
-            raise where.refuse(f"{problem} (checkpoint {kind} row {row})")
-
-    storage_type = pc.struct_field(dvs, "storageType")
-    refuse_dv(
-        pc.invert(pc.fill_null(pc.is_in(storage_type, pa.array(["u", "i", "p"])), False)),
-        f"{kind}.deletionVector.storageType: expected one of 'u', 'i', 'p'",
-    )
-    inline = pc.struct_field(dvs, "pathOrInlineDv")
-    refuse_dv(
-        pc.fill_null(pc.equal(pc.binary_length(inline), 0), True),
-        f"{kind}.deletionVector.pathOrInlineDv: expected a non-empty string",
-    )
-    for name in _DV_NON_NEGATIVE:
-        values = pc.struct_field(dvs, name)
-        if name in ("sizeInBytes", "cardinality") and values.null_count:
-            refuse_dv(pc.is_null(values), f"{kind}.deletionVector.{name}: required field missing")
-        low = pc.min(values).as_py()
-        if low is not None and low < 0:
-            refuse_dv(pc.less(values, 0), f"{kind}.deletionVector.{name}: expected a non-negative integer")
-
-
-def check_partition_rows(rows: pa.Table, columns: PartitionKeys, where: Where, kind: str = "add") -> None:
-    """Every row's ``partitionValues`` names every partition column (by physical or logical name).
-
-    Vectorised, chunk by chunk: per column, a running count of the entries naming it, read at
-    each row's end. With one partition column and one entry per map (the usual case) a count of
-    the entries naming it is enough.
-    """
-    if not columns or rows.num_rows == 0:
-        return
-    first_row = 0
-    for maps in rows["partitionValues"].chunks:
-        keys = maps.keys  # every entry's key; the offsets (absolute, even in a slice) delimit each row's
-        offsets = maps.offsets
-        lengths = pc.subtract(offsets.slice(1), offsets.slice(0, len(maps)))
-        for physical, logical in columns:
-            hit = pc.equal(keys.slice(offsets[0].as_py(), offsets[-1].as_py() - offsets[0].as_py()), physical)
-            if logical != physical:
-                hit = pc.or_(hit, pc.equal(keys.slice(offsets[0].as_py(), len(hit)), logical))
-            if (
-                len(columns) == 1
-                and pc.sum(hit).as_py() == len(maps)
-                and pc.min_max(lengths).as_py() == {"min": 1, "max": 1}
-            ):
-                continue  # one entry per map, each naming the column
-            running = pa.concat_arrays(
-                [pa.array([0], pa.int64()), pc.cumulative_sum(pc.cast(hit, pa.int64()))]
-            )
-            base = offsets[0].as_py()
-            starts = pc.subtract(pc.cast(offsets.slice(0, len(maps)), pa.int64()), base)
-            ends = pc.subtract(pc.cast(offsets.slice(1), pa.int64()), base)
-            missing = pc.equal(pc.subtract(running.take(ends), running.take(starts)), 0)
-            if pc.any(missing).as_py():
-                row = first_row + pc.index(missing, True).as_py()
-                raise where.refuse(
-                    f"{kind}.partitionValues: partition column {logical!r} is missing "
-                    f"(checkpoint {kind} row {row})"
-                )
-        first_row += len(maps)
+    table = pa.Table.from_struct_array(column)
+    missing = [f for f in schema if f.name not in table.column_names]
+    if missing:
+        nulls = pa.nulls(table.num_rows, pa.struct(missing))
+        for k, f in enumerate(missing):
+            table = table.append_column(f, nulls.field(k))
+    return action_schema.conform(table, schema)
 
 
 def _small_actions(table: pa.Table, state: CheckpointState, *, file: str, uri: str) -> None:
@@ -205,26 +187,111 @@ def _apply_small(
         state.actions.apply(action)
 
 
-def _read_parquet_part(storage: TableStorage, path: str) -> Iterator[tuple[str, pa.Table]]:
+def _read_parquet_part(
+    storage: TableStorage, path: str, stats: DeferredStats
+) -> Iterator[tuple[str, pa.Table]]:
     """(kind, table) pieces of one checkpoint parquet file: 'add', 'remove' and 'small'.
 
     File action rows come out checked (:func:`check_file_rows`); anything Arrow cannot read or
-    cast (a corrupt page, a column of the wrong type) is a corrupt checkpoint.
+    cast (a corrupt page, a column of the wrong type) is a corrupt checkpoint. The adds' stats are
+    left to ``stats``.
     """
     pf = _open_part(storage, path)
-    where = Where(storage.uri, path)
-    names = set(pf.schema_arrow.names)
-    for kind in ("add", "remove"):
-        if kind in names:
-            with _corrupt_checkpoint(where, kind):
-                rows = struct_rows(_read_action_column(pf, kind).column(kind), action_schema.SCHEMAS[kind])
-            check_file_rows(kind, rows, where)
-            yield kind, rows
-    for name in _SMALL_ACTIONS:
-        if name in names:
-            with _corrupt_checkpoint(where, name):
-                small = _read_action_column(pf, name)
-            yield "small", small
+    try:
+        where = Where(storage.uri, path)
+        names = set(pf.schema_arrow.names)
+        for kind in ("add", "remove"):
+            if kind in names:
+                with _corrupt_checkpoint(where, kind):
+                    rows = _read_add_rows(pf, path, stats) if kind == "add" else _read_file_rows(pf, kind)
+                check_file_rows(kind, rows, where)
+                yield kind, rows
+        for name in _SMALL_ACTIONS:
+            if name in names:
+                with _corrupt_checkpoint(where, name):
+                    small = _read_action_column(pf, name)
+                yield "small", small
+    finally:
+        pf.close()
+
+
+def _read_file_rows(pf: pq.ParquetFile, kind: str) -> pa.Table:
+    return struct_rows(_read_action_column(pf, kind).column(kind), action_schema.SCHEMAS[kind])
+
+
+def _read_add_rows(pf: pq.ParquetFile, path: str, stats: DeferredStats) -> pa.Table:
+    """The add rows of a part, every column but ``stats`` read (that one is checked by its type
+    and left to ``stats``, to read again from the same row groups when it is needed)."""
+    typ = pf.schema_arrow.field("add").type
+    groups = _row_groups_holding(pf, "add")
+    if groups is not None and len(groups) == pf.metadata.num_row_groups:
+        groups = None
+    eager = []
+    has_stats = pa.types.is_struct(typ) and typ.get_field_index("stats") >= 0
+    if pa.types.is_struct(typ):
+        if has_stats:
+            action_schema.check_castable(typ.field("stats").type, pa.string(), "stats")
+        known = set(action_schema.ADD.names) - {"stats"}
+        eager = [f"add.{f.name}" for f in typ if f.name in known]
+        for name in _null_leaves(pf, eager, groups):
+            # checked as read: a null where the protocol requires a value is refused all the same
+            action_schema.check_castable(
+                typ.field(name[4:]).type, action_schema.ADD.field(name[4:]).type, name[4:]
+            )
+            eager.remove(name)
+    column = _read_add_groups(pf, eager or ["add"], groups)
+    rows = struct_rows(column, action_schema.ADD)
+    del column
+    if not eager:
+        rows = _keep_stats(rows, stats)
+    elif has_stats:
+        stats.deferred(_PartRows(path, groups, rows.num_rows, _footer(pf)))
+    else:
+        stats.kept(rows.num_rows)
+    return shared_nulls(rows)
+
+
+def _null_leaves(pf: pq.ParquetFile, columns: list[str], groups: list[int] | None) -> list[str]:
+    """The ``columns`` (``add.x`` of a primitive ``x``) that row group statistics prove null in
+    every row of ``groups`` (None: all): nothing in them to decode (row ids, a clustering
+    provider, on most tables)."""
+    meta = pf.metadata
+    if meta.num_row_groups == 0:
+        return []
+    index = {meta.schema.column(j).path: j for j in range(meta.num_columns)}
+    out = []
+    for name in columns:
+        j = index.get(name)
+        if j is None:  # a nested field (a map, a struct): its leaves are named below it
+            continue
+        for i in range(meta.num_row_groups) if groups is None else groups:
+            chunk = meta.row_group(i).column(j)
+            stats = chunk.statistics
+            if stats is None or not stats.has_null_count or stats.null_count != chunk.num_values:
+                break
+        else:
+            out.append(name)
+    return out
+
+
+def _read_add_groups(pf: pq.ParquetFile, columns: list[str], groups: list[int] | None) -> pa.ChunkedArray:
+    """The ``add`` column (``columns`` of it) of row ``groups`` (None: all), read a group at a time:
+    the decoding buffers of one group are alive at once, not those of the whole file."""
+    if groups is None:
+        groups = list(range(pf.metadata.num_row_groups))
+    if not groups:
+        return pf.read_row_groups([], columns=columns).column("add")
+    chunks = []
+    for i in groups:
+        chunks += pf.read_row_group(i, columns=columns, use_threads=False).column("add").chunks
+    return pa.chunked_array(chunks)
+
+
+def _keep_stats(rows: pa.Table, stats: DeferredStats) -> pa.Table:
+    """Add rows read whole: their stats are kept by ``stats``, a placeholder left in their place."""
+    stats.kept(rows.column("stats"))
+    index = rows.schema.get_field_index("stats")
+    return rows.set_column(index, rows.schema.field(index), pa.nulls(rows.num_rows, pa.string()))
 
 
 @contextlib.contextmanager
@@ -238,24 +305,31 @@ def _corrupt_checkpoint(where: Where, column: str) -> Iterator[None]:
         raise where.refuse(f"unreadable checkpoint ({column} column): {text}") from exc
 
 
-def _open_part(storage: TableStorage, path: str) -> pq.ParquetFile:
+def _open_part(storage: TableStorage, path: str, when: str = "while reading") -> pq.ParquetFile:
     try:
         return storage.parquet_file(path)
     except FileNotFoundError:
-        raise CorruptLogError(
-            "checkpoint file disappeared while reading", table=storage.uri, file=path
-        ) from None
+        raise CorruptLogError(f"checkpoint file disappeared {when}", table=storage.uri, file=path) from None
     except (OSError, EOFError, MemoryError, pa.ArrowException) as exc:
         text = " ".join(str(exc).split())  # one line
         raise CorruptLogError(f"unreadable checkpoint: {text}", table=storage.uri, file=path) from exc
 
 
 def _read_action_column(pf: pq.ParquetFile, name: str) -> pa.Table:
-    """The column of one action type, from only the row groups that hold such an action."""
+    """The non-null rows of the column of one action type, from only the row groups that hold
+    such an action, a batch at a time: a few tombstones among a million adds cost a batch of
+    null rows in memory, not a row group's."""
     groups = _row_groups_holding(pf, name)
-    if groups is None or len(groups) == pf.metadata.num_row_groups:
-        return pf.read(columns=[name])
-    return pf.read_row_groups(groups, columns=[name])
+    if groups is None:
+        groups = list(range(pf.metadata.num_row_groups))
+    batches = pf.iter_batches(_BATCH_ROWS, row_groups=groups, columns=[name], use_threads=False)
+    field = pf.schema_arrow.field(name)
+    chunks = []
+    for batch in batches:
+        column = batch.column(0)
+        if column.null_count < len(column):
+            chunks.append(column.filter(column.is_valid()) if column.null_count else column)
+    return pa.Table.from_arrays([pa.chunked_array(chunks, type=field.type)], schema=pa.schema([field]))
 
 
 def _row_groups_holding(pf: pq.ParquetFile, name: str) -> list[int] | None:
@@ -284,14 +358,9 @@ def _row_groups_holding(pf: pq.ParquetFile, name: str) -> list[int] | None:
             holding.append(i)
         elif group.num_rows:
             unsure.append(i)
-    if unsure:
-        valid = pc.is_valid(pf.read_row_groups(unsure, columns=[leaf]).column(name))
-        start = 0
-        for i in unsure:
-            rows = meta.row_group(i).num_rows
-            if pc.any(valid.slice(start, rows)).as_py():
-                holding.append(i)
-            start += rows
+    for i in unsure:
+        if pc.any(pc.is_valid(pf.read_row_group(i, columns=[leaf], use_threads=False).column(name))).as_py():
+            holding.append(i)
     return sorted(holding)
 
 
@@ -305,8 +374,9 @@ def read_checkpoint(
     """
     adds: list[pa.Table] = []
     removes: list[pa.Table] = []
+    stats = DeferredStats(storage)
     state = CheckpointState(
-        checkpoint.version, action_schema.ADD.empty_table(), action_schema.REMOVE.empty_table()
+        checkpoint.version, action_schema.ADD.empty_table(), action_schema.REMOVE.empty_table(), stats
     )
     for done, info in enumerate(checkpoint.files):
         if progress is not None:
@@ -315,7 +385,7 @@ def read_checkpoint(
         if checkpoint.format == "json":
             _read_json_checkpoint(storage, path, state, adds, removes)
             continue
-        for kind, table in _read_parquet_part(storage, path):
+        for kind, table in _read_parquet_part(storage, path, stats):
             if kind == "add":
                 adds.append(table)
             elif kind == "remove":
@@ -326,19 +396,26 @@ def read_checkpoint(
         if progress is not None:
             progress(done, len(checkpoint.files) + len(state.sidecars))
         path = _sidecar_path(storage, sidecar.path)
-        for kind, table in _read_parquet_part(storage, path):
+        for kind, table in _read_parquet_part(storage, path, stats):
             if kind == "add":
                 adds.append(table)
             elif kind == "remove":
                 removes.append(table)
     if adds:
         state.adds = pa.concat_tables(adds)
+    state.adds = _numbered(state.adds)
     if removes:
         state.removes = pa.concat_tables(removes)
     metadata = _holds_config(storage, checkpoint, state)
     name = storage.log_file(checkpoint.files[0].name)
     check_partition_rows(state.adds, metadata.partition_keys, Where(storage.uri, name))
     return state
+
+
+def _numbered(adds: pa.Table) -> pa.Table:
+    """``adds`` with :data:`CHECKPOINT_ROW`: 0, 1, 2... (where each row's stats are)."""
+    rows = pc.indices_nonzero(pa.repeat(pa.scalar(True), adds.num_rows))
+    return adds.append_column(pa.field(CHECKPOINT_ROW, CHECKPOINT_ROW_TYPE), rows)
 
 
 def _holds_config(storage: TableStorage, checkpoint: Checkpoint, state: CheckpointState) -> Metadata:
@@ -409,6 +486,8 @@ def _read_json_checkpoint(
                 _apply_small({run.name: value}, state, file=path, uri=storage.uri, line=line)
     with _corrupt_checkpoint(Where(storage.uri, path), "add"):
         if file_actions["add"]:
-            adds.append(pa.Table.from_pylist(file_actions["add"], schema=action_schema.ADD))
+            rows = pa.Table.from_pylist(file_actions["add"], schema=action_schema.ADD)
+            assert state.add_stats is not None
+            adds.append(_keep_stats(rows, state.add_stats))
         if file_actions["remove"]:
             removes.append(pa.Table.from_pylist(file_actions["remove"], schema=action_schema.REMOVE))

@@ -330,7 +330,7 @@ def keep_mask(deleted: pa.UInt64Array, num_rows: int, *, data_file: str | None =
     if num_rows < 0:
         raise ValueError(f"num_rows must be >= 0, got {num_rows}")
     if len(deleted) == 0:
-        return pa.repeat(pa.scalar(True), num_rows)
+        return pa.repeat(pa.scalar(True, pa.bool_()), num_rows)
     highest = pc.max(deleted).as_py()
     if highest >= num_rows:
         raise DeletionVectorError(
@@ -339,12 +339,14 @@ def keep_mask(deleted: pa.UInt64Array, num_rows: int, *, data_file: str | None =
         )
     indices = deleted.cast(pa.int64())
     if hasattr(pc, "scatter"):  # pyarrow >= 20: one pass writing each deleted position
-        marks = pc.scatter(pa.repeat(pa.scalar(False), len(deleted)), indices, max_index=num_rows - 1)
+        marks = pc.scatter(
+            pa.repeat(pa.scalar(False, pa.bool_()), len(deleted)), indices, max_index=num_rows - 1
+        )
         return pc.is_null(marks)
     return _keep_mask_by_lookup(indices, num_rows)
 
 
 def _keep_mask_by_lookup(indices: pa.Int64Array, num_rows: int) -> pa.BooleanArray:
     """Fallback for pyarrow without ``scatter``: a hash lookup per row (about 10x slower)."""
-    row_numbers = pc.cast(pc.indices_nonzero(pa.repeat(pa.scalar(True), num_rows)), pa.int64())
+    row_numbers = pc.cast(pc.indices_nonzero(pa.repeat(pa.scalar(True, pa.bool_()), num_rows)), pa.int64())
     return pc.invert(pc.is_in(row_numbers, value_set=indices))

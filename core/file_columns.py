@@ -185,12 +185,28 @@ def _selected_fields(schema: StructType, columns: Sequence[str] | None) -> list[
 class FileColumns:
     """Which file column feeds each output column, for files whose top-level columns are alike."""
 
-    def __init__(self, read_names: list[str], sources: list[str | None]) -> None:
+    def __init__(
+        self, read_names: list[str], sources: list[str | None], file_names: Sequence[str] = ()
+    ) -> None:
         self.read_names = read_names  # the file columns to decode
         self.sources = sources  # per output column: its file column (None: absent or partition)
-        #: a decoded batch schema whose columns all have their table types already, with the
-        #: position in such a batch of each output column's source (checked once, not per batch)
-        self.plain: tuple[pa.Schema, list[int | None]] | None = None
+        #: what to ask the parquet reader for: None when that is every column of the file
+        self.columns_arg: list[str] | None = (
+            None if read_names and len(set(file_names)) == len(file_names) == len(read_names) else read_names
+        )
+        #: per decoded batch schema (files with these columns may differ in types: string or
+        #: string_view...), how each output column comes from such a batch; checked once
+        self._plans: list[tuple[pa.Schema, _BatchPlan]] = []
+
+    def plan_for(self, batch_schema: pa.Schema, reader: SchemaReader) -> _BatchPlan:
+        for schema, plan in self._plans:
+            if batch_schema == schema:
+                return plan
+        plan = _plan(self, batch_schema, reader)
+        if len(self._plans) >= _PLANS_KEPT:
+            self._plans.clear()
+        self._plans.append((batch_schema, plan))
+        return plan
 
 
 @dataclass(frozen=True)
@@ -225,23 +241,28 @@ class SchemaReader:
         self.out_schema = pa.schema([to_arrow_field(f) for f in self.fields])
         part_names = {schema.field(name).name for name in partition_columns}
         self.partition = [f.name in part_names for f in self.fields]
+        self._partition_fields = [(i, f) for i, f in enumerate(self.fields) if self.partition[i]]
         self._layouts: dict[tuple[Any, ...], FileColumns] = {}
+        self._constants: dict[tuple[str | None, ...], Mapping[int, pa.Scalar]] = {}
 
     def constants(
         self, partition_values: Mapping[str, str | None], table: str, path_in_log: str
-    ) -> dict[int, pa.Scalar]:
-        """Output position -> the file's partition value there."""
-        return {
-            i: parse_partition_value(
-                partition_value_of(partition_values, f, self.mode),
-                f.type,
-                column=f.name,
-                table=table,
-                file=path_in_log,
-            )
-            for i, f in enumerate(self.fields)
-            if self.partition[i]
-        }
+    ) -> Mapping[int, pa.Scalar]:
+        """Output position -> the file's partition value there (read-only: shared by the files
+        of one partition, as parsing a value costs several Arrow calls per file)."""
+        if not self._partition_fields:
+            return _NO_CONSTANTS
+        raw = tuple(partition_value_of(partition_values, f, self.mode) for _, f in self._partition_fields)
+        found = self._constants.get(raw)
+        if found is None:
+            found = {
+                i: parse_partition_value(value, f.type, column=f.name, table=table, file=path_in_log)
+                for (i, f), value in zip(self._partition_fields, raw, strict=True)
+            }
+            if len(self._constants) >= _CONSTANTS_KEPT:
+                self._constants.clear()
+            self._constants[raw] = found
+        return found
 
     def file_columns(self, file_schema: pa.Schema, table: str, path_in_log: str) -> FileColumns:
         if self.mode == "id":
@@ -267,7 +288,8 @@ class SchemaReader:
         for f, is_partition in zip(self.fields, self.partition, strict=True):
             i = None if is_partition else _find_child(file_fields, f, self.mode)
             sources.append(None if i is None else file_fields[i].name)
-        return FileColumns(sorted({s for s in sources if s is not None}), sources)
+        read_names = sorted({s for s in sources if s is not None})
+        return FileColumns(read_names, sources, [f.name for f in file_fields])
 
     def assemble(
         self,
@@ -289,45 +311,66 @@ class SchemaReader:
         raw: pa.RecordBatch | None,
         num_rows: int,
     ) -> list[pa.Array]:
-        if raw is not None and layout.plain is not None:
-            schema, positions = layout.plain
-            if raw.schema == schema:  # every source column already has its table type
-                columns = raw.columns
-                return [
-                    columns[j]
-                    if j is not None
-                    else pa.repeat(constants[i], num_rows)
-                    if self.partition[i]
-                    else pa.nulls(num_rows, self.targets[i])
-                    for i, j in enumerate(positions)
-                ]
-        arrays = []
-        names = [] if raw is None else raw.schema.names
-        by_name = {} if raw is None else dict(zip(names, raw.columns, strict=True))
-        conformed = False
-        for i, source in enumerate(layout.sources):
-            if self.partition[i]:
-                arrays.append(pa.repeat(constants[i], num_rows))
-            elif source is None or raw is None:
-                arrays.append(pa.nulls(num_rows, self.targets[i]))
-            else:
-                column = by_name[source]
-                if self.mode == "id" or column.type != self.targets[i]:
-                    f = self.fields[i]
-                    column = _conform(column, f.type, self.mode, f.name)
-                    conformed = True
-                arrays.append(column)
-        if raw is not None and not conformed:
-            positions = [
-                None if s is None or self.partition[i] else names.index(s)
-                for i, s in enumerate(layout.sources)
+        if raw is None:  # only partition columns and columns absent from the file
+            return [
+                pa.repeat(constants[i], num_rows) if is_partition else pa.nulls(num_rows, target)
+                for i, (is_partition, target) in enumerate(zip(self.partition, self.targets, strict=True))
             ]
-            layout.plain = (raw.schema, positions)
+        plan = layout.plan_for(raw.schema, self)
+        columns: list[pa.Array] = raw.columns
+        if plan.identity:  # the batch's columns are the output, as they are
+            return columns
+        arrays: list[pa.Array] = []
+        for i, (kind, j) in enumerate(plan.steps):
+            if kind == _TAKE:
+                arrays.append(columns[j])
+            elif kind == _CONFORM:
+                f = self.fields[i]
+                arrays.append(_conform(columns[j], f.type, self.mode, f.name))
+            elif kind == _CONSTANT:
+                arrays.append(pa.repeat(constants[i], num_rows))
+            else:
+                arrays.append(pa.nulls(num_rows, self.targets[i]))
         return arrays
+
+
+#: how an output column comes from a decoded batch: its column j as it is, or made logical
+#: (column mapping ids, another type), or the file's partition value, or nulls (not in the file)
+_TAKE, _CONFORM, _CONSTANT, _NULLS = range(4)
+
+
+@dataclass(frozen=True)
+class _BatchPlan:
+    """Per output column (kind, batch position) for batches of one schema, worked out once."""
+
+    steps: tuple[tuple[int, int], ...]
+    #: every output column is the batch's column at the same position, unchanged
+    identity: bool
+
+
+def _plan(layout: FileColumns, batch_schema: pa.Schema, reader: SchemaReader) -> _BatchPlan:
+    names = batch_schema.names
+    steps = []
+    for i, source in enumerate(layout.sources):
+        if reader.partition[i]:
+            steps.append((_CONSTANT, -1))
+        elif source is None:
+            steps.append((_NULLS, -1))
+        else:
+            j = names.index(source)
+            same = reader.mode != "id" and batch_schema.field(j).type == reader.targets[i]
+            steps.append((_TAKE if same else _CONFORM, j))
+    identity = len(steps) == len(names) and all(s == (_TAKE, i) for i, s in enumerate(steps))
+    return _BatchPlan(tuple(steps), identity)
 
 
 #: distinct file column layouts remembered per schema reader (files of one writer share one)
 _LAYOUTS_KEPT = 64
+#: decoded batch schemas (types) whose plan one file column layout remembers
+_PLANS_KEPT = 8
+#: distinct partitions whose parsed values a schema reader remembers
+_CONSTANTS_KEPT = 1024
+_NO_CONSTANTS: Mapping[int, pa.Scalar] = {}
 #: schema readers remembered, by the identity of the (frozen) schema they were built for
 _READERS_KEPT = 16
 _readers: dict[tuple[Any, ...], tuple[StructType, SchemaReader]] = {}

@@ -126,6 +126,7 @@ def read_data_file(
             yield from _stream(
                 pf,
                 layout.read_names,
+                layout.columns_arg,
                 assemble,
                 _row_filter(storage, pf, deletion_vector, only_rows, table, path_in_log),
                 use_threads,
@@ -178,12 +179,13 @@ def _row_filter(
 def _stream(
     pf: pq.ParquetFile,
     read_names: list[str],
+    columns_arg: list[str] | None,
     assemble: Callable[[pa.RecordBatch | None, int], pa.RecordBatch],
     keep: pa.BooleanArray | None,
     use_threads: bool,
 ) -> Iterator[pa.RecordBatch]:
     if keep is None and read_names:  # every row: no row group needs to be looked at
-        for raw in pf.iter_batches(batch_size=BATCH_SIZE, columns=read_names, use_threads=use_threads):
+        for raw in pf.iter_batches(batch_size=BATCH_SIZE, columns=columns_arg, use_threads=use_threads):
             if raw.num_rows:
                 yield assemble(raw, raw.num_rows)
         return
@@ -202,7 +204,7 @@ def _stream(
             batches = (
                 (raw, raw.num_rows)
                 for raw in pf.iter_batches(
-                    batch_size=BATCH_SIZE, row_groups=[rg], columns=read_names, use_threads=use_threads
+                    batch_size=BATCH_SIZE, row_groups=[rg], columns=columns_arg, use_threads=use_threads
                 )
             )
         offset = rg_start

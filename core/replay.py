@@ -29,6 +29,7 @@ from .actions import (
 from .checkpoint import CheckpointState, read_checkpoint, read_checkpoint_config
 from .deletion_vectors import dv_unique_ids
 from .errors import CorruptLogError, IncompleteTableStateError, UnsupportedFeatureError
+from .file_table import CHECKPOINT_ROW, CHECKPOINT_ROW_TYPE, FileTable, with_deferred
 from .log import (
     Compaction,
     LogSegment,
@@ -89,7 +90,8 @@ def _untouched(rows: pa.Table, touched_paths: pa.Array, touched_keys: pa.Array) 
         return rows
     if isinstance(candidate, pa.ChunkedArray):
         candidate = candidate.combine_chunks()
-    named = rows.take(pc.indices_nonzero(candidate))
+    # filtered chunk by chunk: a take would first concatenate every chunk of the million paths
+    named = rows.select(["path", "deletionVector"]).filter(candidate)
     hit = pc.is_in(file_keys(named["path"], named["deletionVector"]), value_set=touched_keys)
     dropped = pc.replace_with_mask(candidate, candidate, hit)
     return action_schema.keep_rows(rows, pc.invert(dropped))
@@ -102,7 +104,8 @@ class TableState:
     version: int
     metadata: Metadata
     protocol: Protocol
-    files: pa.Table
+    #: active files; the checkpoint's stats are read when first used
+    files: FileTable
     tombstones: pa.Table
     txns: dict[str, Txn] = field(default_factory=dict)
     domains: dict[str, DomainMetadata] = field(default_factory=dict)
@@ -292,19 +295,41 @@ def _check_reconciled(adds: pa.Table, removes: pa.Table, compactions: Sequence[_
         )
 
 
+def _distinct_files(adds: pa.Table) -> bool:
+    """Whether every add names another file (key). Distinct paths make distinct keys, and without
+    deletion vectors a key is its path: keys are built only when paths repeat and a row has one."""
+    paths = adds["path"]
+    if paths.null_count == 0 and len(pc.unique(canonical_paths(paths))) == adds.num_rows:
+        return True
+    dvs = adds["deletionVector"]
+    if dvs.null_count == len(dvs):
+        return False
+    return bool(pc.count_distinct(file_keys(adds["path"], dvs)).as_py() == adds.num_rows)
+
+
 def reconcile(
-    cp_adds: pa.Table, cp_removes: pa.Table, adds: pa.Table, removes: pa.Table
+    cp_adds: pa.Table,
+    cp_removes: pa.Table,
+    adds: pa.Table,
+    removes: pa.Table,
+    *,
+    distinct_paths: bool = False,
 ) -> tuple[pa.Table, pa.Table]:
-    """(active files, tombstones) from checkpoint rows and ordered commit rows (with ``__order``)."""
+    """(active files, tombstones) from checkpoint rows and ordered commit rows (with ``__order``).
+
+    ``distinct_paths``: the caller has checked that no two adds have the same canonical path (a
+    consumer that sorted them for its own index), so that is not checked again.
+    """
     if adds.num_rows == 0 and removes.num_rows == 0:
         return cp_adds, cp_removes
-    add_keys = file_keys(adds["path"], adds["deletionVector"])
-    if removes.num_rows == 0 and pc.count_distinct(add_keys).as_py() == adds.num_rows:
+    touched: pa.Array | None
+    if removes.num_rows == 0 and (distinct_paths or _distinct_files(adds)):
         # every key named once, nothing removed (an append): every add stands, nothing to order
         live_adds = adds.drop_columns([ORDER])
         live_removes = removes.drop_columns([ORDER])
-        touched = add_keys
+        touched = None  # the add keys, built only when checkpoint rows must be matched with them
     else:
+        add_keys = file_keys(adds["path"], adds["deletionVector"])
         rm_keys = file_keys(removes["path"], removes["deletionVector"])
         actions = pa.table(
             {
@@ -321,6 +346,10 @@ def reconcile(
         live_adds = adds.filter(pc.is_in(adds[ORDER], winners)).drop_columns([ORDER])
         live_removes = removes.filter(pc.is_in(removes[ORDER], winners)).drop_columns([ORDER])
         touched = pc.unique(keys)
+    if cp_adds.num_rows == 0 and cp_removes.num_rows == 0:
+        return pa.concat_tables([cp_adds, live_adds]), pa.concat_tables([cp_removes, live_removes])
+    if touched is None:
+        touched = file_keys(adds["path"], adds["deletionVector"])
     touched_paths = pc.unique(
         canonical_paths(pa.chunked_array(adds["path"].chunks + removes["path"].chunks, type=pa.string()))
     )
@@ -366,17 +395,22 @@ def replay(
     domains = pending.domains_over(cp.actions.domains if cp else {})
     adds, removes = pending.file_actions()
     _check_reconciled(adds, removes, compactions)
+    if cp is not None:  # the checkpoint's rows carry their place, a commit's none (see with_deferred)
+        adds = adds.append_column(
+            pa.field(CHECKPOINT_ROW, CHECKPOINT_ROW_TYPE), pa.nulls(adds.num_rows, CHECKPOINT_ROW_TYPE)
+        )
     active, tombstones = reconcile(
         cp.adds if cp else action_schema.ADD.empty_table(),
         cp.removes if cp else action_schema.REMOVE.empty_table(),
         adds,
         removes,
     )
+    deferred = {"stats": cp.add_stats.read} if cp is not None and cp.add_stats is not None else {}
     return TableState(
         segment.version,
         metadata,
         protocol,
-        active,
+        with_deferred(active, deferred),
         tombstones,
         txns,
         domains,

@@ -107,15 +107,15 @@ class _Parts:
             pc.cast(
                 pa.Array.from_buffers(pa.uint16(), n_runs, [None, pa.py_buffer(pairs[1::2])]), pa.int64()
             ),
-            1,
+            _ONE,
         )
         if pc.max(pc.add(firsts, lengths)).as_py() > 0x10000:
             raise MalformedBitmap("a run goes past the end of its container")
         ends = pc.cumulative_sum(lengths)
         shifts = pc.subtract(firsts, pc.subtract(ends, lengths))
         total = ends[-1].as_py()
-        positions = pc.cast(pc.indices_nonzero(pa.repeat(pa.scalar(True), total)), pa.int64())
-        values = pc.add(positions, pc.run_end_decode(pa.RunEndEncodedArray.from_arrays(ends, shifts)))
+        positions = pc.cast(pc.indices_nonzero(pa.repeat(_TRUE, total)), pa.int64())
+        values = pc.add(positions, pc.run_end_decode(_run_end_encoded(ends, shifts, total)))
         low = pc.cast(values, pa.uint16())
         low_bytes = memoryview(low.buffers()[1]).cast("B")[2 * low.offset :]
         start = 0
@@ -123,6 +123,18 @@ class _Parts:
             if segment is None:
                 self.lows[i] = low_bytes[2 * start : 2 * (start + count)]
                 start += count
+
+
+#: typed scalars: pyarrow infers an untyped Python value's type by trying to import pandas and
+#: dateutil, ~45 us per call where they are not installed
+_ONE = pa.scalar(1, pa.int64())
+_TRUE = pa.scalar(True, pa.bool_())
+
+
+def _run_end_encoded(run_ends: pa.Int64Array, values: pa.Array, length: int) -> pa.Array:
+    """``RunEndEncodedArray.from_arrays`` without its untyped ``pa.scalar`` of the last run end."""
+    ree_type = pa.run_end_encoded(pa.int64(), values.type)
+    return pa.RunEndEncodedArray.from_buffers(ree_type, length, [None], children=[run_ends, values])
 
 
 def _read_bucket(data: memoryview, pos: int, bucket_high: int, parts: _Parts) -> int:
@@ -228,7 +240,7 @@ def decode(data: bytes | memoryview, cardinality: int | None = None) -> pa.UInt6
     total = len(low_bytes) // 2
     low_values = pa.Array.from_buffers(pa.uint16(), total, [None, pa.py_buffer(low_bytes)])
     run_ends = pa.array(itertools.accumulate(parts.counts), pa.int64())
-    high_values = pa.RunEndEncodedArray.from_arrays(run_ends, pa.array(parts.highs, pa.uint64()))
+    high_values = _run_end_encoded(run_ends, pa.array(parts.highs, pa.uint64()), total)
     values: pa.UInt64Array = pc.add(pc.cast(low_values, pa.uint64()), pc.run_end_decode(high_values))
     # keys were checked in order above; this catches unsorted array containers and overlapping runs
     if total > 1 and not pc.all(pc.less(values.slice(0, total - 1), values.slice(1))).as_py():

@@ -3,7 +3,7 @@
 >>> from deltamirror.core import open_table
 >>> table = open_table("s3://bucket/events", storage_options={"anon": False})
 >>> snap = table.snapshot()                  # latest; or version=N / timestamp="2026-01-01T00:00:00Z"
->>> snap.files.num_rows                      # active files, an Arrow table
+>>> snap.files.num_rows                      # active files, Arrow (stats read on first use)
 >>> for batch in snap.iter_batches(columns=["id"]): ...
 """
 
@@ -25,6 +25,7 @@ from .errors import (
     TimestampOutOfRangeError,
     VersionNotFoundError,
 )
+from .file_table import FileTable
 from .log import (
     LogListing,
     LogSegment,
@@ -91,8 +92,13 @@ class Snapshot:
         return self._state.protocol
 
     @property
-    def files(self) -> pa.Table:
-        """Active files: one row per (path, deletion vector), columns as a checkpoint's ``add``."""
+    def files(self) -> FileTable:
+        """Active files: one row per (path, deletion vector), columns as a checkpoint's ``add``.
+
+        A :class:`~.file_table.FileTable`: it answers as a ``pyarrow.Table`` does, and reads the
+        checkpoint's ``stats`` column the first time it is used (``files.to_table()`` is the
+        ``pyarrow.Table`` itself, for what demands one).
+        """
         return self._state.files
 
     @property

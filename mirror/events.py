@@ -309,6 +309,12 @@ class EnvelopeEncoder:
         self.count = count
         self.snapshot = snapshot
 
+    @property
+    def prefix(self) -> bytes:
+        """The bytes every event of the version starts with (up to ``"index":``): what the batch
+        decoder (:mod:`.event_batches`) recognizes to read an envelope once per version."""
+        return self._prefix
+
     def encode(self, index: int, action_type: str, body: bytes | Mapping[str, Any]) -> bytes:
         raw = body if isinstance(body, bytes) else to_json(body)
         if self.snapshot:

@@ -20,10 +20,10 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, overload
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as _RdKafkaError
@@ -60,6 +60,66 @@ class Record:
 
     def header(self, name: str) -> str | None:
         return header_value(self.headers, name)
+
+
+def _record(item: Any) -> Record:
+    """A batch's item as a Record: it is one (joined from fragments), or the consumer's message."""
+    if type(item) is Record:
+        return item
+    offset: int = item.offset() or 0
+    return Record(
+        item.topic() or "",
+        item.partition() or 0,
+        offset,
+        offset,
+        item.key(),
+        item.value() or b"",
+        item.headers() or [],
+        item.timestamp()[1],
+    )
+
+
+class RecordBatch(Sequence[Record]):
+    """The whole records of one read, in order: :class:`Record` s when read one by one, and columns
+    (:meth:`values`, :meth:`offsets`...) for a reader that takes a batch at once, without a Python
+    object per record beyond the client's own message."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self) -> None:
+        self._items: list[Any] = []  # a Record (joined from fragments) or the client's message
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, index: int) -> Record: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Record]: ...
+
+    def __getitem__(self, index: int | slice) -> Record | list[Record]:
+        if isinstance(index, slice):
+            return [_record(item) for item in self._items[index]]
+        return _record(self._items[index])
+
+    def __iter__(self) -> Iterator[Record]:
+        return map(_record, self._items)
+
+    def topics(self) -> list[str]:
+        return [i.topic if type(i) is Record else i.topic() or "" for i in self._items]
+
+    def partitions(self) -> list[int]:
+        return [i.partition if type(i) is Record else i.partition() or 0 for i in self._items]
+
+    def offsets(self) -> list[int]:
+        return [i.offset if type(i) is Record else i.offset() or 0 for i in self._items]
+
+    def first_offsets(self) -> list[int]:
+        return [i.first_offset if type(i) is Record else i.offset() or 0 for i in self._items]
+
+    def values(self) -> list[bytes]:
+        return [i.value if type(i) is Record else i.value() or b"" for i in self._items]
 
 
 class MirrorConsumer:
@@ -205,7 +265,7 @@ class MirrorConsumer:
         idle_timeout_s: float | None = None,
         max_records: int = 1000,
         poll_s: float = 0.05,
-    ) -> Iterator[list[Record]]:
+    ) -> Iterator[RecordBatch]:
         """Whole records of the assigned partitions, in batches, each partition in order.
 
         With ``until_end``, the loop ends once every assigned partition has been read to its end
@@ -235,11 +295,15 @@ class MirrorConsumer:
                 messages = self._consumer.consume(max_records, timeout=poll_s)
             except KafkaException as exc:
                 raise KafkaError(f"consuming failed: {_reason(exc)}") from None
-            batch: list[Record] = []
+            batch = RecordBatch()
+            items = batch._items
+            last: tuple[str, int] | None = None
+            assembling = self._first  # partitions with a record's first fragments taken
             for msg in messages:
                 where = (msg.topic() or "", msg.partition() or 0)
                 err = msg.error()
                 if err is not None:
+                    last = None
                     if err.code() == _RdKafkaError._PARTITION_EOF:
                         pending.discard(where)
                         continue
@@ -247,10 +311,20 @@ class MirrorConsumer:
                         raise KafkaError(f"consuming failed: {err.str()}", topic=where[0], partition=where[1])
                     log.warning("consumer error (retried): %s", err.str())
                     continue
-                pending.add(where)  # not at its end any more: wait for the next end
+                if where != last:
+                    pending.add(where)  # not at its end any more: wait for the next end
+                    last = where
+                if where not in assembling:
+                    marks: Any = msg.headers()  # a list of (name, value), as _whole reads it
+                    for name, _ in marks or ():
+                        if name == HEADER_FRAGMENT:
+                            break
+                    else:  # a whole record (the common case): kept as the client's message
+                        items.append(msg)
+                        continue
                 record = self._whole(where, msg)
                 if record is not None:
-                    batch.append(record)
+                    items.append(record)
             if messages:
                 quiet_since = time.monotonic()
             elif until_end and pending:
@@ -348,4 +422,4 @@ def _names(partitions: Iterable[tuple[str, int]]) -> str:
     return ", ".join(f"{t}[{p}]" for t, p in sorted(partitions))
 
 
-__all__ = ["BEGINNING", "MirrorConsumer", "Record"]
+__all__ = ["BEGINNING", "MirrorConsumer", "Record", "RecordBatch"]

@@ -78,6 +78,8 @@ def classify(exc: BaseException, what: str, transactional_id: str) -> KafkaError
 LINGER_MS = 50
 #: delivery callbacks are served after about this many records (and always at commit)
 POLL_EVERY_RECORDS = 10_000
+#: ``produce``'s partition argument for "the partitioner decides" (RD_KAFKA_PARTITION_UA)
+_ANY_PARTITION = -1
 
 
 def producer_config(
@@ -214,19 +216,24 @@ class TransactionalPublisher:
         headers: Headers | None = None,
         timestamp: int = 0,
     ) -> None:
+        self._produce_one(self._producer.produce, topic, value, key, headers, timestamp)
+        self.records += 1
+        self.bytes += len(value)
+        if self.records % POLL_EVERY_RECORDS == 0:
+            self._serve_callbacks()
+
+    def _produce_one(
+        self, produce: Any, topic: str, value: bytes, key: bytes, headers: Headers | None, timestamp: int
+    ) -> None:
         while True:
             try:
-                self._producer.produce(topic, value, key, headers=headers, timestamp=timestamp)
-                break
+                produce(topic, value, key, _ANY_PARTITION, None, None, timestamp, headers)
+                return
             except BufferError:
                 self._check_stop()  # the queue stays full while the broker is gone
                 self._producer.poll(0.05)  # the local queue is full: wait for deliveries
             except KafkaException as exc:
                 raise classify(exc, "produce", self.transactional_id) from exc
-        self.records += 1
-        self.bytes += len(value)
-        if self.records % POLL_EVERY_RECORDS == 0:
-            self._serve_callbacks()
 
     def produce_many(
         self,
@@ -236,23 +243,23 @@ class TransactionalPublisher:
         headers: Iterable[Headers],
         timestamp: int,
     ) -> None:
+        """``values`` with their ``headers``, one record each, all with ``key`` and ``timestamp``.
+
+        The loop's one Python step per record is the ``produce`` call, its arguments positional
+        (keywords cost a fifth of the call: confluent-kafka's order is topic, value, key,
+        partition, callback, on_delivery, timestamp, headers); counts are made once per batch.
+        """
         produce = self._producer.produce
-        n = 0
-        size = 0
         for value, hdrs in zip(values, headers, strict=True):
             try:
-                produce(topic, value, key, headers=hdrs, timestamp=timestamp)
-            except BufferError:
-                self._producer.poll(0.05)
-                self.produce(topic, value, key, hdrs, timestamp)
-                continue
+                produce(topic, value, key, _ANY_PARTITION, None, None, timestamp, hdrs)
+            except BufferError:  # the local queue is full: wait for room (or a stop)
+                self._produce_one(produce, topic, value, key, hdrs, timestamp)
             except KafkaException as exc:
                 raise classify(exc, "produce", self.transactional_id) from exc
-            n += 1
-            size += len(value)
         before = self.records
-        self.records += n
-        self.bytes += size
+        self.records += len(values)
+        self.bytes += sum(map(len, values))
         if before // POLL_EVERY_RECORDS != self.records // POLL_EVERY_RECORDS:
             self._serve_callbacks()
 
@@ -315,6 +322,10 @@ class TransactionalPublisher:
 
     def poll(self, timeout_s: float = 0.0) -> None:
         self._producer.poll(timeout_s)
+
+    def in_flight(self) -> int:
+        """Records produced and not yet acknowledged by the broker (queued or sent)."""
+        return len(self._producer)
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Flush what is queued (nothing, outside a transaction) and let the client go."""

@@ -26,6 +26,7 @@ import hashlib
 import logging
 import threading
 import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from deltamirror.core.errors import ConfigError, DeltaMirrorError
@@ -47,7 +48,7 @@ from .snapshot_events import SnapshotWork
 from .transactions import BATCH, TableTransactions
 from .waker import LogWaker
 from .watcher import TableWatcher
-from .work import CommitWork, PositionWork, TableReplacedWork
+from .work import CommitWork, PositionWork, TableReplacedWork, Work
 
 if TYPE_CHECKING:  # for the type checker only: importing it loads prometheus_client
     from .metrics import Metrics
@@ -62,6 +63,10 @@ LARGE_COMMIT_BYTES = 8 * 1024 * 1024
 STOP_BUDGET_S = 7.0
 #: how long one metadata request waits while connecting (a stop is noticed within it)
 CONNECT_SLICE_S = 1.0
+#: units of work (and bytes of commits) read while a committing transaction's records are still on
+#: their way to the broker (see :meth:`TablePipeline._read_while_draining`)
+DRAIN_AHEAD_UNITS = 32
+DRAIN_AHEAD_BYTES = 64 * 1024 * 1024
 
 
 def transactional_id(prefix: str, table_uri: str) -> str:
@@ -143,11 +148,16 @@ class TablePipeline:
             time_left=self.time_left,
             batch_size=max(1, min(batch_size, cfg.txn_max_records)),
         )
+        self.txns.before_bounded_commit = self._read_while_draining
         self._log_extra = {"table": self.uri}
         self._needs_start = True
         self._table_failing = False
         #: a stop cut a batch: the open transaction holds records its progress record would not cover
         self._cut_mid_batch = False
+        #: work the watcher handed out while a transaction drained, published next (in order)
+        self._drained: deque[Work] = deque()
+        #: what the watcher raised while a transaction drained: raised once the work before it is out
+        self._drained_error: Exception | None = None
 
     # --- stopping -----------------------------------------------------------------------------
 
@@ -269,6 +279,8 @@ class TablePipeline:
         while not self.stop.is_set():
             try:
                 if self._needs_start:
+                    self._drained.clear()
+                    self._drained_error = None
                     self.watcher.start(self.txns.committed)
                     self._needs_start = False
                 self._step()
@@ -352,12 +364,53 @@ class TablePipeline:
         if not self.abandoned:
             log.info("table stopped cleanly", extra=self._log_extra)
 
+    def _next_work(self) -> Work | None:
+        if self._drained:
+            return self._drained.popleft()
+        if self._drained_error is not None:
+            error, self._drained_error = self._drained_error, None
+            raise error
+        return self.watcher.next_work()
+
+    def _read_while_draining(self) -> None:
+        """Read (and validate) the next versions while the transaction about to commit drains.
+
+        Committing waits until the broker has every record of the transaction; librdkafka sends
+        them on its own threads, so the watcher's thread would wait idle. It scans the versions
+        that come next meanwhile, as long as records are still on their way (at most
+        :data:`DRAIN_AHEAD_UNITS` units, :data:`DRAIN_AHEAD_BYTES` of commits), and publishes
+        them in the next transaction. An error the watcher raises is raised once the work before
+        it has been published, as it would have been without reading ahead.
+        """
+        pub = self.txns.pub
+        assert pub is not None
+        size = 0
+        while (
+            pub.in_flight()
+            and len(self._drained) < DRAIN_AHEAD_UNITS
+            and size < DRAIN_AHEAD_BYTES
+            and self._drained_error is None
+            and not self.stop.is_set()
+            and self.watcher.next_commit_size() <= LARGE_COMMIT_BYTES
+        ):
+            try:
+                work = self.watcher.next_work()
+            except Exception as exc:  # raised in its turn, by _next_work
+                self._drained_error = exc
+                return
+            if work is None:
+                return
+            self._drained.append(work)
+            if not isinstance(work, CommitWork):
+                return
+            size += work.scan.file.size
+
     def _step(self) -> None:
         txns = self.txns
-        if txns.in_transaction and self.watcher.next_commit_size() > LARGE_COMMIT_BYTES:
+        if txns.in_transaction and not self._drained and self.watcher.next_commit_size() > LARGE_COMMIT_BYTES:
             # reading a big commit may outlast transaction.timeout.ms: do not keep a transaction open
             txns.commit()
-        work = self.watcher.next_work()
+        work = self._next_work()
         if work is None:
             if txns.in_transaction:
                 txns.commit()
@@ -369,7 +422,7 @@ class TablePipeline:
             txns.begin()
         if isinstance(work, CommitWork | SnapshotWork):
             txns.publish(work)
-            self.metrics.versions_behind(self.uri, self.watcher.versions_ahead)
+            self.metrics.versions_behind(self.uri, self.watcher.versions_ahead + len(self._drained))
         elif isinstance(work, TableReplacedWork):
             txns.announce_replaced(work)
             return  # the new table's first work goes in the same transaction
@@ -377,6 +430,7 @@ class TablePipeline:
             txns.produced = work.position
         # publish may have committed its last chunk already (a stop mid-version): no txn, no commit
         if txns.in_transaction and txns.bounds_reached():
+            self._read_while_draining()
             txns.commit()
 
 

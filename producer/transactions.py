@@ -104,6 +104,9 @@ class TableTransactions:
         self._last_activity = self._last_txn_end
         #: first version with records in the open transaction (for the report of an abandoned one)
         self._txn_first_version: int | None = None
+        #: called before a transaction that reached its bounds commits, while its records are
+        #: still on their way to the broker (the pipeline reads the next versions meanwhile)
+        self.before_bounded_commit: Callable[[], None] = lambda: None
 
     def resume(self, committed: Position | None) -> None:
         """A new session starts from the committed progress: nothing is open."""
@@ -217,6 +220,8 @@ class TableTransactions:
                 if bar is not None:
                     bar.advance(len(batch))
                 if index < unit.count and (self.bounds_reached() or self.stop.is_set()):
+                    if not self.stop.is_set():
+                        self.before_bounded_commit()
                     self.commit()  # a chunk of a version larger than a transaction
                     if self.stop.is_set():
                         return

@@ -26,7 +26,13 @@ class LogWaker:
         self._observer: Any = None
         if not enabled or not storage.uri.startswith("file://"):
             return
-        from watchdog.events import FileSystemEvent, FileSystemEventHandler
+        from watchdog.events import (
+            FileClosedEvent,
+            FileCreatedEvent,
+            FileMovedEvent,
+            FileSystemEvent,
+            FileSystemEventHandler,
+        )
         from watchdog.observers import Observer
 
         changed = self._changed
@@ -38,7 +44,13 @@ class LogWaker:
 
         observer = Observer()
         try:
-            observer.schedule(_OnLogFile(), storage.log_path, recursive=False)
+            # only what a new commit makes: without a filter every read of a commit by the watcher
+            # itself (open, close) woke three watchdog threads (~0.3 ms of CPU per commit read)
+            only = [FileCreatedEvent, FileMovedEvent, FileClosedEvent]
+            try:
+                observer.schedule(_OnLogFile(), storage.log_path, recursive=False, event_filter=only)
+            except TypeError:  # watchdog before 5.0 has no filter: every event, as before
+                observer.schedule(_OnLogFile(), storage.log_path, recursive=False)
             observer.daemon = True
             observer.start()
         except OSError as exc:  # no _delta_log yet, or the inotify watch limit reached: just poll

@@ -2,12 +2,15 @@
 
 The state keeps its files as one Arrow table with the columns of a checkpoint's ``add``; a version
 is reconciled with it by core's replay (:func:`deltamirror.core.replay.reconcile`). What is here
-answers the questions around that: which files of the state a version names (:class:`PathIndex`
-skips the pass over the state for an append), which files a version or a snapshot made disappear
+answers the questions around that: where the files of the state a version names are
+(:class:`PathIndex`: no pass over the state per version), which files a version or a snapshot made disappear
 (:func:`gone`, :func:`snapshot_changes`), and keeping the table's chunks few (:func:`compact`).
 """
 
 from __future__ import annotations
+
+from bisect import bisect_right
+from itertools import accumulate
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -20,43 +23,94 @@ ROWS_PER_CHUNK = 4096
 
 
 class PathIndex:
-    """Which paths may be among the state's files, answered without a pass over every file.
+    """Where the state's rows of given paths are, found without a pass over every file.
 
-    Sorted runs of canonical paths, searched by binary search: a run per version, merged with the
-    run before it when that one is not more than twice as long, so there are few runs and a path
-    is sorted again only a few times. It only grows: a removed file stays until the index is
-    twice the state, then it is built again. So it may say "maybe" for a path no longer there
-    (the exact check follows) but never "no" for a path that is. It costs a second copy of the
-    paths. Without pyarrow's ``search_sorted`` every version makes the exact check.
+    Sorted runs of (canonical path, row position), searched by binary search: a run per version,
+    merged with the run before it when that one is not more than twice as long, so there are few
+    runs and a path is sorted again only a few times. Positions are those of the state's table,
+    dead rows included (the state skips them): the index only grows until the state drops its dead
+    rows (:meth:`drop`) or it is twice the state (then it is built again). It costs a second copy of
+    the paths. Without pyarrow's ``search_sorted`` the state makes a pass per version instead.
     """
 
     available = hasattr(pc, "search_sorted")
 
-    def __init__(self, paths: pa.Array | pa.ChunkedArray) -> None:
-        self._runs: list[pa.Array] = []
+    def __init__(self, paths: pa.Array | pa.ChunkedArray, first: int = 0) -> None:
+        self._runs: list[tuple[pa.Array, pa.Array]] = []
         self.size = 0
-        self.extend(paths)
+        self._next = first
+        self.extend(paths, first)
 
-    def extend(self, paths: pa.Array | pa.ChunkedArray) -> None:
-        if isinstance(paths, pa.ChunkedArray):
-            paths = paths.combine_chunks()
+    def extend(self, paths: pa.Array | pa.ChunkedArray, first: int | None = None) -> None:
+        """``paths`` of the rows at positions ``first`` on (by default, after the last ones given)."""
+        first = self._next if first is None else first
+        self._next = first + len(paths)
         if len(paths) == 0:
             return
-        self._runs.append(paths.take(pc.array_sort_indices(paths)))
+        positions = positions_from(first, len(paths))
+        order = pc.sort_indices(paths)
+        run = paths.take(order)
+        run = run.combine_chunks() if isinstance(run, pa.ChunkedArray) else run
+        self._runs.append((run, positions.take(order)))
         self.size += len(paths)
-        while len(self._runs) > 1 and len(self._runs[-2]) <= 2 * len(self._runs[-1]):
-            last = self._runs.pop()
-            merged = pa.concat_arrays([self._runs.pop(), last])
-            self._runs.append(merged.take(pc.array_sort_indices(merged)))
+        while len(self._runs) > 1 and len(self._runs[-2][0]) <= 2 * len(self._runs[-1][0]):
+            (p2, r2), (p1, r1) = self._runs.pop(), self._runs.pop()
+            merged, rows = pa.concat_arrays([p1, p2]), pa.concat_arrays([r1, r2])
+            order = pc.array_sort_indices(merged)
+            self._runs.append((merged.take(order), rows.take(order)))
+
+    def positions(self, paths: pa.Array) -> pa.Array:
+        """The positions of every row whose path is one of ``paths`` (few), dead rows included."""
+        found: list[pa.Array] = []
+        for run, rows in self._runs:
+            lo = pc.search_sorted(run, paths, side="left").to_pylist()
+            hi = pc.search_sorted(run, paths, side="right").to_pylist()
+            found.extend(rows.slice(a, b - a) for a, b in zip(lo, hi, strict=True) if b > a)
+        return pa.concat_arrays(found) if found else pa.array([], pa.int64())
+
+    def distinct(self) -> bool:
+        """True when the index holds one run (one table's paths) and no path twice in it."""
+        if len(self._runs) != 1:
+            return False
+        run = self._runs[0][0]
+        if run.null_count:
+            return False
+        return len(run) < 2 or not pc.any(pc.equal(run.slice(1), run.slice(0, len(run) - 1))).as_py()
 
     def may_hold_any(self, paths: pa.Array | pa.ChunkedArray) -> bool:
+        """Whether a row of one of ``paths`` was given (it may be dead since)."""
         if isinstance(paths, pa.ChunkedArray):
             paths = paths.combine_chunks()
-        for run in self._runs:
-            at = pc.min_element_wise(pc.search_sorted(run, paths), len(run) - 1)
-            if pc.any(pc.equal(run.take(at), paths)).as_py():
-                return True
-        return False
+        return len(self.positions(paths)) > 0
+
+    def drop(self, dead: pa.Array) -> None:
+        """The rows at the sorted positions ``dead`` are gone from the table: the others move up."""
+        runs, self._runs, self.size = self._runs, [], 0
+        for run, rows in runs:
+            keep = pc.invert(pc.is_in(rows, value_set=dead))
+            rows = rows.filter(keep)
+            moved = pc.subtract(rows, pc.search_sorted(dead, rows, side="left"))
+            self._runs.append((run.filter(keep), moved))
+            self.size += len(rows)
+        self._next -= len(dead)
+
+
+def take_rows(files: pa.Table, positions: pa.Array) -> pa.Table:
+    """The rows at ``positions`` (few), in that order, taken from the chunks that hold them: a take
+    over the whole table would first combine its chunks (copy every file)."""
+    wanted = positions.to_pylist()
+    batches = files.to_batches()
+    starts = list(accumulate((b.num_rows for b in batches), initial=0))
+    parts: list[pa.RecordBatch] = []
+    for at in wanted:
+        i = bisect_right(starts, at) - 1
+        parts.append(batches[i].slice(at - starts[i], 1))
+    return pa.Table.from_batches(parts, files.schema).combine_chunks() if parts else files.slice(0, 0)
+
+
+def positions_from(first: int, count: int) -> pa.Array:
+    """The positions ``first`` to ``first + count - 1``."""
+    return pc.add(pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), count)), first - 1)
 
 
 def needs_compaction(files: pa.Table) -> bool:
@@ -95,6 +149,8 @@ def keys(files: pa.Table) -> pa.Array:
 
 def snapshot_changes(before: pa.Table, after: pa.Table) -> tuple[pa.Table, pa.Table]:
     """(files of ``after`` not in ``before``, files of ``before`` not in ``after``), by replay key."""
+    if before.num_rows == 0 or after.num_rows == 0:
+        return after, before
     before_keys, after_keys = keys(before), keys(after)
     added = after.filter(pc.invert(pc.is_in(after_keys, value_set=before_keys)))
     removed = before.filter(pc.invert(pc.is_in(before_keys, value_set=after_keys)))
@@ -113,4 +169,13 @@ def gone(named: pa.Table, adds: pa.Table, removes: pa.Table, live: pa.Table) -> 
     return named.filter(hit)
 
 
-__all__ = ["PathIndex", "compact", "gone", "keys", "needs_compaction", "snapshot_changes"]
+__all__ = [
+    "PathIndex",
+    "compact",
+    "gone",
+    "keys",
+    "needs_compaction",
+    "positions_from",
+    "snapshot_changes",
+    "take_rows",
+]

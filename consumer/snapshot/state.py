@@ -2,12 +2,16 @@
 
 :class:`IncrementalSnapshot` is the state of one table (one ``tableId``), applied from its action
 events. The active files are one Arrow table with the columns of a checkpoint's ``add`` (as
-``Snapshot.files``), in the order they became active. An event carries one action, but nothing
-is applied per action: a version's ``add`` and ``remove`` bodies are collected (turned into Arrow
-every few thousand rows) and reconciled with the files once, when its last action arrives, by
-core's own replay (:func:`deltamirror.core.replay.reconcile`: newest action per canonical path +
-deletion vector id wins). What the version changed (:class:`Invalidation`) is computed with the
-same keys, by the kernels of :mod:`.files`.
+``Snapshot.files``), in the order they became active. Nothing is applied per action: a version's
+events are collected (:class:`~.pending.PendingVersion`; one by one with :meth:`~IncrementalSnapshot.apply`,
+or as segments the batch decoder already turned into Arrow rows with
+:meth:`~IncrementalSnapshot.apply_segment`) and reconciled with the files once, when its last
+action arrives, by core's own replay rule (:func:`deltamirror.core.replay.reconcile`: newest action
+per canonical path + deletion vector id wins). A version costs what it names, not what the state
+holds: the files it names are found by :class:`~.files.PathIndex`, the ones it removes are marked
+and dropped when :attr:`~IncrementalSnapshot.files` is read (or once they are an eighth of the
+rows), its files are appended. What the version changed (:class:`Invalidation`) is computed with
+the same keys, by the kernels of :mod:`.files`, and kept in Arrow until read.
 
 The state serializes itself as a document (everything but the files) beside its files: in format 3
 the document is the footer of a Delta checkpoint of the files (:mod:`.delta_checkpoint`, what
@@ -20,22 +24,33 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltamirror.core import action_schema
-from deltamirror.core.accumulator import ActionAccumulator
 from deltamirror.core.deletion_vectors import dv_unique_id
-from deltamirror.core.errors import ConfigError, CorruptLogError
-from deltamirror.core.partitions import distinct_partitions
+from deltamirror.core.errors import ConfigError
 from deltamirror.core.replay import canonical_paths, file_keys, reconcile
 from deltamirror.mirror.errors import EventStreamError
 from deltamirror.mirror.events import ActionEvent, decode_action_event
 
-from .files import PathIndex, compact, gone, needs_compaction, snapshot_changes
+from .files import (
+    PathIndex,
+    compact,
+    gone,
+    keys,
+    needs_compaction,
+    positions_from,
+    snapshot_changes,
+    take_rows,
+)
+from .invalidation import Invalidation, Partitions, Paths
+from .pending import PendingVersion
+
+if TYPE_CHECKING:
+    from deltamirror.mirror.event_batches import Segment
 
 #: a Delta checkpoint per table (:mod:`.delta_checkpoint`)
 STATE_FORMAT = 3
@@ -48,8 +63,6 @@ FileKey = tuple[str, str]
 """(canonical path, deletion vector id or ""): one logical file, as core's replay keys it."""
 
 _FILE_SCHEME = re.compile(r"^file:/+")
-#: add/remove bodies of a version held as dicts before they are turned into Arrow
-_BATCH_ROWS = 8192
 
 
 def file_key(action: Mapping[str, Any]) -> FileKey:
@@ -60,83 +73,6 @@ def file_key(action: Mapping[str, Any]) -> FileKey:
     dv = action.get("deletionVector")
     dv_id = dv_unique_id(dv["storageType"], dv["pathOrInlineDv"], dv.get("offset")) if dv else ""
     return path, dv_id
-
-
-@dataclass(frozen=True)
-class Invalidation:
-    """What one applied version changed: what a cache of the table's files or data must drop.
-
-    ``added`` are files active after the version that an ``add`` of it (re)wrote, ``removed`` files
-    active before it and gone after; a snapshot is compared with the state it replaces. Paths
-    (canonical: ``file:`` prefixes dropped) appear once per file key (a deletion-vector update
-    names the path in both lists). ``partitions`` are the distinct ``partitionValues`` of those
-    files; ``files`` is the number of active files after the version.
-    """
-
-    table_id: str
-    version: int
-    snapshot: bool
-    added: tuple[str, ...]
-    removed: tuple[str, ...]
-    partitions: tuple[dict[str, str | None], ...]
-    files: int
-
-
-class PendingVersion:
-    """The events of the version (or snapshot) being received, and whether they come in order.
-
-    Its ``add`` and ``remove`` bodies go to core's :class:`~deltamirror.core.accumulator.ActionAccumulator`
-    (Arrow every few thousand rows, each row with its index in the version as its ``__order``), as
-    log replay's do. The other actions are kept as they were published: the state holds and
-    persists them as JSON, where the accumulator would turn them into typed models.
-    """
-
-    def __init__(
-        self, table_id: str, version: int, snapshot: bool, count: int, commit_timestamp: int | None = None
-    ) -> None:
-        self.table_id = table_id
-        self.version = version
-        self.snapshot = snapshot
-        self.count = count
-        self.commit_timestamp = commit_timestamp
-        self.received = 0
-        self.others: list[tuple[str, Any]] = []
-        self._files = ActionAccumulator(table=table_id, batch_rows=_BATCH_ROWS)
-
-    def describe(self) -> str:
-        return f"{'snapshot' if self.snapshot else 'version'} {self.version}"
-
-    def take(self, event: ActionEvent) -> None:
-        if event.type == "add" or event.type == "remove":
-            if type(event.action) is not dict:  # parsed JSON: an object is a dict
-                raise EventStreamError(
-                    f"action {event.index} ({event.type}) is not an object",
-                    table=event.table_id,
-                    version=event.version,
-                )
-            try:
-                self._files.take_files(event.type, [event.action], first_order=event.index)
-            except CorruptLogError as exc:
-                raise self._misfit(f"a {event.type} action", f"a checkpoint's {event.type}", exc) from None
-        else:
-            self.others.append((event.type, event.action))
-        self.received += 1
-
-    def file_actions(self) -> tuple[pa.Table, pa.Table]:
-        """(adds, removes) with ``__order``, as core's reconcile takes them."""
-        try:
-            return self._files.file_actions()
-        except CorruptLogError as exc:
-            raise self._misfit("an add or remove action", "a checkpoint's add or remove", exc) from None
-
-    def _misfit(self, what: str, columns: str, exc: CorruptLogError) -> EventStreamError:
-        """The accumulator's refusal, as what it is here: an event that breaks the contract."""
-        reason = exc.__cause__ if exc.__cause__ is not None else exc.message
-        return EventStreamError(
-            f"{what} does not fit the columns of {columns}: {reason}",
-            table=self.table_id,
-            version=self.version,
-        )
 
 
 class IncrementalSnapshot:
@@ -160,7 +96,9 @@ class IncrementalSnapshot:
         self.protocol: dict[str, Any] | None = None
         self.txns: dict[str, dict[str, Any]] = {}
         self.domains: dict[str, dict[str, Any]] = {}
+        #: the files, and rows removed since (their positions in it, dropped when read: :attr:`files`)
         self._files: pa.Table = action_schema.ADD.empty_table()
+        self._dead: set[int] = set()
         self._paths: PathIndex | None = None  # built on first use
         self._pending: PendingVersion | None = None
         self._invalidations: list[Invalidation] = []
@@ -174,21 +112,41 @@ class IncrementalSnapshot:
 
     @property
     def file_count(self) -> int:
-        return int(self._files.num_rows)
+        return int(self._files.num_rows) - len(self._dead)
 
     @property
     def files(self) -> pa.Table:
         """Active files with the columns of a checkpoint's ``add`` (as ``Snapshot.files``).
 
         The state itself (no copy), in the order the files became active; do not rely on an order.
+        A version marks the rows it removes and this drops them when read (one pass for all the
+        versions since, where removing them at once would copy every file each version).
         """
+        if self._dead:
+            dead = pa.array(sorted(self._dead), pa.int64())
+            # chunk by chunk, each replaced as soon as it is filtered: one chunk more, not a copy
+            batches, schema = self._files.to_batches(), self._files.schema
+            self._files = schema.empty_table()
+            first = 0
+            for i, batch in enumerate(batches):
+                gone_here = pc.is_in(positions_from(first, batch.num_rows), value_set=dead)
+                first += batch.num_rows
+                if pc.any(gone_here).as_py():
+                    batches[i] = batch.filter(pc.invert(gone_here))
+            del batch
+            files = pa.Table.from_batches(batches, schema)
+            self._files = compact(files) if needs_compaction(files) else files
+            if self._paths is not None:
+                self._paths.drop(dead)
+            self._dead = set()
         return self._files
 
     @property
     def file_keys(self) -> set[FileKey]:
         """The replay keys of the active files (built from :attr:`files`; for tests and debugging)."""
-        keys = file_keys(self._files["path"], self._files["deletionVector"]).to_pylist()
-        return {(p, d) for p, _, d in (str(k).partition("\x00") for k in keys)}
+        files = self.files
+        found = file_keys(files["path"], files["deletionVector"]).to_pylist()
+        return {(p, d) for p, _, d in (str(k).partition("\x00") for k in found)}
 
     @property
     def in_progress(self) -> bool:
@@ -209,107 +167,162 @@ class IncrementalSnapshot:
                 f"event of table {event.table_id} given to the state of {self.table_id}",
                 version=event.version,
             )
-        if self._already_applied(event):
+        if self._already_applied(event.version, event.snapshot):
             self.skipped_events += 1
             return None
-        pending = self._pending
-        if event.index == 0:
-            if pending is not None and not event.snapshot:
-                raise EventStreamError(
-                    f"version {event.version} starts while {pending.describe()} is incomplete "
-                    f"({pending.received} of {pending.count} actions)",
-                    table=self.table_id,
-                    version=event.version,
-                )
-            if not event.snapshot and self.version is not None and event.version != self.version + 1:
-                raise EventStreamError(
-                    f"version {event.version} follows version {self.version}: versions are missing",
-                    table=self.table_id,
-                    version=event.version,
-                )
-            pending = self._pending = PendingVersion(
-                self.table_id, event.version, event.snapshot, event.count, event.commit_timestamp
-            )
-        elif pending is None or (pending.version, pending.snapshot, pending.count) != (
-            event.version,
-            event.snapshot,
-            event.count,
-        ):
-            raise EventStreamError(
-                f"action {event.index} of {'snapshot' if event.snapshot else 'version'} {event.version} "
-                "arrived without the actions before it",
-                table=self.table_id,
-                version=event.version,
-            )
-        elif event.index != pending.received:
-            raise EventStreamError(
-                f"action {event.index} of {pending.describe()} arrived after action {pending.received - 1}",
-                table=self.table_id,
-                version=event.version,
-            )
+        pending = self._pending_for(
+            event.version, event.snapshot, event.count, event.index, event.commit_timestamp
+        )
         if event.table_uri:
             self.table_uri = event.table_uri
         pending.take(event)
         if event.index + 1 < event.count:
             return None
-        if event.snapshot and event.snapshot_end is not True:
+        return self._complete(pending, event.snapshot_end)
+
+    def apply_segment(self, segment: Segment) -> Invalidation | None:
+        """Take the events of a decoded segment (consecutive events of one version, see
+        :func:`~deltamirror.mirror.event_batches.decode_action_events`) as :meth:`apply` takes them
+        one by one: the same checks, the same errors, the same state after."""
+        env = segment.envelope
+        if env.table_id != self.table_id:
             raise EventStreamError(
-                f"the last event of snapshot {event.version} has no snapshotEnd",
+                f"event of table {env.table_id} given to the state of {self.table_id}", version=env.version
+            )
+        if self._already_applied(env.version, env.snapshot):
+            self.skipped_events += segment.stop - segment.start
+            return None
+        pending = self._pending_for(
+            env.version, env.snapshot, env.count, segment.first_index, env.commit_timestamp
+        )
+        if env.table_uri:
+            self.table_uri = env.table_uri
+        pending.take_segment(segment)
+        if segment.last_index + 1 < env.count:
+            return None
+        return self._complete(pending, segment.snapshot_end)
+
+    def _pending_for(
+        self, version: int, snapshot: bool, count: int, index: int, commit_timestamp: int
+    ) -> PendingVersion:
+        """The version an event at ``index`` continues (or starts, at 0), after the order checks."""
+        pending = self._pending
+        if index == 0:
+            if pending is not None and not snapshot:
+                raise EventStreamError(
+                    f"version {version} starts while {pending.describe()} is incomplete "
+                    f"({pending.received} of {pending.count} actions)",
+                    table=self.table_id,
+                    version=version,
+                )
+            if not snapshot and self.version is not None and version != self.version + 1:
+                raise EventStreamError(
+                    f"version {version} follows version {self.version}: versions are missing",
+                    table=self.table_id,
+                    version=version,
+                )
+            pending = self._pending = PendingVersion(
+                self.table_id, version, snapshot, count, commit_timestamp
+            )
+        elif pending is None or (pending.version, pending.snapshot, pending.count) != (
+            version,
+            snapshot,
+            count,
+        ):
+            raise EventStreamError(
+                f"action {index} of {'snapshot' if snapshot else 'version'} {version} "
+                "arrived without the actions before it",
                 table=self.table_id,
-                version=event.version,
+                version=version,
+            )
+        elif index != pending.received:
+            raise EventStreamError(
+                f"action {index} of {pending.describe()} arrived after action {pending.received - 1}",
+                table=self.table_id,
+                version=version,
+            )
+        return pending
+
+    def _complete(self, pending: PendingVersion, snapshot_end: bool | None) -> Invalidation:
+        if pending.snapshot and snapshot_end is not True:
+            raise EventStreamError(
+                f"the last event of snapshot {pending.version} has no snapshotEnd",
+                table=self.table_id,
+                version=pending.version,
             )
         self._pending = None
         return self._apply_version(pending)
 
-    def _already_applied(self, event: ActionEvent) -> bool:
+    def _already_applied(self, version: int, snapshot: bool) -> bool:
         """A version at or below the state's: re-read after a restart, or republished by the watcher."""
-        if self.version is None or event.version > self.version:
+        if self.version is None or version > self.version:
             return False
         # a snapshot describes the table at its version: a whole state at or past it has it all;
         # a partial state (started after version 0) is completed by it
-        return not event.snapshot or self.complete
+        return not snapshot or self.complete
 
-    def _named(self, before: pa.Table, adds: pa.Table, removes: pa.Table) -> pa.Table | None:
-        """The files of ``before`` (the state) whose path an add or remove of the version names;
-        None when there is none (an append)."""
+    def _named(self, adds: pa.Table, removes: pa.Table) -> tuple[pa.Table, pa.Array] | None:
+        """The live rows of the state whose path an add or remove of the version names, with their
+        positions; None when there is none (an append)."""
+        before = self._files
         if before.num_rows == 0 or adds.num_rows + removes.num_rows == 0:
             return None
         paths = pa.chunked_array(adds["path"].chunks + removes["path"].chunks, type=pa.string())
         touched = pc.unique(canonical_paths(paths))
-        if PathIndex.available:
+        if PathIndex.available and not touched.null_count:
             if self._paths is None:
                 self._paths = PathIndex(canonical_paths(before["path"]))
-            if not self._paths.may_hold_any(touched):
-                return None
-        named = before.filter(pc.is_in(canonical_paths(before["path"]), value_set=touched))  # a pass
-        return named if named.num_rows else None
+            positions = self._paths.positions(touched)
+        else:  # a pass over every file
+            positions = pc.indices_nonzero(pc.is_in(canonical_paths(before["path"]), value_set=touched))
+        if self._dead:
+            positions = pa.array([p for p in positions.to_pylist() if p not in self._dead], pa.int64())
+        if len(positions) == 0:
+            return None
+        return take_rows(before, positions), positions
 
     def _apply_version(self, pending: PendingVersion) -> Invalidation:
         adds, removes = pending.file_actions()
-        before = self._files
         empty_removes = action_schema.REMOVE.empty_table()
+        index = None
+        if pending.snapshot and removes.num_rows == 0 and PathIndex.available:
+            # a snapshot's files: sorted once for the index, which tells whether a path repeats
+            index = PathIndex(canonical_paths(adds["path"]))
         # the touched keys active after the version: the adds no later action of the version undid
-        live, _ = reconcile(action_schema.ADD.empty_table(), empty_removes, adds, removes)
+        live, _ = reconcile(
+            action_schema.ADD.empty_table(),
+            empty_removes,
+            adds,
+            removes,
+            distinct_paths=index is not None and index.distinct(),
+        )
         if pending.snapshot:
+            before = self.files
             files = live
             self.metadata = self.protocol = None
             self.txns, self.domains = {}, {}
             added, removed = snapshot_changes(before, live)
-        elif (named := self._named(before, adds, removes)) is None:
+            # the index's positions are those of the adds: the files when every add stands
+            self._paths = index if live.num_rows == adds.num_rows and index is not None else None
+        elif (named := self._named(adds, removes)) is None:
             # an append (nothing the version names is in the state): no pass over the state
-            files = pa.concat_tables([before, live]) if before.num_rows else live
-            added, removed = live, before.slice(0, 0)
+            files = pa.concat_tables([self._files, live]) if self._files.num_rows else live
+            added, removed = live, live.slice(0, 0)
         else:
-            files, _ = reconcile(before, empty_removes, adds, removes)
-            added, removed = live, gone(named, adds, removes, live)
-        if pending.snapshot:
-            self._paths = None
-        elif self._paths is not None:
-            self._paths.extend(canonical_paths(live["path"]))
-            if self._paths.size > 2 * files.num_rows + 4096:  # mostly files removed since: rebuild
+            # as core's reconcile: a named file whose key the version touched is replaced or removed
+            rows, positions = named
+            touched = pa.chunked_array([keys(adds), keys(removes)], type=pa.string()).combine_chunks()
+            self._dead.update(positions.filter(pc.is_in(keys(rows), value_set=touched)).to_pylist())
+            files = pa.concat_tables([self._files, live])
+            added, removed = live, gone(rows, adds, removes, live)
+        if not pending.snapshot and self._paths is not None:
+            self._paths.extend(canonical_paths(live["path"]), self._files.num_rows)
+            if self._paths.size > 2 * (files.num_rows - len(self._dead)) + 4096:  # mostly removed: rebuild
                 self._paths = None
         self._apply_others(pending.others)
         self._files = compact(files) if needs_compaction(files) else files
+        if len(self._dead) > self._files.num_rows // 8:  # a bound on the rows kept dead
+            self._files = self.files
         self.version = pending.version
         self.commit_timestamp = pending.commit_timestamp
         self.complete = self.complete or pending.snapshot or pending.version == 0
@@ -317,18 +330,15 @@ class IncrementalSnapshot:
             self.table_id,
             pending.version,
             pending.snapshot,
-            tuple(canonical_paths(added["path"]).to_pylist()),
-            tuple(canonical_paths(removed["path"]).to_pylist()),
-            tuple(
-                distinct_partitions(
-                    pa.chunked_array(
-                        added["partitionValues"].chunks + removed["partitionValues"].chunks,
-                        type=action_schema.STRING_MAP,
-                    ),
-                    keep_empty=True,
-                )[0]
+            Paths(canonical_paths(added["path"])),
+            Paths(canonical_paths(removed["path"])),
+            Partitions(
+                pa.chunked_array(
+                    added["partitionValues"].chunks + removed["partitionValues"].chunks,
+                    type=action_schema.STRING_MAP,
+                )
             ),
-            self._files.num_rows,
+            self.file_count,
         )
         self._invalidations.append(invalidation)
         return invalidation
@@ -349,10 +359,23 @@ class IncrementalSnapshot:
             # commitInfo, cdc and types this version does not know change no state
 
     def apply_values(self, values: Iterable[bytes | str]) -> list[Invalidation]:
-        """Apply serialized action events (e.g. the lines ``deltamirror events`` prints)."""
+        """Apply serialized action events (e.g. the lines ``deltamirror events`` prints).
+
+        Decoded in columns (:func:`~deltamirror.mirror.event_batches.decode_action_events`); when a
+        value is refused, the events before it are applied one by one first, as :meth:`apply` would.
+        """
+        from deltamirror.mirror.event_batches import decode_action_events
+
+        values = list(values)
+        try:
+            batch = decode_action_events(values)
+        except EventStreamError:
+            for value in values:  # raises at the refused value, the events before it applied
+                self.apply(decode_action_event(value))
+            raise
         out = []
-        for value in values:
-            applied = self.apply(decode_action_event(value))
+        for segment in batch.segments:
+            applied = self.apply_segment(segment)
             if applied is not None:
                 out.append(applied)
         return out
@@ -419,7 +442,7 @@ class IncrementalSnapshot:
         return {
             **self.sidecar(""),
             "format": STATE_FORMAT_JSON,
-            "files": action_schema.file_rows(self._files),
+            "files": action_schema.file_rows(self.files),
         }
 
     @classmethod
@@ -430,7 +453,7 @@ class IncrementalSnapshot:
         state = cls._from_fields(data)
         try:
             state._files = pa.Table.from_pylist(list(data["files"]), schema=action_schema.ADD)
-        except (pa.ArrowException, TypeError, ValueError) as exc:
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
             raise ConfigError(
                 f"the files of the state of table {state.table_id} do not parse: {exc}"
             ) from None
@@ -456,6 +479,8 @@ __all__ = [
     "FileKey",
     "IncrementalSnapshot",
     "Invalidation",
+    "Partitions",
+    "Paths",
     "PendingVersion",
     "file_key",
 ]

@@ -41,8 +41,10 @@ class CommitColumns:
 
 
 _INT64 = struct.Struct("=q")  # Arrow buffers hold native-endian values
-#: "insert"/"delete" columns long enough for any batch read_data_file yields, sliced per batch
+#: "insert"/"delete" columns sliced per batch, grown (doubling, up to the longest batch
+#: read_data_file yields) as longer batches come: small files never pay for a 64k-row column
 _STRING_RUNS: dict[str, pa.Array] = {}
+_FIRST_RUN_ROWS = 4096
 
 
 def repeated_int64(value: int, n: int, arrow_type: pa.DataType) -> pa.Array:
@@ -52,10 +54,14 @@ def repeated_int64(value: int, n: int, arrow_type: pa.DataType) -> pa.Array:
 
 
 def repeated_string(value: str, n: int) -> pa.Array:
+    """``n`` copies of a string (``_change_type``): a slice of one shared column."""
     run = _STRING_RUNS.get(value)
-    if run is None:
-        run = _STRING_RUNS[value] = pa.repeat(pa.scalar(value, pa.string()), READ_BATCH_ROWS)
-    return run.slice(0, n) if n <= len(run) else pa.repeat(pa.scalar(value, pa.string()), n)
+    if run is None or n > len(run):
+        rows = max(n, _FIRST_RUN_ROWS, 2 * len(run) if run is not None else 0)
+        if rows > READ_BATCH_ROWS:  # longer than any batch read: not kept
+            return pa.repeat(pa.scalar(value, pa.string()), n)
+        run = _STRING_RUNS[value] = pa.repeat(pa.scalar(value, pa.string()), rows)
+    return run.slice(0, n)
 
 
 class ColumnCursor:

@@ -1,4 +1,8 @@
-"""Keeping a change feed's files by their partition values, before any file is opened."""
+"""Keeping a change feed's files by their partition values, before any file is opened.
+
+Files of one partition share their values, so each distinct set of raw values is parsed once
+(parsing costs several Arrow calls) and, for a mapping filter, decided once.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,8 @@ from ..schema import ColumnMappingMode, StructType
 
 #: ``{column: value or list of values}``, or a callable given ``{column: value}`` for each file
 PartitionFilter = Mapping[str, Any] | Callable[[dict[str, Any]], bool]
+#: distinct partitions whose parsed values (and verdict) a filter remembers
+_PARTITIONS_KEPT = 1024
 
 
 class FileFilter:
@@ -27,6 +33,8 @@ class FileFilter:
         self._spec = spec
         self._mode = mode
         self._table = table
+        self._parsed: dict[tuple[str | None, ...], dict[str, Any]] = {}
+        self._verdicts: dict[tuple[str | None, ...], bool] = {}
         part_fields = {schema.field(c).name: schema.field(c) for c in partition_columns}
         if spec is None or callable(spec):
             self._fields = list(part_fields.values())
@@ -60,14 +68,31 @@ class FileFilter:
                 table=self._table,
                 version=version,
             )
-        values = {
-            f.name: parse_partition_value(
-                partition_value_of(raw_values, f, self._mode), f.type, column=f.name, table=self._table
-            ).as_py()
-            for f in self._fields
-        }
-        if callable(self._spec):
-            return bool(self._spec(values))
+        raw = tuple(partition_value_of(raw_values, f, self._mode) for f in self._fields)
+        if callable(self._spec):  # called for every file, with a dict of its own
+            return bool(self._spec(dict(self._values(raw))))
+        verdict = self._verdicts.get(raw)
+        if verdict is None:
+            verdict = self._matches(self._values(raw))
+            if len(self._verdicts) >= _PARTITIONS_KEPT:
+                self._verdicts.clear()
+            self._verdicts[raw] = verdict
+        return verdict
+
+    def _values(self, raw: tuple[str | None, ...]) -> dict[str, Any]:
+        """``{column: value}`` parsed from one file's raw partition values (shared: do not change)."""
+        values = self._parsed.get(raw)
+        if values is None:
+            values = {
+                f.name: parse_partition_value(value, f.type, column=f.name, table=self._table).as_py()
+                for f, value in zip(self._fields, raw, strict=True)
+            }
+            if len(self._parsed) >= _PARTITIONS_KEPT:
+                self._parsed.clear()
+            self._parsed[raw] = values
+        return values
+
+    def _matches(self, values: Mapping[str, Any]) -> bool:
         for name, wanted in self._wanted.items():
             if isinstance(wanted, list | tuple | set | frozenset):
                 if values[name] not in wanted:

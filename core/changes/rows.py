@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from ..table import DeltaTable
 
 _MERGE_METRICS = ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted")
+_NO_VALUES: Mapping[str, str | None] = {}
 _STRING = PrimitiveType(name="string")
 
 
@@ -132,11 +133,17 @@ class ChangeRows:
                 pending, rows = [], 0
             current = version
             for batch in batches:
-                while batch.num_rows:
-                    take = min(batch.num_rows, self._batch_size - rows)
-                    pending.append(batch.slice(0, take))
+                n = batch.num_rows
+                if rows + n < self._batch_size:  # the usual case: it fits whole
+                    if n:
+                        pending.append(batch)
+                        rows += n
+                    continue
+                while n:
+                    take = min(n, self._batch_size - rows)
+                    pending.append(batch.slice(0, take) if take < n else batch)
                     rows += take
-                    batch = batch.slice(take)
+                    batch, n = batch.slice(take), n - take
                     if rows == self._batch_size:
                         yield _concat(pending)
                         pending, rows = [], 0
@@ -322,6 +329,8 @@ class ChangeRows:
 
     def _partition_values(self, action: Mapping[str, Any], version: int) -> Mapping[str, str | None]:
         """The file's partition values, naming every partition column (a missing one is not null)."""
+        if not self._partition_columns:  # nothing to read from them
+            return _NO_VALUES
         values = action.get("partitionValues")
         if values is None:
             if self._partition_columns:

@@ -1,0 +1,105 @@
+"""The version (or snapshot) a table's state is receiving: its events until the last one arrives."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from deltamirror.core.accumulator import ActionAccumulator
+from deltamirror.core.errors import CorruptLogError
+from deltamirror.mirror.errors import EventStreamError
+from deltamirror.mirror.events import ActionEvent
+
+if TYPE_CHECKING:
+    from deltamirror.mirror.event_batches import Segment
+
+#: add/remove bodies of a version held as dicts before they are turned into Arrow
+BATCH_ROWS = 8192
+
+
+class PendingVersion:
+    """The events of the version (or snapshot) being received, and whether they come in order.
+
+    Its ``add`` and ``remove`` bodies go to core's :class:`~deltamirror.core.accumulator.ActionAccumulator`
+    (Arrow every few thousand rows, each row with its index in the version as its ``__order``), as
+    log replay's do. The other actions are kept as they were published: the state holds and
+    persists them as JSON, where the accumulator would turn them into typed models.
+    """
+
+    def __init__(
+        self, table_id: str, version: int, snapshot: bool, count: int, commit_timestamp: int | None = None
+    ) -> None:
+        self.table_id = table_id
+        self.version = version
+        self.snapshot = snapshot
+        self.count = count
+        self.commit_timestamp = commit_timestamp
+        self.received = 0
+        self.others: list[tuple[str, Any]] = []
+        self._files = ActionAccumulator(table=table_id, batch_rows=BATCH_ROWS)
+
+    def describe(self) -> str:
+        return f"{'snapshot' if self.snapshot else 'version'} {self.version}"
+
+    def take(self, event: ActionEvent) -> None:
+        if event.type == "add" or event.type == "remove":
+            if type(event.action) is not dict:  # parsed JSON: an object is a dict
+                raise EventStreamError(
+                    f"action {event.index} ({event.type}) is not an object",
+                    table=event.table_id,
+                    version=event.version,
+                )
+            try:
+                self._files.take_files(event.type, [event.action], first_order=event.index)
+            except CorruptLogError as exc:
+                raise self._misfit(f"a {event.type} action", f"a checkpoint's {event.type}", exc) from None
+        else:
+            self.others.append((event.type, event.action))
+        self.received += 1
+
+    def take_segment(self, segment: Segment) -> None:
+        """The events of a decoded segment (the next ones of the version, in order): its file
+        actions as the Arrow rows the batch decoder made, its other actions as :meth:`take`'s."""
+        for name, rows in (("add", segment.adds), ("remove", segment.removes)):
+            if rows is not None:
+                try:
+                    self._files.take_file_table(name, rows)
+                except CorruptLogError as exc:
+                    raise self._misfit(f"a {name} action", f"a checkpoint's {name}", exc) from None
+        for index, action_type, action in segment.others:
+            if action_type == "add" or action_type == "remove":
+                if type(action) is not dict:
+                    raise EventStreamError(
+                        f"action {index} ({action_type}) is not an object",
+                        table=self.table_id,
+                        version=self.version,
+                    )
+                try:
+                    self._files.take_files(action_type, [action], first_order=index)
+                except CorruptLogError as exc:
+                    raise self._misfit(
+                        f"a {action_type} action", f"a checkpoint's {action_type}", exc
+                    ) from None
+            else:
+                self.others.append((action_type, action))
+        self.received += segment.stop - segment.start
+
+    def file_actions(self) -> tuple[pa.Table, pa.Table]:
+        """(adds, removes) with ``__order``, as core's reconcile takes them."""
+        try:
+            return self._files.file_actions()
+        except CorruptLogError as exc:
+            raise self._misfit("an add or remove action", "a checkpoint's add or remove", exc) from None
+
+    def _misfit(self, what: str, columns: str, exc: CorruptLogError) -> EventStreamError:
+        """The accumulator's refusal, as what it is here: an event that breaks the contract."""
+        reason = exc.__cause__ if exc.__cause__ is not None else exc.message
+        return EventStreamError(
+            f"{what} does not fit the columns of {columns}: {reason}",
+            table=self.table_id,
+            version=self.version,
+        )
+
+
+__all__ = ["BATCH_ROWS", "PendingVersion"]

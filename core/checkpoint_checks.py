@@ -1,0 +1,115 @@
+"""The checks a checkpoint's file action rows get, as the log boundary checks commit lines, in Arrow.
+
+A checkpoint is log input like a commit (:mod:`.actions`): columns of the types the protocol
+gives, required fields present, paths non-empty, sizes non-negative, deletion vector descriptors
+well formed, and every partition column named by each file's ``partitionValues``. A handful of
+kernels check them whatever the number of files.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .actions import PartitionKeys, Where
+
+__all__ = ["check_file_rows", "check_partition_rows"]
+
+#: fields a file action row must have (as a commit line must), by action type
+_REQUIRED = {
+    "add": ("path", "partitionValues", "size", "modificationTime", "dataChange"),
+    "remove": ("path", "dataChange"),
+}
+_NON_NEGATIVE = ("size", "baseRowId", "defaultRowCommitVersion")
+_DV_NON_NEGATIVE = ("offset", "sizeInBytes", "cardinality", "maxRowIndex")
+
+
+def check_file_rows(kind: str, rows: pa.Table, where: Where) -> None:
+    """A checkpoint's ``add`` (or ``remove``) rows, checked as the boundary checks commit lines,
+    in Arrow: a handful of kernels whatever the number of files (a null count is free, a minimum
+    one pass; deletion vectors are checked on the rows that have one)."""
+
+    def refuse(mask: pa.ChunkedArray | pa.Array, problem: str) -> None:
+        if pc.any(mask).as_py():
+            row = pc.index(mask, True).as_py()
+            raise where.refuse(f"{problem} (checkpoint {kind} row {row})")
+
+    for name in _REQUIRED[kind]:
+        if rows[name].null_count:
+            refuse(pc.is_null(rows[name]), f"{kind}.{name}: required field missing")
+    if rows.num_rows and pc.min(pc.binary_length(rows["path"])).as_py() == 0:
+        refuse(pc.equal(pc.binary_length(rows["path"]), 0), f"{kind}.path: expected a non-empty string")
+    for name in _NON_NEGATIVE:
+        if rows[name].null_count == rows.num_rows:
+            continue
+        low = pc.min(rows[name]).as_py()
+        if low is not None and low < 0:
+            refuse(pc.less(rows[name], 0), f"{kind}.{name}: expected a non-negative 64-bit integer")
+    dv = rows["deletionVector"]
+    if dv.null_count == len(dv):
+        return
+    present = pc.is_valid(dv)
+    dvs = dv.filter(present)  # the few rows with a deletion vector
+
+    def refuse_dv(mask: pa.ChunkedArray | pa.Array, problem: str) -> None:
+        if pc.any(mask).as_py():
+            row = pc.indices_nonzero(present)[pc.index(mask, True).as_py()].as_py()
+            raise where.refuse(f"{problem} (checkpoint {kind} row {row})")
+
+    storage_type = pc.struct_field(dvs, "storageType")
+    refuse_dv(
+        pc.invert(pc.fill_null(pc.is_in(storage_type, pa.array(["u", "i", "p"])), False)),
+        f"{kind}.deletionVector.storageType: expected one of 'u', 'i', 'p'",
+    )
+    inline = pc.struct_field(dvs, "pathOrInlineDv")
+    refuse_dv(
+        pc.fill_null(pc.equal(pc.binary_length(inline), 0), True),
+        f"{kind}.deletionVector.pathOrInlineDv: expected a non-empty string",
+    )
+    for name in _DV_NON_NEGATIVE:
+        values = pc.struct_field(dvs, name)
+        if name in ("sizeInBytes", "cardinality") and values.null_count:
+            refuse_dv(pc.is_null(values), f"{kind}.deletionVector.{name}: required field missing")
+        low = pc.min(values).as_py()
+        if low is not None and low < 0:
+            refuse_dv(pc.less(values, 0), f"{kind}.deletionVector.{name}: expected a non-negative integer")
+
+
+def check_partition_rows(rows: pa.Table, columns: PartitionKeys, where: Where, kind: str = "add") -> None:
+    """Every row's ``partitionValues`` names every partition column (by physical or logical name).
+
+    Vectorised, chunk by chunk: per column, a running count of the entries naming it, read at
+    each row's end. With one partition column and one entry per map (the usual case) a count of
+    the entries naming it is enough.
+    """
+    if not columns or rows.num_rows == 0:
+        return
+    first_row = 0
+    for maps in rows["partitionValues"].chunks:
+        keys = maps.keys  # every entry's key; the offsets (absolute, even in a slice) delimit each row's
+        offsets = maps.offsets
+        lengths = pc.subtract(offsets.slice(1), offsets.slice(0, len(maps)))
+        for physical, logical in columns:
+            hit = pc.equal(keys.slice(offsets[0].as_py(), offsets[-1].as_py() - offsets[0].as_py()), physical)
+            if logical != physical:
+                hit = pc.or_(hit, pc.equal(keys.slice(offsets[0].as_py(), len(hit)), logical))
+            if (
+                len(columns) == 1
+                and pc.sum(hit).as_py() == len(maps)
+                and pc.min_max(lengths).as_py() == {"min": 1, "max": 1}
+            ):
+                continue  # one entry per map, each naming the column
+            running = pa.concat_arrays(
+                [pa.array([0], pa.int64()), pc.cumulative_sum(pc.cast(hit, pa.int64()))]
+            )
+            base = offsets[0].as_py()
+            starts = pc.subtract(pc.cast(offsets.slice(0, len(maps)), pa.int64()), base)
+            ends = pc.subtract(pc.cast(offsets.slice(1), pa.int64()), base)
+            missing = pc.equal(pc.subtract(running.take(ends), running.take(starts)), 0)
+            if pc.any(missing).as_py():
+                row = first_row + pc.index(missing, True).as_py()
+                raise where.refuse(
+                    f"{kind}.partitionValues: partition column {logical!r} is missing "
+                    f"(checkpoint {kind} row {row})"
+                )
+        first_row += len(maps)
