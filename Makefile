@@ -6,17 +6,17 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install demo test test-fast test-kafka test-spark lint format fuzz bench bench-quick bench-compare ci clean
+.PHONY: help install demo test test-fast test-kafka test-spark scale-test lint format fuzz bench bench-quick bench-compare ci clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-11s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@echo "Installing deltamirror with Spark and the test tools into $(VENV): about 450 MB to download"
+	@echo "Installing deltamirror with Spark, S3 and the test tools into $(VENV): about 450 MB to download"
 	@echo "on a first run (pyspark is most of it), about 1 GB on disk. Progress follows."
 	$(PIP) install --progress-bar on --upgrade pip setuptools wheel
-	$(PIP) install --progress-bar on -e ".[spark,dev,bench]" --config-settings editable_mode=strict
+	$(PIP) install --progress-bar on -e ".[spark,dev,bench,s3]" --config-settings editable_mode=strict
 	touch $(STAMP)
 
 install: $(STAMP) ## create .venv and install deltamirror with its Spark and test dependencies
@@ -29,14 +29,18 @@ demo: install ## start a local Kafka broker, mirror a demo table, commit, print 
 test: install ## the whole suite: real Kafka, real delta-spark (about 10 minutes on 2 cores)
 	$(BIN)/python -m pytest
 
-test-fast: install ## the suite without Kafka and Spark
-	$(BIN)/python -m pytest -m "not kafka and not spark"
+test-fast: install ## the suite without Kafka, Spark and S3 (no Java needed)
+	$(BIN)/python -m pytest -m "not kafka and not spark and not s3"
 
 test-kafka: install ## only the tests that need a Kafka broker
 	$(BIN)/python -m pytest -m kafka
 
 test-spark: install ## only the tests that need Spark
 	$(BIN)/python -m pytest -m spark
+
+scale-test: install ## a group of 3 watchers over 200 tables: kill, stop, pause, join; prints resume times
+	DELTAMIRROR_GROUP_TABLES=$(or $(TABLES),200) DELTAMIRROR_GROUP_SESSION_MS=$(or $(SESSION_MS),10000) \
+		$(BIN)/python -m pytest tests/producer/test_group.py -k moves -s -p no:cacheprovider
 
 lint: install ## ruff and mypy, as CI runs them
 	$(BIN)/ruff check .
@@ -50,7 +54,7 @@ format: install ## apply ruff's fixes and formatting
 fuzz: install ## the full mutation campaign over real tables (SEED=11; failures by class in .dev/fuzz-report.md)
 	$(BIN)/python tests/mutation --size full --seed $(or $(SEED),11) --report .dev/fuzz-report.md
 
-bench: install ## every performance goal beside its peers, 7 rounds (ROUNDS=, ONLY=group); bench/results (~30 min)
+bench: install ## every performance goal beside its peers, 7 rounds (ROUNDS=, ONLY=group); bench/results (about an hour)
 	$(BIN)/python bench/run.py $(if $(ROUNDS),--rounds $(ROUNDS)) $(foreach g,$(ONLY),--only $(g))
 
 bench-quick: install ## the benchmark harness on tiny inputs, 1 round: a smoke check, never judged by time

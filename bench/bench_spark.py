@@ -4,7 +4,7 @@ change feed), on the same tables: contenders for ``bench/run.py`` (each in its o
 Tables (``setup``, not timed): written by delta-rs with the change data feed on, by
 ``bench_changes.build_table`` (appends, UPDATEs and DELETEs with change data files, then DELETEs
 with deletion vectors), cached under bench/.data; each is mirrored by the watcher from version 0
-into fresh topics before the rounds. ``small`` (a few rows per version, ``maxFilesPerTrigger`` 1:
+into fresh topics before the rounds. ``small`` (a few rows per version, ``maxFilesPerTrigger`` 3:
 many micro-batches, so the per-batch overhead decides) and ``large`` (tens of thousands of rows
 per version, default trigger options: throughput decides).
 

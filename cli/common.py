@@ -73,3 +73,40 @@ def open_table_from_args(args: argparse.Namespace) -> Any:
         parse_storage_options(args.storage_option),
         allowed_path_prefixes=args.allow_path_prefix or (),
     )
+
+
+#: what ``--config`` says on every command that reads Kafka (``watch`` says the same of its file)
+KAFKA_CONFIG_HELP = (
+    "YAML or TOML configuration whose kafka: section (brokers, security_protocol, SASL, TLS) is "
+    "used, as watch uses it; the watcher's other sections are ignored"
+)
+
+
+def add_kafka_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--bootstrap-servers`` and ``--config``: how every consumer command reaches the brokers.
+
+    The same Kafka settings as ``watch`` (one model, one file): the flag replaces the file's broker
+    list, the SASL/SSL settings come from the file (a password as ``${VAR}`` or in the file).
+    """
+    parser.add_argument(
+        "--bootstrap-servers",
+        metavar="HOSTS",
+        help="Kafka brokers, host:port[,...] (required without --config; replaces the file's)",
+    )
+    parser.add_argument("--config", metavar="FILE", help=KAFKA_CONFIG_HELP)
+
+
+def kafka_settings_from_args(args: argparse.Namespace) -> Any:
+    """The :class:`~deltamirror.mirror.settings.KafkaSettings` of ``--config`` / ``--bootstrap-servers``."""
+    from deltamirror.core.errors import ConfigError
+    from deltamirror.mirror.settings import KafkaSettings
+
+    if args.config:
+        from deltamirror.producer.config_file import load_kafka_settings
+
+        return load_kafka_settings(args.config, bootstrap_servers=args.bootstrap_servers)
+    if not args.bootstrap_servers:
+        raise ConfigError("--bootstrap-servers is required without --config")
+    return KafkaSettings.from_flags(
+        {"bootstrap_servers": args.bootstrap_servers}, {"bootstrap_servers": "--bootstrap-servers"}
+    )

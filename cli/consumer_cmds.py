@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from .common import add_kafka_arguments, kafka_settings_from_args
+
 INVALIDATE_HELP = """\
 Keep each table's active files from an actions topic, as consume-snapshot does,
 and hand every committed version, in order, to a command or an HTTP endpoint:
@@ -44,7 +46,9 @@ The document (also what consume-snapshot --format jsonl prints):
   A list longer than --max-items (1000) is cut and flagged: drop everything
   cached for the table then. With --commits-topic, a re-created table gives
   {"kind":"tableReplaced", "tableId", "tableUri", "previousTableId",
-   "previousVersion", "reason", "droppedVersion", "droppedFiles"}.
+   "previousVersion", "reason", "droppedVersion", "droppedFiles"}, and a table
+  deleted for good {"kind":"tableDropped", "tableId", "tableUri", "lastVersion",
+   "reason", "droppedVersion", "droppedFiles"}: drop everything of the table.
 """
 
 INVALIDATE_EXAMPLE = """\
@@ -59,9 +63,7 @@ example: drop the cached results of the partitions each version touched
 
 
 def _add_source_arguments(p: argparse.ArgumentParser, group_default: str) -> None:
-    p.add_argument(
-        "--bootstrap-servers", required=True, metavar="HOSTS", help="Kafka brokers, host:port[,...]"
-    )
+    add_kafka_arguments(p)
     p.add_argument("--topic", required=True, metavar="ACTIONS_TOPIC", help="the actions topic to read")
     p.add_argument(
         "--commits-topic",
@@ -129,7 +131,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "read too: on a tableReplaced record (a table deleted and re-created at its location) the "
         'previous table\'s state is dropped and one line {"kind":"tableReplaced","tableId",'
         '"previousTableId","previousVersion","droppedVersion","droppedFiles","tableUri"} is printed '
-        "(with --format jsonl, the tableReplaced document). Stops cleanly on SIGTERM/SIGINT (exit 0). "
+        "(with --format jsonl, the tableReplaced document); a tableDropped record (a table deleted "
+        'for good) drops its state the same way and prints {"kind":"tableDropped",...}. '
+        "Stops cleanly on SIGTERM/SIGINT (exit 0). "
         "The jsonl document is described in `deltamirror invalidate --help`.",
     )
     _add_source_arguments(p, "deltamirror-snapshot-consumer")
@@ -201,13 +205,10 @@ class _Source:
         from deltamirror.core.errors import InvalidArgumentError
         from deltamirror.core.redact import install_redaction
         from deltamirror.mirror.connection import KafkaConnectionReporter
-        from deltamirror.mirror.settings import KafkaSettings
         from deltamirror.mirror.topics import default_commits_topic
 
-        # the watcher's Kafka model: the same broker-list rule, SASL/SSL checks and secret handling
-        kafka = KafkaSettings.from_flags(
-            {"bootstrap_servers": args.bootstrap_servers}, {"bootstrap_servers": "--bootstrap-servers"}
-        )
+        # the watcher's Kafka model and file: the same broker-list rule, SASL/SSL checks and secrets
+        kafka = kafka_settings_from_args(args)
         self.servers = kafka.bootstrap_servers
         if not args.topic.strip():
             raise InvalidArgumentError("--topic is empty")
@@ -226,6 +227,11 @@ class _Source:
         # wrong credentials stop the consumer
         self.reporter = KafkaConnectionReporter(self.servers, on_fatal=self._fatal)
         self.kafka: dict[str, Any] = {**kafka.librdkafka_config(), **self.reporter.client_config()}
+        from deltamirror.mirror.login_check import check_login, needs_login_check
+
+        if needs_login_check(self.kafka):
+            # a wrong password or CA: one line and exit 2 in a second, not a timeout as "unreachable"
+            check_login(self.kafka, self.reporter)
         self.metrics_port: int | None = args.metrics_port
         self.metrics_host: str = args.metrics_host or "127.0.0.1"
         if args.metrics_host is not None and args.metrics_port is None:
@@ -348,7 +354,7 @@ def cmd_consume_snapshot(args: argparse.Namespace) -> int:
         def report_replaced(notice: TableReplacement) -> None:
             _write(
                 {
-                    "kind": "tableReplaced",
+                    "kind": "tableDropped" if notice.dropped else "tableReplaced",
                     "tableId": notice.table_id,
                     "previousTableId": notice.previous_table_id,
                     "previousVersion": notice.previous_version,

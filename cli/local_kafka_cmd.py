@@ -39,13 +39,35 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             default=None,
             help="broker state (default ${XDG_CACHE_HOME:-~/.cache}/deltamirror/kafka-data/<port>)",
         )
+        if name == "start":
+            action.add_argument(
+                "--security",
+                choices=("none", "scram-tls"),
+                default="none",
+                help="scram-tls: also a SASL_SSL listener (SCRAM-SHA-512 user 'deltamirror', TLS "
+                "certificate of a CA made for the data dir) beside the PLAINTEXT one; prints the "
+                "client settings and writes them to <data dir>/security/kafka-client.yaml for --config "
+                "(default none)",
+            )
+            action.add_argument(
+                "--secure-port",
+                type=int,
+                default=None,
+                metavar="PORT",
+                help="port of the SASL_SSL listener (default: the data dir's previous one, else port + 2)",
+            )
         action.set_defaults(handler=handler)
 
 
 def _broker(args: argparse.Namespace) -> Any:
     from deltamirror.producer.local_kafka import LocalKafka
 
-    return LocalKafka(port=args.port, data_dir=args.data_dir)
+    return LocalKafka(
+        port=args.port,
+        data_dir=args.data_dir,
+        security=getattr(args, "security", "none"),
+        secure_port=getattr(args, "secure_port", None),
+    )
 
 
 def _start(args: argparse.Namespace) -> int:
@@ -63,6 +85,15 @@ def _start(args: argparse.Namespace) -> int:
     bootstrap: str = broker.start()
     state = broker.status()
     print(f"kafka running at {bootstrap} (pid {state['pid']}, data {state['data_dir']})")
+    secure = broker.secure_client_settings() if args.security != "none" else None
+    if secure is not None:
+        # the password by the file holding it: this output ends up in terminals, CI logs, tickets
+        print(
+            f"SASL_SSL listener at {secure.bootstrap_servers}; client settings (the kafka: section of --config):"
+        )
+        for line in secure.describe():
+            print(f"  {line}")
+        print(f"  whole section, password included (mode 0600): {secure.config_file}")
     return 0
 
 
@@ -80,9 +111,11 @@ def _stop(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     state = _broker(args).status()
     if state["running"]:
+        secure = state["secure_bootstrap_servers"]
         print(
             f"kafka running at {state['bootstrap_servers']} (pid {state['pid']}, "
-            f"Kafka {state['kafka_version']}, data {state['data_dir']})"
+            f"Kafka {state['kafka_version']}, data {state['data_dir']}"
+            + (f", SASL_SSL at {secure})" if secure else ")")
         )
         return 0
     print(f"kafka not running (port {state['port']}, data {state['data_dir']})")

@@ -23,6 +23,7 @@ PLUGINS = (
     "deltamirror.cli.producer_cmds",
     "deltamirror.cli.consumer_cmds",
     "deltamirror.cli.local_kafka_cmd",
+    "deltamirror.cli.signal_cmd",
 )
 
 

@@ -32,6 +32,8 @@ class WatchFlag:
     choices: tuple[str, ...] | None = None
     repeatable: bool = False
     convert: Callable[[Any], Any] | None = None
+    #: a switch: True when given, None (not given) otherwise
+    switch: bool = False
 
     def add_to(self, parser: argparse.ArgumentParser) -> None:
         if not self.names:  # positional
@@ -40,6 +42,8 @@ class WatchFlag:
         options: dict[str, Any] = {"dest": self.setting, "help": self.help}
         if self.repeatable:
             options["action"] = "append"
+        if self.switch:
+            options.update(action="store_const", const=True, default=None)
         for key in ("metavar", "type", "choices"):
             if getattr(self, key) is not None:
                 options[key] = getattr(self, key)
@@ -56,6 +60,13 @@ CONFIG = "config"
 #: every argument of ``watch`` but --no-progress, in --help order
 WATCH_FLAGS: tuple[WatchFlag, ...] = (
     WatchFlag("tables", (), "table locations (paths or fsspec URLs)", "TABLE"),
+    WatchFlag(
+        "discover",
+        ("--discover",),
+        "mirror every Delta table under this prefix, as tables come and go; repeatable",
+        "URI",
+        repeatable=True,
+    ),
     WatchFlag("bootstrap_servers", ("--bootstrap-servers",), "Kafka brokers, host:port[,host:port]", "HOSTS"),
     WatchFlag(CONFIG, ("--config",), "YAML or TOML configuration (tables, credentials, Kafka)", "FILE"),
     WatchFlag(
@@ -77,6 +88,21 @@ WATCH_FLAGS: tuple[WatchFlag, ...] = (
     WatchFlag(
         "heartbeat_interval_s", ("--heartbeat-interval",), "heartbeat an idle table every S s", "S", float
     ),
+    WatchFlag(
+        "group",
+        ("--group",),
+        "share the tables with every watcher started with this group name: each table runs on "
+        "one live instance and moves when one stops or joins (config group: {name, shards, "
+        "session_timeout_ms})",
+        "NAME",
+    ),
+    WatchFlag(
+        "row_changes",
+        ("--row-changes",),
+        "also publish one Debezium-style record per changed row on deltamirror.<name>.changes, for "
+        "every table (config row_changes: {key_columns, format, tombstones} per table)",
+        switch=True,
+    ),
     WatchFlag("metrics_port", ("--metrics-port",), "serve /metrics and /healthz", "PORT", int),
     WatchFlag("metrics_host", ("--metrics-host",), "address of the metrics server (127.0.0.1)", "HOST"),
     WatchFlag(
@@ -97,7 +123,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Mirror one or many Delta tables into Kafka: one record per action on the actions "
         "topic, one summary per version on the commits topic, progress on a compacted topic. Flags "
         "override the configuration file. Stops cleanly on SIGTERM/SIGINT (exit 0); exits 1 when "
-        "another watcher takes over a table (fenced) or the broker fails for good. Logs are JSON "
+        "another watcher takes over a table (fenced) or the broker fails for good; with --group, "
+        "a fenced table is only released here (the group moved it). Logs are JSON "
         "lines on stderr; on a terminal, an initial snapshot also shows the actions published.",
     )
     for flag in WATCH_FLAGS:

@@ -60,6 +60,7 @@ from pyspark.sql.streaming.datasource import (
 from deltamirror.core.changes import ReadSchema
 from deltamirror.core.errors import InvalidArgumentError
 from deltamirror.core.models import Metadata
+from deltamirror.mirror.login_check import refuse_wrong_credentials
 
 from . import spark_planning, spark_workers
 from .mirror_changes import MirrorIndex, read_mirror_versions
@@ -169,7 +170,12 @@ class MirrorChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
 
     def _mirror(self) -> MirrorIndex:
         if self._index is None:
-            self._index = MirrorIndex(self._options.settings)
+            settings = self._options.settings
+            # a wrong password: the query fails now with one line, not after a 30 s metadata timeout
+            refuse_wrong_credentials(
+                {**settings.kafka_config, "bootstrap.servers": settings.bootstrap_servers}
+            )
+            self._index = MirrorIndex(settings)
         self._index.refresh()
         return self._index
 

@@ -187,6 +187,9 @@ class KafkaConnectionReporter:
         address, reason = describe_error(str(err.str()))
         if name in REFUSED:
             self._refused(address, f"{REFUSED[name]}: {reason}")
+        elif name in UNREACHABLE and "certificate verify failed" in reason:
+            # librdkafka may say it as a transport error before its _SSL one: the same refusal
+            self._refused(address, f"{REFUSED['_SSL']}: {reason}")
         elif name in UNREACHABLE:
             self.unreachable(reason, address)
         elif err.fatal():
@@ -196,6 +199,8 @@ class KafkaConnectionReporter:
 
     def unreachable(self, reason: str, address: str | None = None) -> None:
         """The brokers could not be reached: warn now if none was said for ``interval_s``."""
+        if self.fatal is not None:
+            return  # the login was refused: that is why they are "down", and it was said once
         where = address or self.servers
         if "brokers are down" in reason:
             if self.last_reason is not None:

@@ -44,6 +44,11 @@ class RecordTooLargeError(DeltaMirrorError):
     """A record larger than max_record_bytes with oversize_policy ``fail``."""
 
 
+class UnrepresentableValueError(DeltaMirrorError):
+    """A row value the chosen row-change format cannot carry (NaN or an infinity with inline
+    Connect schemas: JsonConverter would read it as 0.0); refused, never published wrong."""
+
+
 class TopicNotFoundError(ConfigError):
     """A topic the reader was told to read does not exist (or has no partitions)."""
 
@@ -67,4 +72,5 @@ __all__ = [
     "TimestampRefusedError",
     "TopicNotFoundError",
     "TransactionAbortableError",
+    "UnrepresentableValueError",
 ]

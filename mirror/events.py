@@ -4,9 +4,10 @@ Four kinds of records, each defined here once as a frozen pydantic model (the co
 source of the committed JSON Schema ``schemas/event.schema.json``):
 
 - :class:`ActionEvent`, on the actions topic: one record per Delta action, keyed by table id;
-- :class:`CommitSummary`, :class:`Heartbeat` and :class:`TableReplaced`, on the commits topic
-  (``kind`` tells them apart): one summary per version, optional heartbeats of an idle table, and
-  the announcement that the table at a location was deleted and created anew;
+- :class:`CommitSummary`, :class:`Heartbeat`, :class:`TableReplaced` and :class:`TableDropped`, on
+  the commits topic (``kind`` tells them apart): one summary per version, optional heartbeats of an
+  idle table, the announcement that the table at a location was deleted and created anew, and the
+  last record of a table that was deleted (a discovered one);
 - :class:`ProgressRecord`, on the compacted progress topic: where the watcher stands, per table.
 
 The models validate at the edges (tests, consumers, one summary per version). The hot path never
@@ -146,6 +147,22 @@ class TableReplaced(_Record):
     detected_at: int = Field(description="Wall-clock time of the detection, epoch ms.")
 
 
+class TableDropped(_Record):
+    """The table is gone (no commit or checkpoint left in its log) and is no longer mirrored.
+
+    The last record of the table on its topics: published in one transaction with a tombstone of
+    its progress record, so a table later created at the location starts afresh.
+    """
+
+    kind: Literal["tableDropped"] = "tableDropped"
+    schema_version: int
+    table_uri: str
+    table_id: str = Field(description="metaData.id of the dropped table.")
+    last_version: int = Field(description="Last version published for it.")
+    reason: str
+    detected_at: int = Field(description="Wall-clock time of the detection, epoch ms.")
+
+
 class ProgressRecord(_Record):
     """Where a table's publishing stands; value of the compacted progress topic, key = ``tableUri``.
 
@@ -165,16 +182,24 @@ class ProgressRecord(_Record):
     commit_timestamp_source: TimestampSourceName
     transactional_id: str | None = None
     updated_at: int | None = None
+    #: set while a version's row changes are partly published: how many of their records are
+    #: (its actions all are); absent otherwise, as in records written before row changes existed
+    row_offset: int | None = Field(
+        default=None,
+        ge=0,
+        description="Row-change records of the version already published (its actions all are); "
+        "absent once the version is complete.",
+    )
 
     @property
     def complete(self) -> bool:
-        return self.index + 1 >= self.count
+        return self.index + 1 >= self.count and self.row_offset is None
 
 
-CommitsTopicRecord = CommitSummary | Heartbeat | TableReplaced
+CommitsTopicRecord = CommitSummary | Heartbeat | TableReplaced | TableDropped
 
 
-def parse_commits_record(value: bytes | str) -> CommitSummary | Heartbeat | TableReplaced:
+def parse_commits_record(value: bytes | str) -> CommitsTopicRecord:
     """A commits-topic value as its model (``kind`` decides which); an unknown kind is a ValueError."""
     data = json.loads(value)
     kind = data.get("kind")
@@ -184,6 +209,8 @@ def parse_commits_record(value: bytes | str) -> CommitSummary | Heartbeat | Tabl
         return Heartbeat.model_validate(data)
     if kind == "tableReplaced":
         return TableReplaced.model_validate(data)
+    if kind == "tableDropped":
+        return TableDropped.model_validate(data)
     raise ValueError(f"unknown commits-topic record kind {kind!r}")
 
 
@@ -207,16 +234,17 @@ def decode_action_event(value: bytes | str, **where: Any) -> ActionEvent:
         raise EventStreamError(f"not an action event: {_first_error(exc)}", **where) from None
 
 
-_COMMITS_MODELS: dict[str, type[CommitSummary] | type[Heartbeat] | type[TableReplaced]] = {
+_COMMITS_MODELS: dict[str, type[CommitsTopicRecord]] = {
     "commit": CommitSummary,
     "heartbeat": Heartbeat,
     "tableReplaced": TableReplaced,
+    "tableDropped": TableDropped,
 }
 
 
 def decode_commits_record(
     value: bytes | str, kind: str | None = None, *, wanted: Iterable[str] | None = None, **where: Any
-) -> CommitSummary | Heartbeat | TableReplaced | None:
+) -> CommitsTopicRecord | None:
     """A commits-topic value as its model, or None for a kind the reader does not want.
 
     ``kind`` is the record's ``kind`` header when the reader has it (the value is then parsed only
@@ -391,13 +419,15 @@ def json_schema() -> dict[str, Any]:
     root = ActionEvent.model_json_schema(by_alias=True, mode="validation", ref_template="#/$defs/{model}")
     root.pop("$defs", None)
     root["allOf"] = _action_schemas(defs)
-    for model in (CommitSummary, Heartbeat, TableReplaced, ProgressRecord):
+    for model in (CommitSummary, Heartbeat, TableReplaced, TableDropped, ProgressRecord):
         schema = model.model_json_schema(by_alias=True, mode="validation", ref_template="#/$defs/{model}")
         for key, sub in schema.pop("$defs", {}).items():
             defs.setdefault(key, sub)
         defs[model.__name__] = schema
     defs["CommitsTopicRecord"] = {
-        "oneOf": [{"$ref": f"#/$defs/{m.__name__}"} for m in (CommitSummary, Heartbeat, TableReplaced)]
+        "oneOf": [
+            {"$ref": f"#/$defs/{m.__name__}"} for m in (CommitSummary, Heartbeat, TableReplaced, TableDropped)
+        ]
     }
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -421,6 +451,7 @@ __all__: Sequence[str] = [
     "EnvelopeEncoder",
     "Heartbeat",
     "ProgressRecord",
+    "TableDropped",
     "TableReplaced",
     "decode_action_event",
     "decode_commits_record",

@@ -25,7 +25,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError as _RdKafkaError
@@ -125,6 +125,10 @@ class TransactionalPublisher:
         config["on_delivery"] = self._on_delivery
         if logger is not None:
             config["logger"] = logger
+        self._outer_error_cb: Any = config.get("error_cb")
+        config["error_cb"] = self._on_client_error
+        #: the client's fatal error (fenced...), for a poll/flush that fails without saying it
+        self._fatal: _RdKafkaError | None = None
         self._producer = Producer(config)
         self._error: _RdKafkaError | None = None
         self._error_topic: str | None = None
@@ -139,6 +143,43 @@ class TransactionalPublisher:
         if err is not None and self._error is None:
             self._error = err
             self._error_topic = msg.topic() if msg is not None else None
+
+    def _classify(self, exc: BaseException, what: str) -> KafkaError:
+        """:func:`classify`, with librdkafka's generic ``_FATAL`` replaced by the fatal error itself.
+
+        A producer fenced while it produces first answers ``_FATAL`` ("Fatal error"), which would
+        read as a broken client: the watcher would open a new producer and fence the new owner back.
+        """
+        err = exc.args[0] if exc.args and isinstance(exc.args[0], _RdKafkaError) else None
+        if err is not None and err.code() == _RdKafkaError._FATAL:
+            exc = self._fatal_cause() or exc
+        return classify(exc, what, self.transactional_id)
+
+    def _fatal_cause(self) -> KafkaException | None:
+        """The client's fatal error: latched by the error callback, or returned by the next call."""
+        if self._fatal is not None:
+            return KafkaException(self._fatal)
+        probes = (lambda: self._producer.poll(0), lambda: self._producer.abort_transaction(0.1))
+        for probe in probes:  # the producer is unusable anyway: these only ask what happened
+            try:
+                probe()
+            except KafkaException as exc:
+                if (
+                    exc.args
+                    and isinstance(exc.args[0], _RdKafkaError)
+                    and exc.args[0].code() != _RdKafkaError._FATAL
+                ):
+                    return exc
+            except SystemError as exc:
+                if isinstance(exc.__cause__, KafkaException):
+                    return exc.__cause__
+        return None
+
+    def _on_client_error(self, err: _RdKafkaError) -> None:
+        if err.fatal() and self._fatal is None:
+            self._fatal = err
+        if self._outer_error_cb is not None:
+            self._outer_error_cb(err)
 
     def _raise_latched(self) -> None:
         err, topic = self._error, self._error_topic
@@ -164,7 +205,7 @@ class TransactionalPublisher:
         try:
             return fn(*args)
         except KafkaException as exc:
-            raise classify(exc, what, self.transactional_id) from exc
+            raise self._classify(exc, what) from exc
 
     def _check_stop(self) -> None:
         if self.stop is not None and self.stop.is_set():
@@ -211,19 +252,26 @@ class TransactionalPublisher:
     def produce(
         self,
         topic: str,
-        value: bytes,
+        value: bytes | None,
         key: bytes,
         headers: Headers | None = None,
         timestamp: int = 0,
     ) -> None:
+        """One record; a None ``value`` is a tombstone (a compacted topic forgets the key)."""
         self._produce_one(self._producer.produce, topic, value, key, headers, timestamp)
         self.records += 1
-        self.bytes += len(value)
+        self.bytes += len(value) if value is not None else 0
         if self.records % POLL_EVERY_RECORDS == 0:
             self._serve_callbacks()
 
     def _produce_one(
-        self, produce: Any, topic: str, value: bytes, key: bytes, headers: Headers | None, timestamp: int
+        self,
+        produce: Any,
+        topic: str,
+        value: bytes | None,
+        key: bytes,
+        headers: Headers | None,
+        timestamp: int,
     ) -> None:
         while True:
             try:
@@ -233,7 +281,7 @@ class TransactionalPublisher:
                 self._check_stop()  # the queue stays full while the broker is gone
                 self._producer.poll(0.05)  # the local queue is full: wait for deliveries
             except KafkaException as exc:
-                raise classify(exc, "produce", self.transactional_id) from exc
+                raise self._classify(exc, "produce") from exc
 
     def produce_many(
         self,
@@ -256,17 +304,59 @@ class TransactionalPublisher:
             except BufferError:  # the local queue is full: wait for room (or a stop)
                 self._produce_one(produce, topic, value, key, hdrs, timestamp)
             except KafkaException as exc:
-                raise classify(exc, "produce", self.transactional_id) from exc
+                raise self._classify(exc, "produce") from exc
         before = self.records
         self.records += len(values)
         self.bytes += sum(map(len, values))
         if before // POLL_EVERY_RECORDS != self.records // POLL_EVERY_RECORDS:
             self._serve_callbacks()
 
+    def produce_keyed(
+        self,
+        records: Sequence[tuple[str, bytes, bytes | None]],
+        timestamps: Mapping[str, int],
+        headers: Headers | None = None,
+    ) -> None:
+        """``(topic, key, value)`` records, each keyed by itself (a None value: a tombstone) and placed
+        by the murmur2 partitioner, with their topic's timestamp from ``timestamps``."""
+        produce = self._producer.produce
+        size = 0
+        for topic, key, value in records:
+            timestamp = timestamps[topic]
+            try:
+                produce(topic, value, key, _ANY_PARTITION, None, None, timestamp, headers)
+            except BufferError:  # the local queue is full: wait for room (or a stop)
+                self._produce_one(produce, topic, value, key, headers, timestamp)
+            except KafkaException as exc:
+                raise self._classify(exc, "produce") from exc
+            if value is not None:
+                size += len(value)
+        before = self.records
+        self.records += len(records)
+        self.bytes += size
+        if before // POLL_EVERY_RECORDS != self.records // POLL_EVERY_RECORDS:
+            self._serve_callbacks()
+
+    def _serving(self, what: str, fn: Any, *args: Any) -> Any:
+        """``fn`` (poll or flush), with a fatal error (fenced) as a deltamirror error.
+
+        confluent-kafka raises the fatal error from poll/flush, then calls the next delivery
+        callback with that exception still set, which surfaces as a SystemError whose cause it is.
+        """
+        try:
+            return fn(*args)
+        except (KafkaException, SystemError) as exc:
+            cause = exc if isinstance(exc, KafkaException) else exc.__cause__
+            if not isinstance(cause, KafkaException):
+                cause = self._fatal_cause()
+            if not isinstance(cause, KafkaException):  # the client broke without a reason: a new one
+                raise KafkaError(f"{what} failed: {exc}", transactional_id=self.transactional_id) from exc
+            raise self._classify(cause, what) from None
+
     def _serve_callbacks(self) -> None:
         """Delivery errors (only errors are reported) and log callbacks, now and then: a poll per
         batch cost 6% of the watcher's time, and commit() flushes and raises what is latched."""
-        self._producer.poll(0)
+        self._serving("poll", self._producer.poll, 0)
         if self._error is not None:
             self._raise_latched()
 
@@ -277,7 +367,7 @@ class TransactionalPublisher:
         broker aborts it after ``transaction.timeout.ms``).
         """
         deadline = time.monotonic() + timeout_s
-        self._producer.flush(max(0.0, min(timeout_s, 30.0)))
+        self._serving("flush", self._producer.flush, max(0.0, min(timeout_s, 30.0)))
         self._raise_latched()
         while True:
             left = deadline - time.monotonic()
@@ -321,7 +411,7 @@ class TransactionalPublisher:
         self._error = None
 
     def poll(self, timeout_s: float = 0.0) -> None:
-        self._producer.poll(timeout_s)
+        self._serving("poll", self._producer.poll, timeout_s)
 
     def in_flight(self) -> int:
         """Records produced and not yet acknowledged by the broker (queued or sent)."""
@@ -329,7 +419,8 @@ class TransactionalPublisher:
 
     def close(self, timeout_s: float = 5.0) -> None:
         """Flush what is queued (nothing, outside a transaction) and let the client go."""
-        with contextlib.suppress(KafkaException):  # after a fatal error there is nothing left to save
+        # after a fatal error there is nothing left to save (see _serving for the SystemError)
+        with contextlib.suppress(KafkaException, SystemError):
             self._producer.flush(timeout_s)
 
 

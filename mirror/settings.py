@@ -299,17 +299,50 @@ class KafkaSettings(SettingsModel):
         return data
 
 
+class KafkaSection(BaseModel):
+    """A configuration file read for its ``kafka:`` section only (a consumer command's ``--config``).
+
+    The other keys belong to the watcher and are left alone, so one file serves every command.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore", hide_input_in_errors=True)
+
+    kafka: KafkaSettings
+
+
+def validate_kafka_section(
+    data: Mapping[str, Any], source: str | None, *, bootstrap_servers: str | None = None
+) -> KafkaSettings:
+    """``data["kafka"]`` as KafkaSettings (``bootstrap_servers``, when given, replacing the file's).
+
+    A problem is a ConfigError naming ``source`` and the key path (``kafka.sasl_password``).
+    """
+    raw = dict(data)
+    if bootstrap_servers is not None:
+        kafka = raw.get("kafka")
+        raw["kafka"] = {
+            **(kafka if isinstance(kafka, Mapping) else {}),
+            "bootstrap_servers": bootstrap_servers,
+        }
+    try:
+        return KafkaSection.model_validate(raw).kafka
+    except ValidationError as exc:
+        raise settings_error(exc, KafkaSection, source=source) from None
+
+
 __all__ = [
     "RESERVED_KAFKA_KEYS",
     "SASL_MECHANISMS",
     "SECURITY_PROTOCOLS",
     "SSL_FILE_FIELDS",
     "FieldProblem",
+    "KafkaSection",
     "KafkaSettings",
     "SettingsModel",
     "for_log",
     "key_path",
     "reveal",
     "settings_error",
+    "validate_kafka_section",
     "wrap_secrets",
 ]

@@ -39,6 +39,8 @@ from .kafka_producer import RECORD_OVERHEAD
 PREFIX = "deltamirror."
 ACTIONS_SUFFIX = ".actions"
 COMMITS_SUFFIX = ".commits"
+CHANGES_SUFFIX = ".changes"
+TRANSACTION_SUFFIX = ".transaction"
 
 _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -47,10 +49,15 @@ _NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 class TableTopics:
     actions: str
     commits: str
+    #: row-level change events (published only when row changes are on)
+    changes: str = ""
+    #: their transaction metadata (BEGIN/END per version)
+    transaction: str = ""
 
 
-def default_topics(table_uri: str) -> TableTopics:
-    """``deltamirror.<last path segment>.actions`` / ``.commits``; stable for a location.
+def default_topics(table_uri: str, *, name: str | None = None) -> TableTopics:
+    """``deltamirror.<last path segment>.actions`` / ``.commits`` (``.changes`` / ``.transaction`` for
+    row changes); stable for a location.
 
     ``table_uri`` is the normalized location (``normalize_table_uri``), as it entered the watcher's
     settings or the reader's.
@@ -58,10 +65,16 @@ def default_topics(table_uri: str) -> TableTopics:
     The table's directory name is its name for people; two watched tables with the same directory
     name must be given topic names in the configuration (the service refuses a collision).
     """
-    name = table_uri.rstrip("/").rsplit("/", 1)[-1] or "table"
+    if name is None:  # ``name``: the table's own (a discovered table's path, or ``topic_name``)
+        name = table_uri.rstrip("/").rsplit("/", 1)[-1] or "table"
     name = _NAME_UNSAFE.sub("_", name).strip("._") or "table"
     name = name[:200]
-    return TableTopics(f"{PREFIX}{name}{ACTIONS_SUFFIX}", f"{PREFIX}{name}{COMMITS_SUFFIX}")
+    return TableTopics(
+        f"{PREFIX}{name}{ACTIONS_SUFFIX}",
+        f"{PREFIX}{name}{COMMITS_SUFFIX}",
+        f"{PREFIX}{name}{CHANGES_SUFFIX}",
+        f"{PREFIX}{name}{TRANSACTION_SUFFIX}",
+    )
 
 
 def default_commits_topic(actions_topic: str) -> str:
@@ -181,7 +194,9 @@ class TopicManager:
         self.timeout_s = timeout_s
         self.limits: dict[str, TopicLimits] = {}
 
-    def ensure_event_topic(self, name: str) -> TopicLimits:
+    def ensure_event_topic(self, name: str, *, compacted_ok: bool = False) -> TopicLimits:
+        """An actions, commits or (``compacted_ok``: keyed by row, compaction is the user's choice)
+        row changes topic; created with one partition (create it beforehand for more)."""
         created = self._create(name, 1, event_topic_config(self.max_record_bytes))
         config = self._describe(name)
         if not created:
@@ -194,8 +209,10 @@ class TopicManager:
                     retention,
                     extra={"topic": name},
                 )
-            if "compact" in config.get("cleanup.policy", "") and "delete" not in config.get(
-                "cleanup.policy", ""
+            if (
+                not compacted_ok
+                and "compact" in config.get("cleanup.policy", "")
+                and "delete" not in config.get("cleanup.policy", "")
             ):
                 raise ConfigError(
                     f"topic {name} is compacted: events of one table share a key and would be lost",
@@ -214,6 +231,18 @@ class TopicManager:
                 topic=name,
             )
         return self._limits(name, config)
+
+    def ensure_signal_topic(self, name: str) -> None:
+        """Create the operators' signal topic if needed: one partition, signals kept a day."""
+        self._create(name, 1, {"cleanup.policy": "delete", "retention.ms": str(24 * 3600 * 1000)})
+
+    def ensure_assignment_topic(self, name: str, partitions: int) -> int:
+        """Create a group's assignment topic (nothing is written to it); its partition count."""
+        self._create(name, partitions, {"cleanup.policy": "delete", "retention.ms": str(3600 * 1000)})
+        topic = self._admin.list_topics(topic=name, timeout=self.timeout_s).topics.get(name)
+        if topic is None or topic.error is not None:
+            raise KafkaError(f"cannot read the metadata of topic {name}", topic=name)
+        return len(topic.partitions)
 
     def _limits(self, name: str, config: dict[str, str]) -> TopicLimits:
         topic_max = _int(config.get("max.message.bytes")) or BROKER_DEFAULT_MAX_MESSAGE_BYTES

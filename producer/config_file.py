@@ -29,7 +29,13 @@ from typing import Any
 import yaml
 
 from deltamirror.core.errors import ConfigError
-from deltamirror.mirror.settings import SSL_FILE_FIELDS, for_log, key_path
+from deltamirror.mirror.settings import (
+    SSL_FILE_FIELDS,
+    KafkaSettings,
+    for_log,
+    key_path,
+    validate_kafka_section,
+)
 
 from .settings import WatchConfig, validate_watch_config
 
@@ -174,6 +180,26 @@ def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> W
     return validate_watch_config(data, source)
 
 
+def load_kafka_settings(
+    path: str | Path, *, bootstrap_servers: str | None = None, environ: Mapping[str, str] | None = None
+) -> KafkaSettings:
+    """The ``kafka:`` section of a configuration file, read as :func:`load_config` reads it.
+
+    For the consumer commands' ``--config``: the same file as the watcher's, ``${VAR}`` and
+    relative ``ssl_*_location`` paths treated alike; the other sections are not looked at.
+    ``bootstrap_servers`` (the ``--bootstrap-servers`` flag) replaces the file's broker list.
+    """
+    path = Path(path)
+    source = str(path)
+    raw = _parse_file(path)
+    if not isinstance(raw, dict):
+        raise ConfigError("the configuration must be a mapping of keys to values", file=source)
+    environ = os.environ if environ is None else environ
+    data = {"kafka": _interpolate(raw["kafka"], ["kafka"], source, environ)} if "kafka" in raw else {}
+    _resolve_relative_paths(data, path.resolve().parent)
+    return validate_kafka_section(data, source, bootstrap_servers=bootstrap_servers)
+
+
 def redacted(cfg: WatchConfig) -> dict[str, Any]:
     """The configuration as plain data for logs: no secret, however it was written.
 
@@ -184,4 +210,4 @@ def redacted(cfg: WatchConfig) -> dict[str, Any]:
     return data
 
 
-__all__ = ["load_config", "redacted"]
+__all__ = ["load_config", "load_kafka_settings", "redacted"]

@@ -10,6 +10,8 @@ Layout of a data dir (default ``${XDG_CACHE_HOME:-~/.cache}/deltamirror/kafka-da
     kafka-logs/         Kafka's log.dirs (topics, the __cluster_metadata quorum log)
     server.log          the broker's own log; stdout.log: JVM output (crashes, GC warnings)
     broker.pid          present while the broker runs
+    security/           with ``security="scram-tls"``: the SASL_SSL listener's CA, keystore and
+                        SCRAM password (see :mod:`deltamirror.producer.local_kafka_security`)
 
 ``auto.create.topics.enable`` is false on purpose: the watcher creates its topics with the partition
 count and configs they need, and a typo in a consumer must not silently create an empty topic.
@@ -41,6 +43,16 @@ from deltamirror.producer.kafka_jars import (
     exclusive_lock,
     find_java,
     load_distribution,
+)
+from deltamirror.producer.local_kafka_security import (
+    LISTENER,
+    SecureClientSettings,
+    check_mode,
+    client_settings,
+    ensure_tls_material,
+    listener_properties,
+    upsert_scram_user,
+    write_private,
 )
 
 log = logging.getLogger(__name__)
@@ -170,11 +182,26 @@ def _listener_port(props: dict[str, str], name: str) -> int | None:
 
 
 class LocalKafka:
-    """One single-node broker bound to a data dir; every method is safe to call twice."""
+    """One single-node broker bound to a data dir; every method is safe to call twice.
 
-    def __init__(self, port: int = 9092, data_dir: Path | None = None) -> None:
+    ``security="scram-tls"`` adds a SASL_SSL listener (SCRAM-SHA-512, a certificate of a CA made
+    for the data dir) on ``secure_port`` (default: the one the data dir used before, else port + 2
+    when free, else any free port) beside the unchanged PLAINTEXT one; :meth:`secure_client_settings`
+    says how a client reaches it.
+    """
+
+    def __init__(
+        self,
+        port: int = 9092,
+        data_dir: Path | None = None,
+        *,
+        security: str = "none",
+        secure_port: int | None = None,
+    ) -> None:
         self.port = port
         self.data_dir = (data_dir or default_data_dir(port)).expanduser().resolve()
+        self.security = check_mode(security)
+        self._secure_port_wanted = secure_port
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -195,15 +222,22 @@ class LocalKafka:
     def status(self) -> dict[str, Any]:
         pid = self._running_pid()
         port = self._configured_port() or self.port
+        secure = self._configured_secure_port()
         return {
             "running": pid is not None,
             "pid": pid,
             "port": port,
             "bootstrap_servers": f"{HOST}:{port}",
+            "secure_bootstrap_servers": f"{HOST}:{secure}" if secure is not None else None,
             "data_dir": str(self.data_dir),
             "log_file": str(self.log_file),
             "kafka_version": load_distribution().kafka_version,
         }
+
+    def secure_client_settings(self) -> SecureClientSettings | None:
+        """How a client reaches the SASL_SSL listener; None when the config has none."""
+        secure = self._configured_secure_port()
+        return client_settings(self.data_dir, f"{HOST}:{secure}") if secure is not None else None
 
     def start(self, timeout: float = READY_TIMEOUT_S) -> str:
         """Start (or find running) and return the bootstrap servers once the broker answers."""
@@ -216,12 +250,20 @@ class LocalKafka:
                     f"use --port {configured} or another --data-dir",
                     port=self.port,
                 )
+            secured = self.security != "none"
             if self._running_pid() is not None:
+                if secured and self._configured_secure_port() is None:
+                    raise ConfigError(
+                        f"the broker of {self.data_dir} runs without the {LISTENER} listener; "
+                        "stop it (deltamirror local kafka stop) and start it again with --security",
+                        port=self.port,
+                    )
                 _wait_until_ready(self.bootstrap_servers, timeout, None, self.data_dir)
                 return self.bootstrap_servers
             self.pid_file.unlink(missing_ok=True)
             controller_port = self._controller_port()
-            for port in (self.port, controller_port):
+            secure_port = self._secure_port(controller_port) if secured else None
+            for port in (self.port, controller_port, *([secure_port] if secure_port is not None else [])):
                 if not _port_is_free(port):
                     raise ConfigError(
                         f"port {port} on {HOST} is already in use by another program; "
@@ -231,13 +273,17 @@ class LocalKafka:
             java = find_java()
             dist = load_distribution()
             classpath = os.pathsep.join(str(p) for p in ensure_jars())
-            self._write_config(controller_port)
+            self._write_config(controller_port, secure_port)
             if not (self.data_dir / KAFKA_LOG_DIRS / "meta.properties").is_file():
                 self._format(java, classpath, dist)
             self._launch(java, classpath, dist)
             assert self._process is not None
             try:
                 _wait_until_ready(self.bootstrap_servers, timeout, self._process, self.data_dir)
+                if secure_port is not None:
+                    upsert_scram_user(
+                        self.bootstrap_servers, client_settings(self.data_dir, f"{HOST}:{secure_port}")
+                    )
             except BaseException:
                 self._terminate(self._process.pid)
                 self.pid_file.unlink(missing_ok=True)
@@ -270,29 +316,57 @@ class LocalKafka:
             return None
         return pid
 
-    def _configured_port(self) -> int | None:
+    def _configured_port(self, listener: str = "PLAINTEXT") -> int | None:
         path = self.data_dir / SERVER_PROPERTIES
-        return _listener_port(_read_properties(path), "PLAINTEXT") if path.is_file() else None
+        return _listener_port(_read_properties(path), listener) if path.is_file() else None
+
+    def _configured_secure_port(self) -> int | None:
+        return self._configured_port(LISTENER)
+
+    def _secure_port(self, controller_port: int) -> int:
+        """The one asked for, else the data dir's previous one (clients know it), else port+2, else any."""
+        if self._secure_port_wanted is not None:
+            if self._secure_port_wanted in (self.port, controller_port):
+                raise ConfigError(
+                    f"--secure-port {self._secure_port_wanted} is taken by the broker's own listeners",
+                    port=self._secure_port_wanted,
+                )
+            return self._secure_port_wanted
+        existing = self._configured_secure_port()
+        if existing is not None:
+            return existing
+        candidate = self.port + 2
+        if candidate != controller_port and _port_is_free(candidate):
+            return candidate
+        return _free_port()
 
     def _controller_port(self) -> int:
         """The existing one (the quorum's voter record names it), else port+1, else any free port."""
-        path = self.data_dir / SERVER_PROPERTIES
-        if path.is_file():
-            existing = _listener_port(_read_properties(path), "CONTROLLER")
-            if existing is not None:
-                return existing
+        existing = self._configured_port("CONTROLLER")
+        if existing is not None:
+            return existing
         return self.port + 1 if _port_is_free(self.port + 1) else _free_port()
 
-    def _write_config(self, controller_port: int) -> None:
+    def _write_config(self, controller_port: int, secure_port: int | None = None) -> None:
+        listeners = f"PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{controller_port}"
+        advertised = f"PLAINTEXT://{HOST}:{self.port}"
+        protocols = "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
+        secured: dict[str, str] = {}
+        if secure_port is not None:
+            listeners += f",{LISTENER}://{HOST}:{secure_port}"
+            advertised += f",{LISTENER}://{HOST}:{secure_port}"
+            protocols += f",{LISTENER}:{LISTENER}"
+            _, keystore, store_password = ensure_tls_material(self.data_dir)
+            secured = listener_properties(keystore, store_password)
         props = {
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.bootstrap.servers": f"{HOST}:{controller_port}",
-            "listeners": f"PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{HOST}:{self.port}",
+            "listeners": listeners,
+            "advertised.listeners": advertised,
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "listener.security.protocol.map": protocols,
             "log.dirs": str(self.data_dir / KAFKA_LOG_DIRS),
             "auto.create.topics.enable": "false",
             "num.partitions": "1",
@@ -305,10 +379,12 @@ class LocalKafka:
             "share.coordinator.state.topic.replication.factor": "1",
             "share.coordinator.state.topic.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
+            **secured,
         }
         body = "".join(f"{k}={v}\n" for k, v in props.items())
         header = "# Written by deltamirror local kafka; regenerated on every start.\n"
-        (self.data_dir / SERVER_PROPERTIES).write_text(header + body, encoding="utf-8")
+        # 0600: with the secured listener it holds the keystore's password
+        write_private(self.data_dir / SERVER_PROPERTIES, header + body)
         log4j = (
             "status = warn\n"
             "shutdownHook = disable\n"

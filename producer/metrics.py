@@ -22,6 +22,28 @@ table's normalized URI) and prefixed ``deltamirror_``:
 ``deltamirror_healthy``                         1 when the watcher reports itself healthy
 =============================================== =====================================================
 
+In a group of watchers (``watch --group``), per instance and without a ``table`` label:
+
+=============================================== =====================================================
+``deltamirror_group_owned_tables``              tables running here now
+``deltamirror_group_owned_shards``              shards of the assignment topic assigned here now
+``deltamirror_group_shards_assigned_total``     shards this instance gained (``rate()``: moves in)
+``deltamirror_group_shards_revoked_total``      shards it handed over or lost (``rate()``: moves out)
+``deltamirror_group_tables_released_total``     tables stopped here while the instance goes on
+                                                (label ``reason``: ``revoked``, ``lost``, ``fenced``
+                                                when another instance's producer took it over, or
+                                                the reason a table was removed)
+``deltamirror_group_rebalance_seconds``         how long the last rebalance took here: from the
+                                                callback until the revoked tables stopped, or the
+                                                assigned ones resumed from their progress
+=============================================== =====================================================
+
+The per-table lag is ``deltamirror_versions_behind`` (versions in the log not yet published); a
+table that moved away keeps no series on its old instance's ``/healthz``.
+
+``GET /healthz`` has a ``group`` member in group mode: ``{"id", "state": "joined" | "rebalancing"
+| "not joined", "assignments", "ownedShards": [...]}``; an instance that is not joined is unhealthy.
+
 ``GET /healthz`` answers 200 ``{"status": "ok", ...}`` when the watcher said it is healthy and no
 table is stopped on an error, else 503 with the reason; the watcher starts unhealthy ("starting")
 until it calls ``set_healthy(True)``, so a container is not marked healthy before it has resumed.
@@ -35,6 +57,7 @@ names and the reasons of ``/healthz`` are redacted (``s3://***@bucket/t``, core/
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -71,6 +94,21 @@ class Metrics(Protocol):
     def table_ok(self, table: str) -> None: ...
 
     def set_healthy(self, ok: bool, reason: str = "") -> None: ...
+
+
+@runtime_checkable
+class GroupMetrics(Protocol):
+    """What a watcher in a group reports besides the tables' own figures."""
+
+    def group_status(self, group_id: str, state: str, assignments: int, shards: frozenset[int]) -> None: ...
+
+    def shards_moved(self, assigned: int = 0, revoked: int = 0) -> None: ...
+
+    def rebalance_took(self, seconds: float) -> None: ...
+
+    def owned_tables(self, n: int) -> None: ...
+
+    def table_released(self, table: str, reason: str) -> None: ...
 
 
 @runtime_checkable
@@ -153,6 +191,24 @@ class WatcherMetrics:
         self._table_errors = counter("table_errors", "Times the table stopped on an error.")
         self._healthy_gauge = gauge("healthy", "1 when the watcher reports itself healthy.", ())
         self._healthy_gauge.set(0)
+        self._group: dict[str, Any] | None = None
+        self._owned_tables = gauge("group_owned_tables", "Tables running on this instance.", ())
+        self._owned_shards = gauge("group_owned_shards", "Shards assigned to this instance.", ())
+        self._shards_assigned = Counter(
+            PREFIX + "group_shards_assigned", "Shards this instance gained.", registry=self.registry
+        )
+        self._shards_revoked = Counter(
+            PREFIX + "group_shards_revoked",
+            "Shards this instance handed over or lost.",
+            registry=self.registry,
+        )
+        self._released = Counter(
+            PREFIX + "group_tables_released",
+            "Tables stopped here while the instance goes on (moved, fenced, removed).",
+            ("reason",),
+            registry=self.registry,
+        )
+        self._rebalance_s = gauge("group_rebalance_seconds", "Duration of the last rebalance here.", ())
 
     # --- per table --------------------------------------------------------------------------
 
@@ -209,6 +265,53 @@ class WatcherMetrics:
             state.up, state.reason = True, ""
         self._table_up.labels(state.label).set(1)
 
+    def forget_table(self, table: str) -> None:
+        """The table runs elsewhere now: its health and per-table series leave this instance."""
+        with self._lock:
+            state = self._tables.pop(table, None)
+        if state is None:
+            return
+        for metric in (
+            self._version,
+            self._commit_ts,
+            self._behind_ms,
+            self._publish_ts,
+            self._versions_behind,
+            self._events,
+            self._commits,
+            self._aborts,
+            self._table_up,
+            self._table_errors,
+        ):
+            with contextlib.suppress(KeyError):
+                metric.remove(state.label)
+
+    # --- the group ----------------------------------------------------------------------------
+
+    def group_status(self, group_id: str, state: str, assignments: int, shards: frozenset[int]) -> None:
+        with self._lock:
+            self._group = {
+                "id": group_id,
+                "state": state,
+                "assignments": assignments,
+                "ownedShards": sorted(shards),
+            }
+        self._owned_shards.set(len(shards))
+
+    def shards_moved(self, assigned: int = 0, revoked: int = 0) -> None:
+        self._shards_assigned.inc(assigned)
+        self._shards_revoked.inc(revoked)
+
+    def rebalance_took(self, seconds: float) -> None:
+        self._rebalance_s.set(seconds)
+
+    def owned_tables(self, n: int) -> None:
+        self._owned_tables.set(n)
+
+    def table_released(self, table: str, reason: str) -> None:
+        self._released.labels(reason).inc()
+        self.forget_table(table)
+
     # --- the process ------------------------------------------------------------------------
 
     def set_healthy(self, ok: bool, reason: str = "") -> None:
@@ -229,6 +332,9 @@ class WatcherMetrics:
             }
             failing = [state.label for _, state in sorted(self._tables.items()) if not state.up]
             healthy, reason = self._healthy, self._reason
+            group = None if self._group is None else dict(self._group)
+        if group is not None and healthy and group["state"] == "not joined":
+            healthy, reason = False, f"not joined to group {group['id']}"
         if healthy and failing:
             reason = f"{len(failing)} table(s) stopped on an error: {', '.join(failing)}"
         ok = healthy and not failing
@@ -239,6 +345,8 @@ class WatcherMetrics:
         else:
             status = "unhealthy"
         body: dict[str, Any] = {"status": status, "tables": tables}
+        if group is not None:
+            body["group"] = group
         if not ok:
             body["reason"] = reason or "unhealthy"
         return ok, body
@@ -255,6 +363,7 @@ def serve(metrics: ServedMetrics, host: str = DEFAULT_HOST, port: int = DEFAULT_
 __all__ = [
     "DEFAULT_HOST",
     "DEFAULT_PORT",
+    "GroupMetrics",
     "Metrics",
     "NullMetrics",
     "ServedMetrics",

@@ -9,7 +9,8 @@ recorded position. A version that was only partly published is completed first.
 Failures: a table error (corrupt commit, unsupported feature, storage failure, gap) commits what
 was already produced, stops the table, and retries with backoff from the committed position; an
 aborted transaction is published again from the committed position; a broken producer is
-replaced (a new session); a fenced producer or a configuration error stops everything.
+replaced (a new session); a fenced producer or a configuration error ends the table (the service
+stops everything, or in a group releases only this table when fenced).
 
 Stopping: the open transaction is finished at the next batch boundary, within the stop budget.
 Every broker call made while stopping is bounded by the time left, and what cannot be finished
@@ -42,13 +43,15 @@ from deltamirror.mirror.errors import (
 from deltamirror.mirror.kafka_producer import TransactionalPublisher
 from deltamirror.mirror.topics import TableTopics, TopicManager, default_topics
 
+from .discovery import GONE_TABLES
 from .progress import read_progress
+from .row_events import RowChangesSource
 from .settings import TableConfig, WatchConfig
 from .snapshot_events import SnapshotWork
 from .transactions import BATCH, TableTransactions
 from .waker import LogWaker
 from .watcher import TableWatcher
-from .work import CommitWork, PositionWork, TableReplacedWork, Work
+from .work import CommitWork, PositionWork, TableDroppedWork, TableReplacedWork, Work
 
 if TYPE_CHECKING:  # for the type checker only: importing it loads prometheus_client
     from .metrics import Metrics
@@ -80,8 +83,13 @@ def transactional_id(prefix: str, table_uri: str) -> str:
 
 def table_topics(table: TableConfig) -> TableTopics:
     """The table's actions and commits topics: the configured names, else the defaults of its URI."""
-    default = default_topics(table.normalized_uri)
-    return TableTopics(table.actions_topic or default.actions, table.commits_topic or default.commits)
+    default = default_topics(table.normalized_uri, name=table.topic_name)
+    return TableTopics(
+        table.actions_topic or default.actions,
+        table.commits_topic or default.commits,
+        table.changes_topic or default.changes,
+        table.transaction_topic or default.transaction,
+    )
 
 
 class _Backoff:
@@ -121,6 +129,8 @@ class TablePipeline:
         self.stop_budget_s = stop_budget_s
         #: True once this table said what it abandoned on stop
         self.abandoned = False
+        #: why the service stopped this table alone (revoked, lost, removed); None: a process stop
+        self.release_reason: str | None = None
         #: what the table is doing, for the report of a stop that could not wait for it
         self.phase = "connecting to Kafka"
         self.topics = table_topics(table)
@@ -136,6 +146,7 @@ class TablePipeline:
             from_version=table.from_version,
             from_timestamp=table.from_timestamp,
             allowed_path_prefixes=table.allowed_path_prefixes,
+            drop_when_gone=table.when_deleted == "drop",
         )
         self.waker = LogWaker(self.watcher.storage, enabled=cfg.use_notifications)
         self.txns = TableTransactions(
@@ -149,9 +160,12 @@ class TablePipeline:
             batch_size=max(1, min(batch_size, cfg.txn_max_records)),
         )
         self.txns.before_bounded_commit = self._read_while_draining
+        self.txns.rows = RowChangesSource.of_table(table, self.watcher.table, self.topics)
         self._log_extra = {"table": self.uri}
         self._needs_start = True
         self._table_failing = False
+        #: set once ``tableDropped`` is committed: the table's pipeline has ended for good
+        self.dropped = threading.Event()
         #: a stop cut a batch: the open transaction holds records its progress record would not cover
         self._cut_mid_batch = False
         #: work the watcher handed out while a transaction drained, published next (in order)
@@ -168,6 +182,25 @@ class TablePipeline:
                 return float("inf")
             self.stop_deadline = time.monotonic() + self.stop_budget_s
         return self.stop_deadline - time.monotonic()
+
+    def release(self, reason: str, budget_s: float | None = None) -> None:
+        """Stop this table alone (its shard moved, it was removed), within ``budget_s``.
+
+        It stops as on a process stop: the open transaction is finished at the next batch
+        boundary. With ``reason`` ``lost`` (the group found this instance gone, another may
+        already run the table) an idle table also commits its progress once more: a transaction
+        that the new owner's producer fences, so a zombie learns it at once (and says so) instead
+        of at its next commit.
+        """
+        deadline = time.monotonic() + (self.stop_budget_s if budget_s is None else budget_s)
+        if self.stop_deadline is None or deadline < self.stop_deadline:
+            self.stop_deadline = deadline
+        self.release_reason = reason
+        self.stop.set()
+
+    def request_snapshot(self) -> None:
+        """Publish a fresh snapshot of the table next, at the last version published (a signal)."""
+        self.watcher.snapshot_requested.set()
 
     def unfinished_work(self) -> str:
         """What a stop now would leave undone, in words."""
@@ -199,7 +232,11 @@ class TablePipeline:
                 except StopRequested:
                     self.say_abandoned()
                     return
-                except (ProducerFencedError, ConfigError):
+                except ProducerFencedError:
+                    if self.cfg.group is not None:  # the new owner aborted it; the release is the one line
+                        self.abandoned = True
+                    raise
+                except ConfigError:
                     raise
                 except KafkaError as exc:
                     log.warning("kafka failure; reconnecting", exc_info=exc, extra=self._log_extra)
@@ -221,6 +258,9 @@ class TablePipeline:
         manager = TopicManager(self.kafka, max_record_bytes=self.cfg.max_record_bytes)
         for name in (self.topics.actions, self.topics.commits):
             self.txns.limits[name] = manager.ensure_event_topic(name)
+        if self.txns.rows is not None:
+            for name in (self.topics.changes, self.topics.transaction):
+                self.txns.limits[name] = manager.ensure_event_topic(name, compacted_ok=True)
         manager.ensure_progress_topic(self.cfg.progress_topic)
         pub.init()  # fences older producers of this table before the progress is read
         committed = read_progress(self.kafka, self.cfg.progress_topic, self.uri, stop=self.stop)
@@ -276,7 +316,7 @@ class TablePipeline:
 
     def _loop(self) -> None:
         backoff = _Backoff()
-        while not self.stop.is_set():
+        while not self.stop.is_set() and not self.dropped.is_set():
             try:
                 if self._needs_start:
                     self._drained.clear()
@@ -361,8 +401,22 @@ class TablePipeline:
                     self._abort(timeout_s=left)
                 except KafkaError:
                     self.say_abandoned(what)
+        elif self.release_reason == "lost":
+            self._probe_fencing()
         if not self.abandoned:
             log.info("table stopped cleanly", extra=self._log_extra)
+
+    def _probe_fencing(self) -> None:
+        """An idle table of a lost shard: commit its progress again, which a new owner fences."""
+        if self.txns.pub is None or self.txns.committed is None or self.time_left() <= 0:
+            return
+        try:
+            self.txns.begin()
+            self.txns.commit(timeout_s=max(0.0, self.time_left()))
+        except ProducerFencedError:
+            raise
+        except KafkaError as exc:
+            log.info("could not probe for a new owner: %s", exc, extra=self._log_extra)
 
     def _next_work(self) -> Work | None:
         if self._drained:
@@ -426,6 +480,11 @@ class TablePipeline:
         elif isinstance(work, TableReplacedWork):
             txns.announce_replaced(work)
             return  # the new table's first work goes in the same transaction
+        elif isinstance(work, TableDroppedWork):
+            txns.announce_dropped(work)  # commits: the table's last transaction
+            GONE_TABLES.note_dropped(self.uri)  # discovery forgets it
+            self.dropped.set()
+            return
         elif isinstance(work, PositionWork):
             txns.produced = work.position
         # publish may have committed its last chunk already (a stop mid-version): no txn, no commit

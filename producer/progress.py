@@ -24,7 +24,9 @@ def position_from_record(record: ProgressRecord) -> Position:
     ts = CommitTimestamp(
         record.version, record.commit_timestamp, TimestampSource(record.commit_timestamp_source)
     )
-    return Position(record.table_id, record.version, record.index, record.count, ts, record.snapshot)
+    return Position(
+        record.table_id, record.version, record.index, record.count, ts, record.snapshot, record.row_offset
+    )
 
 
 def progress_record(position: Position, uri: str, txn_id: str | None) -> ProgressRecord:
@@ -40,6 +42,7 @@ def progress_record(position: Position, uri: str, txn_id: str | None) -> Progres
         commit_timestamp_source=str(position.timestamp.source),  # type: ignore[arg-type]
         transactional_id=txn_id,
         updated_at=int(time.time() * 1000),
+        row_offset=position.row_offset,
     )
 
 

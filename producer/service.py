@@ -2,19 +2,25 @@
 
 Each table runs in its own thread (:class:`~.pipeline.TablePipeline`) with its own transactional
 producer, whose ``transactional.id`` is ``<prefix>-<first 16 hex digits of sha1(normalized table
-URI)>``: one id per table, so a second watcher on the same table fences the first (which then
-exits non-zero), whatever process or host it runs on, while tables never block each other.
+URI)>``: one id per table, so a second watcher on the same table fences the first, whatever
+process or host it runs on, while tables never block each other.
 
 Resume order, per table (see docs/events.md): ``init_transactions()`` first, which aborts or
 completes whatever an earlier incarnation left open; then the progress topic is read with
 ``read_committed`` to its end; only then does publishing start, after the recorded position
 (:mod:`.pipeline`). What a transaction holds: :mod:`.transactions`.
 
-A fenced producer or a configuration error in any table stops every table, and the process
-exits non-zero. SIGTERM/SIGINT set one stop flag: each open transaction is finished at the next
-batch boundary, the producers flushed, and the process exits 0. A stop has a budget
-(``STOP_BUDGET_S``): a table that cannot finish in time (the broker is gone) is abandoned with one
-line saying what was left, and a second signal stops at once, with the same report.
+The set of tables is dynamic: :meth:`WatchService.add_table` and :meth:`WatchService.remove_table`
+start and stop a table's thread while the others run (discovery calls them). With a ``group``
+(``watch --group NAME``, :mod:`.sharing`) only the tables of the shards Kafka's group protocol
+assigns to this instance run here, and they start and stop as shards move (docs/scale-out.md).
+
+Alone, a fenced producer or a configuration error in any table stops every table, and the
+process exits non-zero. In a group a fenced table is only released here (another instance took
+it over; the group decides who runs it). SIGTERM/SIGINT set one stop flag: each open transaction
+is finished at the next batch boundary, the producers flushed, and the process exits 0. A stop has
+a budget (``STOP_BUDGET_S``): a table that cannot finish in time (the broker is gone) is abandoned
+with one line saying what was left, and a second signal stops at once, with the same report.
 
 Logs: JSON lines, redacted (:mod:`.log_format`); librdkafka's own lines go to the
 ``deltamirror.librdkafka`` logger at DEBUG, and a broker that cannot be reached is reported by
@@ -28,16 +34,22 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Iterable
+from dataclasses import dataclass
 from types import FrameType
 
 from deltamirror.core.errors import ConfigError
 from deltamirror.mirror.connection import KafkaConnectionReporter
+from deltamirror.mirror.errors import KafkaError, ProducerFencedError
 
 from .config_file import redacted
+from .discovery import DiscoveryLoop
 from .log_format import configure_logging
-from .metrics import Metrics, ServedMetrics, ServerHandle, WatcherMetrics, serve
+from .metrics import GroupMetrics, Metrics, ServedMetrics, ServerHandle, WatcherMetrics, serve
 from .pipeline import STOP_BUDGET_S, TablePipeline, table_topics
-from .settings import WatchConfig
+from .settings import TableConfig, WatchConfig
+from .sharing import TableSharing
+from .signals import Signal, SignalListener
 
 log = logging.getLogger("deltamirror.watch")
 
@@ -45,8 +57,16 @@ log = logging.getLogger("deltamirror.watch")
 STOP_GRACE_S = 0.5
 
 
+@dataclass(eq=False)
+class _Running:
+    """A table with a pipeline here: its thread is None until the service starts."""
+
+    pipeline: TablePipeline
+    thread: threading.Thread | None = None
+
+
 class WatchService:
-    """All tables of a configuration, each in its own thread.
+    """The tables of a configuration (and those added later), each in its own thread.
 
     ``metrics`` receives what the tables report (default: a new :class:`WatcherMetrics`); with
     ``metrics_port`` set it must be one that can be served (a registry and ``/healthz``).
@@ -67,54 +87,210 @@ class WatchService:
                 f"metrics_port is set but {type(self.metrics).__name__} cannot be served "
                 "(it has no Prometheus registry and no health): pass WatcherMetrics, or unset metrics_port"
             )
+        self.group_metrics = self.metrics if isinstance(self.metrics, GroupMetrics) else None
         self.stop_event = stop if stop is not None else threading.Event()
         self.stop_budget_s = stop_budget_s
         #: when the requested stop must be done (monotonic), None until one is requested
         self.stop_deadline: float | None = None
-        self._check_topic_collisions()
         #: one reporter for every client: one warning per interval for a cluster that is down
         self.reporter = KafkaConnectionReporter(cfg.kafka.bootstrap_servers)
-        self.pipelines = [
-            TablePipeline(
-                cfg,
-                t,
-                metrics=self.metrics,
-                stop=self.stop_event,
-                reporter=self.reporter,
-                stop_budget_s=stop_budget_s,
-            )
-            for t in cfg.tables
-        ]
-        self._threads: list[threading.Thread] = []
+        self._lock = threading.RLock()
+        #: every table this service was given, by normalized uri (it runs here, or in a group maybe not)
+        self._tables: dict[str, TableConfig] = {}
+        #: topic name -> the table using it (collisions are refused)
+        self._topics: dict[str, str] = {}
+        for table in cfg.tables:
+            self._admit(table)
+        self._running: dict[str, _Running] = {}
+        self._started = False
         self._failure: BaseException | None = None
         self._server: ServerHandle | None = None
+        self.sharing = TableSharing(self, cfg.group) if cfg.group is not None else None
+        #: the prefixes of ``cfg.discover``, scanned on their own thread once started
+        self.discovery = DiscoveryLoop(cfg, self, stop=self.stop_event) if cfg.discover else None
+        #: operators' signals (``deltamirror signal``), read on their own thread once started
+        self.signals = (
+            SignalListener(
+                {**cfg.kafka.librdkafka_config(), **self.reporter.client_config()},
+                cfg.signal_topic,
+                self._on_signal,
+                stop=self.stop_event,
+            )
+            if cfg.signal_topic is not None
+            else None
+        )
+        if self.sharing is None:
+            for table in self._tables.values():
+                self._running[table.normalized_uri] = _Running(self._new_pipeline(table))
 
-    def _check_topic_collisions(self) -> None:
-        seen: dict[str, str] = {}
-        for table in self.cfg.tables:
-            topics = table_topics(table)
-            explicit = {table.actions_topic, table.commits_topic}
-            for name in (topics.actions, topics.commits):
-                other = seen.get(name)
-                if other is not None and name not in explicit:
-                    raise ConfigError(
-                        f"tables {other} and {table.uri} would share the default topic {name}: "
-                        "set actions_topic and commits_topic for one of them",
-                        table=table.uri,
-                    )
-                seen[name] = table.uri
+    # --- the table set --------------------------------------------------------------------------
+
+    @property
+    def pipelines(self) -> list[TablePipeline]:
+        """The pipelines of the tables that run here now."""
+        with self._lock:
+            return [entry.pipeline for entry in self._running.values()]
+
+    def tables(self) -> list[TableConfig]:
+        """Every table this service was given (in a group, the ones of other shards too)."""
+        with self._lock:
+            return list(self._tables.values())
+
+    def running_tables(self) -> set[str]:
+        """Normalized URIs of the tables with a live pipeline here."""
+        with self._lock:
+            return set(self._running)
+
+    def add_table(self, table: TableConfig) -> None:
+        """Mirror ``table`` too (nothing happens if it is known); in a group, only if its shard is here."""
+        with self._lock:
+            if table.normalized_uri in self._tables:
+                return
+            self._admit(table)
+        if self.sharing is None or self.sharing.owns(table.normalized_uri):
+            self.start_table(table)
+
+    def remove_table(self, normalized_uri: str, *, reason: str) -> None:
+        """Stop the table at its next batch boundary (its open transaction finished) and forget it."""
+        with self._lock:
+            table = self._tables.pop(normalized_uri, None)
+            if table is not None:
+                for name in self._table_topic_names(table):
+                    self._topics.pop(name, None)
+        self.release_tables([normalized_uri], reason, wait_s=0.0)
+
+    def _on_signal(self, signal: Signal) -> bool:
+        """A snapshot signal for a table running here: its pipeline publishes a fresh snapshot."""
+        with self._lock:
+            entry = self._running.get(signal.table_uri)
+        if entry is None or entry.pipeline.release_reason is not None:
+            return False
+        entry.pipeline.request_snapshot()
+        return True
+
+    def _table_topic_names(self, table: TableConfig) -> tuple[str, str]:
+        topics = table_topics(table)
+        return topics.actions, topics.commits
+
+    def _admit(self, table: TableConfig) -> None:
+        """Remember the table; refuse it when it would share a default topic with another."""
+        names = self._table_topic_names(table)
+        explicit = {table.actions_topic, table.commits_topic}
+        for name in names:
+            other = self._topics.get(name)
+            if other is not None and other != table.uri and name not in explicit:
+                raise ConfigError(
+                    f"tables {other} and {table.uri} would share the default topic {name}: "
+                    "set actions_topic and commits_topic for one of them",
+                    table=table.uri,
+                )
+        for name in names:
+            self._topics[name] = table.uri
+        self._tables[table.normalized_uri] = table
+
+    def _new_pipeline(self, table: TableConfig) -> TablePipeline:
+        # each table has its own stop flag: it can be stopped alone (moved, removed)
+        return TablePipeline(
+            self.cfg,
+            table,
+            metrics=self.metrics,
+            stop=threading.Event(),
+            reporter=self.reporter,
+            stop_budget_s=self.stop_budget_s,
+        )
+
+    def start_table(self, table: TableConfig) -> TablePipeline | None:
+        """Run ``table`` here (if it is not running already); None once a stop was requested.
+
+        A pipeline of the same table that is still stopping (its shard was lost and comes back) is
+        waited for first, within the stop budget: two producers of one table never overlap here.
+        """
+        uri = table.normalized_uri
+        with self._lock:
+            if self.stop_event.is_set():
+                return None
+            current = self._running.get(uri)
+            if current is not None and current.pipeline.release_reason is None:
+                return current.pipeline
+        if current is not None and current.thread is not None:
+            current.thread.join(self.stop_budget_s + STOP_GRACE_S)
+        entry = _Running(self._new_pipeline(table))  # outside the lock: it opens the table's storage
+        with self._lock:
+            occupant = self._running.get(uri)  # None, or the stopping one it may replace
+            started = not self.stop_event.is_set() and (occupant is None or occupant is current)
+            if started:
+                self._running[uri] = entry
+                if self._started:
+                    self._start_thread(uri, entry)
+        if not started:  # stopping, or started meanwhile by another caller
+            entry.pipeline.waker.close()
+            entry.pipeline.watcher.close()
+            return None if self.stop_event.is_set() else self._running.get(uri, entry).pipeline
+        self._count_owned()
+        return entry.pipeline
+
+    def release_tables(self, uris: Iterable[str], reason: str, *, wait_s: float) -> list[str]:
+        """Stop these tables at their next batch boundary; wait up to ``wait_s`` for them to end.
+
+        Returns the ones that are still running after the wait (abandoned to finish on their own).
+        """
+        entries: list[_Running] = []
+        with self._lock:
+            for uri in uris:
+                entry = self._running.get(uri)
+                if entry is not None:
+                    entry.pipeline.release(reason)
+                    entries.append(entry)
+        deadline = time.monotonic() + wait_s
+        for entry in entries:
+            if entry.thread is not None:
+                entry.thread.join(max(0.0, deadline - time.monotonic()))
+            elif entry.pipeline.uri in self._running:  # never started: nothing to finish
+                self._forget(entry)
+        return [e.pipeline.uri for e in entries if e.thread is not None and e.thread.is_alive()]
+
+    def _forget(self, entry: _Running) -> None:
+        with self._lock:
+            if self._running.get(entry.pipeline.uri) is entry:
+                del self._running[entry.pipeline.uri]
+        self._count_owned()
+
+    def _count_owned(self) -> None:
+        if self.group_metrics is not None and self.sharing is not None:
+            self.group_metrics.owned_tables(len(self._running))
+
+    # --- running ----------------------------------------------------------------------------
 
     def start(self) -> None:
         if self.cfg.metrics_port is not None:
             assert isinstance(self.metrics, ServedMetrics)  # checked when built
             self._server = serve(self.metrics, self.cfg.metrics_host, self.cfg.metrics_port)
-        for pipeline in self.pipelines:
-            thread = threading.Thread(
-                target=self._run_pipeline, args=(pipeline,), name=f"watch-{pipeline.txn_id}", daemon=True
-            )
-            self._threads.append(thread)
-            thread.start()
-        threading.Thread(target=self._report_ready, name="watch-ready", daemon=True).start()
+        with self._lock:
+            self._started = True
+            for uri, entry in self._running.items():
+                self._start_thread(uri, entry)
+        threading.Thread(target=self._relay_stop, name="watch-stop", daemon=True).start()
+        if self.discovery is not None:
+            self.discovery.start()
+        if self.signals is not None:
+            self.signals.start()
+        if self.sharing is not None:
+            self.sharing.start()
+        else:
+            threading.Thread(target=self._report_ready, name="watch-ready", daemon=True).start()
+
+    def _start_thread(self, uri: str, entry: _Running) -> None:
+        if entry.thread is not None:
+            return
+        entry.thread = threading.Thread(
+            target=self._run_pipeline, args=(entry,), name=f"watch-{entry.pipeline.txn_id}", daemon=True
+        )
+        entry.thread.start()
+
+    def _relay_stop(self) -> None:
+        """The service's stop flag, set by a signal, a failed table or a caller, stops every table."""
+        self.stop_event.wait()
+        self.request_stop()
 
     def _report_ready(self) -> None:
         for pipeline in self.pipelines:
@@ -122,42 +298,81 @@ class WatchService:
                 if self.stop_event.is_set():
                     return
         self.metrics.set_healthy(True)
-        log.info("all tables resumed", extra={"tables": len(self.pipelines)})
+        log.info("all tables resumed", extra={"tables": len(self._running)})
 
-    def _run_pipeline(self, pipeline: TablePipeline) -> None:
+    def _run_pipeline(self, entry: _Running) -> None:
+        pipeline = entry.pipeline
         try:
             pipeline.run()
+        except ProducerFencedError as exc:
+            if self.sharing is None:
+                self._fail(exc, pipeline)
+            else:  # another instance runs it now: the group decides who keeps it
+                log.warning("table released: %s", exc, extra={"table": pipeline.uri, "reason": "fenced"})
+                if self.group_metrics is not None:
+                    self.group_metrics.table_released(pipeline.uri, "fenced")
+        except KafkaError as exc:
+            if self.sharing is not None and pipeline.release_reason is not None:
+                log.warning("table released: %s", exc, extra={"table": pipeline.uri, "reason": "failed"})
+            else:
+                self._fail(exc, pipeline)
         except BaseException as exc:
-            if self._failure is None:
-                self._failure = exc
-            self.metrics.set_healthy(False, str(exc))
-            log.error("stopping the watcher: %s", exc, exc_info=exc, extra={"table": pipeline.uri})
-            self.stop_event.set()
+            self._fail(exc, pipeline)
+        else:
+            reason = pipeline.release_reason
+            if reason is not None and self.group_metrics is not None and not self.stop_event.is_set():
+                self.group_metrics.table_released(pipeline.uri, reason)
+        finally:
+            self._forget(entry)
+
+    def _fail(self, exc: BaseException, pipeline: TablePipeline | None = None) -> None:
+        if self._failure is None:
+            self._failure = exc
+        self.metrics.set_healthy(False, str(exc))
+        extra = {"table": pipeline.uri} if pipeline is not None else {}
+        log.error("stopping the watcher: %s", exc, exc_info=exc, extra=extra)
+        self.stop_event.set()
 
     def request_stop(self, budget_s: float | None = None) -> None:
         """Stop every table within ``budget_s`` (default ``stop_budget_s``); a shorter one wins."""
         deadline = time.monotonic() + (self.stop_budget_s if budget_s is None else budget_s)
-        if self.stop_deadline is None or deadline < self.stop_deadline:
-            self.stop_deadline = deadline
-            for pipeline in self.pipelines:
-                pipeline.stop_deadline = deadline
-        self.stop_event.set()
+        with self._lock:
+            if self.stop_deadline is None or deadline < self.stop_deadline:
+                self.stop_deadline = deadline
+            self.stop_event.set()
+            for entry in self._running.values():
+                pipeline = entry.pipeline
+                if pipeline.stop_deadline is None or self.stop_deadline < pipeline.stop_deadline:
+                    pipeline.stop_deadline = self.stop_deadline
+                pipeline.stop.set()
+
+    def _threads(self) -> list[threading.Thread]:
+        with self._lock:
+            return [e.thread for e in self._running.values() if e.thread is not None]
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Wait for every table thread to end; True when they all did."""
+        """Wait for every table thread to end (then, once stopped, leave the group); True when all did."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        for thread in self._threads:
+        while threads := [t for t in self._threads() if t.is_alive()]:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            threads[0].join(None if left is None else min(left, 0.5))
+        if self.sharing is not None and self.stop_event.is_set():
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            thread.join(left)
-        return all(not t.is_alive() for t in self._threads)
+            return self.sharing.leave(left)
+        return True
 
     def close(self) -> None:
+        if self.sharing is not None:
+            self.sharing.leave(0.0)
         if self._server is not None:
             self._server.stop()
             self._server = None
 
     def run(self) -> int:
-        """Start, wait until stopped; 0 after a clean stop. A fenced table raises ProducerFencedError.
+        """Start, wait until stopped; 0 after a clean stop. A fenced table raises ProducerFencedError
+        (alone; in a group it is released).
 
         The stop takes at most the budget (plus ``STOP_GRACE_S``): a table still waiting on the
         broker then is abandoned (its thread is a daemon) after saying what it leaves undone.
@@ -169,6 +384,8 @@ class WatchService:
             if self.stop_deadline is None:  # a table failed and set the flag itself
                 self.request_stop()
             self._wait_for_stop()
+            if self.sharing is not None:
+                self.sharing.leave(STOP_GRACE_S + 5.0)
         finally:
             self.close()
         if self._failure is not None:
@@ -176,14 +393,17 @@ class WatchService:
         return 0
 
     def _wait_for_stop(self) -> None:
+        alive: list[_Running] = []
         while True:
-            alive = [p for p, t in zip(self.pipelines, self._threads, strict=True) if t.is_alive()]
+            with self._lock:
+                alive = [e for e in self._running.values() if e.thread is not None and e.thread.is_alive()]
             deadline = self.stop_deadline
             if not alive or (deadline is not None and time.monotonic() > deadline + STOP_GRACE_S):
                 break
-            self._threads[self.pipelines.index(alive[0])].join(0.1)
-        for pipeline in alive:
-            pipeline.say_abandoned()
+            assert alive[0].thread is not None
+            alive[0].thread.join(0.1)
+        for entry in alive:
+            entry.pipeline.say_abandoned()
 
 
 def run_watch(cfg: WatchConfig) -> int:

@@ -54,6 +54,21 @@ def _check_topic(name: str | None) -> str | None:
     return name
 
 
+class RowChangesConfig(SettingsModel):
+    """Row-level change events of a table (``deltamirror.mirror.row_changes`` has the format).
+
+    ``key_columns``: the row's key (Delta has no primary key); none: the whole row is the key, and
+    updates are published as a delete and an insert. ``tombstones``: a null-value record after each
+    delete, for a compacted changes topic.
+    """
+
+    enabled: bool = True
+    key_columns: list[str] = Field(default_factory=list)
+    #: ``deltamirror.mirror.connect_types.RowChangesFormat``, spelled out: no pyarrow import here
+    format: Literal["json", "json-schema"] = "json"
+    tombstones: bool = False
+
+
 class TableConfig(SettingsModel):
     """One table to mirror: where it is, how to reach it, where to start and where to publish."""
 
@@ -64,9 +79,18 @@ class TableConfig(SettingsModel):
     from_timestamp: str | None = None
     actions_topic: str | None = None
     commits_topic: str | None = None
+    changes_topic: str | None = None
+    transaction_topic: str | None = None
+    #: row-level change events; None (or ``enabled: false``): none are published
+    row_changes: RowChangesConfig | None = None
     poll_interval_s: float = Field(default=1.0, gt=0)
     #: locations outside the table root its log may name (a shallow clone's source); see open_table
     allowed_path_prefixes: list[str] = Field(default_factory=list)
+    #: the ``<name>`` of the default topic names (default: the table's directory name)
+    topic_name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]{1,200}$")
+    #: a deleted table (no commit or checkpoint left in its log): ``wait`` retries until it is back,
+    #: ``drop`` publishes ``tableDropped`` and stops mirroring it (what discovered tables do)
+    when_deleted: Literal["wait", "drop"] = "wait"
 
     #: the table's identity, normalized once where the location enters (see ``normalized_uri``)
     _normalized_uri: str = PrivateAttr(default="")
@@ -110,7 +134,7 @@ class TableConfig(SettingsModel):
                 ) from None
         return value
 
-    @field_validator("actions_topic", "commits_topic")
+    @field_validator("actions_topic", "commits_topic", "changes_topic", "transaction_topic")
     @classmethod
     def _topic(cls, value: str | None) -> str | None:
         return _check_topic(value)
@@ -127,7 +151,20 @@ class TableConfig(SettingsModel):
                 )
         if self.actions_topic is not None and self.actions_topic == self.commits_topic:
             raise FieldProblem("commits_topic", "must differ from actions_topic")
+        named = [
+            t
+            for t in (self.actions_topic, self.commits_topic, self.changes_topic, self.transaction_topic)
+            if t
+        ]
+        if len(set(named)) != len(named):
+            raise FieldProblem(
+                "changes_topic", "the actions, commits, changes and transaction topics must differ"
+            )
         return self
+
+    @property
+    def row_changes_on(self) -> bool:
+        return self.row_changes is not None and self.row_changes.enabled
 
     @property
     def normalized_uri(self) -> str:
@@ -148,6 +185,63 @@ class TableConfig(SettingsModel):
         return revealed
 
 
+class DiscoverConfig(SettingsModel):
+    """A prefix under which every Delta table is mirrored (:mod:`.discovery`).
+
+    ``include`` / ``exclude`` are ``fnmatch`` globs over the path relative to ``uri`` (``*`` also
+    crosses ``/``); a table is excluded when its path or one of its parent folders matches an
+    exclude glob, and, with ``include`` given, kept only when its path or a parent matches one.
+    ``name`` goes before the relative path in default topic names (prefixes whose tables share
+    relative paths need one each).
+    """
+
+    uri: str = Field(min_length=1)
+    include: list[str] = Field(default_factory=list)
+    exclude: list[str] = Field(default_factory=list)
+    storage_options: dict[str, StorageOptionValue] = Field(default_factory=dict)
+    interval_s: float = Field(default=60.0, gt=0)
+    max_depth: int = Field(default=6, ge=1, le=64)
+    name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}$")
+    snapshot_mode: Literal["initial", "latest", "when-needed"] = "initial"
+    poll_interval_s: float = Field(default=1.0, gt=0)
+
+    @field_validator("uri")
+    @classmethod
+    def _known_location(cls, value: str) -> str:
+        try:
+            normalize_table_uri(value)
+        except DeltaMirrorError as exc:
+            raise ValueError(exc.message) from None
+        return value
+
+    @field_validator("storage_options", mode="before")
+    @classmethod
+    def _secret_options(cls, value: Any) -> Any:
+        return wrap_secrets(value)
+
+    @property
+    def normalized_uri(self) -> str:
+        return normalize_table_uri(self.uri)
+
+    def storage_options_plain(self) -> dict[str, Any]:
+        """fsspec options with secrets revealed: pass them to fsspec, never to a log."""
+        revealed: dict[str, Any] = reveal(self.storage_options)
+        return revealed
+
+
+class GroupSettings(SettingsModel):
+    """``watch --group NAME``: the tables are shared by every watcher of the group (docs/scale-out.md).
+
+    ``shards`` is the number of partitions of the assignment topic ``deltamirror.<name>.shards``
+    (every member must use the same); ``session_timeout_ms`` is how long a silent member keeps its
+    tables before the group moves them (they resume elsewhere within about this + 10 s).
+    """
+
+    name: str = Field(pattern=r"^[A-Za-z0-9._-]{1,200}$")
+    shards: int = Field(default=64, ge=1, le=10_000)
+    session_timeout_ms: int = Field(default=10_000, ge=1000, le=3_600_000)
+
+
 class WatchConfig(SettingsModel):
     """Everything ``deltamirror watch`` needs.
 
@@ -162,7 +256,9 @@ class WatchConfig(SettingsModel):
     """
 
     kafka: KafkaSettings
-    tables: list[TableConfig] = Field(min_length=1)
+    tables: list[TableConfig] = Field(default_factory=list)
+    #: prefixes whose Delta tables are found and mirrored as they come and go (:mod:`.discovery`)
+    discover: list[DiscoverConfig] = Field(default_factory=list)
     progress_topic: str = "deltamirror.progress"
     transactional_id_prefix: str = Field(default="deltamirror", min_length=1, pattern=r"^\S+$")
     txn_max_records: int = Field(default=50_000, gt=0)
@@ -174,11 +270,29 @@ class WatchConfig(SettingsModel):
     max_record_bytes: int = Field(default=1_000_000, ge=1024)
     oversize_policy: OversizePolicy = "split"
     use_notifications: bool = True
+    #: where operators' signals (``deltamirror signal snapshot TABLE``) are read from; None: none
+    signal_topic: str | None = "deltamirror.signals"
+    #: share the tables with every watcher of this group (None: run every table here)
+    group: GroupSettings | None = None
+
+    @field_validator("group", mode="before")
+    @classmethod
+    def _group_shorthand(cls, value: Any) -> Any:
+        """``group: NAME`` (and ``--group NAME``) is a group with the default settings."""
+        return {"name": value} if isinstance(value, str) else value
 
     @field_validator("tables", mode="before")
     @classmethod
     def _uri_shorthand(cls, value: Any) -> Any:
         """``tables: [/data/a, {uri: s3://b/t, ...}]``: a bare string is a table with defaults."""
+        if isinstance(value, list | tuple):
+            return [{"uri": item} if isinstance(item, str) else item for item in value]
+        return value
+
+    @field_validator("discover", mode="before")
+    @classmethod
+    def _discover_shorthand(cls, value: Any) -> Any:
+        """``discover: [s3://lake/, {uri: ..., include: [...]}]``: a bare string is a prefix with defaults."""
         if isinstance(value, list | tuple):
             return [{"uri": item} if isinstance(item, str) else item for item in value]
         return value
@@ -194,6 +308,11 @@ class WatchConfig(SettingsModel):
             seen[uri] = i
         return tables
 
+    @field_validator("signal_topic")
+    @classmethod
+    def _signal_topic(cls, value: str | None) -> str | None:
+        return _check_topic(value)
+
     @field_validator("progress_topic")
     @classmethod
     def _progress_topic(cls, value: str) -> str:
@@ -203,8 +322,17 @@ class WatchConfig(SettingsModel):
 
     @model_validator(mode="after")
     def _topics_and_limits(self) -> WatchConfig:
+        if not self.tables and not self.discover:
+            raise FieldProblem("tables", "name at least one table, or a prefix under discover")
+        if self.signal_topic is not None and self.signal_topic == self.progress_topic:
+            raise FieldProblem("signal_topic", "must differ from progress_topic")
         for table in self.tables:
-            if self.progress_topic in (table.actions_topic, table.commits_topic):
+            if self.progress_topic in (
+                table.actions_topic,
+                table.commits_topic,
+                table.changes_topic,
+                table.transaction_topic,
+            ):
                 raise FieldProblem(
                     "progress_topic", f"must differ from the event topics of {table.uri} (it is compacted)"
                 )
@@ -231,12 +359,44 @@ def validate_watch_config(data: Mapping[str, Any], source: str | None) -> WatchC
 # --- overrides: the command line's flags, or a caller's ----------------------------------------------
 
 #: overrides given once for every table: each table's own setting is replaced (storage options: merged)
-TABLE_OVERRIDES = ("snapshot_mode", "from_version", "from_timestamp", "storage_options", "poll_interval_s")
+TABLE_OVERRIDES = (
+    "snapshot_mode",
+    "from_version",
+    "from_timestamp",
+    "storage_options",
+    "poll_interval_s",
+    "row_changes",
+)
 #: every name :func:`merge_overrides` accepts: the broker list, tables to add, the per-table
 #: settings above, and every top-level setting of WatchConfig
 OVERRIDES = frozenset(
     {"bootstrap_servers", "tables", *TABLE_OVERRIDES, *(set(WatchConfig.model_fields) - {"kafka", "tables"})}
 )
+
+
+def _merge_discover(
+    entries: list[dict[str, Any]], given: Mapping[str, Any], mode: str | None
+) -> list[dict[str, Any]]:
+    """The file's discover prefixes, then the ``discover`` URIs given (a prefix already there keeps
+    its settings); the per-table overrides that make sense for a prefix apply to every one."""
+    out = [dict(e) for e in entries]
+    known = {normalize_table_uri(e["uri"]) for e in out}
+    for uri in given.get("discover", ()):
+        try:
+            normalized = normalize_table_uri(uri)
+        except DeltaMirrorError as exc:
+            raise ConfigError(f"invalid discover location: {exc.message}", table=uri) from None
+        if normalized not in known:
+            out.append({"uri": uri})
+            known.add(normalized)
+    for entry in out:
+        if mode in ("initial", "latest", "when-needed"):
+            entry["snapshot_mode"] = mode
+        if "storage_options" in given:
+            entry["storage_options"] = {**entry.get("storage_options", {}), **given["storage_options"]}
+        if "poll_interval_s" in given:
+            entry["poll_interval_s"] = given["poll_interval_s"]
+    return out
 
 
 def merge_overrides(cfg: WatchConfig | None, overrides: Mapping[str, Any]) -> WatchConfig:
@@ -251,24 +411,28 @@ def merge_overrides(cfg: WatchConfig | None, overrides: Mapping[str, Any]) -> Wa
     - ``snapshot_mode`` / ``from_version`` / ``from_timestamp`` apply to every table and replace the
       file's start settings; ``from_version`` alone implies ``from-version`` (same for timestamps);
     - ``storage_options`` are merged into every table's options, the override winning per key;
-      ``poll_interval_s`` applies to every table;
+      ``poll_interval_s`` applies to every table; ``row_changes`` (True) turns row-level change
+      events on for every table (each keeping its own key columns and format);
+    - ``discover`` URIs are added after the file's prefixes (one already there keeps its settings);
+      ``snapshot_mode`` (initial, latest, when-needed), ``storage_options`` and ``poll_interval_s``
+      apply to every prefix as to every table;
     - every other name (see :data:`OVERRIDES`) replaces the top-level setting of the same name.
 
-    Without ``cfg``, ``tables`` must name at least one table. The result is validated again as a
+    Without ``cfg``, ``tables`` or ``discover`` must name at least one location. The result is validated again as a
     whole; a bad combination raises ConfigError. An unknown name is a TypeError (a caller's bug).
     """
     given = {
         key: value
         for key, value in overrides.items()
-        if value is not None and not (key in ("tables", "storage_options") and not value)
+        if value is not None and not (key in ("tables", "storage_options", "discover") and not value)
     }
     unknown = sorted(set(given) - OVERRIDES)
     if unknown:
         raise TypeError(f"unknown override: {', '.join(unknown)}")
     if cfg is None:
-        if not given.get("tables"):
-            raise ConfigError("no table to watch: name at least one TABLE or give --config FILE")
-        data: dict[str, Any] = {"kafka": {}, "tables": []}
+        if not given.get("tables") and not given.get("discover"):
+            raise ConfigError("no table to watch: name at least one TABLE, --discover URI or --config FILE")
+        data: dict[str, Any] = {"kafka": {}, "tables": [], "discover": []}
     else:
         data = cfg.model_dump()  # python mode keeps SecretStr objects: secrets stay unrevealed
     if "bootstrap_servers" in given:
@@ -297,10 +461,16 @@ def merge_overrides(cfg: WatchConfig | None, overrides: Mapping[str, Any]) -> Wa
             table["storage_options"] = {**table.get("storage_options", {}), **given["storage_options"]}
         if "poll_interval_s" in given:
             table["poll_interval_s"] = given["poll_interval_s"]
+        if given.get("row_changes"):  # on for every table, each keeping its own key and format
+            own = table.get("row_changes")
+            table["row_changes"] = {**(dict(own) if own else {}), "enabled": True}
     data["tables"] = tables
+    data["discover"] = _merge_discover(data.get("discover", []), given, mode)
     for key, value in given.items():
-        if key not in TABLE_OVERRIDES and key not in ("bootstrap_servers", "tables"):
+        if key not in TABLE_OVERRIDES and key not in ("bootstrap_servers", "tables", "discover"):
             data[key] = value
+    if isinstance(given.get("group"), str) and cfg is not None and cfg.group is not None:
+        data["group"] = {**cfg.group.model_dump(), "name": given["group"]}  # keeps the file's settings
     return validate_watch_config(data, "command line")
 
 
@@ -308,6 +478,8 @@ __all__ = [
     "OVERRIDES",
     "SNAPSHOT_MODES",
     "TABLE_OVERRIDES",
+    "DiscoverConfig",
+    "GroupSettings",
     "KafkaSettings",
     "OversizePolicy",
     "SnapshotMode",

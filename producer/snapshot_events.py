@@ -35,7 +35,12 @@ class SnapshotWork:
 
     snapshot = True
 
-    def __init__(self, snap: Snapshot, table_uri: str, timestamp: CommitTimestamp, start: int = 0) -> None:
+    def __init__(
+        self, snap: Snapshot, table_uri: str, timestamp: CommitTimestamp, start: int = 0, row_offset: int = 0
+    ) -> None:
+        self.snap = snap
+        #: row-change records (op "r") published already
+        self.row_offset = row_offset
         self.table_id = snap.metadata.id
         self.table_uri = table_uri
         self.version = snap.version

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from deltamirror.mirror.events import SCHEMA_VERSION, EnvelopeEncoder, Heartbeat, TableReplaced
+from deltamirror.mirror.events import SCHEMA_VERSION, EnvelopeEncoder, Heartbeat, TableDropped, TableReplaced
 from deltamirror.mirror.fragments import split_oversize
 from deltamirror.mirror.headers import (
     HEADER_CLAMPED_FROM,
@@ -30,20 +30,24 @@ from deltamirror.mirror.headers import (
     action_headers,
 )
 from deltamirror.mirror.kafka_producer import TransactionalPublisher
+from deltamirror.mirror.row_changes import skip_records
 from deltamirror.mirror.topics import TableTopics, TopicLimits
 
 from .progress import progress_record
 from .settings import WatchConfig
 from .snapshot_events import ProgressBar, SnapshotWork
-from .work import Position, PublishUnit, TableReplacedWork, position_after
+from .work import CommitWork, Position, PublishUnit, TableDroppedWork, TableReplacedWork, position_after
 
 if TYPE_CHECKING:  # for the type checker only: importing it loads prometheus_client
     from .metrics import Metrics
+    from .row_events import RowChangesSource
 
 log = logging.getLogger("deltamirror.watch")
 
 #: records encoded and produced in one call; a transaction ends only between two batches
 BATCH = 1000
+#: a version whose change data files are larger is paired (a first read) with no records pending
+PAIRING_PASS_COMMIT_BYTES = 256 * 1024 * 1024
 #: an idle table re-writes its progress this often, in a transaction: a fenced watcher learns it
 LIVENESS_INTERVAL_S = 15.0
 
@@ -107,6 +111,9 @@ class TableTransactions:
         #: called before a transaction that reached its bounds commits, while its records are
         #: still on their way to the broker (the pipeline reads the next versions meanwhile)
         self.before_bounded_commit: Callable[[], None] = lambda: None
+        #: the table's row changes (None: not published); their records go in the same
+        #: transactions as the version's actions, after them and before its summary
+        self.rows: RowChangesSource | None = None
 
     def resume(self, committed: Position | None) -> None:
         """A new session starts from the committed progress: nothing is open."""
@@ -230,6 +237,8 @@ class TableTransactions:
         finally:
             if bar is not None:
                 bar.close()
+        if self.rows is not None and not self._publish_rows(unit):
+            return  # a stop committed part of the version's row changes
         summary = unit.summary().to_json_bytes()
         ts_c, hdr_c = self._record_timestamp(self.topics.commits, unit.timestamp.timestamp)
         values_c, headers_c = self._expand_oversize(
@@ -241,6 +250,50 @@ class TableTransactions:
         pub.produce_many(self.topics.commits, values_c, key, headers_c, ts_c)
         self.produced = position_after(unit, unit.count - 1)
         self._completed.append((unit.version, unit.timestamp.timestamp))
+
+    def _publish_rows(self, unit: PublishUnit) -> bool:
+        """The row changes of ``unit`` (its actions are in), from the record the progress counts.
+
+        Streamed a batch at a time; a transaction that reaches its bounds ends between two batches
+        with a progress record counting the row-change records in it (``row_offset``), as an action
+        chunk does. False when a stop ended the publishing (what was produced is committed).
+        """
+        pub, rows = self.pub, self.rows
+        assert pub is not None and rows is not None
+        last = unit.count - 1
+        done = unit.row_offset
+        self.produced = position_after(unit, last, done)
+        stream = rows.rows_of(unit)
+        if (
+            stream.pairing_pass
+            and isinstance(unit, CommitWork)
+            and unit.scan.summary.bytes_cdc > PAIRING_PASS_COMMIT_BYTES
+            and pub.records
+        ):
+            # reading the change data twice may outlast transaction.timeout.ms: end the open one
+            self.commit()
+            pub.begin()
+            self._txn_first_version = unit.version
+        timestamps: dict[str, int] = {}
+        headers: Headers = []
+        for topic in (rows.topics.changes, rows.topics.transaction):
+            timestamps[topic], clamped = self._record_timestamp(topic, unit.timestamp.timestamp)
+            headers = headers or clamped
+        for chunk in skip_records(stream.records(), done):
+            for i in range(0, len(chunk), self.batch_size):
+                part = chunk[i : i + self.batch_size]
+                pub.produce_keyed([(r.topic, r.key, r.value) for r in part], timestamps, headers or None)
+                done += len(part)
+                self.produced = position_after(unit, last, done)
+                if self.bounds_reached() or self.stop.is_set():
+                    if not self.stop.is_set():
+                        self.before_bounded_commit()
+                    self.commit()  # row changes larger than a transaction
+                    if self.stop.is_set():
+                        return False
+                    pub.begin()
+                    self._txn_first_version = unit.version
+        return True
 
     def announce_replaced(self, work: TableReplacedWork) -> None:
         assert self.pub is not None
@@ -267,6 +320,36 @@ class TableTransactions:
             work.previous_table_id,
             work.previous_version,
             extra={**self._log_extra, "reason": work.reason},
+        )
+
+    def announce_dropped(self, work: TableDroppedWork) -> None:
+        """The table's last transaction: ``tableDropped`` and a tombstone of its progress record.
+
+        Committed here; the table is not published again (a table created later at the location
+        starts afresh, as its snapshot mode says). Aborted, it is announced again on the restart.
+        """
+        assert self.pub is not None
+        now = int(time.time() * 1000)
+        if work.table_id is not None:
+            record = TableDropped(
+                schema_version=SCHEMA_VERSION,
+                table_uri=self.uri,
+                table_id=work.table_id,
+                last_version=work.last_version,
+                reason=work.reason,
+                detected_at=now,
+            )
+            key = work.table_id.encode()
+            headers: Headers = [(HEADER_KIND, b"tableDropped")]
+            self.pub.produce(self.topics.commits, record.to_json_bytes(), key, headers, now)
+        self.pub.produce(self.cfg.progress_topic, None, self.uri.encode(), None, 0)
+        self.produced = None  # no progress record: the tombstone above is the last word
+        self.commit()
+        log.warning(
+            "table dropped: %s; no longer mirrored (last version published: %d)",
+            work.reason,
+            work.last_version,
+            extra=self._log_extra,
         )
 
     def idle_duties(self) -> None:

@@ -6,17 +6,23 @@ a commit, the announcement that the location holds a new table, or a bare start 
 publisher turns them into records; after any failure the service calls :meth:`TableWatcher.start`
 again with the last *committed* position, so a version is never skipped and never published twice.
 
-Finding new versions costs one ``stat`` of ``<next>.json`` per poll whatever the log's length; a
-listing runs only every ``check_interval_s`` to notice what probing cannot see: a gap (versions
-cleaned before they were published), the latest version going backwards, or a table deleted.
-Version 0 is ``stat``-ed whenever new versions appear: a new ``0.json`` with another ``metaData.id``
-means the table was re-created at the same path.
+An idle table costs the same whatever its log's length (no periodic listing): each poll is one
+``stat`` of ``<next>.json``, and every ``check_interval_s`` two more ``stat`` calls notice what that
+probe cannot see:
+
+* ``0.json`` with another identity: the table may have been re-created at the same path (its
+  ``metaData.id`` is read only then); it is also checked whenever new versions appear.
+* ``<cursor>.json`` gone or rewritten: the table was deleted, re-created with fewer versions, or
+  cleaned past what was published (a log cleanup deletes the oldest commits first, so versions
+  after the cursor are never gone while the cursor's own file is there). Only then is the log
+  listed, to tell which.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -25,7 +31,7 @@ from typing import Any
 from deltamirror.core import features
 from deltamirror.core.actions import Where
 from deltamirror.core.commits import TimestampTracker, probe_next_versions
-from deltamirror.core.errors import LogGapError, VersionNotFoundError
+from deltamirror.core.errors import LogGapError, TableNotFoundError, VersionNotFoundError
 from deltamirror.core.head import TableHead, previous_timestamp, read_head, timestamp_of, version0_table_id
 from deltamirror.core.log import commit_name
 from deltamirror.core.models import Metadata, Protocol, model_of
@@ -39,6 +45,7 @@ from deltamirror.core.timestamps import (
     parse_timestamp,
     version_at_or_after,
 )
+from deltamirror.producer.discovery import GONE_TABLES
 from deltamirror.producer.snapshot_events import SnapshotWork
 from deltamirror.producer.waker import LogWaker
 from deltamirror.producer.work import (
@@ -47,6 +54,7 @@ from deltamirror.producer.work import (
     Position,
     PositionWork,
     PublishUnit,
+    TableDroppedWork,
     TableReplacedWork,
     Work,
     position_after,
@@ -79,6 +87,7 @@ class TableWatcher:
         check_interval_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
         allowed_path_prefixes: Iterable[str] = (),
+        drop_when_gone: bool = False,
     ) -> None:
         if mode not in SNAPSHOT_MODES:
             raise ValueError(f"unknown snapshot mode {mode!r}")
@@ -89,6 +98,10 @@ class TableWatcher:
         self.from_version = from_version
         self.from_timestamp = from_timestamp
         self.check_interval_s = check_interval_s
+        #: discovery no longer finding the table and its log empty end it with TableDroppedWork
+        self.drop_when_gone = drop_when_gone
+        #: set by another thread (an operator's signal): a fresh snapshot at the cursor comes next
+        self.snapshot_requested = threading.Event()
         self._clock = clock
         self._pending: deque[Work] = deque()
         self._ahead: deque[tuple[int, FileInfo]] = deque()
@@ -97,6 +110,8 @@ class TableWatcher:
         self._cursor = -1
         self._tracker = TimestampTracker(IctConfig())
         self._v0: FileInfo | None = None
+        #: the file of the version at the cursor, as last seen (None: not seen yet)
+        self._cursor_file: tuple[int, FileInfo] | None = None
         self._next_check = 0.0
         self._idle = True
         self._prefetch = CommitReadAhead(self.storage, max_bytes=SMALL_COMMIT_BYTES)
@@ -138,12 +153,21 @@ class TableWatcher:
         self._ahead.clear()
         self._prefetch.clear()
         self._v0 = self._stat_version0()
+        self._cursor_file = None
         self._idle = True
         self._next_check = self._clock() + self.check_interval_s
-        if position is None:
-            self._start_fresh(self.mode)
-        else:
-            self._resume(position)
+        if position is None:  # nothing published: nothing a drop could name
+            self._table_id, self._cursor = None, -1
+        if self._gone_for_good(position):
+            return
+        try:
+            if position is None:
+                self._start_fresh(self.mode)
+            else:
+                self._resume(position)
+        except TableNotFoundError:
+            if not self._gone_for_good(position, seen_missing=True):
+                raise
 
     def _start_fresh(self, mode: str, *, replaced: bool = False) -> None:
         latest = self.table.latest_version()
@@ -250,7 +274,9 @@ class TableWatcher:
                 self._gap(position.version, latest, position)
                 return
             snap = self.table.snapshot(position.version)
-            self._pending.append(SnapshotWork(snap, self.uri, position.timestamp, start))
+            self._pending.append(
+                SnapshotWork(snap, self.uri, position.timestamp, start, row_offset=position.row_offset or 0)
+            )
             return
         info = self.table.listing(position.version).commits.get(position.version)
         if info is None:
@@ -258,7 +284,16 @@ class TableWatcher:
             return
         scan = scan_version(self.storage, position.version, info, metadata=head.metadata)
         self._pending.append(
-            CommitWork(self.storage, position.table_id, position.version, position.timestamp, scan, start)
+            CommitWork(
+                self.storage,
+                position.table_id,
+                position.version,
+                position.timestamp,
+                scan,
+                start,
+                metadata=head.metadata,
+                row_offset=position.row_offset or 0,
+            )
         )
 
     def _gap(self, missing_after: int, latest: int, position: Position | None) -> None:
@@ -294,13 +329,19 @@ class TableWatcher:
         """The next unit to publish, or None when the table has nothing new right now."""
         if self._pending:
             return self._pending.popleft()
+        if self.snapshot_requested.is_set() and self._table_id is not None and self._cursor >= 0:
+            self.snapshot_requested.clear()
+            return self._fresh_snapshot()
         if not self._ahead:
             found = probe_next_versions(self.storage, self._cursor, limit=PROBE_AHEAD)
             if not found:
                 self._idle = True
+                if self._gone_for_good(None):
+                    return self._pending.popleft()
+                self._prefetch.close()  # no read-ahead thread while there is nothing to read
                 if self._clock() >= self._next_check:
                     self._next_check = self._clock() + self.check_interval_s
-                    self._check_log()
+                    self._check_idle_log()
                     if self._pending:
                         return self._pending.popleft()
                 return None
@@ -338,8 +379,9 @@ class TableWatcher:
         )
         self._ahead.popleft()
         self._cursor = version
+        self._cursor_file = (version, info)
         assert self._table_id is not None
-        return CommitWork(self.storage, self._table_id, version, ts, scan)
+        return CommitWork(self.storage, self._table_id, version, ts, scan, metadata=self._metadata)
 
     def _current_position(self) -> Position:
         assert self._table_id is not None
@@ -351,6 +393,38 @@ class TableWatcher:
             return self.storage.info(self.storage.log_file(commit_name(0)))
         except FileNotFoundError:
             return None
+
+    def _fresh_snapshot(self) -> SnapshotWork:
+        """The table at the cursor (the last version handed out) as a snapshot, between two versions:
+        nothing is skipped or repeated, and the next version follows it."""
+        snap = self.table.snapshot(self._cursor)
+        ts = self._tracker.previous or timestamp_of(
+            self.table, self._cursor, IctConfig.from_configuration(snap.metadata.configuration)
+        )
+        log.info("publishing a fresh snapshot on request", extra={"table": self.uri, "version": self._cursor})
+        return SnapshotWork(snap, self.uri, ts)
+
+    def _gone_for_good(self, position: Position | None, *, seen_missing: bool = False) -> bool:
+        """True (and TableDroppedWork queued) when the table is deleted for good (``drop_when_gone``).
+
+        Looked at when discovery no longer finds the table (:mod:`.discovery`: a set lookup per
+        idle poll), or when reading the log found no version (``seen_missing``, a table published
+        before; a wrong location that never held a table is an error, not a drop); either way a
+        listing must find no commit or checkpoint left.
+        """
+        if not self.drop_when_gone:
+            return False
+        marked = self.uri in GONE_TABLES
+        table_id, version = (
+            (position.table_id, position.version) if position is not None else (self._table_id, self._cursor)
+        )
+        if not (marked or (seen_missing and table_id is not None)) or self.table.listing(0).versions:
+            return False
+        self._pending.clear()
+        self._ahead.clear()
+        self._prefetch.clear()
+        self._pending.append(TableDroppedWork(table_id, version, "no commit or checkpoint left in the log"))
+        return True
 
     def _check_version0(self) -> bool:
         """True (and work queued) when ``0.json`` was written again, for another table.
@@ -367,9 +441,27 @@ class TableWatcher:
         self._replaced(self._current_position(), f"version 0 was written again with metaData.id {new_id}")
         return True
 
+    def _check_idle_log(self) -> None:
+        """What the probe of the next version cannot see, at a cost independent of the log's length."""
+        if self._cursor >= 0:
+            try:
+                info: FileInfo | None = self.storage.info(self.storage.log_file(commit_name(self._cursor)))
+            except FileNotFoundError:
+                info = None
+            known, self._cursor_file = self._cursor_file, None if info is None else (self._cursor, info)
+            if info is None or (known is not None and known[0] == self._cursor and known[1] != info):
+                self._check_log()  # gone or rewritten: list the log, once, to tell why
+                return
+        self._check_version0()
+
     def _check_log(self) -> None:
         """The slow checks (a listing): the table deleted, re-created, or versions cleaned unpublished."""
-        latest = self.table.latest_version()
+        try:
+            latest = self.table.latest_version()
+        except TableNotFoundError:
+            if self._gone_for_good(None, seen_missing=True):
+                return
+            raise
         if latest < self._cursor:
             self._replaced(
                 self._current_position(), f"the latest version went backwards ({self._cursor} -> {latest})"

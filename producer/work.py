@@ -41,8 +41,11 @@ SMALL_COMMIT_BYTES = 16 * 1024 * 1024
 class Position:
     """The last published action of a table: ``index`` of ``version`` (of its snapshot).
 
-    ``index + 1 == count`` means the version is complete. ``index == -1, count == 0`` is a start
-    position with nothing published for ``version`` (``latest`` mode begins after it).
+    ``index + 1 == count`` means the version is complete, unless ``row_offset`` is set: then its
+    actions are, and the first ``row_offset`` records of its row changes
+    (:class:`~deltamirror.mirror.row_changes.VersionRows`) are published, the rest (and its
+    summary) not yet. ``index == -1, count == 0`` is a start position with nothing published for
+    ``version`` (``latest`` mode begins after it).
     """
 
     table_id: str
@@ -51,10 +54,11 @@ class Position:
     count: int
     timestamp: CommitTimestamp
     snapshot: bool = False
+    row_offset: int | None = None
 
     @property
     def complete(self) -> bool:
-        return self.index + 1 >= self.count
+        return self.index + 1 >= self.count and self.row_offset is None
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,18 @@ class TableReplacedWork:
     previous_table_id: str
     previous_version: int
     table_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class TableDroppedWork:
+    """The table is gone for good (no version left, and discovery no longer finds it): its last unit.
+
+    ``table_id`` is None when nothing was ever published for it (no record then, only the end).
+    """
+
+    table_id: str | None
+    last_version: int
     reason: str
 
 
@@ -83,6 +99,8 @@ class _Summary:
     cdc: int = 0
     bytes_added: int = 0
     bytes_removed: int = 0
+    #: size of the change data files (not in the summary: how long reading the row changes takes)
+    bytes_cdc: int = 0
     partitions: dict[tuple[tuple[str, Any], ...], dict[str, Any]] = field(default_factory=dict)
     truncated: bool = False
     #: the partitions above as met (entries in file order): most files repeat a few of them
@@ -101,6 +119,7 @@ class _Summary:
             self.bytes_removed += sum(filter(None, map(_GET_SIZE, run.values)))
         else:
             self.cdc += n
+            self.bytes_cdc += sum(filter(None, map(_GET_SIZE, run.values)))
         for entries in partitions:
             if entries:
                 self._touch(entries)
@@ -135,8 +154,15 @@ class CommitWork:
         timestamp: CommitTimestamp,
         scan: VersionScan,
         start: int = 0,
+        *,
+        metadata: Metadata | None = None,
+        row_offset: int = 0,
     ) -> None:
         self._storage = storage
+        #: the metaData in force at this version (its own, or the one before): its row changes' schema
+        self.metadata = metadata
+        #: row-change records published already (a restart in the middle of the version's rows)
+        self.row_offset = row_offset
         self.table_id = table_id
         self.table_uri = storage.uri
         self.version = version
@@ -197,12 +223,12 @@ class CommitWork:
 
 
 PublishUnit = CommitWork | SnapshotWork
-Work = CommitWork | SnapshotWork | TableReplacedWork | PositionWork
+Work = CommitWork | SnapshotWork | TableReplacedWork | TableDroppedWork | PositionWork
 
 
-def position_after(unit: PublishUnit, index: int) -> Position:
-    """The position once action ``index`` of ``unit`` is published."""
-    return Position(unit.table_id, unit.version, index, unit.count, unit.timestamp, unit.snapshot)
+def position_after(unit: PublishUnit, index: int, row_offset: int | None = None) -> Position:
+    """The position once action ``index`` of ``unit`` (and ``row_offset`` row-change records) is published."""
+    return Position(unit.table_id, unit.version, index, unit.count, unit.timestamp, unit.snapshot, row_offset)
 
 
 # --- reading a commit -------------------------------------------------------------------------
@@ -309,6 +335,7 @@ __all__ = [
     "Position",
     "PositionWork",
     "PublishUnit",
+    "TableDroppedWork",
     "TableReplacedWork",
     "VersionScan",
     "Work",

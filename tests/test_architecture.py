@@ -30,7 +30,7 @@ PACKAGES = {
 CORE_ALLOWED = {"pyarrow", "fsspec", "pydantic", "pydantic_core"}
 SPARK_MODULES = {"consumer/spark_source.py"}
 #: where confluent_kafka may be imported: the wire package, and the local broker's admin calls
-KAFKA_CLIENT_HOMES = ("mirror/", "producer/local_kafka.py")
+KAFKA_CLIENT_HOMES = ("mirror/", "producer/local_kafka.py", "producer/local_kafka_security.py")
 
 
 def _imports(path: Path, package: str) -> list[tuple[str, int, bool]]:

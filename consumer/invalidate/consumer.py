@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from deltamirror.core.errors import ConfigError
 from deltamirror.mirror.errors import StopRequested, TopicNotFoundError
-from deltamirror.mirror.events import ActionEvent, TableReplaced, decode_action_event
+from deltamirror.mirror.events import ActionEvent, TableDropped, TableReplaced, decode_action_event
 from deltamirror.mirror.headers import HEADER_INDEX, HEADER_TYPE
 
 from ..snapshot import IncrementalSnapshot, Invalidation, SnapshotConsumer, TableReplacement
@@ -180,7 +180,7 @@ class InvalidationConsumer(SnapshotConsumer):
             self._done[(table_id, unit.version, unit.snapshot)] = unit
             del self._open[table_id]
 
-    def replace(self, record: TableReplaced) -> TableReplacement:
+    def replace(self, record: TableReplaced | TableDropped) -> TableReplacement:
         notice = super().replace(record)
         if self._commits_at is not None:
             self._replaced_at[notice] = self._commits_at

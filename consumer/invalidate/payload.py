@@ -62,7 +62,18 @@ def version_payload(
 
 
 def replacement_payload(notice: TableReplacement) -> Payload:
-    """The document of a re-created table (``kind`` ``tableReplaced``): drop all of ``previousTableId``."""
+    """The document of a re-created table (``kind`` ``tableReplaced``): drop all of ``previousTableId``;
+    of a dropped one (``kind`` ``tableDropped``): drop all of ``tableId``."""
+    if notice.dropped:
+        return {
+            "kind": "tableDropped",
+            "tableId": notice.table_id,
+            "tableUri": notice.table_uri,
+            "lastVersion": notice.previous_version,
+            "reason": notice.reason,
+            "droppedVersion": notice.dropped_version,
+            "droppedFiles": notice.dropped_files,
+        }
     return {
         "kind": "tableReplaced",
         "tableId": notice.table_id,
@@ -79,6 +90,8 @@ def delivery_id(payload: Mapping[str, Any]) -> str:
     """The same text for every delivery of the same document (receivers deduplicate with it)."""
     if payload.get("kind") == "tableReplaced":
         return f"{payload['previousTableId']}:replaced:{payload['tableId']}"
+    if payload.get("kind") == "tableDropped":
+        return f"{payload['tableId']}:dropped"
     suffix = ":snapshot" if payload.get("snapshot") else ""
     return f"{payload['tableId']}:{payload['version']}{suffix}"
 
@@ -87,6 +100,8 @@ def describe(payload: Mapping[str, Any]) -> str:
     """The document in words, for logs and errors."""
     if payload.get("kind") == "tableReplaced":
         return f"the replacement of table {payload['previousTableId']} by {payload['tableId']}"
+    if payload.get("kind") == "tableDropped":
+        return f"the drop of table {payload['tableId']}"
     what = "snapshot" if payload.get("snapshot") else "version"
     return f"{what} {payload['version']} of table {payload['tableId']}"
 

@@ -38,7 +38,9 @@ are skipped instead of building a new state for it, and reports a :class:`TableR
 (``on_replaced``) after the drop is persisted. The two topics are read together but Kafka orders
 nothing across topics: the notice can come before or after the previous table's last events, and
 both orders end with its state dropped. Without ``commits_topic`` a re-created table simply
-appears under its new ``tableId`` and the previous one's state stays.
+appears under its new ``tableId`` and the previous one's state stays. A ``tableDropped`` record (a
+table deleted for good) is handled the same way, without a new table: its state is dropped, its id
+retired, and the :class:`TableReplacement` reported says ``dropped``.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from deltamirror.mirror.event_batches import decode_action_events
 from deltamirror.mirror.events import (
     CommitSummary,
     Heartbeat,
+    TableDropped,
     TableReplaced,
     decode_action_event,
     decode_commits_record,
@@ -101,6 +104,9 @@ class TableReplacement:
     reason: str
     dropped_version: int | None
     dropped_files: int
+    #: a ``tableDropped`` notice: the table is gone, no new one follows (``table_id`` is the
+    #: dropped table's, as ``previous_table_id``)
+    dropped: bool = False
 
 
 AppliedCallback = Callable[[Invalidation, IncrementalSnapshot], None]
@@ -398,8 +404,8 @@ class SnapshotConsumer:
         """One commits-topic record: ``tableReplaced``; with metrics, commits and heartbeats too."""
         self._commits_offsets[partition] = offset + 1
         where = {"topic": self.commits_topic, "partition": partition, "offset": offset}
-        record = decode_commits_record(value, kind, wanted={"tableReplaced"}, **where)
-        if isinstance(record, TableReplaced):
+        record = decode_commits_record(value, kind, wanted={"tableReplaced", "tableDropped"}, **where)
+        if isinstance(record, TableReplaced | TableDropped):
             self.replace(record)
             return
         if self.metrics is None:
@@ -415,11 +421,17 @@ class SnapshotConsumer:
             published = seen.version if isinstance(seen, CommitSummary) else seen.latest_version
             self.metrics.version_published(seen.table_uri or seen.table_id, published)
 
-    def replace(self, record: TableReplaced) -> TableReplacement:
-        """Drop the state of ``record.previous_table_id`` and retire that id (see the module docstring)."""
-        previous = record.previous_table_id
-        self.retired[previous] = record.previous_version
-        self.retired.pop(record.table_id, None)  # an id can come back (a table restored elsewhere)
+    def replace(self, record: TableReplaced | TableDropped) -> TableReplacement:
+        """Drop the state of ``record.previous_table_id`` (of ``record.table_id`` for a dropped
+        table) and retire that id (see the module docstring)."""
+        dropped = isinstance(record, TableDropped)
+        if isinstance(record, TableDropped):
+            previous, previous_version = record.table_id, record.last_version
+        else:
+            previous, previous_version = record.previous_table_id, record.previous_version
+        self.retired[previous] = previous_version
+        if not dropped:
+            self.retired.pop(record.table_id, None)  # an id can come back (a table restored elsewhere)
         state = self.tables.pop(previous, None)
         for starts in self._starts.values():
             starts.pop(previous, None)  # its unfinished version no longer holds the offset back
@@ -429,16 +441,17 @@ class SnapshotConsumer:
             table_uri=record.table_uri,
             table_id=record.table_id,
             previous_table_id=previous,
-            previous_version=record.previous_version,
+            previous_version=previous_version,
             reason=record.reason,
             dropped_version=state.version if state is not None else None,
             dropped_files=state.file_count if state is not None else 0,
+            dropped=dropped,
         )
         log.info(
-            "table %s at %s was replaced by %s (%s): dropped its state (%s files)",
+            "table %s at %s was %s (%s): dropped its state (%s files)",
             previous,
             record.table_uri,
-            record.table_id,
+            "dropped" if dropped else f"replaced by {record.table_id}",
             record.reason,
             notice.dropped_files,
         )

@@ -70,6 +70,8 @@ _PERMANENT_ERRORS = (
     NotADirectoryError,
     FileExistsError,
 )
+#: object-store client libraries whose errors are not OSError (a refused connection, a DNS failure)
+_CLIENT_LIBRARIES = frozenset({"botocore", "aiobotocore", "aiohttp", "google", "azure"})
 #: file sizes remembered (table files are immutable)
 _SIZES_KEPT = 1024
 
@@ -159,8 +161,12 @@ class TableStorage:
     @property
     def fs(self) -> fsspec.AbstractFileSystem:
         if self._fs is None:
+            options = dict(self.storage_options)
+            if self.uri.split(":", 1)[0] in _EXTRAS:
+                # a log and a prefix change under us: a cached listing would hide new commits and tables
+                options.setdefault("use_listings_cache", False)
             try:
-                fs, root = fsspec.core.url_to_fs(self._access_uri, **self.storage_options)
+                fs, root = fsspec.core.url_to_fs(self._access_uri, **options)
             except ImportError as exc:
                 extra = _EXTRAS.get(self.uri.split(":", 1)[0])
                 hint = f" (pip install 'deltamirror[{extra}]')" if extra else ""
@@ -225,7 +231,13 @@ class TableStorage:
         delay = self.backoff_s
         for attempt in range(1, self.attempts + 1):
             try:
-                return fn(*args, **kwargs)
+                try:
+                    return fn(*args, **kwargs)
+                except Exception as exc:
+                    if type(exc).__module__.split(".", 1)[0] not in _CLIENT_LIBRARIES:
+                        raise
+                    # not an OSError (botocore's EndpointConnectionError...): a storage error all the same
+                    raise ConnectionError(f"{type(exc).__name__}: {exc}") from exc
             except _PERMANENT_ERRORS:
                 raise
             except (OSError, TimeoutError):
@@ -282,7 +294,12 @@ class TableStorage:
         return cast(IO[bytes], self._call("open", path, self.fs.open, path, mode))
 
     def info(self, path: str) -> FileInfo:
-        d = self._call("stat", path, self.fs.info, path)
+        """A file's size and time; FileNotFoundError when it is missing (one request on S3)."""
+        fs = self.fs
+        if hasattr(fs, "call_s3"):  # s3fs
+            d = self._call("stat", path, _s3_head, fs, path)
+        else:
+            d = self._call("stat", path, fs.info, path)
         return FileInfo(path.rsplit("/", 1)[-1], int(d.get("size") or 0), _epoch_ms(d))
 
     def parquet_file(self, path: str, **options: Any) -> pq.ParquetFile:
@@ -400,6 +417,14 @@ class TableStorage:
     def list_log(self) -> list[FileInfo]:
         """Everything in ``_delta_log`` (no subfolders)."""
         return self.list_dir(self.log_path)
+
+
+def _s3_head(fs: Any, path: str) -> dict[str, Any]:
+    """s3fs's ``info`` of a missing key is a HEAD and then a LIST (is it a folder?): twice the
+    requests, one of them the dearest kind, on every idle poll. A table file is never a folder."""
+    bucket, key, _ = fs.split_path(path)
+    out = fs.call_s3("head_object", getattr(fs, "kwargs", {}), Bucket=bucket, Key=key)
+    return {"size": out.get("ContentLength"), "LastModified": out.get("LastModified")}
 
 
 def _version_of(name: str) -> int:

@@ -175,7 +175,7 @@ def test_relative_paths_are_relative_to_the_file(tmp_path: Path, monkeypatch: py
     ("text", "key", "hint"),
     [
         ("tables: [/t]\n", "kafka", "missing"),
-        ("kafka: {bootstrap_servers: b:9092}\ntables: []\n", "tables", "at least 1"),
+        ("kafka: {bootstrap_servers: b:9092}\ntables: []\n", "tables", "at least one table"),
         (
             "kafka: {bootstrap_servers: b:9092}\ntables: [{uri: /t, snapshotmode: latest}]\n",
             "tables[0].snapshotmode",
@@ -644,8 +644,11 @@ def test_every_top_level_setting_can_be_overridden(tmp_path: Path) -> None:
         "max_record_bytes": 2048,
         "oversize_policy": "fail",
         "use_notifications": False,
+        "signal_topic": "s2",
     }
-    assert set(given) == set(WatchConfig.model_fields) - {"kafka", "tables"}
+    # discover (like tables) adds to the file's list: tests/producer/test_discovery.py
+    # group (--group NAME) keeps the file's group settings: tests/producer/test_group.py
+    assert set(given) == set(WatchConfig.model_fields) - {"kafka", "tables", "discover", "group"}
     merged = merge_overrides(cfg, given)
     assert {key: getattr(merged, key) for key in given} == given
 

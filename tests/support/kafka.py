@@ -13,6 +13,8 @@ import os
 import socket
 import time
 from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -103,3 +105,57 @@ def new_topic(bootstrap: str, name: str, partitions: int = 1, config: Mapping[st
             return name
         time.sleep(0.1)
     raise TimeoutError(f"topic {name} has no leader after 30 s")
+
+
+class SecureBroker:
+    """The session's broker with a SASL_SSL listener (SCRAM-SHA-512, its own CA), started by the CLI."""
+
+    def __init__(self, port: int, data_dir: Path, start_output: str) -> None:
+        import yaml
+
+        self.port = port
+        self.data_dir = data_dir
+        #: what `deltamirror local kafka start --security scram-tls` printed
+        self.start_output = start_output
+        self.plaintext = f"127.0.0.1:{port}"
+        self.client_file = data_dir / "security" / "kafka-client.yaml"
+        #: the kafka: section the start wrote (password included)
+        self.kafka: dict[str, Any] = yaml.safe_load(self.client_file.read_text())["kafka"]
+        self.password: str = (data_dir / "security" / "scram-password").read_text().strip()
+        self.secrets = [self.password, (data_dir / "security" / "keystore-password").read_text().strip()]
+
+    @property
+    def bootstrap(self) -> str:
+        return str(self.kafka["bootstrap_servers"])
+
+
+@pytest.fixture(scope="session")
+def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
+    """Always a LocalKafka of its own (Java 17+): neither KAFKA_BOOTSTRAP_SERVERS nor Docker has its listener."""
+    import shutil
+    import subprocess
+    import sys
+
+    from deltamirror.core.errors import EnvironmentMissingError
+    from deltamirror.producer.kafka_jars import find_java
+    from deltamirror.producer.local_kafka import LocalKafka
+
+    try:
+        find_java()
+        if shutil.which("openssl") is None:
+            raise EnvironmentMissingError("no openssl command")
+    except EnvironmentMissingError as exc:
+        reason = f"no secured local Kafka: {exc}"
+        if os.environ.get("DELTAMIRROR_REQUIRE_ALL"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    port = _free_port_pair()
+    data_dir = tmp_path_factory.mktemp("secure-kafka")
+    command = [sys.executable, "-m", "deltamirror.cli.main", "local", "kafka", "start"]
+    command += ["--port", str(port), "--data-dir", str(data_dir), "--security", "scram-tls"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
+    try:
+        assert done.returncode == 0, done.stderr[-2000:]
+        yield SecureBroker(port, data_dir, done.stdout + done.stderr)
+    finally:
+        LocalKafka(port=port, data_dir=data_dir).stop()

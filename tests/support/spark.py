@@ -36,6 +36,10 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # (io.delta:delta-spark_4.2_2.13 lists only 4.4.0; .../4.4.1/delta-spark_4.2_2.13-4.4.1.jar is a 404,
 # checked again 2026-11-23), so Ivy cannot resolve 4.4.1.
 DELTA_SPARK_PACKAGE = os.environ.get("DELTAMIRROR_DELTA_SPARK_PACKAGE", "io.delta:delta-spark_4.2_2.13:4.4.0")
+# Spark's own Kafka source, for the recipe that reads the topics with format("kafka") + from_json.
+SPARK_KAFKA_PACKAGE = os.environ.get(
+    "DELTAMIRROR_SPARK_KAFKA_PACKAGE", "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
+)
 IVY_DIR = Path(os.environ.get("DELTAMIRROR_IVY_DIR", REPO_ROOT / ".cache" / "ivy"))
 #: resolve from Maven Central only (see the file for why not ~/.m2)
 IVY_SETTINGS = Path(__file__).with_name("ivysettings.xml")
@@ -106,7 +110,7 @@ def spark_conf(work_dir: str) -> dict[str, str]:
     if jars:
         conf["spark.jars"] = ",".join(jars)
     else:
-        conf["spark.jars.packages"] = DELTA_SPARK_PACKAGE
+        conf["spark.jars.packages"] = f"{DELTA_SPARK_PACKAGE},{SPARK_KAFKA_PACKAGE}"
         conf["spark.jars.ivy"] = str(IVY_DIR)
         conf["spark.jars.ivySettings"] = str(IVY_SETTINGS)
     return conf

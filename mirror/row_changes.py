@@ -1,0 +1,469 @@
+"""Row-level change events: the change data feed as Debezium-style records (the wire format only).
+
+A record per changed row on ``deltamirror.<name>.changes``, with the envelope Debezium's
+connectors publish, so that Debezium-aware consumers (Kafka Connect's ``JsonConverter`` with
+``schemas.enable=true`` and ``ExtractNewRecordState``, Flink's ``debezium-json``, Spark's
+``from_json``) read it unchanged::
+
+    key   {"id": 7}                                  (the configured key columns; the whole row without)
+    value {"before": {...}|null, "after": {...}|null, "op": "c"|"u"|"d"|"r", "ts_ms": <commit ms>,
+           "source": {"version", "connector": "deltamirror", "name", "ts_ms", "snapshot": "true"|"false"|"last",
+                      "db", "table", "table_id", "delta_version", "index"},
+           "transaction": {"id": "<table_id>:<version>", "total_order": n, "data_collection_order": n}}
+
+Two serialisations: plain JSON (``json``, the payload alone) and JSON with an inline Connect schema
+(``json-schema``: ``{"schema": ..., "payload": ...}`` exactly as ``JsonConverter`` writes and reads
+it with ``schemas.enable=true``; struct names ``<topic>.Envelope`` / ``<topic>.Value`` /
+``<topic>.Key``). A tombstone is a record with a null value (Kafka null, in both formats).
+
+Type mapping (Arrow, as core reads Delta, to Connect; the payload is the same in both formats except
+decimals): integers int8/16/32/64, float/double float32/float64 (NaN and infinities as the strings
+``"NaN"``, ``"Infinity"``, ``"-Infinity"`` in plain JSON, which has no such numbers; refused with
+:class:`~deltamirror.mirror.errors.UnrepresentableValueError` in ``json-schema``, where
+JsonConverter would read the text as 0.0), boolean, string, binary as
+``bytes`` (base64 text), date as ``int32`` days since the epoch (``io.debezium.time.Date``),
+timestamp and timestamp_ntz as ``int64`` microseconds since the epoch
+(``io.debezium.time.MicroTimestamp``; TIMESTAMP values are UTC), decimal as
+``org.apache.kafka.connect.data.Decimal`` (base64 of the big-endian two's-complement unscaled value,
+``scale`` and ``connect.decimal.precision`` parameters: JsonConverter's default decimal format) in
+``json-schema`` and as an exact decimal string (``"12.30"``, as Debezium's
+``decimal.handling.mode=string``) in plain JSON; struct as a Connect struct, array as array, map
+with string keys as a JSON object, other maps as ``[[key, value], ...]`` (JsonConverter's form).
+
+Pairing of updates (see :class:`VersionRows`): a version's ``update_preimage``/``update_postimage``
+become one ``"u"`` record only when key columns are configured and the key is seen exactly once as
+a pre-image and once as a post-image in the version; otherwise (no key, or a key met more than once)
+the pre-image is published as ``"d"`` and the post-image as ``"c"``. Images are never paired by
+position.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from deltamirror.core.errors import CorruptDataFileError
+
+from .connect_types import (
+    ROW_CHANGES_FORMATS,
+    TXN_KEY_SCHEMA,
+    TXN_VALUE_SCHEMA,
+    RowChangesFormat,
+    column_values,
+    connect_schema,
+    int64_field,
+    source_schema,
+    string_field,
+    struct_schema,
+    transaction_block_schema,
+)
+from .errors import UnrepresentableValueError
+
+CHANGE_TYPE = "_change_type"
+#: the change feed's own columns: never part of a row's image
+CDF_COLUMNS = frozenset({"_change_type", "_commit_version", "_commit_timestamp"})
+CONNECTOR = "deltamirror"
+
+_UPDATE_IMAGES = pa.array(["update_preimage", "update_postimage"])
+_OP_OF_CHANGE = {"insert": "c", "delete": "d", "update_preimage": "d", "update_postimage": "c"}
+_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("deltamirror")
+    except Exception:  # not installed (a source tree): still a string, as Debezium's source.version
+        return "0+unknown"
+
+
+# --- records ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RowRecord:
+    """One record of a version's row changes: on the changes topic, or (BEGIN/END) the transaction topic."""
+
+    topic: str
+    key: bytes
+    #: None: a tombstone
+    value: bytes | None
+
+
+@dataclass(frozen=True)
+class RowChangesOptions:
+    """What the encoder needs to know of a table; ``key_columns`` empty: the whole row is the key."""
+
+    changes_topic: str
+    transaction_topic: str
+    table_name: str
+    table_id: str
+    key_columns: tuple[str, ...] = ()
+    format: RowChangesFormat = "json"
+    tombstones: bool = False
+
+
+class RowChangeEncoder:
+    """Encodes the rows of one schema (the table's columns, as the change feed gives them)."""
+
+    def __init__(self, options: RowChangesOptions, schema: pa.Schema) -> None:
+        self.options = options
+        self.columns = [f.name for f in schema if f.name not in CDF_COLUMNS]
+        fields = {f.name: f for f in schema}
+        missing = [c for c in options.key_columns if c not in fields]
+        if missing:
+            raise KeyError(", ".join(missing))
+        self.key_columns = list(options.key_columns) or self.columns
+        self._version = _version()
+        #: (version, ts_ms, snapshot) -> the constant parts of an event's text
+        self._templates: dict[tuple[int, int, str], tuple[str, str, str]] = {}
+        topic = options.changes_topic
+        self.schema_mode = options.format == "json-schema"
+        if self.schema_mode:
+            value_fields = [connect_schema(fields[c].type, field=c) for c in self.columns]
+            key_fields = [connect_schema(fields[c].type, field=c) for c in self.key_columns]
+            envelope = struct_schema(
+                f"{topic}.Envelope",
+                [
+                    struct_schema(f"{topic}.Value", value_fields, optional=True, field="before"),
+                    struct_schema(f"{topic}.Value", value_fields, optional=True, field="after"),
+                    source_schema(),
+                    string_field("op"),
+                    int64_field("ts_ms", True),
+                    transaction_block_schema(),
+                ],
+                optional=False,
+            )
+            envelope["version"] = 1
+            self._value_prefix = b'{"schema":' + _JSON.encode(envelope).encode() + b',"payload":'
+            key_schema = struct_schema(f"{topic}.Key", key_fields, optional=False)
+            self._key_prefix = b'{"schema":' + _JSON.encode(key_schema).encode() + b',"payload":'
+
+    def rows(self, batch: pa.RecordBatch) -> tuple[list[str], list[str], list[bytes]]:
+        """A batch's change types, row images (their JSON text) and key payloads (the pairing identity)."""
+        fmt = self.options.format
+        values: dict[str, list[Any]] = {}
+        for name in self.columns:
+            try:
+                values[name] = column_values(batch.column(name), fmt)
+            except UnrepresentableValueError as exc:
+                raise UnrepresentableValueError(f"column {name!r}: {exc.message}", column=name) from None
+        encode, names = _JSON.encode, self.columns
+        images = [encode(dict(zip(names, row, strict=True))) for row in zip(*values.values(), strict=True)]
+        if not self.columns:
+            images = ["{}"] * batch.num_rows
+        if self.key_columns == self.columns:  # the whole row is the key: its text is the key's
+            keys = [image.encode() for image in images]
+        else:
+            keys = self.key_payloads(batch, values)
+        change_types = batch.column(CHANGE_TYPE).to_pylist()
+        return change_types, images, keys
+
+    def key_payloads(self, batch: pa.RecordBatch, values: dict[str, list[Any]] | None = None) -> list[bytes]:
+        """The key payload of each row (JSON of the key columns), from ``values`` if converted already."""
+        if not self.key_columns:
+            return [b"{}"] * batch.num_rows
+        fmt = self.options.format
+        columns = [values[c] if values else column_values(batch.column(c), fmt) for c in self.key_columns]
+        names = self.key_columns
+        return [_JSON.encode(dict(zip(names, k, strict=True))).encode() for k in zip(*columns, strict=True)]
+
+    def key(self, key_payload: bytes) -> bytes:
+        return self._key_prefix + key_payload + b"}" if self.schema_mode else key_payload
+
+    def value(
+        self,
+        op: str,
+        before: str | None,
+        after: str | None,
+        *,
+        version: int,
+        ts_ms: int,
+        index: int,
+        snapshot: str = "false",
+    ) -> bytes:
+        """One change event (``index`` counts the version's events from 0); ``before`` and
+        ``after`` are row images as JSON text (:meth:`rows`), None for null.
+
+        The parts that are the same for every event of a version are encoded once per version;
+        the text is what ``json.dumps`` of the envelope gives (same keys, same order).
+        """
+        template = self._templates.get((version, ts_ms, snapshot))
+        if template is None:
+            template = self._templates[(version, ts_ms, snapshot)] = self._template(version, ts_ms, snapshot)
+        source, middle, orders = template
+        n = str(index + 1)
+        text = (
+            f'{{"before":{before or "null"},"after":{after or "null"},"source":{source}{index}}},"op":"{op}"'
+            f"{middle}{n}{orders}{n}}}}}"
+        )
+        encoded = text.encode()
+        return self._value_prefix + encoded + b"}" if self.schema_mode else encoded
+
+    def _template(self, version: int, ts_ms: int, snapshot: str) -> tuple[str, str, str]:
+        o = self.options
+        source = {
+            "version": self._version,
+            "connector": CONNECTOR,
+            "name": o.table_name,
+            "ts_ms": ts_ms,
+            "snapshot": snapshot,
+            "db": "delta",
+            "table": o.table_name,
+            "table_id": o.table_id,
+            "delta_version": version,
+        }
+        txn_id = _JSON.encode(transaction_id(o.table_id, version))
+        return (
+            _JSON.encode(source)[:-1] + ',"index":',
+            f',"ts_ms":{ts_ms},"transaction":{{"id":{txn_id},"total_order":',
+            ',"data_collection_order":',
+        )
+
+
+def transaction_id(table_id: str, version: int) -> str:
+    return f"{table_id}:{version}"
+
+
+# --- transaction metadata ---------------------------------------------------------------------
+
+
+def transaction_record(
+    options: RowChangesOptions, version: int, ts_ms: int, event_count: int | None
+) -> RowRecord:
+    """Debezium's transaction metadata: BEGIN (``event_count`` None) or END with the per-topic counts."""
+    tid = transaction_id(options.table_id, version)
+    payload: dict[str, Any] = {
+        "status": "BEGIN" if event_count is None else "END",
+        "id": tid,
+        "event_count": event_count,
+        "data_collections": None
+        if event_count is None
+        else [{"data_collection": options.changes_topic, "event_count": event_count}],
+        "ts_ms": ts_ms,
+    }
+    key: dict[str, Any] = {"id": tid}
+    if options.format == "json-schema":
+        return RowRecord(
+            options.transaction_topic,
+            _JSON.encode({"schema": TXN_KEY_SCHEMA, "payload": key}).encode(),
+            _JSON.encode({"schema": TXN_VALUE_SCHEMA, "payload": payload}).encode(),
+        )
+    return RowRecord(options.transaction_topic, _JSON.encode(key).encode(), _JSON.encode(payload).encode())
+
+
+# --- one version's records --------------------------------------------------------------------
+
+
+class VersionRows:
+    """The records of one version's change rows, in a deterministic order (a restart skips a prefix).
+
+    ``batches`` must give the same rows in the same order on every call (core's change feed does):
+    with key columns, a first pass counts the update images of each key, then the second pass emits.
+    A pairable image waits for its partner, and the ``"u"`` goes out at the later one's place;
+    memory is the batch, 8 bytes per update image of the version, and the images still waiting.
+    The stream is BEGIN, the events (each delete followed by a tombstone when ``tombstones``),
+    END — nothing at all for a version without row changes.
+    """
+
+    def __init__(
+        self,
+        options: RowChangesOptions,
+        batches: Callable[[], Iterable[pa.RecordBatch]],
+        *,
+        version: int,
+        ts_ms: int,
+        op_override: str | None = None,
+        snapshot: Callable[[bool], str] | None = None,
+        may_have_updates: bool = True,
+    ) -> None:
+        self.options = options
+        self.batches = batches
+        self.version = version
+        self.ts_ms = ts_ms
+        self.op_override = op_override
+        self.snapshot = snapshot or (lambda last: "false")
+        self.may_have_updates = may_have_updates
+        self._encoders: dict[pa.Schema, RowChangeEncoder] = {}
+        #: events of the version (known once :meth:`records` is exhausted)
+        self.event_count = 0
+
+    def encoder(self, schema: pa.Schema) -> RowChangeEncoder:
+        enc = self._encoders.get(schema)
+        if enc is None:
+            enc = self._encoders[schema] = RowChangeEncoder(self.options, schema)
+        return enc
+
+    @property
+    def pairing_pass(self) -> bool:
+        """True when :meth:`records` reads the version once before its first record (to pair updates)."""
+        return bool(self.options.key_columns) and self.may_have_updates
+
+    def _pairable(self) -> pa.Array | None:
+        """Hashes of the keys seen exactly once as a pre-image and once as a post-image (None: none).
+
+        Counted as Arrow arrays of 64-bit hashes, 8 bytes per update image. Two keys sharing a
+        hash count together, so a collision can only leave an update unpaired (``d`` + ``c``),
+        never pair two keys: images are matched by their key itself.
+        """
+        if not self.pairing_pass:
+            return None
+        pre: list[pa.Array] = []
+        post: list[pa.Array] = []
+        for batch in self.batches():
+            types = batch.column(CHANGE_TYPE)
+            for kind, found in (("update_preimage", pre), ("update_postimage", post)):
+                images = batch.filter(pc.equal(types, kind))
+                if images.num_rows:
+                    found.append(_hashes(self.encoder(batch.schema).key_payloads(images)))
+        if not pre or not post:
+            return None
+        pre_once, post_once = _seen_once(pre), _seen_once(post)
+        return pre_once.filter(pc.is_in(pre_once, value_set=post_once))
+
+    def records(self) -> Iterator[list[RowRecord]]:
+        """The version's records, a list per input batch (BEGIN with the first, END alone last)."""
+        pairable = self._pairable()
+        waiting: dict[bytes, str] = {}
+        o = self.options
+        topic, tombstones = o.changes_topic, o.tombstones
+        index = 0
+        begun = False
+        batches = iter(self.batches())
+        batch = next(batches, None)
+        while batch is not None:
+            following = next(batches, None)
+            enc = self.encoder(batch.schema)
+            try:
+                types, images, keys = enc.rows(batch)
+            except UnrepresentableValueError as exc:
+                raise UnrepresentableValueError(
+                    exc.message, table=o.table_name, version=self.version
+                ) from None
+            paired: list[bool] = (
+                [False] * len(keys)
+                if pairable is None
+                else pc.and_(
+                    pc.is_in(_hashes(keys), value_set=pairable),
+                    pc.is_in(batch.column(CHANGE_TYPE), _UPDATE_IMAGES),
+                ).to_pylist()
+            )
+            out: list[RowRecord] = []
+            if not begun and batch.num_rows:
+                begun = True
+                out.append(transaction_record(o, self.version, self.ts_ms, None))
+            last_rows = following is None
+            for i, (kind, image, key, pair) in enumerate(zip(types, images, keys, paired, strict=True)):
+                before: str | None
+                after: str | None
+                if pair:
+                    partner = waiting.pop(key, None)
+                    if partner is None:
+                        waiting[key] = image
+                        continue
+                    op = "u"
+                    before, after = (image, partner) if kind == "update_preimage" else (partner, image)
+                else:
+                    op = self.op_override or _OP_OF_CHANGE.get(kind, "")
+                    if not op:
+                        raise CorruptDataFileError(
+                            f"change row with _change_type {kind!r} (none of insert, delete, "
+                            "update_preimage, update_postimage): no change event can say it",
+                            table=o.table_name,
+                            version=self.version,
+                        )
+                    before, after = (image, None) if op == "d" else (None, image)
+                snap = self.snapshot(last_rows and i == len(types) - 1)
+                k = enc.key(key)
+                out.append(
+                    RowRecord(
+                        topic,
+                        k,
+                        enc.value(
+                            op,
+                            before,
+                            after,
+                            version=self.version,
+                            ts_ms=self.ts_ms,
+                            index=index,
+                            snapshot=snap,
+                        ),
+                    )
+                )
+                index += 1
+                if op == "d" and tombstones:
+                    out.append(RowRecord(topic, k, None))
+            if out:
+                yield out
+            batch = following
+        if waiting:  # the rows changed between the two passes (a data file rewritten in place)
+            raise CorruptDataFileError(
+                f"{len(waiting)} update images of the version changed while it was read",
+                table=o.table_name,
+                version=self.version,
+            )
+        self.event_count = index
+        if begun:
+            yield [transaction_record(o, self.version, self.ts_ms, index)]
+
+
+def _hashes(keys: list[bytes]) -> pa.Array:
+    """64-bit hashes of key payloads, the same in every process (a restart must pair as the run before)."""
+    return pa.array(
+        [int.from_bytes(hashlib.blake2b(k, digest_size=8).digest(), "little") for k in keys], pa.uint64()
+    )
+
+
+def _seen_once(arrays: list[pa.Array]) -> pa.Array:
+    counts = pc.value_counts(pa.concat_arrays(arrays))
+    return counts.field("values").filter(pc.equal(counts.field("counts"), 1))
+
+
+def skip_records(chunks: Iterable[list[RowRecord]], count: int) -> Iterator[list[RowRecord]]:
+    """``chunks`` without their first ``count`` records (those a restart finds published already)."""
+    for chunk in chunks:
+        if count >= len(chunk):
+            count -= len(chunk)
+            continue
+        yield chunk[count:] if count else chunk
+        count = 0
+
+
+def row_changes_options(
+    *,
+    changes_topic: str,
+    transaction_topic: str,
+    table_name: str,
+    table_id: str,
+    key_columns: Sequence[str] = (),
+    format: RowChangesFormat = "json",
+    tombstones: bool = False,
+) -> RowChangesOptions:
+    """:class:`RowChangesOptions` by keyword (``key_columns`` any sequence)."""
+    return RowChangesOptions(
+        changes_topic, transaction_topic, table_name, table_id, tuple(key_columns), format, tombstones
+    )
+
+
+__all__ = [
+    "CONNECTOR",
+    "ROW_CHANGES_FORMATS",
+    "RowChangeEncoder",
+    "RowChangesFormat",
+    "RowChangesOptions",
+    "RowRecord",
+    "VersionRows",
+    "column_values",
+    "connect_schema",
+    "row_changes_options",
+    "skip_records",
+    "transaction_id",
+    "transaction_record",
+]
