@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install demo test test-fast test-kafka test-spark scale-test lint format fuzz bench bench-quick bench-compare ci clean
+.PHONY: help install demo test test-fast test-kafka test-spark scale-test bench-scale lint format fuzz bench bench-rows bench-quick bench-compare ci clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-11s %s\n", $$1, $$2}'
@@ -56,6 +56,12 @@ fuzz: install ## the full mutation campaign over real tables (SEED=11; failures 
 
 bench: install ## every performance goal beside its peers, 7 rounds (ROUNDS=, ONLY=group); bench/results (about an hour)
 	$(BIN)/python bench/run.py $(if $(ROUNDS),--rounds $(ROUNDS)) $(foreach g,$(ONLY),--only $(g))
+
+bench-scale: install ## one group member with 100/1,000 tables idle (CPU, threads, pickup; SIZES=100,1000) and tables moving after SIGKILL/SIGTERM; bench/results/scale.*
+	$(BIN)/python bench/bench_scale.py $(if $(SIZES),--tables $(SIZES)) --rounds $(or $(ROUNDS),1) $(if $(MOVE_TABLES),--move-tables $(MOVE_TABLES))
+
+bench-rows: install ## row changes end to end beside the change feed and raw confluent-kafka; memory at 5M rows (ROWS=, MEM_ROWS=, ROUNDS=)
+	$(BIN)/python bench/bench_row_changes.py --rows $(or $(ROWS),1000000) --mem-rows $(or $(MEM_ROWS),5000000) --rounds $(or $(ROUNDS),5)
 
 bench-quick: install ## the benchmark harness on tiny inputs, 1 round: a smoke check, never judged by time
 	$(BIN)/python bench/run.py --quick

@@ -4,7 +4,7 @@ records: contenders for ``bench/run.py`` (each runs in its own process, see harn
 The topic (made in ``setup``, not timed): the synthetic table of ``make_checkpoint_table`` (1M files
 in a checkpoint at version C, then ``commits`` JSON commits) is mirrored by the watcher into fresh
 topics: an initial snapshot at version C (the table's log holds only the checkpoint then: its
-files are hard links), then the commits, linked in one by one after the snapshot is published, so
+files are hard links), then the commits, linked in (in order) once the snapshot is published, so
 the actions topic holds a 1M-file snapshot and then every later version, as a topic a consumer
 meets in production does. A first, untimed ``consume-snapshot --state-dir`` reads it all (it warms
 the broker's page cache and leaves the saved state the restart contender loads).
@@ -102,7 +102,7 @@ def setup(clock: Any, params: dict[str, Any]) -> dict[str, Any]:
             if time.perf_counter() - t0 > 900:
                 raise SystemExit("the watcher did not publish the consume table within 900 s")
             if not linked and manifest["checkpoint_version"] in metrics.published_wall:
-                for commit in commits:  # one by one, in order, as a writer would commit them
+                for commit in commits:  # in order, once the snapshot is published
                     os.link(commit, log / commit.name)
                 linked = True
     finally:

@@ -103,13 +103,17 @@ def child_main(module: str, function: str, params_file: str, result_file: str) -
     return 0
 
 
-def child_many(module: str, functions: dict[str, str], params_file: str, result_file: str) -> int:
-    """Run several contenders one after the other in this process (``--quick`` smoke runs only:
-    one JVM start for all the Spark contenders of a group); their results by name."""
+def child_groups(specs: dict[str, tuple[str, dict[str, str]]], params_file: str, result_file: str) -> int:
+    """Run the contenders of several groups one after the other in this process (``--quick`` smoke
+    runs only: one JVM start for every Spark contender). ``specs``: group -> (module, {contender:
+    function}); the parameters file holds each group's parameters; results by group and contender."""
     sys.path.insert(0, str(BENCH))
     params = json.loads(Path(params_file).read_text())
-    results = {name: _run_one(module, fn, params) for name, fn in functions.items()}
-    Path(result_file).write_text(json.dumps({"many": results}))
+    results = {
+        group: {name: _run_one(module, fn, params[group]) for name, fn in functions.items()}
+        for group, (module, functions) in specs.items()
+    }
+    Path(result_file).write_text(json.dumps({"groups": results}))
     return 0
 
 
@@ -157,8 +161,9 @@ def spawn(
         "rusage_cpu_s": usage.ru_utime + usage.ru_stime,
         "rusage_maxrss_mb": usage.ru_maxrss / 1024,
     }
-    for one in result.get("many", {}).values():
-        one.update(stamps)
+    for by_contender in result.get("groups", {}).values():
+        for one in by_contender.values():
+            one.update(stamps)
     result.update(stamps)
     return result
 

@@ -15,7 +15,10 @@ their IQR and min-max, beside the 1-minute load average before and after every r
 
 Results: bench/results/run-<group>.json, bench/results/README.md (the tables), PNG plots in
 bench/results/ (``--quick``: bench/results/tmp/quick/, never judged by time). Exit code 1 when a
-contender failed or the contenders disagree on what they read (rows, files, records).
+contender failed or the contenders disagree on what they read (rows, files, records). A run
+whose imports failed (another process rewriting the editable install at that moment) is run once
+more, and says so. The broker is the bench's own (port 19192, or the next free pair of ports),
+unless ``--bootstrap`` names one.
 
     python bench/run.py [--rounds 7] [--only GROUP ...] [--quick] [--drop-caches]
                         [--bootstrap HOST:PORT] [--no-spark] [--no-kafka]
@@ -200,7 +203,7 @@ GROUPS: tuple[Group, ...] = (
             Contender("delta-spark", "spark_delta_stream", "peer", "delta-spark readChangeFeed stream"),
         ),
         {"versions": 30, "rows_per_version": 50, "options": {"maxFilesPerTrigger": 3}},
-        {"versions": 24, "rows_per_version": 20, "options": {"maxFilesPerTrigger": 10}},
+        {"versions": 24, "rows_per_version": 20, "options": {"maxFilesPerTrigger": 20}},
         goals=(
             Goal("5. Spark source >= 1.0x delta-spark's stream, small table", "work_s", 1.0, "delta-spark"),
         ),
@@ -245,11 +248,12 @@ def child(argv: list[str]) -> int:
     if kind == "--setup":
         group_name, params_file, result_file = rest
         return harness.child_main(group_named(group_name).module, "setup", params_file, result_file)
-    if kind == "--child-all":
-        group_name, params_file, result_file = rest
-        group = group_named(group_name)
-        functions = {c.name: c.function for c in group.contenders}
-        return harness.child_many(group.module, functions, params_file, result_file)
+    if kind == "--child-groups":
+        *names, params_file, result_file = rest
+        specs = {
+            n: (group_named(n).module, {c.name: c.function for c in group_named(n).contenders}) for n in names
+        }
+        return harness.child_groups(specs, params_file, result_file)
     group_name, contender, params_file, result_file = rest
     group = group_named(group_name)
     return harness.child_main(group.module, group.contender(contender).function, params_file, result_file)
@@ -274,9 +278,10 @@ class Broker:
             return self.bootstrap
         from deltamirror.producer.local_kafka import LocalKafka
 
-        self.local = LocalKafka(port=BENCH_PORT, data_dir=BENCH_KAFKA_DATA)
+        port = _bench_port()
+        self.local = LocalKafka(port=port, data_dir=_bench_kafka_data(port))
         self.started_here = not self.local.status()["running"]
-        print(f"  {'starting' if self.started_here else 'using'} the bench broker on port {BENCH_PORT}")
+        print(f"  {'starting' if self.started_here else 'using'} the bench broker on port {port}")
         self.bootstrap = self.local.start()
         state = self.local.status()
         self.pid, self.version = state["pid"], state["kafka_version"]
@@ -297,6 +302,34 @@ class Broker:
     def close(self) -> None:
         if self.local is not None and self.started_here:
             self.local.stop()
+
+
+def _bench_kafka_data(port: int) -> Path:
+    return BENCH_KAFKA_DATA if port == BENCH_PORT else Path(f"{BENCH_KAFKA_DATA}-{port}")
+
+
+def _bench_port() -> int:
+    """BENCH_PORT, or the next port pair free for a new broker when another program holds it (the
+    data dir of a local broker is bound to its ports: each port has its own)."""
+    import socket
+
+    from deltamirror.producer.local_kafka import LocalKafka
+
+    def free(port: int) -> bool:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+        return True
+
+    for port in range(BENCH_PORT, BENCH_PORT + 100, 5):
+        if LocalKafka(port=port, data_dir=_bench_kafka_data(port)).status()["running"]:
+            return port  # our own broker from an earlier run
+        if free(port) and free(port + 1):
+            return port
+    raise SystemExit(f"no free port pair for the bench broker in {BENCH_PORT}-{BENCH_PORT + 99}")
 
 
 # --- one group ------------------------------------------------------------------------------------------
@@ -329,13 +362,12 @@ def _value(run: dict[str, Any], metric: str) -> float | None:
     return None if value is None else float(value)
 
 
-def run_group(group: Group, args: argparse.Namespace, broker: Broker, log_dir: Path) -> dict[str, Any]:
-    quick = args.quick
-    params: dict[str, Any] = dict(group.quick_params if quick else group.params)
+def setup_group(group: Group, args: argparse.Namespace, broker: Broker, log_dir: Path) -> dict[str, Any]:
+    """The group's inputs (its ``setup`` in a child process): the parameters every contender gets."""
+    params: dict[str, Any] = dict(group.quick_params if args.quick else group.params)
     if "kafka" in group.needs:
         params["bootstrap"] = broker.ensure()
         params["broker_pid"] = broker.pid
-    timeout = 300.0 if quick else 1800.0
     print(f"\n== {group.name}: setup", flush=True)
     t0 = time.perf_counter()
     if _has_setup(group):
@@ -344,13 +376,30 @@ def run_group(group: Group, args: argparse.Namespace, broker: Broker, log_dir: P
         )
         params = setup["facts"]
     print(f"   setup {time.perf_counter() - t0:.1f} s", flush=True)
+    return params
+
+
+def run_group(
+    group: Group,
+    args: argparse.Namespace,
+    broker: Broker,
+    log_dir: Path,
+    params: dict[str, Any] | None = None,
+    preset: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Set up (unless ``params`` are given) and measure one group; ``preset``: the results of a
+    ``--quick`` run that measured every contender of several groups in one process."""
+    quick = args.quick
+    if params is None:
+        params = setup_group(group, args, broker, log_dir)
+    timeout = 300.0 if quick else 1800.0
     rounds = args.rounds
     names = [c.name for c in group.contenders]
     states = ["cold", "warm"] if group.cold and _all_inputs(params) else ["warm"]
     cold_how = "posix_fadvise(DONTNEED) of every input file before each cold run"
     if "cold" in states and args.drop_caches:
         cold_how = "sync; echo 3 > /proc/sys/vm/drop_caches before each cold run"
-    shared = quick and "spark" in group.needs
+    shared = preset is not None
     runs: list[dict[str, Any]] = []
     round_loads: list[dict[str, Any]] = []
     problems: list[str] = []
@@ -374,7 +423,7 @@ def run_group(group: Group, args: argparse.Namespace, broker: Broker, log_dir: P
             for state in states:
                 if state == "warm" and "cold" in states:
                     harness.prewarm(_all_inputs(params))
-                shared_results: dict[str, Any] | None = None
+                shared_results: dict[str, Any] | None = preset
                 for position, name in enumerate(order):
                     cache: dict[str, Any] | None = None
                     if state == "cold":
@@ -395,24 +444,14 @@ def run_group(group: Group, args: argparse.Namespace, broker: Broker, log_dir: P
                     if cache is not None:
                         run["cache"] = cache
                     try:
-                        if shared:  # --quick: every Spark contender in one process (one JVM start)
-                            if shared_results is None:
-                                shared_results = harness.spawn(
-                                    ["--child-all", group.name],
-                                    params,
-                                    timeout_s=timeout,
-                                    label=f"{group.name}-all-r{r}-{state}",
-                                    log_dir=log_dir,
-                                )["many"]
+                        if shared:  # --quick: measured in one process with the other Spark groups
+                            if not shared_results or name not in shared_results:
+                                raise harness.ChildFailed(
+                                    "the shared Spark process failed (spark-all-quick.log)"
+                                )
                             result = shared_results[name]
                         else:
-                            result = harness.spawn(
-                                ["--child", group.name, name],
-                                params,
-                                timeout_s=timeout,
-                                label=f"{group.name}-{name}-r{r}-{state}",
-                                log_dir=log_dir,
-                            )
+                            result = _spawn_contender(group, name, params, run, args, timeout, log_dir)
                         run["measures"] = harness.measures(result)
                         run["facts"] = result["facts"]
                         if result["facts"].get("ok") is False:
@@ -442,6 +481,41 @@ def run_group(group: Group, args: argparse.Namespace, broker: Broker, log_dir: P
             shutil.rmtree(folder, ignore_errors=True)
     problems += _disagreements(group, runs)
     return _group_report(group, params, runs, round_loads, states, cold_how, problems, args)
+
+
+#: a child that could not import its modules: another process rewriting the editable install's
+#: link tree (``pip install -e``) at that moment; worth one more try, never a figure of its own
+_IMPORT_FAILURES = ("ModuleNotFoundError", "ImportError")
+
+
+def _spawn_contender(
+    group: Group,
+    name: str,
+    params: dict[str, Any],
+    run: dict[str, Any],
+    args: argparse.Namespace,
+    timeout: float,
+    log_dir: Path,
+) -> dict[str, Any]:
+    """One contender's run; once more (after a pause, with its inputs evicted again when cold)
+    when its imports failed. The first failure stays in the run's record (``retried_after``)."""
+    label = f"{group.name}-{name}-r{run['round']}-{run['state']}"
+    try:
+        return harness.spawn(
+            ["--child", group.name, name], params, timeout_s=timeout, label=label, log_dir=log_dir
+        )
+    except harness.ChildFailed as exc:
+        if not any(marker in str(exc) for marker in _IMPORT_FAILURES):
+            raise
+        run["retried_after"] = str(exc)
+        print(f"   (the imports of {name} failed; once more in 20 s: {str(exc)[-120:]})", flush=True)
+    time.sleep(20)
+    if run["state"] == "cold":
+        run["cache"] = harness.evict(_inputs_for(params, name))
+    run["load_before"] = harness.load_average()
+    return harness.spawn(
+        ["--child", group.name, name], params, timeout_s=timeout, label=f"{label}-retry", log_dir=log_dir
+    )
 
 
 def _disagreements(group: Group, runs: list[dict[str, Any]]) -> list[str]:
@@ -620,7 +694,7 @@ def _docstring(module: str, function: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in ("--child", "--child-all", "--setup"):
+    if argv and argv[0] in ("--child", "--child-groups", "--setup"):
         return child(argv)
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -637,7 +711,9 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="cold runs: drop the whole page cache (root; disturbs everyone)",
     )
-    parser.add_argument("--bootstrap", help="an existing broker (default: the bench's own on port 19192)")
+    parser.add_argument(
+        "--bootstrap", help="an existing broker (default: the bench's own, port 19192 or the next free pair)"
+    )
     parser.add_argument("--no-spark", action="store_true", help="leave out the groups that need Spark")
     parser.add_argument("--no-kafka", action="store_true", help="leave out the groups that need a broker")
     parser.add_argument(
@@ -659,6 +735,8 @@ def main(argv: list[str] | None = None) -> int:
         import report as report_module
 
         stored = report_module.load_reports(out, [])
+        for one in stored:  # the stored results, written again in the compact form
+            _write_json(out / f"run-{one['group']}.json", one)
         index = json.loads((out / "run.json").read_text())
         print(report_module.write(out, index, stored, partial=False))
         return 0
@@ -672,16 +750,22 @@ def main(argv: list[str] | None = None) -> int:
     reports: list[dict[str, Any]] = []
     failed = False
     try:
+        presets = _quick_spark(groups, args, broker, log_dir) if args.quick else {}
         for group in groups:
             try:
-                report = run_group(group, args, broker, log_dir)
+                if group.name in presets:
+                    report = run_group(group, args, broker, log_dir, *presets[group.name])
+                else:
+                    report = run_group(group, args, broker, log_dir)
             except harness.ChildFailed as exc:
                 print(f"   {group.name}: setup failed: {exc}", file=sys.stderr)
                 failed = True
                 continue
             report["machine"] = harness.machine()
+            report["git"] = harness.versions()["git"]
+            report["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
             reports.append(report)
-            (out / f"run-{group.name}.json").write_text(json.dumps(report, indent=2) + "\n")
+            _write_json(out / f"run-{group.name}.json", report)
             for problem in report["problems"]:
                 print(f"   PROBLEM: {problem}", file=sys.stderr)
             failed = failed or bool(report["problems"])
@@ -709,6 +793,59 @@ def main(argv: list[str] | None = None) -> int:
         print("FAILED: a contender failed or the contenders disagree (see PROBLEM above)", file=sys.stderr)
         return 1
     return 0
+
+
+def _quick_spark(
+    groups: list[Group], args: argparse.Namespace, broker: Broker, log_dir: Path
+) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """--quick: every Spark contender of every Spark group in one process (one JVM start), so that
+    the smoke run stays within its two minutes. Each group's parameters and its contenders' results."""
+    spark = [g for g in groups if "spark" in g.needs]
+    if not spark:
+        return {}
+    params = {g.name: setup_group(g, args, broker, log_dir) for g in spark}
+    try:
+        results = harness.spawn(
+            ["--child-groups", *params], params, timeout_s=600, label="spark-all-quick", log_dir=log_dir
+        )["groups"]
+    except harness.ChildFailed as exc:
+        print(f"   the Spark contenders failed: {exc}", file=sys.stderr)
+        return {name: (p, {}) for name, p in params.items()}
+    return {name: (p, results[name]) for name, p in params.items()}
+
+
+def _rounded(value: Any) -> Any:
+    """Floats to 4 decimals (0.1 ms, 0.0001 MB): what a figure needs, a third of the file."""
+    if isinstance(value, float):
+        return round(value, 4)
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def _write_json(path: Path, report: dict[str, Any]) -> None:
+    """One group's results, compact: a line per key (two levels deep) and per run, so that the file
+    stays small and a diff still shows what changed."""
+
+    def one(value: Any) -> str:
+        return json.dumps(value, separators=(",", ":"))
+
+    def entry(key: str, value: Any) -> str:
+        if isinstance(value, dict) and value:
+            inner = ",\n".join(f"  {one(k)}: {one(v)}" for k, v in value.items())
+            return f" {one(key)}: {{\n{inner}\n }}"
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            inner = ",\n".join(f"  {one(v)}" for v in value)
+            return f" {one(key)}: [\n{inner}\n ]"
+        return f" {one(key)}: {one(value)}"
+
+    rounded = _rounded(report)
+    text = "{\n" + ",\n".join(entry(k, v) for k, v in rounded.items()) + "\n}\n"
+    if json.loads(text) != rounded:  # what we write must read back as it was
+        raise AssertionError(f"{path}: the compact JSON does not read back")
+    path.write_text(text)
 
 
 def _drop_caches_note(args: argparse.Namespace) -> str:

@@ -31,6 +31,8 @@ from typing import Any
 from confluent_kafka import KafkaError as _RdKafkaError
 from confluent_kafka import KafkaException, Producer
 
+from deltamirror.core.errors import ConfigError
+
 from .errors import (
     KafkaError,
     ProducerFencedError,
@@ -43,6 +45,25 @@ from .errors import (
 )
 
 log = logging.getLogger(__name__)
+
+
+def new_producer(config: dict[str, Any]) -> Producer:
+    """A librdkafka producer, or one line saying why none can be made.
+
+    librdkafka refuses a client past about 1,012 in one process (``Failed to initialize thread
+    local storage``): one producer per running table makes that a limit on tables per process.
+    """
+    try:
+        return Producer(config)
+    except KafkaException as exc:
+        raise KafkaError(f"cannot create a Kafka producer: {exc}") from None
+    except RuntimeError as exc:
+        raise ConfigError(
+            f"cannot create another Kafka client in this process ({exc}): librdkafka allows about "
+            "1,000 per process and every running table holds one; run fewer tables per process "
+            "(share them with --group)"
+        ) from None
+
 
 FENCED_CODES = frozenset(
     {_RdKafkaError._FENCED, _RdKafkaError.PRODUCER_FENCED, _RdKafkaError.INVALID_PRODUCER_EPOCH}
@@ -129,7 +150,7 @@ class TransactionalPublisher:
         config["error_cb"] = self._on_client_error
         #: the client's fatal error (fenced...), for a poll/flush that fails without saying it
         self._fatal: _RdKafkaError | None = None
-        self._producer = Producer(config)
+        self._producer = new_producer(config)
         self._error: _RdKafkaError | None = None
         self._error_topic: str | None = None
         self.in_transaction = False
@@ -441,10 +462,7 @@ class RecordProducer:
             "acks": "all",
             "message.timeout.ms": max(1000, int(delivery_timeout_s * 1000)),
         }
-        try:
-            self._producer = Producer(config)
-        except KafkaException as exc:
-            raise KafkaError(f"cannot create a Kafka producer: {exc}") from None
+        self._producer = new_producer(config)
 
     def check_topic(self, topic: str, timeout_s: float = 30.0) -> None:
         """A TopicNotFoundError now, rather than a send that fails after its timeout."""

@@ -75,6 +75,30 @@ _OP_OF_CHANGE = {"insert": "c", "delete": "d", "update_preimage": "d", "update_p
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+def _row_json_encoder() -> Callable[[Any], str]:
+    """``_JSON.encode`` for the per-row hot path, about 3x faster a call: ``JSONEncoder.encode``
+    builds a new C encoder on every call. This one is built once, with ``_JSON``'s settings (no
+    circular check: Arrow values cannot hold cycles); the same text, checked here, or ``_JSON.encode``."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return _JSON.encode
+    try:
+        iterencode = make(
+            None, _JSON.default, json.encoder.encode_basestring, None, ":", ",", False, False, False
+        )
+    except TypeError:  # another interpreter's signature
+        return _JSON.encode
+
+    def encode(obj: Any) -> str:
+        return "".join(iterencode(obj, 0))
+
+    sample = {"a": 1, "b": "\u00e9\n", "c": [1.5, None, True], "d": {"e": -2}}
+    return encode if encode(sample) == _JSON.encode(sample) else _JSON.encode
+
+
+_encode_row_json = _row_json_encoder()
+
+
 def _version() -> str:
     try:
         from importlib.metadata import version
@@ -155,7 +179,7 @@ class RowChangeEncoder:
                 values[name] = column_values(batch.column(name), fmt)
             except UnrepresentableValueError as exc:
                 raise UnrepresentableValueError(f"column {name!r}: {exc.message}", column=name) from None
-        encode, names = _JSON.encode, self.columns
+        encode, names = _encode_row_json, self.columns
         images = [encode(dict(zip(names, row, strict=True))) for row in zip(*values.values(), strict=True)]
         if not self.columns:
             images = ["{}"] * batch.num_rows
@@ -173,7 +197,8 @@ class RowChangeEncoder:
         fmt = self.options.format
         columns = [values[c] if values else column_values(batch.column(c), fmt) for c in self.key_columns]
         names = self.key_columns
-        return [_JSON.encode(dict(zip(names, k, strict=True))).encode() for k in zip(*columns, strict=True)]
+        encode = _encode_row_json
+        return [encode(dict(zip(names, k, strict=True))).encode() for k in zip(*columns, strict=True)]
 
     def key(self, key_payload: bytes) -> bytes:
         return self._key_prefix + key_payload + b"}" if self.schema_mode else key_payload

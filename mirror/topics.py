@@ -275,7 +275,11 @@ class TopicManager:
     def _wait_for_leaders(self, name: str) -> None:
         deadline = time.monotonic() + self.timeout_s
         while time.monotonic() < deadline:
-            topic = self._admin.list_topics(topic=name, timeout=10).topics.get(name)
+            try:
+                topic = self._admin.list_topics(topic=name, timeout=10).topics.get(name)
+            except KafkaException:  # a busy broker's metadata timeout: ask again until the deadline
+                time.sleep(0.1)
+                continue
             if (
                 topic is not None
                 and topic.error is None

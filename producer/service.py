@@ -55,6 +55,8 @@ log = logging.getLogger("deltamirror.watch")
 
 #: the main thread's extra wait after the budget, for tables that are just finishing
 STOP_GRACE_S = 0.5
+#: in a group, how long a table fenced while its shard is still here waits before it runs again
+FENCED_RESTART_S = 1.0
 
 
 @dataclass(eq=False)
@@ -302,6 +304,7 @@ class WatchService:
 
     def _run_pipeline(self, entry: _Running) -> None:
         pipeline = entry.pipeline
+        fenced_here = False
         try:
             pipeline.run()
         except ProducerFencedError as exc:
@@ -311,6 +314,7 @@ class WatchService:
                 log.warning("table released: %s", exc, extra={"table": pipeline.uri, "reason": "fenced"})
                 if self.group_metrics is not None:
                     self.group_metrics.table_released(pipeline.uri, "fenced")
+                fenced_here = pipeline.release_reason is None
         except KafkaError as exc:
             if self.sharing is not None and pipeline.release_reason is not None:
                 log.warning("table released: %s", exc, extra={"table": pipeline.uri, "reason": "failed"})
@@ -324,6 +328,20 @@ class WatchService:
                 self.group_metrics.table_released(pipeline.uri, reason)
         finally:
             self._forget(entry)
+        if fenced_here:
+            self._restart_if_owned(pipeline.uri)
+
+    def _restart_if_owned(self, uri: str) -> None:
+        """A table fenced while its shard is still assigned here runs here again: a member woken from
+        a pause can start a table it has just discovered before it learns that its shards are gone,
+        and its producer fences the owner's. The assignment decides; a zombie learns it soon."""
+        if self.stop_event.wait(FENCED_RESTART_S) or self.sharing is None or not self.sharing.owns(uri):
+            return
+        with self._lock:
+            table = self._tables.get(uri)
+        if table is not None:
+            log.warning("table fenced while its shard is here: starting it again", extra={"table": uri})
+            self.start_table(table)
 
     def _fail(self, exc: BaseException, pipeline: TablePipeline | None = None) -> None:
         if self._failure is None:

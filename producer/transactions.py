@@ -46,8 +46,10 @@ log = logging.getLogger("deltamirror.watch")
 
 #: records encoded and produced in one call; a transaction ends only between two batches
 BATCH = 1000
-#: a version whose change data files are larger is paired (a first read) with no records pending
-PAIRING_PASS_COMMIT_BYTES = 256 * 1024 * 1024
+#: a version whose change data files are larger is paired (a first read) with no records pending:
+#: the pass must not run inside an open transaction that could outlive ``transaction.timeout.ms``
+#: (a 142 MB pass took over 60 s on a loaded 2-core machine); below this it takes a second or two
+PAIRING_PASS_COMMIT_BYTES = 8 * 1024 * 1024
 #: an idle table re-writes its progress this often, in a transaction: a fenced watcher learns it
 LIVENESS_INTERVAL_S = 15.0
 

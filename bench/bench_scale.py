@@ -1,0 +1,535 @@
+"""What a group of ``deltamirror watch`` instances costs with many tables, and how fast tables move.
+
+Two measurements against a local broker of its own (tiny hand-written one-version tables,
+snapshot mode ``latest``, notifications on as by default):
+
+* ``idle``: ONE ``watch --group G`` instance with N tables (it owns every shard). From spawning it
+  to the sum of its ``tables of the assigned shards resumed`` lines reaching N (startup), its
+  thread count, its CPU (user+system of the whole process, all threads, from ``/proc``) over
+  ``--idle-s`` seconds after a 5 s settle in % of one core, its RSS, and the commit pickup latency:
+  a commit written (atomic rename) to one random table until its action is visible to a
+  ``read_committed`` consumer of that table's actions topic (``--pickups`` tables, median/max;
+  earlier rows were read in 0.2 s steps: their ``pickup_s.step_s`` says so).
+* ``move``: TWO instances in one group over ``--move-tables`` tables; once both run and every
+  table published, one is SIGKILLed (or SIGTERMed), a commit is written to every table right after,
+  and the time until every table has published it is taken: the survivor's own tables publish at
+  once, so the figure is the time the dead member's tables took to move (the survivor's log gives
+  how many moved). The group's session timeout is recorded with it.
+
+The 1-minute load average is recorded before and after each measurement: the machine is shared,
+and a figure taken at a load above the core count is a loaded machine's, not the watcher's.
+A size that does not start is a result too: its error line is kept (``failed``).
+
+    python bench/bench_scale.py [--tables 100,1000] [--rounds 1] [--move-tables 200] [--no-move]
+                                [--no-idle] [--idle-s 30] [--pickups 5] [--session-ms 10000]
+                                [--port 19394] [--src DIR] [--fresh]
+
+Results: rows appended to bench/results/scale.json (``--fresh`` starts it over), the plot
+bench/results/scale.png, and a markdown table on stdout. Not a test: nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+from bench_idle import (  # noqa: E402  (a sibling script, not a package)
+    _rss_mb,
+    delete_topics,
+    link_tree,
+    proc_cpu_s,
+    thread_names,
+    write_commit,
+)
+
+RESULTS = BENCH / "results" / "scale.json"
+PLOT = BENCH / "results" / "scale.png"
+RESUMED = "tables of the assigned shards resumed"
+
+
+def load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def log_lines(path: Path) -> list[dict[str, Any]]:
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            out.append(value)
+    return out
+
+
+def resumed_tables(path: Path, since: int = 0) -> int:
+    return sum(int(x.get("tables", 0)) for x in log_lines(path)[since:] if x.get("msg") == RESUMED)
+
+
+def pickup_latency(
+    bootstrap: str, table: Path, topic: str, version: int, timeout_s: float = 60.0
+) -> float | None:
+    """Seconds from writing ``version`` to ``table`` until a read_committed reader sees a record on
+    ``topic``; the reader returns on the first record (no fixed poll step), None after ``timeout_s``."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"dmscale-{uuid.uuid4().hex}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 10,
+        }
+    )
+    try:
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+        consumer.assign([TopicPartition(topic, 0, high)])
+        consumer.consume(1, timeout=0.5)  # connected and positioned before the clock starts
+        started = time.monotonic()
+        write_commit(table, version)
+        while time.monotonic() - started < timeout_s:
+            for msg in consumer.consume(1, timeout=0.05):
+                if msg.error() is None:
+                    return time.monotonic() - started
+        return None
+    finally:
+        consumer.close()
+
+
+def assigned_tables(path: Path, since: int = 0) -> int:
+    return sum(int(x.get("tables", 0)) for x in log_lines(path)[since:] if x.get("msg") == "shards assigned")
+
+
+def error_line(path: Path) -> str:
+    """The most telling line of a watcher that did not make it: its last error, else its tail."""
+    lines = path.read_text(errors="replace").strip().splitlines()
+    for line in reversed(lines):
+        if any(word in line for word in ("ERROR", '"error"', "Error", "refus", "Failed", "limit")):
+            return line[-400:]
+    return " | ".join(lines[-2:])[-400:]
+
+
+def make_tables(base: Path, n: int, run: str) -> list[Path]:
+    tables = [base / f"s{run}x{i}" for i in range(n)]
+    for t in tables:
+        write_commit(t, 0)
+    return tables
+
+
+def write_config(
+    base: Path, bootstrap: str, tables: list[Path], run: str, session_ms: int, mode: str = "latest"
+) -> Path:
+    """``latest`` for the idle case; ``from-version`` 0 for moves: a table that resumes without
+    progress after a commit would take that commit as its start (``latest``) and never publish it."""
+    config = base / "watch.yaml"  # JSON is YAML
+    config.write_text(
+        json.dumps(
+            {
+                "kafka": {"bootstrap_servers": bootstrap},
+                "tables": [
+                    {
+                        "uri": str(t),
+                        "snapshot_mode": mode,
+                        **({"from_version": 0} if mode == "from-version" else {}),
+                    }
+                    for t in tables
+                ],
+                "progress_topic": f"dmscale.{run}.progress",
+                "transactional_id_prefix": f"dmscale-{run}",
+                "group": {"name": f"dmscale-{run}", "session_timeout_ms": session_ms},
+            }
+        )
+    )
+    return config
+
+
+#: ``--src``: a folder put first on the watchers' PYTHONPATH (another checkout's code)
+PYTHONPATH: dict[str, str] = {}
+
+
+def spawn(config: Path, log: Path) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "deltamirror.cli.main", "watch", "--config", str(config)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **PYTHONPATH}
+    with log.open("ab") as out:
+        return subprocess.Popen(argv, stdout=out, stderr=out, env=env)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> int | None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(90)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
+def cleanup(bootstrap: str, tables: list[Path], run: str, base: Path) -> None:
+    topics = [f"deltamirror.{t.name}.{kind}" for t in tables for kind in ("actions", "commits")]
+    delete_topics(bootstrap, [*topics, f"dmscale.{run}.progress", f"deltamirror.dmscale-{run}.shards"])
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def measure_idle(args: argparse.Namespace, bootstrap: str, n: int, rnd: int) -> dict[str, Any]:
+    run = uuid.uuid4().hex[:6]
+    base = Path(tempfile.mkdtemp(prefix=f"dm-bench-scale-{n}-"))
+    tables = make_tables(base, n, run)
+    config = write_config(base, bootstrap, tables, run, args.session_ms)
+    log = base / "watch.log"
+    out: dict[str, Any] = {"kind": "idle", "tables": n, "round": rnd, "load_before": load()}
+    spawned = time.monotonic()
+    proc = spawn(config, log)
+    try:
+        deadline = spawned + args.start_timeout_s
+        while resumed_tables(log) < n:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                out["failed"] = (
+                    f"{'exit ' + str(proc.returncode) if proc.poll() is not None else 'timeout'}"
+                    f" after {time.monotonic() - spawned:.0f} s, {resumed_tables(log)} of {n}"
+                    f" resumed: {error_line(log)}"
+                )
+                kept = Path(tempfile.gettempdir()) / f"dm-bench-scale-failed-{n}-{run}.log"
+                shutil.copyfile(log, kept)  # the whole story, outside the folder cleaned up below
+                out["log"] = str(kept)
+                return out
+            time.sleep(0.1)
+        out["startup_s"] = round(time.monotonic() - spawned, 2)
+        out["load_started"] = load()
+        time.sleep(5)
+        out["threads"] = len(os.listdir(f"/proc/{proc.pid}/task"))
+        out["threads_by_name"] = dict(thread_names(proc.pid).most_common(6))
+        cpu0, t0 = proc_cpu_s(proc.pid), time.monotonic()
+        time.sleep(args.idle_s)
+        cpu1, t1 = proc_cpu_s(proc.pid), time.monotonic()
+        out["idle_cpu_pct"] = round(100 * (cpu1 - cpu0) / (t1 - t0), 2)
+        out["load_idle"] = load()
+        picks = random.Random(f"{n}-{rnd}").sample(range(n), min(args.pickups, n))
+        latencies = [
+            pickup_latency(bootstrap, tables[i], f"deltamirror.{tables[i].name}.actions", 1) for i in picks
+        ]
+        got = [x for x in latencies if x is not None]
+        out["pickup_s"] = {
+            "median": round(statistics.median(got), 3) if got else None,
+            "max": round(max(got), 3) if got else None,
+            "n": len(latencies),
+            "step_s": None,
+            "missed": len(latencies) - len(got),
+        }
+        out["rss_mb"] = _rss_mb(proc.pid)
+    finally:
+        out["load_after"] = load()
+        out["exit_code"] = stop(proc)
+        cleanup(bootstrap, tables, run, base)
+    return out
+
+
+class CommitsReader:
+    """The highest version summarized on each commits topic, read_committed, read incrementally."""
+
+    def __init__(self, bootstrap: str, topics: list[str]) -> None:
+        from confluent_kafka import Consumer
+
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"dmscale-{uuid.uuid4().hex[:8]}",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+            }
+        )
+        self.topics = topics
+        self.assigned: set[str] = set()
+        self.latest: dict[str, int] = dict.fromkeys(topics, -1)
+
+    def _assign_new(self) -> None:
+        from confluent_kafka import TopicPartition
+
+        missing = [t for t in self.topics if t not in self.assigned]
+        if not missing:
+            return
+        md = self.consumer.list_topics(timeout=10).topics
+        ready = [t for t in missing if t in md and md[t].partitions]
+        if ready:
+            self.assigned.update(ready)
+            self.consumer.assign([TopicPartition(t, 0, -2) for t in sorted(self.assigned)])
+
+    def wait_all(self, version: int, timeout_s: float) -> float | None:
+        """Seconds until every commits topic summarized ``version``; None after ``timeout_s``."""
+        started = time.monotonic()
+        last_assign = 0.0
+        while time.monotonic() - started < timeout_s:
+            if time.monotonic() - last_assign > 1.0:
+                self._assign_new()
+                last_assign = time.monotonic()
+            for msg in self.consumer.consume(10_000, timeout=0.1):
+                value = msg.value() or b""
+                if msg.error() is None and value.startswith(b'{"kind":"commit"'):
+                    topic = msg.topic() or ""
+                    self.latest[topic] = max(self.latest[topic], json.loads(value)["version"])
+            if all(v >= version for v in self.latest.values()):
+                return time.monotonic() - started
+        return None
+
+    def behind(self, version: int) -> int:
+        return sum(1 for v in self.latest.values() if v < version)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def measure_move(args: argparse.Namespace, bootstrap: str, rnd: int) -> list[dict[str, Any]]:
+    """SIGKILL then SIGTERM one of two members; a new member is started in between."""
+    n = args.move_tables
+    run = uuid.uuid4().hex[:6]
+    base = Path(tempfile.mkdtemp(prefix=f"dm-bench-scale-move-{n}-"))
+    tables = make_tables(base, n, run)
+    config = write_config(base, bootstrap, tables, run, args.session_ms, mode="from-version")
+    reader = CommitsReader(bootstrap, [f"deltamirror.{t.name}.commits" for t in tables])
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    logs = {name: base / f"{name}.log" for name in "abc"}
+    rows: list[dict[str, Any]] = []
+    version = 0
+    limit = args.session_ms / 1000 + 60
+    try:
+        procs["a"] = spawn(config, logs["a"])
+        procs["b"] = spawn(config, logs["b"])
+        for name, signum, survivor, joiner in (
+            ("SIGKILL", signal.SIGKILL, "b", None),
+            ("SIGTERM", signal.SIGTERM, "c", "c"),
+        ):
+            row: dict[str, Any] = {"kind": "move", "event": name, "tables": n, "round": rnd}
+            row["session_timeout_ms"] = args.session_ms
+            rows.append(row)
+            if joiner:  # back to two members: the survivor and a new one
+                procs[joiner] = spawn(config, logs[joiner])
+                victim = "b"
+            else:
+                victim = "a"
+            # both members hold shards and every table published: the steady state before the event
+            # (a resumed report is dropped when shards are revoked during the resume: count assignments)
+            settle = time.monotonic()
+            while not all(assigned_tables(logs[m]) > 0 for m in (victim, survivor)):
+                if time.monotonic() - settle > args.start_timeout_s or any(
+                    procs[m].poll() is not None for m in (victim, survivor)
+                ):
+                    row["failed"] = f"members did not both run: {error_line(logs[victim])}"
+                    return rows
+                time.sleep(0.2)
+            version += 1
+            for t in tables:
+                write_commit(t, version)
+            if reader.wait_all(version, args.start_timeout_s) is None:
+                row["failed"] = f"{reader.behind(version)} tables never published version {version}"
+                return rows
+            time.sleep(2)  # the group settled: no rebalance in flight
+            seen = len(log_lines(logs[survivor]))
+            row["load_before"] = load()
+            procs[victim].send_signal(signum)
+            version += 1
+            for t in tables:
+                write_commit(t, version)
+            took = reader.wait_all(version, limit)
+            row["load_after"] = load()
+            if took is None:
+                row["failed"] = f"{reader.behind(version)} of {n} tables not published after {limit:.0f} s"
+                return rows
+            row["all_published_s"] = round(took, 2)
+            row["moved_tables"] = assigned_tables(logs[survivor], seen)
+            if name == "SIGTERM":
+                row["exit_code"] = procs[victim].wait(60)
+            else:
+                procs[victim].wait(10)
+    finally:
+        reader.close()
+        for proc in procs.values():
+            stop(proc)
+        cleanup(bootstrap, tables, run, base)
+    return rows
+
+
+def plot(rows: list[dict[str, Any]]) -> str:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install -e '.[bench]'): no plot"
+    idle = [r for r in rows if r["kind"] == "idle" and "failed" not in r]
+    moves = [r for r in rows if r["kind"] == "move" and "failed" not in r]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    sizes = sorted({r["tables"] for r in rows if r["kind"] == "idle"})
+    failed = {r["tables"] for r in rows if r["kind"] == "idle" and "failed" in r} - {
+        r["tables"] for r in idle
+    }
+    for ax, key, label in (
+        (axes[0], "idle_cpu_pct", "idle CPU, % of one core"),
+        (axes[1], "pickup", "commit pickup, s (median; max: red tick; 0.2 = read in 0.2 s steps)"),
+    ):
+        for i, n in enumerate(sizes):
+            mine = [r for r in idle if r["tables"] == n]
+            if n in failed:
+                ax.annotate(
+                    "did not start",
+                    (i, 0),
+                    fontsize=8,
+                    color="tab:red",
+                    ha="center",
+                    xytext=(0, 8),
+                    textcoords="offset points",
+                )
+                continue
+            ys = [r[key] if key != "pickup" else r["pickup_s"]["median"] for r in mine]
+            ax.scatter([i] * len(ys), ys, color="tab:blue")
+            if key == "pickup":
+                ax.scatter([i] * len(mine), [r["pickup_s"]["max"] for r in mine], marker="_", color="tab:red")
+            loads = ", ".join(f"{r['load_before']:.1f}" for r in mine)
+            ax.annotate(
+                f"load {loads}", (i, min(ys)), fontsize=7, xytext=(4, -12), textcoords="offset points"
+            )
+        ax.set_xticks(range(len(sizes)), [f"{n} tables" for n in sizes])
+        ax.set_title(label, fontsize=10)
+        ax.set_ylim(bottom=0)
+        ax.set_xlim(-0.5, len(sizes) - 0.5)
+    events = sorted({r["event"] for r in moves})
+    for i, event in enumerate(events):
+        ys = [r["all_published_s"] for r in moves if r["event"] == event]
+        axes[2].scatter([i] * len(ys), ys, color="tab:green")
+        loads = ", ".join(f"{r['load_before']:.0f}" for r in moves if r["event"] == event)
+        axes[2].annotate(
+            f"load {loads}", (i, min(ys)), fontsize=7, xytext=(4, -12), textcoords="offset points"
+        )
+    if moves:
+        session = moves[0]["session_timeout_ms"] / 1000
+        axes[2].axhline(session, color="grey", linestyle=":", label=f"session timeout {session:g} s")
+        axes[2].legend(fontsize=8)
+    axes[2].set_xticks(range(len(events)), events)
+    n_move = sorted({r["tables"] for r in moves})
+    axes[2].set_title(
+        f"every table published again, s ({'/'.join(map(str, n_move))} tables, 2 members)", fontsize=9
+    )
+    axes[2].set_ylim(bottom=0)
+    axes[2].set_xlim(-0.5, len(events) - 0.5)
+    fig.suptitle(
+        f"deltamirror watch --group, local broker, {os.cpu_count()} shared cores (load = 1-min average)"
+    )
+    fig.tight_layout()
+    PLOT.parent.mkdir(exist_ok=True)
+    fig.savefig(PLOT, dpi=100)
+    return f"plot: {PLOT}"
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    out = [
+        "| tables | round | startup s | threads | idle CPU % core | pickup median / max s | RSS MB | load before / idle / after |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in (r for r in rows if r["kind"] == "idle"):
+        if "failed" in r:
+            out.append(
+                f"| {r['tables']} | {r['round']} | did not start: {r['failed'][:160]} | | | | | {r['load_before']} |"
+            )
+            continue
+        p = r["pickup_s"]
+        out.append(
+            f"| {r['tables']} | {r['round']} | {r['startup_s']} | {r['threads']} | {r['idle_cpu_pct']} | "
+            f"{p['median']} / {p['max']} ({p['missed']} of {p['n']} missed) | {r['rss_mb']} | "
+            f"{r['load_before']} / {r['load_idle']} / {r['load_after']} |"
+        )
+    out += [
+        "",
+        "| event | tables | round | session timeout s | all published again s | moved | load before / after |",
+    ]
+    out.append("|---|---|---|---|---|---|---|")
+    for r in (r for r in rows if r["kind"] == "move"):
+        took = r.get("all_published_s", f"failed: {r.get('failed', '')[:120]}")
+        out.append(
+            f"| {r['event']} | {r['tables']} | {r['round']} | {r['session_timeout_ms'] / 1000:g} | {took} | "
+            f"{r.get('moved_tables', '')} | {r.get('load_before', '')} / {r.get('load_after', '')} |"
+        )
+    return "\n".join(out)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument("--tables", default="100,1000", help="idle sizes, comma-separated")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--first-round", type=int, default=0, help="number of the first round (appending)")
+    parser.add_argument("--idle-s", type=float, default=30.0)
+    parser.add_argument("--pickups", type=int, default=5)
+    parser.add_argument("--move-tables", type=int, default=200)
+    parser.add_argument("--session-ms", type=int, default=10_000, help="the group's session timeout")
+    parser.add_argument("--no-move", action="store_true")
+    parser.add_argument("--no-idle", action="store_true")
+    parser.add_argument("--start-timeout-s", type=float, default=600.0)
+    parser.add_argument("--port", type=int, default=19394)
+    parser.add_argument("--kafka-data-dir", default="/tmp/dm-bench-scale-kafka")
+    parser.add_argument(
+        "--src", type=Path, help="run the watchers from this checkout (e.g. git archive HEAD)"
+    )
+    parser.add_argument("--fresh", action="store_true", help="start scale.json over")
+    args = parser.parse_args()
+    if args.src:
+        PYTHONPATH["PYTHONPATH"] = str(link_tree(args.src.resolve()))
+    from deltamirror.producer.local_kafka import LocalKafka
+
+    broker = LocalKafka(port=args.port, data_dir=Path(args.kafka_data_dir))
+    was_running = bool(broker.status()["running"])
+    bootstrap = broker.start()
+    doc: dict[str, Any] = {"rows": []}
+    if RESULTS.exists() and not args.fresh:
+        doc = json.loads(RESULTS.read_text())
+    head = {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "command": " ".join(["python", "bench/bench_scale.py", *sys.argv[1:]]),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "revision": subprocess.run(
+            ["git", "-C", str(BENCH.parent), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip(),
+        "code": str(args.src) if args.src else "working tree",
+    }
+    sizes = [] if args.no_idle else [int(x) for x in args.tables.split(",")]
+    try:
+        for rnd in range(args.first_round, args.first_round + args.rounds):
+            for n in sizes[rnd % max(1, len(sizes)) :] + sizes[: rnd % max(1, len(sizes))]:  # order rotated
+                row = {**head, **measure_idle(args, bootstrap, n, rnd)}
+                doc["rows"].append(row)
+                print(json.dumps(row), file=sys.stderr, flush=True)
+                RESULTS.write_text(json.dumps(doc, indent=1) + "\n")
+            if not args.no_move:
+                for row in measure_move(args, bootstrap, rnd):
+                    doc["rows"].append({**head, **row})
+                    print(json.dumps(row), file=sys.stderr, flush=True)
+                RESULTS.write_text(json.dumps(doc, indent=1) + "\n")
+    finally:
+        if not was_running:
+            broker.stop()
+    print(table(doc["rows"]))
+    print(plot(doc["rows"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
