@@ -141,18 +141,29 @@ def wait_for_line(path: Path, needle: str, proc: subprocess.Popen[bytes], timeou
 
 
 def pickup_latency(
-    bootstrap: str, table: Path, topic: str, version: int, timeout_s: float = 60.0
+    bootstrap: str,
+    table: Path,
+    topic: str,
+    version: int,
+    timeout_s: float = 60.0,
+    *,
+    group_prefix: str = "dmidle",
+    first_record: bool = False,
 ) -> float | None:
+    """Seconds from writing ``version`` to ``table`` until a read_committed reader sees a record on
+    ``topic``, None after ``timeout_s``; ``first_record`` polls without a fixed step (bench_scale)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"dmidle-{uuid.uuid4().hex}",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-        }
-    )
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": f"{group_prefix}-{uuid.uuid4().hex}",
+        "isolation.level": "read_committed",
+        "enable.auto.commit": False,
+    }
+    if first_record:
+        config["fetch.wait.max.ms"] = 10
+    batch, poll_s = (1, 0.05) if first_record else (10, 0.2)
+    consumer = Consumer(config)
     try:
         _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
         consumer.assign([TopicPartition(topic, 0, high)])
@@ -160,7 +171,7 @@ def pickup_latency(
         started = time.monotonic()
         write_commit(table, version)
         while time.monotonic() - started < timeout_s:
-            for m in consumer.consume(10, timeout=0.2):
+            for m in consumer.consume(batch, timeout=poll_s):
                 if m.error() is None:
                     return time.monotonic() - started
         return None

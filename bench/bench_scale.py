@@ -54,6 +54,7 @@ from bench_idle import (  # noqa: E402  (a sibling script, not a package)
     _rss_mb,
     delete_topics,
     link_tree,
+    pickup_latency,
     proc_cpu_s,
     thread_names,
     write_commit,
@@ -82,37 +83,6 @@ def log_lines(path: Path) -> list[dict[str, Any]]:
 
 def resumed_tables(path: Path, since: int = 0) -> int:
     return sum(int(x.get("tables", 0)) for x in log_lines(path)[since:] if x.get("msg") == RESUMED)
-
-
-def pickup_latency(
-    bootstrap: str, table: Path, topic: str, version: int, timeout_s: float = 60.0
-) -> float | None:
-    """Seconds from writing ``version`` to ``table`` until a read_committed reader sees a record on
-    ``topic``; the reader returns on the first record (no fixed poll step), None after ``timeout_s``."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"dmscale-{uuid.uuid4().hex}",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "fetch.wait.max.ms": 10,
-        }
-    )
-    try:
-        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
-        consumer.assign([TopicPartition(topic, 0, high)])
-        consumer.consume(1, timeout=0.5)  # connected and positioned before the clock starts
-        started = time.monotonic()
-        write_commit(table, version)
-        while time.monotonic() - started < timeout_s:
-            for msg in consumer.consume(1, timeout=0.05):
-                if msg.error() is None:
-                    return time.monotonic() - started
-        return None
-    finally:
-        consumer.close()
 
 
 def assigned_tables(path: Path, since: int = 0) -> int:
@@ -225,7 +195,15 @@ def measure_idle(args: argparse.Namespace, bootstrap: str, n: int, rnd: int) -> 
         out["load_idle"] = load()
         picks = random.Random(f"{n}-{rnd}").sample(range(n), min(args.pickups, n))
         latencies = [
-            pickup_latency(bootstrap, tables[i], f"deltamirror.{tables[i].name}.actions", 1) for i in picks
+            pickup_latency(
+                bootstrap,
+                tables[i],
+                f"deltamirror.{tables[i].name}.actions",
+                1,
+                group_prefix="dmscale",
+                first_record=True,
+            )
+            for i in picks
         ]
         got = [x for x in latencies if x is not None]
         out["pickup_s"] = {

@@ -43,6 +43,7 @@ import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import compress
 from typing import Any
 
 import pyarrow as pa
@@ -372,14 +373,7 @@ class VersionRows:
                 raise UnrepresentableValueError(
                     exc.message, table=o.table_name, version=self.version
                 ) from None
-            paired: list[bool] = (
-                [False] * len(keys)
-                if pairable is None
-                else pc.and_(
-                    pc.is_in(_hashes(keys), value_set=pairable),
-                    pc.is_in(batch.column(CHANGE_TYPE), _UPDATE_IMAGES),
-                ).to_pylist()
-            )
+            paired = _paired(batch.column(CHANGE_TYPE), keys, pairable)
             out: list[RowRecord] = []
             if not begun and batch.num_rows:
                 begun = True
@@ -444,6 +438,16 @@ def _hashes(keys: list[bytes]) -> pa.Array:
     return pa.array(
         [int.from_bytes(hashlib.blake2b(k, digest_size=8).digest(), "little") for k in keys], pa.uint64()
     )
+
+
+def _paired(types: pa.Array, keys: list[bytes], pairable: pa.Array | None) -> list[bool]:
+    """Which rows are update images of a pairable key; only update images are hashed (a hash
+    costs over half a row's encoding: inserts and deletes need none)."""
+    if pairable is None:
+        return [False] * len(keys)
+    updates = pc.is_in(types, value_set=_UPDATE_IMAGES).to_pylist()
+    hits = iter(pc.is_in(_hashes(list(compress(keys, updates))), value_set=pairable).to_pylist())
+    return [bool(update and next(hits)) for update in updates]
 
 
 def _seen_once(arrays: list[pa.Array]) -> pa.Array:

@@ -164,6 +164,13 @@ def _resolve_relative_paths(data: dict[str, Any], base: Path) -> None:
                 resolve(table, "uri")
 
 
+def _read_mapping(path: Path) -> dict[str, Any]:
+    raw = _parse_file(path)
+    if not isinstance(raw, dict):
+        raise ConfigError("the configuration must be a mapping of keys to values", file=str(path))
+    return raw
+
+
 def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> WatchConfig:
     """Read a ``.yaml``/``.yml``/``.toml`` file into a validated :class:`WatchConfig`.
 
@@ -172,9 +179,7 @@ def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> W
     """
     path = Path(path)
     source = str(path)
-    raw = _parse_file(path)
-    if not isinstance(raw, dict):
-        raise ConfigError("the configuration must be a mapping of keys to values", file=source)
+    raw = _read_mapping(path)
     data = _interpolate(raw, [], source, os.environ if environ is None else environ)
     _resolve_relative_paths(data, path.resolve().parent)
     return validate_watch_config(data, source)
@@ -191,9 +196,7 @@ def load_kafka_settings(
     """
     path = Path(path)
     source = str(path)
-    raw = _parse_file(path)
-    if not isinstance(raw, dict):
-        raise ConfigError("the configuration must be a mapping of keys to values", file=source)
+    raw = _read_mapping(path)
     environ = os.environ if environ is None else environ
     data = {"kafka": _interpolate(raw["kafka"], ["kafka"], source, environ)} if "kafka" in raw else {}
     _resolve_relative_paths(data, path.resolve().parent)

@@ -394,7 +394,7 @@ class DiscoveryLoop:
         (its pipeline resumes from the progress, finds the log empty and announces it)."""
         try:
             published = published_tables(
-                {**self.cfg.kafka.librdkafka_config()}, self.cfg.progress_topic, stop=self.stop
+                self.cfg.kafka.librdkafka_config(), self.cfg.progress_topic, stop=self.stop
             )
         except (KafkaError, StopRequested) as exc:
             log.warning("discovery: cannot read the progress topic yet: %s", exc)

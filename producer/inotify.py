@@ -72,7 +72,6 @@ class InotifyObserver:
     """
 
     def __init__(self) -> None:
-        self.daemon = True
         self._fd = -1
         self._lock = threading.Lock()
         self._callbacks: dict[int, set[Callable[[], None]]] = {}

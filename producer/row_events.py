@@ -111,14 +111,16 @@ class RowChangesSource:
             read = ReadSchema(metadata, unit.version)
             check_change_metadata(read, metadata, unit.version, table=self.table.uri, start=unit.version)
 
+        decoded: list[VersionActions] = []
+
         def version_batches() -> Iterator[pa.RecordBatch]:
             if not has_rows:
                 return iter(())
-            actions = VersionActions(
-                unit.version, unit.timestamp.timestamp, _decoded_actions(self.table, unit)
-            )
+            if not decoded:  # once: a keyed version's rows are read twice (to pair its updates)
+                actions = _decoded_actions(self.table, unit)
+                decoded.append(VersionActions(unit.version, unit.timestamp.timestamp, actions))
             feed = changes_from_actions(
-                self.table, metadata, unit.version, [actions], batch_size=self.batch_size
+                self.table, metadata, unit.version, decoded, batch_size=self.batch_size
             )
             return iter(feed)
 

@@ -16,7 +16,7 @@ Secrets: storage options whose key names a secret (:func:`deltamirror.core.redac
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import date, datetime, time
 from typing import Any, Literal, get_args
 
@@ -374,21 +374,28 @@ OVERRIDES = frozenset(
 )
 
 
+def _add_locations(entries: list[dict[str, Any]], uris: Iterable[str], what: str) -> list[dict[str, Any]]:
+    """Copies of ``entries``, then each of ``uris`` not already there by normalized URI (the file's
+    entry keeps its settings)."""
+    out = [dict(e) for e in entries]
+    known = {normalize_table_uri(e["uri"]) for e in out}
+    for uri in uris:
+        try:
+            normalized = normalize_table_uri(uri)
+        except DeltaMirrorError as exc:
+            raise ConfigError(f"invalid {what} location: {exc.message}", table=uri) from None
+        if normalized not in known:
+            out.append({"uri": uri})
+            known.add(normalized)
+    return out
+
+
 def _merge_discover(
     entries: list[dict[str, Any]], given: Mapping[str, Any], mode: str | None
 ) -> list[dict[str, Any]]:
     """The file's discover prefixes, then the ``discover`` URIs given (a prefix already there keeps
     its settings); the per-table overrides that make sense for a prefix apply to every one."""
-    out = [dict(e) for e in entries]
-    known = {normalize_table_uri(e["uri"]) for e in out}
-    for uri in given.get("discover", ()):
-        try:
-            normalized = normalize_table_uri(uri)
-        except DeltaMirrorError as exc:
-            raise ConfigError(f"invalid discover location: {exc.message}", table=uri) from None
-        if normalized not in known:
-            out.append({"uri": uri})
-            known.add(normalized)
+    out = _add_locations(entries, given.get("discover", ()), "discover")
     for entry in out:
         if mode in ("initial", "latest", "when-needed"):
             entry["snapshot_mode"] = mode
@@ -437,16 +444,7 @@ def merge_overrides(cfg: WatchConfig | None, overrides: Mapping[str, Any]) -> Wa
         data = cfg.model_dump()  # python mode keeps SecretStr objects: secrets stay unrevealed
     if "bootstrap_servers" in given:
         data["kafka"] = {**data["kafka"], "bootstrap_servers": given["bootstrap_servers"]}
-    tables: list[dict[str, Any]] = [dict(t) for t in data["tables"]]
-    known = {normalize_table_uri(t["uri"]) for t in tables}
-    for uri in given.get("tables", ()):
-        try:
-            normalized = normalize_table_uri(uri)
-        except DeltaMirrorError as exc:
-            raise ConfigError(f"invalid table location: {exc.message}", table=uri) from None
-        if normalized not in known:
-            tables.append({"uri": uri})
-            known.add(normalized)
+    tables = _add_locations(data["tables"], given.get("tables", ()), "table")
     mode = given.get("snapshot_mode")
     if mode is None and "from_version" in given:
         mode = "from-version"

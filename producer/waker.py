@@ -43,7 +43,6 @@ class WatchdogObserver:
         from watchdog.observers import Observer
 
         self._observer = Observer()
-        self.daemon = True
 
     def start(self) -> None:
         self._observer.daemon = True
@@ -111,7 +110,6 @@ class LogNotifier:
         self._broken: str | None = None
         #: watched folder -> (the observer's handle, the events its notifications set)
         self._folders: dict[str, tuple[Any, set[threading.Event]]] = {}
-        self._subscribers = 0
 
     @property
     def watched_folders(self) -> int:
@@ -139,10 +137,9 @@ class LogNotifier:
             if self._observer is None and not self._start_observer():
                 return False
             entry = self._folders.get(folder)
-            if entry is not None and not self._observer.watching(entry[0]):
-                entry = None  # its watch ended with the folder: watch the new folder for everyone
-            if entry is None:
-                events = self._folders[folder][1] if folder in self._folders else set()
+            # none yet, or its watch ended with the folder: watch the new folder for everyone
+            if entry is None or not self._observer.watching(entry[0]):
+                events = entry[1] if entry is not None else set()
                 try:
                     handle = self._observer.watch(folder, _setter(events))
                 except OSError as exc:  # missing folder, or a watch / instance limit: this one polls
@@ -152,7 +149,6 @@ class LogNotifier:
                 entry = (handle, events)
                 self._folders[folder] = entry
             entry[1].add(changed)
-            self._subscribers += 1
             return True
 
     def unsubscribe(self, folder: str, changed: threading.Event) -> None:
@@ -161,7 +157,6 @@ class LogNotifier:
             if entry is None or changed not in entry[1]:
                 return
             entry[1].discard(changed)
-            self._subscribers -= 1
             if not entry[1]:
                 del self._folders[folder]
                 if self._observer is not None:
@@ -185,7 +180,7 @@ class LogNotifier:
         return True
 
     def _stop_if_unused(self) -> None:
-        if self._subscribers > 0 or self._observer is None:
+        if self._folders or self._observer is None:  # a folder is kept only while it has subscribers
             return
         observer, self._observer = self._observer, None
         observer.stop()

@@ -56,8 +56,9 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from deltamirror.core.errors import ConfigError
 from deltamirror.mirror.errors import EventStreamError, StopRequested
-from deltamirror.mirror.event_batches import decode_action_events
+from deltamirror.mirror.event_batches import Envelope, decode_action_events
 from deltamirror.mirror.events import (
+    ActionEvent,
     CommitSummary,
     Heartbeat,
     TableDropped,
@@ -309,24 +310,9 @@ class SnapshotConsumer:
             if env.table_id in self.retired:
                 self.skipped_retired_events += segment.stop - segment.start
                 continue
-            state = self.tables.get(env.table_id)
-            if state is None:
-                state = self.tables[env.table_id] = IncrementalSnapshot(env.table_id, env.table_uri)
+            state = self._state_of(env)
             applied = state.apply_segment(segment)
-            state.invalidations()  # reported through on_applied; the list must not grow
-            if state.in_progress:
-                if segment.first_index == 0:
-                    starts[env.table_id] = firsts[segment.start]
-            else:
-                starts.pop(env.table_id, None)
-            if applied is not None:
-                self._dirty.add(env.table_id)
-                self._notices.append((applied, state))
-                self._unsaved_versions += 1
-                if self.metrics is not None:
-                    self.metrics.version_applied(
-                        env.table_uri or env.table_id, env.version, env.commit_timestamp, env.count
-                    )
+            self._after_apply(state, env, applied, starts, segment.first_index == 0, firsts[segment.start])
         self._offsets[partition] = offsets[-1] + 1
 
     def take(self, record: Record) -> None:
@@ -380,24 +366,42 @@ class SnapshotConsumer:
         if event.table_id in self.retired:
             self.skipped_retired_events += 1
             return
-        state = self.tables.get(event.table_id)
-        if state is None:
-            state = self.tables[event.table_id] = IncrementalSnapshot(event.table_id, event.table_uri)
+        state = self._state_of(event)
         applied = state.apply(event)
+        self._after_apply(
+            state, event, applied, self._starts.setdefault(partition, {}), event.index == 0, first
+        )
+
+    def _state_of(self, head: ActionEvent | Envelope) -> IncrementalSnapshot:
+        state = self.tables.get(head.table_id)
+        if state is None:
+            state = self.tables[head.table_id] = IncrementalSnapshot(head.table_id, head.table_uri)
+        return state
+
+    def _after_apply(
+        self,
+        state: IncrementalSnapshot,
+        head: ActionEvent | Envelope,
+        applied: Invalidation | None,
+        starts: dict[str, int],
+        starts_version: bool,
+        first: int,
+    ) -> None:
+        """The bookkeeping after events of ``head``'s version were applied: where an incomplete
+        version starts (``first``, when these events began it), what to save and report."""
         state.invalidations()  # reported through on_applied; the list must not grow
-        starts = self._starts.setdefault(partition, {})
         if state.in_progress:
-            if event.index == 0:
-                starts[event.table_id] = first
+            if starts_version:
+                starts[head.table_id] = first
         else:
-            starts.pop(event.table_id, None)
+            starts.pop(head.table_id, None)
         if applied is not None:
-            self._dirty.add(event.table_id)
+            self._dirty.add(head.table_id)
             self._notices.append((applied, state))
             self._unsaved_versions += 1
             if self.metrics is not None:
                 self.metrics.version_applied(
-                    event.table_uri or event.table_id, event.version, event.commit_timestamp, event.count
+                    head.table_uri or head.table_id, head.version, head.commit_timestamp, head.count
                 )
 
     def _take_commits(self, partition: int, offset: int, value: bytes, kind: str | None) -> None:

@@ -43,19 +43,7 @@ class PendingVersion:
         return f"{'snapshot' if self.snapshot else 'version'} {self.version}"
 
     def take(self, event: ActionEvent) -> None:
-        if event.type == "add" or event.type == "remove":
-            if type(event.action) is not dict:  # parsed JSON: an object is a dict
-                raise EventStreamError(
-                    f"action {event.index} ({event.type}) is not an object",
-                    table=event.table_id,
-                    version=event.version,
-                )
-            try:
-                self._files.take_files(event.type, [event.action], first_order=event.index)
-            except CorruptLogError as exc:
-                raise self._misfit(f"a {event.type} action", f"a checkpoint's {event.type}", exc) from None
-        else:
-            self.others.append((event.type, event.action))
+        self._take(event.index, event.type, event.action)
         self.received += 1
 
     def take_segment(self, segment: Segment) -> None:
@@ -68,22 +56,24 @@ class PendingVersion:
                 except CorruptLogError as exc:
                     raise self._misfit(f"a {name} action", f"a checkpoint's {name}", exc) from None
         for index, action_type, action in segment.others:
-            if action_type == "add" or action_type == "remove":
-                if type(action) is not dict:
-                    raise EventStreamError(
-                        f"action {index} ({action_type}) is not an object",
-                        table=self.table_id,
-                        version=self.version,
-                    )
-                try:
-                    self._files.take_files(action_type, [action], first_order=index)
-                except CorruptLogError as exc:
-                    raise self._misfit(
-                        f"a {action_type} action", f"a checkpoint's {action_type}", exc
-                    ) from None
-            else:
-                self.others.append((action_type, action))
+            self._take(index, action_type, action)
         self.received += segment.stop - segment.start
+
+    def _take(self, index: int, action_type: str, action: Any) -> None:
+        """One action of the version (the ``index``-th), as it was published."""
+        if action_type == "add" or action_type == "remove":
+            if type(action) is not dict:  # parsed JSON: an object is a dict
+                raise EventStreamError(
+                    f"action {index} ({action_type}) is not an object",
+                    table=self.table_id,
+                    version=self.version,
+                )
+            try:
+                self._files.take_files(action_type, [action], first_order=index)
+            except CorruptLogError as exc:
+                raise self._misfit(f"a {action_type} action", f"a checkpoint's {action_type}", exc) from None
+        else:
+            self.others.append((action_type, action))
 
     def file_actions(self) -> tuple[pa.Table, pa.Table]:
         """(adds, removes) with ``__order``, as core's reconcile takes them."""

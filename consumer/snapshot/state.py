@@ -50,7 +50,7 @@ from .invalidation import Invalidation, Partitions, Paths
 from .pending import PendingVersion
 
 if TYPE_CHECKING:
-    from deltamirror.mirror.event_batches import Segment
+    from deltamirror.mirror.event_batches import Envelope, Segment
 
 #: a Delta checkpoint per table (:mod:`.delta_checkpoint`)
 STATE_FORMAT = 3
@@ -162,19 +162,9 @@ class IncrementalSnapshot:
 
     def apply(self, event: ActionEvent) -> Invalidation | None:
         """Take one event; the :class:`Invalidation` when it completed a version, else None."""
-        if event.table_id != self.table_id:
-            raise EventStreamError(
-                f"event of table {event.table_id} given to the state of {self.table_id}",
-                version=event.version,
-            )
-        if self._already_applied(event.version, event.snapshot):
-            self.skipped_events += 1
+        pending = self._begin(event, event.index, 1)
+        if pending is None:
             return None
-        pending = self._pending_for(
-            event.version, event.snapshot, event.count, event.index, event.commit_timestamp
-        )
-        if event.table_uri:
-            self.table_uri = event.table_uri
         pending.take(event)
         if event.index + 1 < event.count:
             return None
@@ -184,23 +174,28 @@ class IncrementalSnapshot:
         """Take the events of a decoded segment (consecutive events of one version, see
         :func:`~deltamirror.mirror.event_batches.decode_action_events`) as :meth:`apply` takes them
         one by one: the same checks, the same errors, the same state after."""
-        env = segment.envelope
-        if env.table_id != self.table_id:
-            raise EventStreamError(
-                f"event of table {env.table_id} given to the state of {self.table_id}", version=env.version
-            )
-        if self._already_applied(env.version, env.snapshot):
-            self.skipped_events += segment.stop - segment.start
+        pending = self._begin(segment.envelope, segment.first_index, segment.stop - segment.start)
+        if pending is None:
             return None
-        pending = self._pending_for(
-            env.version, env.snapshot, env.count, segment.first_index, env.commit_timestamp
-        )
-        if env.table_uri:
-            self.table_uri = env.table_uri
         pending.take_segment(segment)
-        if segment.last_index + 1 < env.count:
+        if segment.last_index + 1 < segment.envelope.count:
             return None
         return self._complete(pending, segment.snapshot_end)
+
+    def _begin(self, head: ActionEvent | Envelope, index: int, events: int) -> PendingVersion | None:
+        """The checks :meth:`apply` and :meth:`apply_segment` share before taking ``events`` events
+        from ``index`` on: the version they continue, or None when it was applied already."""
+        if head.table_id != self.table_id:
+            raise EventStreamError(
+                f"event of table {head.table_id} given to the state of {self.table_id}", version=head.version
+            )
+        if self._already_applied(head.version, head.snapshot):
+            self.skipped_events += events
+            return None
+        pending = self._pending_for(head.version, head.snapshot, head.count, index, head.commit_timestamp)
+        if head.table_uri:
+            self.table_uri = head.table_uri
+        return pending
 
     def _pending_for(
         self, version: int, snapshot: bool, count: int, index: int, commit_timestamp: int
