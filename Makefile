@@ -51,8 +51,8 @@ format: install ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-fuzz: install ## the full mutation campaign over real tables (SEED=11; failures by class in .dev/fuzz-report.md)
-	$(BIN)/python tests/mutation --size full --seed $(or $(SEED),11) --report .dev/fuzz-report.md
+fuzz: install ## the full mutation campaign over real tables (SEED=11; failures by class in build/fuzz-report.md)
+	$(BIN)/python tests/mutation --size full --seed $(or $(SEED),11) --report build/fuzz-report.md
 
 bench: install ## every performance goal beside its peers, 7 rounds (ROUNDS=, ONLY=group); bench/results (about an hour)
 	$(BIN)/python bench/run.py $(if $(ROUNDS),--rounds $(ROUNDS)) $(foreach g,$(ONLY),--only $(g))

@@ -65,6 +65,25 @@ PLOT = BENCH / "results" / "scale.png"
 RESUMED = "tables of the assigned shards resumed"
 
 
+def cpu_by_thread_kind(pid: int) -> dict[str, float]:
+    """CPU seconds of each kind of thread (rdk:broker, watch-<table>, python...) so far."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat") as fh:
+                head, rest = fh.read().rsplit(")", 1)
+        except OSError:
+            continue
+        name = head.split("(", 1)[1]
+        kind = (
+            name.rstrip("0123456789-").split("-dm")[0] if not name.startswith("watch-") else "watch-<table>"
+        )
+        fields = rest.split()
+        out[kind] = out.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+    return out
+
+
 def load() -> float:
     return round(os.getloadavg()[0], 2)
 
@@ -187,10 +206,19 @@ def measure_idle(args: argparse.Namespace, bootstrap: str, n: int, rnd: int) -> 
         out["load_started"] = load()
         time.sleep(5)
         out["threads"] = len(os.listdir(f"/proc/{proc.pid}/task"))
-        out["threads_by_name"] = dict(thread_names(proc.pid).most_common(6))
+        names = thread_names(proc.pid)
+        out["threads_by_name"] = dict(names.most_common(6))
+        out["kafka_clients"] = names.get("rdk:main", 0)  # librdkafka: one rdk:main thread per client
+        kinds0 = cpu_by_thread_kind(proc.pid)
         cpu0, t0 = proc_cpu_s(proc.pid), time.monotonic()
         time.sleep(args.idle_s)
         cpu1, t1 = proc_cpu_s(proc.pid), time.monotonic()
+        kinds1 = cpu_by_thread_kind(proc.pid)
+        # where the idle CPU goes, in % of one core, by kind of thread (threads that ended are missing)
+        out["idle_cpu_pct_by_thread"] = {
+            k: round(100 * (v - kinds0.get(k, 0.0)) / (t1 - t0), 2)
+            for k, v in sorted(kinds1.items(), key=lambda kv: kinds0.get(kv[0], 0.0) - kv[1])[:6]
+        }
         out["idle_cpu_pct"] = round(100 * (cpu1 - cpu0) / (t1 - t0), 2)
         out["load_idle"] = load()
         picks = random.Random(f"{n}-{rnd}").sample(range(n), min(args.pickups, n))

@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Write a signal to the signal topic every `deltamirror watch` reads. `snapshot TABLE`: "
         "the watcher running TABLE publishes a fresh snapshot of it at the last version it published, "
         "between two versions, without a restart. Only watchers running when the signal is written act "
-        "on it.",
+        "on it; one where TABLE does not run yet keeps it for 10 minutes and acts if TABLE starts there.",
     )
     kinds = p.add_subparsers(dest="signal_kind", metavar="SIGNAL", required=True)
     snap = kinds.add_parser("snapshot", help="publish a fresh snapshot of TABLE")

@@ -263,6 +263,18 @@ class StructType(_SchemaNode):
         """The schema as a ``schemaString``: the JSON it was parsed from, up to key order."""
         return json.dumps(self.to_json_value(), separators=(",", ":"), ensure_ascii=False)
 
+    @model_validator(mode="after")
+    def _names_distinct(self) -> StructType:
+        """Two fields whose names differ only in case name one column for delta-spark (it refuses
+        such a schema): a reader could only pick one and drop the other's values without a word."""
+        folded = [f.name.lower() for f in self.fields]
+        if len(set(folded)) < len(folded):
+            names = [f.name for f in self.fields]
+            twice = next(n for i, n in enumerate(names) if n.lower() in folded[:i])
+            first = names[folded.index(twice.lower())]
+            raise ValueError(f"column names {json.dumps(first)} and {json.dumps(twice)} name one column")
+        return self
+
     @property
     def names(self) -> list[str]:
         return [f.name for f in self.fields]
@@ -313,6 +325,9 @@ def parse_schema(schema_string: str) -> StructType:
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise SchemaError(f"schemaString is not a valid Delta schema: {where}: {first['msg']}") from None
+        msg = str(first["msg"]).removeprefix("Value error, ")
+        raise SchemaError(
+            f"schemaString is not a valid Delta schema: {where + ': ' if where else ''}{msg}"
+        ) from None
     except RecursionError:
         raise SchemaError("schemaString nests types too deeply") from None

@@ -34,16 +34,16 @@ Pairing of updates (see :class:`VersionRows`): a version's ``update_preimage``/`
 become one ``"u"`` record only when key columns are configured and the key is seen exactly once as
 a pre-image and once as a post-image in the version; otherwise (no key, or a key met more than once)
 the pre-image is published as ``"d"`` and the post-image as ``"c"``. Images are never paired by
-position.
+position. Pairing holds a bounded amount of memory (:mod:`deltamirror.mirror.row_pairing`); a
+record larger than the changes topic accepts is refused before it is produced
+(:class:`~deltamirror.mirror.errors.RecordTooLargeError`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from itertools import compress
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -53,8 +53,6 @@ from deltamirror.core.errors import CorruptDataFileError
 
 from .connect_types import (
     ROW_CHANGES_FORMATS,
-    TXN_KEY_SCHEMA,
-    TXN_VALUE_SCHEMA,
     RowChangesFormat,
     column_values,
     connect_schema,
@@ -64,7 +62,15 @@ from .connect_types import (
     struct_schema,
     transaction_block_schema,
 )
-from .errors import UnrepresentableValueError
+from .errors import RecordTooLargeError, UnrepresentableValueError
+from .row_pairing import DEFAULT_PAIRING_MEMORY_BYTES, IMAGE_SCHEMA, UpdatePairs
+from .row_records import (
+    RowChangesOptions,
+    RowRecord,
+    row_changes_options,
+    transaction_id,
+    transaction_record,
+)
 
 CHANGE_TYPE = "_change_type"
 #: the change feed's own columns: never part of a row's image
@@ -107,32 +113,6 @@ def _version() -> str:
         return version("deltamirror")
     except Exception:  # not installed (a source tree): still a string, as Debezium's source.version
         return "0+unknown"
-
-
-# --- records ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class RowRecord:
-    """One record of a version's row changes: on the changes topic, or (BEGIN/END) the transaction topic."""
-
-    topic: str
-    key: bytes
-    #: None: a tombstone
-    value: bytes | None
-
-
-@dataclass(frozen=True)
-class RowChangesOptions:
-    """What the encoder needs to know of a table; ``key_columns`` empty: the whole row is the key."""
-
-    changes_topic: str
-    transaction_topic: str
-    table_name: str
-    table_id: str
-    key_columns: tuple[str, ...] = ()
-    format: RowChangesFormat = "json"
-    tombstones: bool = False
 
 
 class RowChangeEncoder:
@@ -254,49 +234,19 @@ class RowChangeEncoder:
         )
 
 
-def transaction_id(table_id: str, version: int) -> str:
-    return f"{table_id}:{version}"
-
-
-# --- transaction metadata ---------------------------------------------------------------------
-
-
-def transaction_record(
-    options: RowChangesOptions, version: int, ts_ms: int, event_count: int | None
-) -> RowRecord:
-    """Debezium's transaction metadata: BEGIN (``event_count`` None) or END with the per-topic counts."""
-    tid = transaction_id(options.table_id, version)
-    payload: dict[str, Any] = {
-        "status": "BEGIN" if event_count is None else "END",
-        "id": tid,
-        "event_count": event_count,
-        "data_collections": None
-        if event_count is None
-        else [{"data_collection": options.changes_topic, "event_count": event_count}],
-        "ts_ms": ts_ms,
-    }
-    key: dict[str, Any] = {"id": tid}
-    if options.format == "json-schema":
-        return RowRecord(
-            options.transaction_topic,
-            _JSON.encode({"schema": TXN_KEY_SCHEMA, "payload": key}).encode(),
-            _JSON.encode({"schema": TXN_VALUE_SCHEMA, "payload": payload}).encode(),
-        )
-    return RowRecord(options.transaction_topic, _JSON.encode(key).encode(), _JSON.encode(payload).encode())
-
-
 # --- one version's records --------------------------------------------------------------------
 
 
 class VersionRows:
     """The records of one version's change rows, in a deterministic order (a restart skips a prefix).
 
-    ``batches`` must give the same rows in the same order on every call (core's change feed does):
-    with key columns, a first pass counts the update images of each key, then the second pass emits.
-    A pairable image waits for its partner, and the ``"u"`` goes out at the later one's place;
-    memory is the batch, 8 bytes per update image of the version, and the images still waiting.
-    The stream is BEGIN, the events (each delete followed by a tombstone when ``tombstones``),
-    END — nothing at all for a version without row changes.
+    ``batches`` must give the same rows in the same order on every call (core's change feed does).
+    With key columns a first read hands the version's update images to
+    :class:`~deltamirror.mirror.row_pairing.UpdatePairs`, which pairs them within
+    ``pairing_memory_bytes`` (spilling to temporary Arrow files in ``spill_dir`` beyond it); the
+    second read emits, the ``"u"`` of a pair at the later image's place. The order depends on the
+    rows alone, never on the budget. The stream is BEGIN, the events (each delete followed by a
+    tombstone when ``tombstones``), END — nothing at all for a version without row changes.
     """
 
     def __init__(
@@ -309,6 +259,9 @@ class VersionRows:
         op_override: str | None = None,
         snapshot: Callable[[bool], str] | None = None,
         may_have_updates: bool = True,
+        pairing_memory_bytes: int = DEFAULT_PAIRING_MEMORY_BYTES,
+        expected_image_bytes: int | None = None,
+        spill_dir: str | None = None,
     ) -> None:
         self.options = options
         self.batches = batches
@@ -317,9 +270,17 @@ class VersionRows:
         self.op_override = op_override
         self.snapshot = snapshot or (lambda last: "false")
         self.may_have_updates = may_have_updates
+        self.pairing_memory_bytes = pairing_memory_bytes
+        #: an estimate of the update images' size (sets the first bucket count; None: found out)
+        self.expected_image_bytes = expected_image_bytes
+        self.spill_dir = spill_dir
+        #: records larger than this (key + value bytes) are refused before producing (None: no check)
+        self.max_record_bytes: int | None = None
         self._encoders: dict[pa.Schema, RowChangeEncoder] = {}
         #: events of the version (known once :meth:`records` is exhausted)
         self.event_count = 0
+        #: spill buckets the last pairing used (0: paired in memory)
+        self.buckets = 0
 
     def encoder(self, schema: pa.Schema) -> RowChangeEncoder:
         enc = self._encoders.get(schema)
@@ -332,64 +293,104 @@ class VersionRows:
         """True when :meth:`records` reads the version once before its first record (to pair updates)."""
         return bool(self.options.key_columns) and self.may_have_updates
 
-    def _pairable(self) -> pa.Array | None:
-        """Hashes of the keys seen exactly once as a pre-image and once as a post-image (None: none).
+    def _rows(self, enc: RowChangeEncoder, batch: pa.RecordBatch) -> tuple[list[str], list[str], list[bytes]]:
+        try:
+            return enc.rows(batch)
+        except UnrepresentableValueError as exc:
+            raise UnrepresentableValueError(
+                exc.message, table=self.options.table_name, version=self.version
+            ) from None
 
-        Counted as Arrow arrays of 64-bit hashes, 8 bytes per update image. Two keys sharing a
-        hash count together, so a collision can only leave an update unpaired (``d`` + ``c``),
-        never pair two keys: images are matched by their key itself.
-        """
+    def _pairs(self) -> UpdatePairs | None:
+        """The version's update pairs (None: no pairing), from a first read of its rows."""
         if not self.pairing_pass:
             return None
-        pre: list[pa.Array] = []
-        post: list[pa.Array] = []
-        for batch in self.batches():
-            types = batch.column(CHANGE_TYPE)
-            for kind, found in (("update_preimage", pre), ("update_postimage", post)):
-                images = batch.filter(pc.equal(types, kind))
-                if images.num_rows:
-                    found.append(_hashes(self.encoder(batch.schema).key_payloads(images)))
-        if not pre or not post:
-            return None
-        pre_once, post_once = _seen_once(pre), _seen_once(post)
-        return pre_once.filter(pc.is_in(pre_once, value_set=post_once))
+        pairs = UpdatePairs(
+            self.pairing_memory_bytes, expected_bytes=self.expected_image_bytes, spill_dir=self.spill_dir
+        )
+        try:
+            pos = 0
+            for batch in self.batches():
+                updates = pc.is_in(batch.column(CHANGE_TYPE), value_set=_UPDATE_IMAGES)
+                where = pc.indices_nonzero(updates)
+                if len(where):
+                    images = batch.take(where)
+                    _, texts, keys = self._rows(self.encoder(batch.schema), images)
+                    pre = pc.equal(images.column(CHANGE_TYPE), "update_preimage")
+                    pairs.add(
+                        pa.record_batch(
+                            [pc.add(where.cast(pa.int64()), pos), _hashes(keys), pre, keys, texts],
+                            schema=IMAGE_SCHEMA,
+                        )
+                    )
+                pos += batch.num_rows
+            pairs.finish()
+        except BaseException:
+            pairs.close()
+            raise
+        self.buckets = pairs.buckets
+        return pairs
 
     def records(self) -> Iterator[list[RowRecord]]:
         """The version's records, a list per input batch (BEGIN with the first, END alone last)."""
-        pairable = self._pairable()
-        waiting: dict[bytes, str] = {}
+        pairs = self._pairs()
+        try:
+            yield from self._records(pairs)
+        finally:
+            if pairs is not None:
+                pairs.close()
+
+    def _records(self, pairs: UpdatePairs | None) -> Iterator[list[RowRecord]]:
         o = self.options
         topic, tombstones = o.changes_topic, o.tombstones
         index = 0
+        pos = 0
         begun = False
         batches = iter(self.batches())
         batch = next(batches, None)
         while batch is not None:
             following = next(batches, None)
             enc = self.encoder(batch.schema)
-            try:
-                types, images, keys = enc.rows(batch)
-            except UnrepresentableValueError as exc:
-                raise UnrepresentableValueError(
-                    exc.message, table=o.table_name, version=self.version
-                ) from None
-            paired = _paired(batch.column(CHANGE_TYPE), keys, pairable)
+            n = batch.num_rows
+            found = pairs.take(pos, pos + n) if pairs is not None else None
+            slots: list[int] | None = None
+            if found is not None and found.num_rows:
+                rel = pc.subtract(found.column("pos"), pos)
+                kinds = batch.column(CHANGE_TYPE).take(rel)
+                if not pc.all(pc.is_in(kinds, value_set=_UPDATE_IMAGES)).as_py():
+                    raise CorruptDataFileError(
+                        "the version's update images changed while it was read",
+                        table=o.table_name,
+                        version=self.version,
+                    )
+                slots = [-1] * n
+                for j, r in enumerate(rel.to_pylist()):
+                    slots[r] = j
+                keep = pa.array([s < 0 for s in slots])
+                types, images, keys = self._rows(enc, batch.filter(keep))
+                pair_keys = found.column("key").to_pylist()
+                befores = found.column("before").to_pylist()
+                afters = found.column("after").to_pylist()
+            else:
+                types, images, keys = self._rows(enc, batch)
             out: list[RowRecord] = []
-            if not begun and batch.num_rows:
+            if not begun and n:
                 begun = True
                 out.append(transaction_record(o, self.version, self.ts_ms, None))
             last_rows = following is None
-            for i, (kind, image, key, pair) in enumerate(zip(types, images, keys, paired, strict=True)):
+            k = 0
+            for i in range(n):
                 before: str | None
                 after: str | None
-                if pair:
-                    partner = waiting.pop(key, None)
-                    if partner is None:
-                        waiting[key] = image
-                        continue
-                    op = "u"
-                    before, after = (image, partner) if kind == "update_preimage" else (partner, image)
+                if slots is not None and slots[i] >= 0:
+                    j = slots[i]
+                    pair_key = pair_keys[j]
+                    if pair_key is None:
+                        continue  # the earlier image of a pair: the "u" goes out at the later one
+                    op, key, before, after = "u", pair_key, befores[j], afters[j]
                 else:
+                    kind, image, key = types[k], images[k], keys[k]
+                    k += 1
                     op = self.op_override or _OP_OF_CHANGE.get(kind, "")
                     if not op:
                         raise CorruptDataFileError(
@@ -399,38 +400,42 @@ class VersionRows:
                             version=self.version,
                         )
                     before, after = (image, None) if op == "d" else (None, image)
-                snap = self.snapshot(last_rows and i == len(types) - 1)
-                k = enc.key(key)
-                out.append(
-                    RowRecord(
-                        topic,
-                        k,
-                        enc.value(
-                            op,
-                            before,
-                            after,
-                            version=self.version,
-                            ts_ms=self.ts_ms,
-                            index=index,
-                            snapshot=snap,
-                        ),
-                    )
+                snap = self.snapshot(last_rows and i == n - 1)
+                record_key = enc.key(key)
+                value = enc.value(
+                    op, before, after, version=self.version, ts_ms=self.ts_ms, index=index, snapshot=snap
                 )
+                if self.max_record_bytes is not None and len(record_key) + len(value) > self.max_record_bytes:
+                    raise self._too_large(key, len(record_key) + len(value), index)
+                out.append(RowRecord(topic, record_key, value))
                 index += 1
                 if op == "d" and tombstones:
-                    out.append(RowRecord(topic, k, None))
+                    out.append(RowRecord(topic, record_key, None))
             if out:
                 yield out
+            pos += n
             batch = following
-        if waiting:  # the rows changed between the two passes (a data file rewritten in place)
+        if pairs is not None and pairs.left_over():  # rows changed between the two reads
             raise CorruptDataFileError(
-                f"{len(waiting)} update images of the version changed while it was read",
+                "the version's update images changed while it was read",
                 table=o.table_name,
                 version=self.version,
             )
         self.event_count = index
         if begun:
             yield [transaction_record(o, self.version, self.ts_ms, index)]
+
+    def _too_large(self, key: bytes, size: int, index: int) -> RecordTooLargeError:
+        text = key.decode(errors="replace")
+        shown = text if len(text) <= 40 else f"{text[:40]}... ({len(key)} bytes)"
+        o = self.options
+        return RecordTooLargeError(
+            f"row change of key {shown} is {size} bytes, larger than topic {o.changes_topic} accepts "
+            f"({self.max_record_bytes}); raise the topic's max.message.bytes and max_record_bytes",
+            table=o.table_name,
+            version=self.version,
+            index=index,
+        )
 
 
 def _hashes(keys: list[bytes]) -> pa.Array:
@@ -440,45 +445,19 @@ def _hashes(keys: list[bytes]) -> pa.Array:
     )
 
 
-def _paired(types: pa.Array, keys: list[bytes], pairable: pa.Array | None) -> list[bool]:
-    """Which rows are update images of a pairable key; only update images are hashed (a hash
-    costs over half a row's encoding: inserts and deletes need none)."""
-    if pairable is None:
-        return [False] * len(keys)
-    updates = pc.is_in(types, value_set=_UPDATE_IMAGES).to_pylist()
-    hits = iter(pc.is_in(_hashes(list(compress(keys, updates))), value_set=pairable).to_pylist())
-    return [bool(update and next(hits)) for update in updates]
-
-
-def _seen_once(arrays: list[pa.Array]) -> pa.Array:
-    counts = pc.value_counts(pa.concat_arrays(arrays))
-    return counts.field("values").filter(pc.equal(counts.field("counts"), 1))
-
-
-def skip_records(chunks: Iterable[list[RowRecord]], count: int) -> Iterator[list[RowRecord]]:
+def skip_records(chunks: Iterable[list[RowRecord]], count: int) -> Generator[list[RowRecord], None, None]:
     """``chunks`` without their first ``count`` records (those a restart finds published already)."""
-    for chunk in chunks:
-        if count >= len(chunk):
-            count -= len(chunk)
-            continue
-        yield chunk[count:] if count else chunk
-        count = 0
-
-
-def row_changes_options(
-    *,
-    changes_topic: str,
-    transaction_topic: str,
-    table_name: str,
-    table_id: str,
-    key_columns: Sequence[str] = (),
-    format: RowChangesFormat = "json",
-    tombstones: bool = False,
-) -> RowChangesOptions:
-    """:class:`RowChangesOptions` by keyword (``key_columns`` any sequence)."""
-    return RowChangesOptions(
-        changes_topic, transaction_topic, table_name, table_id, tuple(key_columns), format, tombstones
-    )
+    try:
+        for chunk in chunks:
+            if count >= len(chunk):
+                count -= len(chunk)
+                continue
+            yield chunk[count:] if count else chunk
+            count = 0
+    finally:  # a stop or an error ends the version's stream: its spill files go now
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
 
 
 __all__ = [

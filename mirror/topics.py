@@ -21,15 +21,18 @@ Creation:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as _RdKafkaError
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
 
 from deltamirror.core.errors import ConfigError
 
@@ -182,8 +185,72 @@ def progress_topic_config() -> dict[str, str]:
     }
 
 
+#: how long the first of several threads asking the admin client waits for the others to join its request
+ADMIN_GATHER_S = 0.02
+#: topics in one admin request at most
+ADMIN_BATCH = 500
+
+
+class _Batch:
+    def __init__(self) -> None:
+        self.items: dict[str, Any] = {}
+        self.ready = threading.Event()
+        self.futures: dict[str, Any] = {}
+        self.error: BaseException | None = None
+
+
+class _AdminBatches:
+    """Requests of many threads about many topics sent as one admin request.
+
+    A process that starts (or takes over) a thousand tables would otherwise send a CreateTopics
+    and a DescribeConfigs request per topic, one after the other on the broker's side: on a small
+    broker, a thousand tables' first start took minutes, and requests timed out. The first thread
+    to ask waits :data:`ADMIN_GATHER_S` for others, then sends one request for all; each thread
+    waits on its own topic's future.
+    """
+
+    def __init__(self, send: Callable[[list[Any]], dict[str, Any]]) -> None:
+        self._send = send
+        self._lock = threading.Lock()
+        self._open: _Batch | None = None
+
+    def submit(self, name: str, item: Any) -> Any:
+        """The future of ``name``'s answer (``item`` is what the request needs of it)."""
+        with self._lock:
+            batch = self._open
+            leader = batch is None
+            if batch is None:
+                batch = self._open = _Batch()
+            batch.items.setdefault(name, item)
+            if len(batch.items) >= ADMIN_BATCH:
+                self._open = None  # full: whoever asks next starts another
+        if leader:
+            time.sleep(ADMIN_GATHER_S)
+            with self._lock:
+                if self._open is batch:
+                    self._open = None
+            try:
+                batch.futures = self._send(list(batch.items.values()))
+            except BaseException as exc:  # given to every thread of the batch
+                batch.error = exc
+            finally:
+                batch.ready.set()
+        else:
+            batch.ready.wait()
+        if batch.error is not None:
+            raise batch.error
+        return batch.futures[name]
+
+
 class TopicManager:
-    """Creates or validates topics through the admin API; remembers what it learned about each."""
+    """Creates or validates topics through the admin API; remembers what it learned about each.
+
+    One manager (one admin client) can serve every table of a process, from any thread: a topic
+    checked once is not asked about again (each caller gets its own copy of its
+    :class:`TopicLimits`) unless ``fresh`` is passed, as a table does when it reconnects after a
+    failure (the topic may have been deleted meanwhile). Concurrent checks of one topic wait for
+    the first one instead of all asking the broker.
+    """
 
     def __init__(self, kafka: dict[str, str], *, max_record_bytes: int, timeout_s: float = 30.0) -> None:
         admin_conf: dict[str, str | int | float | bool] = {
@@ -193,10 +260,37 @@ class TopicManager:
         self.max_record_bytes = max_record_bytes
         self.timeout_s = timeout_s
         self.limits: dict[str, TopicLimits] = {}
+        #: (kind, topic) -> what the check found; kind tells the event, row and progress checks apart
+        self._checked: dict[tuple[str, str], TopicLimits] = {}
+        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._locks_lock = threading.Lock()
+        self._creates = _AdminBatches(
+            lambda specs: self._admin.create_topics(specs, operation_timeout=self.timeout_s)
+        )
+        self._describes = _AdminBatches(
+            lambda resources: {r.name: f for r, f in self._admin.describe_configs(resources).items()}
+        )
 
-    def ensure_event_topic(self, name: str, *, compacted_ok: bool = False) -> TopicLimits:
+    def _cached(self, kind: str, name: str, fresh: bool, check: Callable[[], TopicLimits]) -> TopicLimits:
+        key = (kind, name)
+        with self._locks_lock:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            limits = None if fresh else self._checked.get(key)
+            if limits is None:
+                limits = check()
+                self._checked[key] = limits
+        return dataclasses.replace(limits, warned=set())
+
+    def ensure_event_topic(
+        self, name: str, *, compacted_ok: bool = False, fresh: bool = False
+    ) -> TopicLimits:
         """An actions, commits or (``compacted_ok``: keyed by row, compaction is the user's choice)
         row changes topic; created with one partition (create it beforehand for more)."""
+        kind = "rows" if compacted_ok else "events"
+        return self._cached(kind, name, fresh, lambda: self._ensure_event_topic(name, compacted_ok))
+
+    def _ensure_event_topic(self, name: str, compacted_ok: bool) -> TopicLimits:
         created = self._create(name, 1, event_topic_config(self.max_record_bytes))
         config = self._describe(name)
         if not created:
@@ -220,7 +314,29 @@ class TopicManager:
                 )
         return self._limits(name, config)
 
-    def ensure_progress_topic(self, name: str) -> TopicLimits:
+    def ensure_progress_topic(self, name: str, *, fresh: bool = False) -> TopicLimits:
+        return self._cached("progress", name, fresh, lambda: self._ensure_progress_topic(name))
+
+    def end_offsets(self, name: str, *, committed: bool = True) -> dict[int, int]:
+        """Each partition's end now: for a ``read_committed`` reader (its last stable offset), or
+        with ``committed=False`` the high watermark (records of open transactions included)."""
+        try:
+            topic = self._admin.list_topics(topic=name, timeout=self.timeout_s).topics.get(name)
+            if topic is None or topic.error is not None or not topic.partitions:
+                raise KafkaError(f"cannot read the metadata of topic {name}", topic=name)
+            wanted = {TopicPartition(name, p): OffsetSpec.latest() for p in topic.partitions}  # type: ignore[no-untyped-call]
+            futures = self._admin.list_offsets(
+                wanted,
+                isolation_level=IsolationLevel.READ_COMMITTED
+                if committed
+                else IsolationLevel.READ_UNCOMMITTED,
+                request_timeout=self.timeout_s,
+            )
+            return {tp.partition: f.result(timeout=self.timeout_s).offset for tp, f in futures.items()}
+        except KafkaException as exc:
+            raise KafkaError(f"cannot read the end offsets of {name}: {exc}", topic=name) from None
+
+    def _ensure_progress_topic(self, name: str) -> TopicLimits:
         created = self._create(name, 1, progress_topic_config())
         config = self._describe(name)
         policy = config.get("cleanup.policy", "")
@@ -258,9 +374,8 @@ class TopicManager:
     def _create(self, name: str, partitions: int, config: dict[str, str]) -> bool:
         """True if the topic was created now, False if it existed."""
         spec = NewTopic(name, num_partitions=partitions, replication_factor=-1, config=config)
-        future = self._admin.create_topics([spec], operation_timeout=self.timeout_s)[name]
         try:
-            future.result(timeout=self.timeout_s)
+            self._creates.submit(name, spec).result(timeout=self.timeout_s)
         except KafkaException as exc:
             err = exc.args[0]
             if err.code() == _RdKafkaError.TOPIC_ALREADY_EXISTS:
@@ -293,9 +408,7 @@ class TopicManager:
     def _describe(self, name: str) -> dict[str, str]:
         resource = ConfigResource(ResourceType.TOPIC, name)
         try:
-            entries: dict[str, Any] = self._admin.describe_configs([resource])[resource].result(
-                timeout=self.timeout_s
-            )
+            entries: dict[str, Any] = self._describes.submit(name, resource).result(timeout=self.timeout_s)
         except KafkaException as exc:
             raise KafkaError(f"cannot read the configuration of topic {name}: {exc.args[0].str()}") from exc
         except Exception as exc:

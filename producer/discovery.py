@@ -44,6 +44,7 @@ from deltamirror.core.storage import TableStorage, normalize_table_uri
 from deltamirror.mirror.errors import KafkaError, StopRequested, TopicNotFoundError
 from deltamirror.mirror.topics import default_topics
 
+from .metrics import DiscoveryMetrics
 from .settings import DiscoverConfig, TableConfig, WatchConfig
 
 log = logging.getLogger("deltamirror.discovery")
@@ -288,6 +289,9 @@ class DiscoveryLoop:
     ``scan_now()`` runs one round synchronously (tests; the first round at start). After the first
     scan the progress topic is read once for tables of the prefixes that were published but are
     gone now (deleted while no watcher ran): they get their ``tableDropped`` too.
+
+    Each scan and each dropped table is reported to ``metrics`` (by default the service's own
+    metrics, when they measure discovery: ``/metrics`` has them with the tables').
     """
 
     def __init__(
@@ -297,9 +301,14 @@ class DiscoveryLoop:
         *,
         stop: threading.Event | None = None,
         gone: GoneTables = GONE_TABLES,
+        metrics: DiscoveryMetrics | None = None,
     ) -> None:
         self.cfg = cfg
         self.service = service
+        if metrics is None:
+            own = getattr(service, "metrics", None)
+            metrics = own if isinstance(own, DiscoveryMetrics) else None
+        self.metrics = metrics
         self.stop = stop if stop is not None else threading.Event()
         self.gone = gone
         explicit = {t.normalized_uri for t in cfg.tables}
@@ -343,11 +352,16 @@ class DiscoveryLoop:
             if only_due and now < self._next_scan[i]:
                 continue
             self._next_scan[i] = now + source.interval_s
+            began = time.monotonic()
             try:
                 found = find_tables(source, known=self.tables)
             except DeltaMirrorError as exc:  # storage trouble: nothing is concluded from this scan
                 log.warning("discovery: %s", exc.message, extra={"table": exc.table})
+                if self.metrics is not None:
+                    self.metrics.discovery_scanned(source.uri, time.monotonic() - began, None)
                 continue
+            if self.metrics is not None:
+                self.metrics.discovery_scanned(source.uri, time.monotonic() - began, len(found))
             self._scanned.add(i)
             self._apply(i, source, found)
         self._forget_finished()
@@ -432,7 +446,9 @@ class DiscoveryLoop:
             if uri in running:
                 continue
             self.service.remove_table(uri, reason="table dropped")
-            _, table = self.tables.pop(uri)
+            index, table = self.tables.pop(uri)
+            if self.metrics is not None:
+                self.metrics.discovery_table_dropped(self.cfg.discover[index].uri)
             self.gone.forget(uri)
             topics = default_topics(uri, name=table.topic_name)
             self._taken_topics.pop(topics.actions, None)

@@ -33,8 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+
 from deltamirror.core.errors import ConfigError, EnvironmentMissingError
 from deltamirror.mirror.errors import KafkaError
+from deltamirror.mirror.settings import KafkaSettings, reveal
 
 #: the values of ``--security``
 SECURITY_MODES = ("none", "scram-tls")
@@ -207,22 +210,30 @@ def client_settings(data_dir: Path, secure_bootstrap: str) -> SecureClientSettin
     )
 
 
+def kafka_section_yaml(kafka: KafkaSettings, *, header: str = "") -> str:
+    """A configuration file's ``kafka:`` section holding ``kafka``, secrets revealed (write it
+    private): dumped from the settings model, so ``load_kafka_settings`` reads back the same."""
+    import yaml
+
+    section = reveal(kafka.model_dump(exclude_none=True, exclude_defaults=True))
+    return header + yaml.safe_dump({"kafka": section}, sort_keys=False, allow_unicode=True)
+
+
 def write_client_config(settings: SecureClientSettings) -> None:
     """``kafka-client.yaml``: the ``kafka:`` section every command's ``--config`` reads (mode 0600)."""
-    password = settings.password()
-    quoted = "'" + password.replace("'", "''") + "'"
-    write_private(
-        settings.config_file,
+    kafka = KafkaSettings(
+        bootstrap_servers=settings.bootstrap_servers,
+        security_protocol=settings.security_protocol,
+        sasl_mechanism=settings.sasl_mechanism,
+        sasl_username=settings.username,
+        sasl_password=SecretStr(settings.password()),
+        ssl_ca_location=str(settings.ca_file),
+    )
+    header = (
         "# The local broker's SASL_SSL listener, for --config (written by deltamirror local kafka start).\n"
         "# Copy the kafka: section into a watch configuration; it holds the password: keep it private.\n"
-        "kafka:\n"
-        f"  bootstrap_servers: '{settings.bootstrap_servers}'\n"
-        f"  security_protocol: {settings.security_protocol}\n"
-        f"  sasl_mechanism: {settings.sasl_mechanism}\n"
-        f"  sasl_username: {settings.username}\n"
-        f"  sasl_password: {quoted}\n"
-        f"  ssl_ca_location: '{settings.ca_file}'\n",
     )
+    write_private(settings.config_file, kafka_section_yaml(kafka, header=header))
 
 
 def upsert_scram_user(plaintext_bootstrap: str, settings: SecureClientSettings) -> None:
@@ -294,6 +305,7 @@ __all__ = [
     "check_mode",
     "client_settings",
     "ensure_tls_material",
+    "kafka_section_yaml",
     "listener_properties",
     "upsert_scram_user",
     "write_client_config",

@@ -38,6 +38,16 @@ In a group of watchers (``watch --group``), per instance and without a ``table``
                                                 assigned ones resumed from their progress
 =============================================== =====================================================
 
+With ``discover`` prefixes, per prefix (label ``prefix``, the prefix's URI redacted):
+
+=============================================== =====================================================
+``deltamirror_discovery_tables``                tables the last successful scan found under the prefix
+``deltamirror_discovery_scans_total``           scans of the prefix (failed ones included)
+``deltamirror_discovery_scan_errors_total``     scans that failed (the prefix could not be listed)
+``deltamirror_discovery_last_scan_seconds``     how long the last scan of the prefix took
+``deltamirror_discovery_tables_dropped_total``  tables of the prefix announced dropped and forgotten
+=============================================== =====================================================
+
 The per-table lag is ``deltamirror_versions_behind`` (versions in the log not yet published); a
 table that moved away keeps no series on its old instance's ``/healthz``.
 
@@ -109,6 +119,15 @@ class GroupMetrics(Protocol):
     def owned_tables(self, n: int) -> None: ...
 
     def table_released(self, table: str, reason: str) -> None: ...
+
+
+@runtime_checkable
+class DiscoveryMetrics(Protocol):
+    """What the discovery of tables under prefixes reports, per prefix (its URI, not yet redacted)."""
+
+    def discovery_scanned(self, prefix: str, seconds: float, tables: int | None) -> None: ...
+
+    def discovery_table_dropped(self, prefix: str) -> None: ...
 
 
 @runtime_checkable
@@ -209,6 +228,20 @@ class WatcherMetrics:
             registry=self.registry,
         )
         self._rebalance_s = gauge("group_rebalance_seconds", "Duration of the last rebalance here.", ())
+        self._found = gauge("discovery_tables", "Tables the last scan found under the prefix.", ("prefix",))
+        self._scans = Counter(
+            PREFIX + "discovery_scans", "Scans of the prefix.", ("prefix",), registry=self.registry
+        )
+        self._scan_errors = Counter(
+            PREFIX + "discovery_scan_errors", "Scans that failed.", ("prefix",), registry=self.registry
+        )
+        self._scan_s = gauge("discovery_last_scan_seconds", "Duration of the last scan.", ("prefix",))
+        self._dropped = Counter(
+            PREFIX + "discovery_tables_dropped",
+            "Tables of the prefix announced dropped and forgotten.",
+            ("prefix",),
+            registry=self.registry,
+        )
 
     # --- per table --------------------------------------------------------------------------
 
@@ -312,6 +345,21 @@ class WatcherMetrics:
         self._released.labels(reason).inc()
         self.forget_table(table)
 
+    # --- discovery ------------------------------------------------------------------------------
+
+    def discovery_scanned(self, prefix: str, seconds: float, tables: int | None) -> None:
+        """One scan of ``prefix`` ended: ``tables`` found, or None when it failed."""
+        label = redact(prefix)
+        self._scans.labels(label).inc()
+        self._scan_errors.labels(label).inc(0 if tables is not None else 1)
+        self._scan_s.labels(label).set(seconds)
+        if tables is not None:
+            self._found.labels(label).set(tables)
+        self._dropped.labels(label)  # at 0 from the first scan on (rate() needs it)
+
+    def discovery_table_dropped(self, prefix: str) -> None:
+        self._dropped.labels(redact(prefix)).inc()
+
     # --- the process ------------------------------------------------------------------------
 
     def set_healthy(self, ok: bool, reason: str = "") -> None:
@@ -363,6 +411,7 @@ def serve(metrics: ServedMetrics, host: str = DEFAULT_HOST, port: int = DEFAULT_
 __all__ = [
     "DEFAULT_HOST",
     "DEFAULT_PORT",
+    "DiscoveryMetrics",
     "GroupMetrics",
     "Metrics",
     "NullMetrics",

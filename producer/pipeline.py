@@ -47,6 +47,8 @@ from .discovery import GONE_TABLES
 from .progress import read_progress
 from .row_events import RowChangesSource
 from .settings import TableConfig, WatchConfig
+from .shard_producers import ProducerLease
+from .shared_clients import SharedClients, check_topics
 from .snapshot_events import SnapshotWork
 from .transactions import BATCH, TableTransactions
 from .waker import LogWaker
@@ -106,7 +108,12 @@ class _Backoff:
 
 
 class TablePipeline:
-    """Watcher -> records -> transactions for one table, until the stop flag is set."""
+    """Watcher -> records -> transactions for one table, until the stop flag is set.
+
+    With ``clients`` (a service's) the table shares the admin client and the progress reads with
+    the other tables, and in a group (``shard`` given) its shard's producer; without it, it
+    creates its own (one table alone).
+    """
 
     def __init__(
         self,
@@ -118,8 +125,14 @@ class TablePipeline:
         batch_size: int = BATCH,
         reporter: KafkaConnectionReporter | None = None,
         stop_budget_s: float = STOP_BUDGET_S,
+        clients: SharedClients | None = None,
+        shard: int | None = None,
     ) -> None:
         self.cfg = cfg
+        self.clients = clients
+        #: the table's shard when it shares the shard's producer (a group), else None
+        self.shard = shard if clients is not None and clients.shards is not None else None
+        self._opened_before = False
         self.table = table
         self.uri = table.normalized_uri
         self.metrics = metrics
@@ -137,7 +150,11 @@ class TablePipeline:
         self.reporter = reporter or KafkaConnectionReporter(cfg.kafka.bootstrap_servers)
         # every client of this table routes librdkafka's logs and errors to the reporter
         self.kafka: dict[str, Any] = {**cfg.kafka.librdkafka_config(), **self.reporter.client_config()}
-        self.txn_id = transactional_id(cfg.transactional_id_prefix, self.uri)
+        self.txn_id = (
+            clients.shards.transactional_id(self.shard)
+            if clients is not None and clients.shards is not None and self.shard is not None
+            else transactional_id(cfg.transactional_id_prefix, self.uri)
+        )
         self.ready = threading.Event()
         self.watcher = TableWatcher(
             table.uri,
@@ -249,21 +266,32 @@ class TablePipeline:
 
     def _open(self) -> None:
         self.phase = "connecting to Kafka"
-        pub = TransactionalPublisher(
-            self.kafka, self.txn_id, max_message_bytes=self.cfg.max_record_bytes, stop=self.stop
-        )
+        pub: TransactionalPublisher | ProducerLease
+        if self.clients is not None and self.clients.shards is not None and self.shard is not None:
+            pub = self.clients.shards.lease(self.shard, stop=self.stop, time_left=self.time_left)
+        else:
+            pub = TransactionalPublisher(
+                self.kafka, self.txn_id, max_message_bytes=self.cfg.max_record_bytes, stop=self.stop
+            )
         self.txns.pub = pub
         self._wait_for_brokers(pub)
         self.phase = "resuming"
-        manager = TopicManager(self.kafka, max_record_bytes=self.cfg.max_record_bytes)
-        for name in (self.topics.actions, self.topics.commits):
-            self.txns.limits[name] = manager.ensure_event_topic(name)
-        if self.txns.rows is not None:
-            for name in (self.topics.changes, self.topics.transaction):
-                self.txns.limits[name] = manager.ensure_event_topic(name, compacted_ok=True)
-        manager.ensure_progress_topic(self.cfg.progress_topic)
-        pub.init()  # fences older producers of this table before the progress is read
-        committed = read_progress(self.kafka, self.cfg.progress_topic, self.uri, stop=self.stop)
+        fresh, self._opened_before = self._opened_before, True  # checked again on a reconnect
+        manager = (
+            self.clients.topics()
+            if self.clients is not None
+            else TopicManager(self.kafka, max_record_bytes=self.cfg.max_record_bytes)
+        )
+        rows = self.txns.rows is not None
+        self.txns.limits.update(
+            check_topics(manager, self.topics, self.cfg.progress_topic, rows=rows, fresh=fresh)
+        )
+        del manager  # a table's own admin client goes now, not at its next session
+        pub.init()  # fences older producers of this table (or its shard) before the progress is read
+        if self.clients is not None:  # one read for the tables resuming with it (after their inits)
+            committed = self.clients.progress.committed(self.uri, stop=self.stop)
+        else:
+            committed = read_progress(self.kafka, self.cfg.progress_topic, self.uri, stop=self.stop)
         self.txns.resume(committed)
         self.phase = "publishing"
         self._needs_start = True
@@ -281,7 +309,7 @@ class TablePipeline:
         )
         self.ready.set()
 
-    def _wait_for_brokers(self, pub: TransactionalPublisher) -> None:
+    def _wait_for_brokers(self, pub: TransactionalPublisher | ProducerLease) -> None:
         """Until a broker answers: the reporter says why not (now and then), a stop ends the wait.
 
         The admin calls that follow wait up to 30 s each on a broker that does not answer, and
@@ -461,6 +489,10 @@ class TablePipeline:
 
     def _step(self) -> None:
         txns = self.txns
+        if isinstance(txns.pub, ProducerLease) and txns.pub.fenced:  # another table of the shard learnt it
+            raise ProducerFencedError(
+                "fenced: another watcher now publishes this table's shard", transactional_id=self.txn_id
+            )
         if txns.in_transaction and not self._drained and self.watcher.next_commit_size() > LARGE_COMMIT_BYTES:
             # reading a big commit may outlast transaction.timeout.ms: do not keep a transaction open
             txns.commit()

@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 #: change rows read (and encoded) at a time: what a version's row changes hold in memory
 ROWS_PER_BATCH = 8192
+#: about how many bytes of spilled update images a byte of change data files makes (Parquet is
+#: compressed, the images are JSON text): only the first guess of the bucket count
+IMAGE_BYTES_PER_CDC_BYTE = 4
 #: actions that decide a version's change rows (the others are not decoded)
 _ROW_ACTIONS = frozenset({"add", "remove", "cdc", "commitInfo", "metaData", "protocol"})
 
@@ -60,6 +63,8 @@ class RowChangesSource:
         self.topics = topics
         self.table_name = table_name
         self.batch_size = batch_size
+        #: where pairing spills update images (None: the system's temporary directory)
+        self.spill_dir: str | None = None
 
     @classmethod
     def of_table(cls, config: TableConfig, table: DeltaTable, topics: TableTopics) -> RowChangesSource | None:
@@ -130,6 +135,9 @@ class RowChangesSource:
             version=unit.version,
             ts_ms=unit.timestamp.timestamp,
             may_have_updates=summary.cdc > 0,  # update images only come from change data files
+            pairing_memory_bytes=self.config.pairing_memory_mb * 1024 * 1024,
+            expected_image_bytes=summary.bytes_cdc * IMAGE_BYTES_PER_CDC_BYTE,
+            spill_dir=self.spill_dir,
         )
 
     def _check_key(self, options: RowChangesOptions, columns: list[str], version: int) -> None:

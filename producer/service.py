@@ -1,9 +1,13 @@
 """``deltamirror watch``: many tables in one process, each published exactly once and in order.
 
-Each table runs in its own thread (:class:`~.pipeline.TablePipeline`) with its own transactional
-producer, whose ``transactional.id`` is ``<prefix>-<first 16 hex digits of sha1(normalized table
-URI)>``: one id per table, so a second watcher on the same table fences the first, whatever
-process or host it runs on, while tables never block each other.
+Each table runs in its own thread (:class:`~.pipeline.TablePipeline`). Alone, each table has its
+own transactional producer, whose ``transactional.id`` is ``<prefix>-<first 16 hex digits of
+sha1(normalized table URI)>``: one id per table, so a second watcher on the same table fences the
+first, whatever process or host it runs on, while tables never block each other. In a group the
+tables of a shard share one producer, ``<prefix>-<group>-shard-<n>`` (:mod:`.shard_producers`):
+the shard is what moves between members, so it carries the fence, and a process holds one client
+per shard instead of one per table (librdkafka allows about 1,000 per process). The admin client
+and the progress reads are shared by every table (:class:`~.shared_clients.SharedClients`).
 
 Resume order, per table (see docs/events.md): ``init_transactions()`` first, which aborts or
 completes whatever an earlier incarnation left open; then the progress topic is read with
@@ -48,6 +52,7 @@ from .log_format import configure_logging
 from .metrics import GroupMetrics, Metrics, ServedMetrics, ServerHandle, WatcherMetrics, serve
 from .pipeline import STOP_BUDGET_S, TablePipeline, table_topics
 from .settings import TableConfig, WatchConfig
+from .shared_clients import SharedClients
 from .sharing import TableSharing
 from .signals import Signal, SignalListener
 
@@ -96,6 +101,8 @@ class WatchService:
         self.stop_deadline: float | None = None
         #: one reporter for every client: one warning per interval for a cluster that is down
         self.reporter = KafkaConnectionReporter(cfg.kafka.bootstrap_servers)
+        #: the admin client, the progress reads and (in a group) the shard producers every table shares
+        self.clients = SharedClients(cfg, {**cfg.kafka.librdkafka_config(), **self.reporter.client_config()})
         self._lock = threading.RLock()
         #: every table this service was given, by normalized uri (it runs here, or in a group maybe not)
         self._tables: dict[str, TableConfig] = {}
@@ -199,6 +206,8 @@ class WatchService:
             stop=threading.Event(),
             reporter=self.reporter,
             stop_budget_s=self.stop_budget_s,
+            clients=self.clients,
+            shard=self.sharing.shard(table.normalized_uri) if self.sharing is not None else None,
         )
 
     def start_table(self, table: TableConfig) -> TablePipeline | None:

@@ -59,7 +59,9 @@ class RowChangesConfig(SettingsModel):
 
     ``key_columns``: the row's key (Delta has no primary key); none: the whole row is the key, and
     updates are published as a delete and an insert. ``tombstones``: a null-value record after each
-    delete, for a compacted changes topic.
+    delete, for a compacted changes topic. ``pairing_memory_mb``: what pairing a version's update
+    images by key may hold in memory; beyond it they spill to temporary files (the system's
+    temporary directory, ``TMPDIR``).
     """
 
     enabled: bool = True
@@ -67,6 +69,7 @@ class RowChangesConfig(SettingsModel):
     #: ``deltamirror.mirror.connect_types.RowChangesFormat``, spelled out: no pyarrow import here
     format: Literal["json", "json-schema"] = "json"
     tombstones: bool = False
+    pairing_memory_mb: int = Field(default=256, ge=1)
 
 
 class TableConfig(SettingsModel):

@@ -5,16 +5,18 @@
 (:mod:`deltamirror.mirror.group`). A table runs here while its shard
 (``murmur2(normalized uri) % shards``) is assigned here:
 
-- assigned: the shard's tables start; each one's producer (``init_transactions``) fences
-  whatever a previous owner left, reads the progress topic and resumes after it;
+- assigned: the shard's tables start; the shard's producer (``init_transactions``) fences
+  whatever a previous owner left, then the progress topic is read (once for the tables that
+  resume together) and each table resumes after its position;
 - revoked (a clean rebalance: a member joined or left): the tables stop at their next batch
   boundary, finishing the open transaction, before the callback returns and the shard moves;
 - lost (this member was silent past the session timeout): the tables stop too, and an idle one
   commits its progress once more, which the new owner's producer fences: a zombie learns at once.
 
-Exactly once across moves rests on the transactional id being the table's, not the instance's:
-whichever instance runs a table, its producer has the same id, so the newest one fences every
-older one (docs/scale-out.md says why this was chosen over KIP-447's per-instance producer).
+Exactly once across moves rests on the transactional id being the shard's, not the instance's:
+the tables of a shard share one producer (:mod:`.shard_producers`) whose id is the same on every
+instance, so the newest owner fences every older one, for all the shard's tables at once
+(docs/scale-out.md says why this was chosen over KIP-447's per-instance producer).
 """
 
 from __future__ import annotations

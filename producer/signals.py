@@ -3,16 +3,23 @@
 ``deltamirror signal snapshot TABLE`` writes one :class:`Signal` to the signal topic
 (``signal_topic``, ``deltamirror.signals`` by default; one partition, kept a day), keyed by the
 table's normalized URI. Every watcher instance runs a :class:`SignalListener` that reads the topic
-from its beginning but acts only on signals written after the listener started (an older one was
-meant for the watchers running then); the instance whose pipeline runs the table acts on it, the
-others ignore it. A snapshot signal makes the table's watcher publish a fresh snapshot of the
-table at the last version published (``snapshot: true`` events and summary, as an initial
-snapshot), in order between two versions, without a restart: no version is skipped or published
-twice, and the versions after it follow as usual.
+from its beginning but takes only signals written after the listener started (an older one was
+meant for the watchers running then). A snapshot signal makes the table's watcher publish a fresh
+snapshot of the table at the last version published (``snapshot: true`` events and summary, as an
+initial snapshot), in order between two versions, without a restart: no version is skipped or
+published twice, and the versions after it follow as usual.
 
-Delivery is at most once: a signal that arrives while no instance runs the table (a shard moving,
-every watcher stopped) is not acted on; the table's log says when one was (``signal: snapshot``),
-and sending it again is harmless (a snapshot at a version a consumer has is skipped by it).
+A signal for a table that does not run on this instance is kept in memory, one per table (a newer
+signal replaces an older one), for :data:`PENDING_TTL_S`: if the table starts here meanwhile (its
+shard moved here, discovery found it, its failed pipeline came back), it is acted on then. The
+instance that acts writes a ``done`` record with the signal's id to the topic, and every instance
+that kept the signal drops it on reading that record, so a snapshot is not repeated by the next
+owner of a table that moved. Each listener acts on one signal at most once, and so does the whole
+group unless the ``done`` record cannot be written (broker trouble: logged) or two instances
+start the table within the moment it takes to read it; a repeated snapshot is harmless (a
+consumer that has its version skips it). A signal is lost when the TTL passes before the table
+starts anywhere, when every instance that kept it stops, or when the table moves away between
+the signal and its snapshot.
 """
 
 from __future__ import annotations
@@ -36,14 +43,21 @@ SIGNAL_TOPIC = "deltamirror.signals"
 SIGNAL_MAX_BYTES = 1_000_000
 #: a listener that failed (broker gone) starts again after this
 RETRY_S = 5.0
+#: how long a signal for a table that does not run here is kept, waiting for the table to start
+PENDING_TTL_S = 600.0
+#: at most this many tables with a kept signal (the oldest is dropped first, with a warning)
+MAX_PENDING = 10_000
 
 
 class Signal(BaseModel):
-    """One signal: what to do (``kind``), to which table, when it was asked for (epoch ms)."""
+    """One signal: what to do (``kind``), to which table, when it was asked for (epoch ms).
+
+    ``done`` is written by the instance that acted on the signal of the same ``id``.
+    """
 
     model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True, extra="allow")
 
-    kind: Literal["snapshot"]
+    kind: Literal["snapshot", "done"]
     table_uri: str
     id: str
     requested_at: int
@@ -70,9 +84,11 @@ def send_signal(kafka: dict[str, Any], topic: str, table_uri: str, kind: Literal
 class SignalListener:
     """Reads the signal topic on its own thread and hands each new signal to ``on_signal``.
 
-    ``on_signal`` returns whether this instance acted on it (for the log). Kafka failures are
-    retried every :data:`RETRY_S`; a record that is not a signal is skipped with a warning (the
-    topic is operators' input, not the mirror's).
+    ``on_signal`` returns whether this instance acted on it (False: the table does not run here);
+    a signal not acted on is offered again after every read of the topic (at least every 0.2 s)
+    until it is, its ``done`` record is read, or ``pending_ttl_s`` passes. Kafka failures are
+    retried every :data:`RETRY_S`, reading on from where the listener was; a record that is not a
+    signal is skipped with a warning (the topic is operators' input, not the mirror's).
     """
 
     def __init__(
@@ -82,14 +98,23 @@ class SignalListener:
         on_signal: Callable[[Signal], bool],
         *,
         stop: threading.Event,
+        pending_ttl_s: float = PENDING_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.kafka = kafka
         self.topic = topic
         self.on_signal = on_signal
         self.stop = stop
+        self.pending_ttl_s = pending_ttl_s
+        self._clock = clock
         self.started_ms = int(time.time() * 1000)
         #: set once the listener reads the topic (tests wait for it before sending)
         self.listening = threading.Event()
+        #: signals not acted on yet, by table: (the signal, when it expires on ``clock``)
+        self.pending: dict[str, tuple[Signal, float]] = {}
+        #: where the next read of each partition starts (after a failure: no signal taken twice)
+        self._next_offsets: dict[int, int] = {}
+        self._producer: Any = None
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -97,14 +122,18 @@ class SignalListener:
         self._thread.start()
 
     def _run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                self._listen()
-            except StopRequested:
-                return
-            except KafkaError as exc:
-                log.warning("signal topic %s: %s (retrying)", self.topic, exc)
-                self.stop.wait(RETRY_S)
+        try:
+            while not self.stop.is_set():
+                try:
+                    self._listen()
+                except StopRequested:
+                    return
+                except KafkaError as exc:
+                    log.warning("signal topic %s: %s (retrying)", self.topic, exc)
+                    self.stop.wait(RETRY_S)
+        finally:
+            if self._producer is not None:
+                self._producer.close()
 
     def _listen(self) -> None:
         from deltamirror.mirror.kafka_consumer import MirrorConsumer
@@ -115,11 +144,13 @@ class SignalListener:
             partitions = consumer.partitions(self.topic, wait_for_topic=True, stop=self.stop)
             if partitions is None:
                 return
-            consumer.assign((self.topic, p, None) for p in partitions)
+            consumer.assign((self.topic, p, self._next_offsets.get(p)) for p in partitions)
             self.listening.set()
             for batch in consumer.batches(until_end=False, stop=self.stop, poll_s=0.2):
                 for record in batch:
                     self._take(record.value, record.offset)
+                    self._next_offsets[record.partition] = record.offset + 1
+                self.offer_pending()
 
     def _take(self, value: bytes | None, offset: int) -> None:
         try:
@@ -135,14 +166,85 @@ class SignalListener:
             return
         if signal.requested_at < self.started_ms:
             return  # meant for the watchers that ran then
-        acted = self.on_signal(signal)
+        if signal.kind == "done":
+            kept = self.pending.get(signal.table_uri)
+            if kept is not None and kept[0].id == signal.id:
+                del self.pending[signal.table_uri]
+                log.info(
+                    "signal snapshot for table %s: acted on by another instance",
+                    signal.table_uri,
+                    extra={"table": signal.table_uri, "signalId": signal.id},
+                )
+            return
+        if self._offer(signal):
+            self.pending.pop(signal.table_uri, None)  # an older one is covered by this one
+            return
+        self.pending.pop(signal.table_uri, None)  # re-inserted last: the oldest stays first
+        if len(self.pending) >= MAX_PENDING:
+            oldest = next(iter(self.pending))
+            log.warning(
+                "signal snapshot for table %s: dropped, too many kept", oldest, extra={"table": oldest}
+            )
+            del self.pending[oldest]
+        self.pending[signal.table_uri] = (signal, self._clock() + self.pending_ttl_s)
         log.info(
-            "signal %s for table %s: %s",
+            "signal %s for table %s: the table does not run here; kept for %.0f s until it does",
             signal.kind,
             signal.table_uri,
-            "acting on it" if acted else "the table does not run here",
+            self.pending_ttl_s,
             extra={"table": signal.table_uri, "signalId": signal.id},
         )
 
+    def offer_pending(self) -> None:
+        """Offer the kept signals again (their table may run here now); forget the expired ones."""
+        if not self.pending:
+            return
+        now = self._clock()
+        for uri, (signal, expires) in list(self.pending.items()):
+            if self._offer(signal):
+                del self.pending[uri]
+            elif now >= expires:
+                del self.pending[uri]
+                log.info(
+                    "signal %s for table %s: not acted on, the table did not start here within %.0f s",
+                    signal.kind,
+                    uri,
+                    self.pending_ttl_s,
+                    extra={"table": uri, "signalId": signal.id},
+                )
 
-__all__ = ["SIGNAL_TOPIC", "Signal", "SignalListener", "send_signal"]
+    def announce(self, done: Signal) -> None:
+        """Write ``done`` to the topic (keyed as its signal, so it follows it): the others drop it."""
+        if self._producer is None:
+            from deltamirror.mirror.kafka_producer import RecordProducer
+
+            self._producer = RecordProducer(self.kafka, delivery_timeout_s=10.0)
+        self._producer.send(self.topic, done.to_json_bytes(), done.table_uri.encode())
+
+    def _offer(self, signal: Signal) -> bool:
+        """Hand the signal over; when this instance acted on it, tell the others (``done``)."""
+        if not self.on_signal(signal):
+            return False
+        log.info(
+            "signal %s for table %s: acting on it",
+            signal.kind,
+            signal.table_uri,
+            extra={"table": signal.table_uri, "signalId": signal.id},
+        )
+        done = Signal(
+            kind="done", table_uri=signal.table_uri, id=signal.id, requested_at=int(time.time() * 1000)
+        )
+        try:
+            self.announce(done)
+        except KafkaError as exc:
+            log.warning(
+                "signal %s for table %s: acted on, but the others could not be told (%s)",
+                signal.kind,
+                signal.table_uri,
+                exc,
+                extra={"table": signal.table_uri, "signalId": signal.id},
+            )
+        return True
+
+
+__all__ = ["MAX_PENDING", "PENDING_TTL_S", "SIGNAL_TOPIC", "Signal", "SignalListener", "send_signal"]

@@ -9,7 +9,9 @@ resumes exactly after the last committed progress record.
 
 An idle table still writes: a heartbeat on the commits topic every ``heartbeat_interval_s`` (if
 set), and its progress again every ``LIVENESS_INTERVAL_S`` in a transaction, which is how a
-watcher fenced by a newer one learns it even when its table never changes.
+watcher fenced by a newer one learns it even when its table never changes. Tables sharing a
+shard's producer share that duty: a fence shows at any commit of the producer, so an idle table
+re-writes its progress only when no table of its shard committed for ``LIVENESS_INTERVAL_S``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from contextlib import closing
 from typing import TYPE_CHECKING
 
 from deltamirror.mirror.events import SCHEMA_VERSION, EnvelopeEncoder, Heartbeat, TableDropped, TableReplaced
@@ -35,6 +38,7 @@ from deltamirror.mirror.topics import TableTopics, TopicLimits
 
 from .progress import progress_record
 from .settings import WatchConfig
+from .shard_producers import ProducerLease
 from .snapshot_events import ProgressBar, SnapshotWork
 from .work import CommitWork, Position, PublishUnit, TableDroppedWork, TableReplacedWork, position_after
 
@@ -96,7 +100,7 @@ class TableTransactions:
         self.time_left = time_left
         self.batch_size = batch_size
         #: the producer of the current session (None between sessions)
-        self.pub: TransactionalPublisher | None = None
+        self.pub: TransactionalPublisher | ProducerLease | None = None
         #: what each event topic accepts, learnt when the session opened
         self.limits: dict[str, TopicLimits] = {}
         self.committed: Position | None = None
@@ -266,6 +270,9 @@ class TableTransactions:
         done = unit.row_offset
         self.produced = position_after(unit, last, done)
         stream = rows.rows_of(unit)
+        changes = rows.topics.changes
+        limits = self.limits.get(changes)
+        stream.max_record_bytes = limits.max_value_bytes if limits is not None else self.cfg.max_record_bytes
         if (
             stream.pairing_pass
             and isinstance(unit, CommitWork)
@@ -281,20 +288,21 @@ class TableTransactions:
         for topic in (rows.topics.changes, rows.topics.transaction):
             timestamps[topic], clamped = self._record_timestamp(topic, unit.timestamp.timestamp)
             headers = headers or clamped
-        for chunk in skip_records(stream.records(), done):
-            for i in range(0, len(chunk), self.batch_size):
-                part = chunk[i : i + self.batch_size]
-                pub.produce_keyed([(r.topic, r.key, r.value) for r in part], timestamps, headers or None)
-                done += len(part)
-                self.produced = position_after(unit, last, done)
-                if self.bounds_reached() or self.stop.is_set():
-                    if not self.stop.is_set():
-                        self.before_bounded_commit()
-                    self.commit()  # row changes larger than a transaction
-                    if self.stop.is_set():
-                        return False
-                    pub.begin()
-                    self._txn_first_version = unit.version
+        with closing(skip_records(stream.records(), done)) as chunks:  # closed: its spill files go
+            for chunk in chunks:
+                for i in range(0, len(chunk), self.batch_size):
+                    part = chunk[i : i + self.batch_size]
+                    pub.produce_keyed([(r.topic, r.key, r.value) for r in part], timestamps, headers or None)
+                    done += len(part)
+                    self.produced = position_after(unit, last, done)
+                    if self.bounds_reached() or self.stop.is_set():
+                        if not self.stop.is_set():
+                            self.before_bounded_commit()
+                        self.commit()  # row changes larger than a transaction
+                        if self.stop.is_set():
+                            return False
+                        pub.begin()
+                        self._txn_first_version = unit.version
         return True
 
     def announce_replaced(self, work: TableReplacedWork) -> None:
@@ -362,7 +370,10 @@ class TableTransactions:
         heartbeat = self.cfg.heartbeat_interval_s
         # the liveness re-write is not activity: it must not postpone a heartbeat forever
         due_heartbeat = heartbeat is not None and now_s - self._last_activity >= heartbeat
-        if not due_heartbeat and now_s - self._last_txn_end < LIVENESS_INTERVAL_S:
+        last_end = self._last_txn_end
+        if isinstance(self.pub, ProducerLease):  # a fence shows at any commit of the shard's producer
+            last_end = max(last_end, self.pub.last_commit)
+        if not due_heartbeat and now_s - last_end < LIVENESS_INTERVAL_S:
             return
         self.pub.begin()
         if due_heartbeat:

@@ -115,6 +115,9 @@ class TableWatcher:
         self._next_check = 0.0
         self._idle = True
         self._prefetch = CommitReadAhead(self.storage, max_bytes=SMALL_COMMIT_BYTES)
+        #: a log file the last listing of a gone-marked table found: while it exists, the log holds
+        #: a version, and one stat of it stands for a listing on every idle poll
+        self._log_witness: str | None = None
 
     def __repr__(self) -> str:
         return f"TableWatcher({self.uri!r}, cursor={self._cursor})"
@@ -410,7 +413,8 @@ class TableWatcher:
         Looked at when discovery no longer finds the table (:mod:`.discovery`: a set lookup per
         idle poll), or when reading the log found no version (``seen_missing``, a table published
         before; a wrong location that never held a table is an error, not a drop); either way a
-        listing must find no commit or checkpoint left.
+        listing must find no commit or checkpoint left. While a marked table's log still holds
+        versions, the newest file the listing found is stat'ed instead of listing again.
         """
         if not self.drop_when_gone:
             return False
@@ -418,7 +422,21 @@ class TableWatcher:
         table_id, version = (
             (position.table_id, position.version) if position is not None else (self._table_id, self._cursor)
         )
-        if not (marked or (seen_missing and table_id is not None)) or self.table.listing(0).versions:
+        if not (marked or (seen_missing and table_id is not None)):
+            return False
+        if self._log_witness is not None:
+            try:
+                self.storage.info(self._log_witness)
+                return False  # a commit or checkpoint is still there
+            except FileNotFoundError:
+                self._log_witness = None
+        listing = self.table.listing(0)
+        if listing.commits:
+            self._log_witness = self.storage.log_file(listing.commits[max(listing.commits)].name)
+            return False
+        if listing.checkpoints:
+            newest = listing.checkpoints[max(listing.checkpoints)]
+            self._log_witness = self.storage.log_file(newest.files[0].name)
             return False
         self._pending.clear()
         self._ahead.clear()

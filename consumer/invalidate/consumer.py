@@ -3,9 +3,9 @@
 :class:`InvalidationConsumer` is a :class:`~deltamirror.consumer.snapshot.SnapshotConsumer` that
 turns each applied version into a document (:mod:`.payload`) and hands it to ``on_payload``
 synchronously, in the order the versions were applied. What the state does not keep (commit
-timestamp, operation, the offset of a version's last record) is read beside it: the record headers
-say which records carry it (the first of a version, its ``commitInfo``, its last), so only those
-are parsed a second time.
+timestamp, operation, the offset of a version's last record) is taken from the same decoded batch
+the state applies (the first record of a version, its ``commitInfo``, its last): nothing is parsed
+twice.
 
 Acknowledgement. The snapshot consumer stores its offsets before it reports; this one holds them
 until every document of the checkpoint was handled, and when one fails (or a stop interrupts it)
@@ -26,14 +26,13 @@ from typing import TYPE_CHECKING, Any
 
 from deltamirror.core.errors import ConfigError
 from deltamirror.mirror.errors import StopRequested, TopicNotFoundError
-from deltamirror.mirror.events import ActionEvent, TableDropped, TableReplaced, decode_action_event
-from deltamirror.mirror.headers import HEADER_INDEX, HEADER_TYPE
+from deltamirror.mirror.events import TableDropped, TableReplaced
 
 from ..snapshot import IncrementalSnapshot, Invalidation, SnapshotConsumer, TableReplacement
 from .payload import DEFAULT_MAX_ITEMS, Payload, replacement_payload, version_payload
 
 if TYPE_CHECKING:
-    from deltamirror.mirror.kafka_consumer import Record
+    from deltamirror.mirror.event_batches import Segment
 
 DEFAULT_GROUP_ID = "deltamirror-invalidate"
 
@@ -104,7 +103,6 @@ class InvalidationConsumer(SnapshotConsumer):
         self._replaced_at: dict[TableReplacement, tuple[int, int]] = {}
         self._commits_at: tuple[int, int] | None = None
         self._in_flight: tuple[str, tuple[int, int] | None] | None = None
-        self._keyed = True
         #: a report failed or was stopped: the state is past a document not handled (see checkpoint)
         self.undelivered = False
 
@@ -134,51 +132,37 @@ class InvalidationConsumer(SnapshotConsumer):
 
     # --- what the state does not keep ------------------------------------------------------------
 
-    def take(self, record: Record) -> None:
-        if record.topic == self.topic:
-            self._track(record)
-        elif record.topic == self.commits_topic:
-            self._commits_at = (record.partition, record.offset)
+    def _take_commits(self, partition: int, offset: int, value: bytes, kind: str | None) -> None:
+        self._commits_at = (partition, offset)
         try:
-            super().take(record)
+            super()._take_commits(partition, offset, value, kind)
         finally:
             self._commits_at = None
 
-    def _decode(self, record: Record) -> ActionEvent:
-        return decode_action_event(
-            record.value, topic=record.topic, partition=record.partition, offset=record.offset
-        )
+    def _take_action(self, partition: int, first: int, offset: int, value: bytes) -> None:
+        """One record at a time (``take``, ``handle``): a batch of one, so that every record is
+        seen by :meth:`_segment_read`."""
+        self._take_actions(partition, [value], [offset], [first])
 
-    def _track(self, record: Record) -> None:
-        """Headers say which records matter (the first of a version, its commitInfo, its last):
-        only those are parsed here; without headers or keys every record is."""
-        index_text = record.header(HEADER_INDEX)
-        event: ActionEvent | None = None
-        action_type: str | None
-        if not self._keyed or record.key is None or index_text is None or not index_text.isdigit():
-            event = self._decode(record)
-            table_id, index, action_type = event.table_id, event.index, event.type
-        else:
-            table_id, index = record.key.decode(errors="replace"), int(index_text)
-            action_type = record.header(HEADER_TYPE)
-        if table_id in self.retired:  # its events are skipped: no version of it is reported
-            return
-        if index == 0:
-            event = event or self._decode(record)
-            if table_id != event.table_id:  # keys are not table ids: parse every record from now on
-                self._keyed, table_id = False, event.table_id
-            self._open[table_id] = _Unit(event.version, event.snapshot, event.count, event.commit_timestamp)
-        unit = self._open.get(table_id)
+    def _segment_read(self, segment: Segment, partition: int, offsets: list[int]) -> None:
+        """A version's first record opens its unit, its ``commitInfo`` names the operation, its
+        last record is where the version ends (decoded once, with the records the state applies)."""
+        env = segment.envelope
+        if segment.first_index == 0:
+            self._open[env.table_id] = _Unit(env.version, env.snapshot, env.count, env.commit_timestamp)
+        unit = self._open.get(env.table_id)
         if unit is None:
             return
-        if action_type == "commitInfo" and unit.operation is None:
-            event = event or self._decode(record)
-            operation = event.action.get("operation") if isinstance(event.action, dict) else None
-            unit.operation = operation if isinstance(operation, str) else None
-        if index + 1 >= unit.count:
-            unit.end = (record.partition, record.offset)
-            self._done[(table_id, unit.version, unit.snapshot)] = unit
-            del self._open[table_id]
+        if unit.operation is None:
+            for _, action_type, action in segment.others:
+                operation = action.get("operation") if isinstance(action, dict) else None
+                if action_type == "commitInfo" and isinstance(operation, str):
+                    unit.operation = operation
+                    break
+        if segment.last_index + 1 >= unit.count:
+            unit.end = (partition, offsets[segment.stop - 1])
+            self._done[(env.table_id, unit.version, unit.snapshot)] = unit
+            del self._open[env.table_id]
 
     def replace(self, record: TableReplaced | TableDropped) -> TableReplacement:
         notice = super().replace(record)

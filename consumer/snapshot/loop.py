@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from deltamirror.core.errors import ConfigError
 from deltamirror.mirror.errors import EventStreamError, StopRequested
-from deltamirror.mirror.event_batches import Envelope, decode_action_events
+from deltamirror.mirror.event_batches import Envelope, Segment, decode_action_events
 from deltamirror.mirror.events import (
     ActionEvent,
     CommitSummary,
@@ -310,10 +310,15 @@ class SnapshotConsumer:
             if env.table_id in self.retired:
                 self.skipped_retired_events += segment.stop - segment.start
                 continue
+            self._segment_read(segment, partition, offsets)
             state = self._state_of(env)
             applied = state.apply_segment(segment)
             self._after_apply(state, env, applied, starts, segment.first_index == 0, firsts[segment.start])
         self._offsets[partition] = offsets[-1] + 1
+
+    def _segment_read(self, segment: Segment, partition: int, offsets: list[int]) -> None:
+        """A subclass's look at a run of one version's records before it is applied (``offsets``:
+        the batch's, so that ``offsets[segment.stop - 1]`` is the run's last record)."""
 
     def take(self, record: Record) -> None:
         """One whole record (fragments joined) of the actions or the commits topic, in partition order."""

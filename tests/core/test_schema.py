@@ -392,7 +392,8 @@ def _struct_json(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     )
     return st.builds(
         lambda fields, x: {"type": "struct", "fields": fields, **x},
-        st.lists(field, max_size=4),
+        # a struct's names are distinct case-insensitively (a clash is refused: test below)
+        st.lists(field, max_size=4, unique_by=lambda f: f["name"].lower()),
         _extras,
     )
 
@@ -422,3 +423,45 @@ def test_arrow_schema_property(original: dict[str, Any]) -> None:
     # Arrow's null type (Delta's void) is always nullable
     expected = [f.get("nullable", True) or f["type"] == "void" for f in original["fields"]]
     assert [f.nullable for f in arrow] == expected
+
+
+@pytest.mark.parametrize(
+    ("fields", "clash"),
+    [
+        ([("a", "long"), ("a", "string")], ('"a"', '"a"')),
+        ([("Id", "long"), ("x", "long"), ("iD", "string")], ('"Id"', '"iD"')),
+    ],
+)
+def test_field_names_that_clash_are_refused(fields: list[tuple[str, str]], clash: tuple[str, str]) -> None:
+    """delta-spark refuses a schema naming one column twice (case-insensitively); a reader that
+    took it would keep one column's values and drop the other's."""
+    text = json.dumps(
+        {
+            "type": "struct",
+            "fields": [{"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in fields],
+        }
+    )
+    with pytest.raises(SchemaError, match=f"column names {clash[0]} and {clash[1]} name one column"):
+        parse_schema(text)
+
+
+def test_nested_field_names_that_clash_are_refused() -> None:
+    inner = {
+        "type": "struct",
+        "fields": [{"name": n, "type": "long", "nullable": True, "metadata": {}} for n in "bB"],
+    }
+    text = json.dumps(
+        {
+            "type": "struct",
+            "fields": [
+                {
+                    "name": "s",
+                    "type": {"type": "array", "elementType": inner, "containsNull": True},
+                    "nullable": True,
+                    "metadata": {},
+                }
+            ],
+        }
+    )
+    with pytest.raises(SchemaError, match='column names "b" and "B" name one column'):
+        parse_schema(text)

@@ -206,6 +206,57 @@ def test_loop_adds_new_tables_and_forgets_dropped_ones_after_their_pipeline(tmp_
     assert len(service.removed) == 1
 
 
+def test_discovery_metrics_per_prefix_without_secrets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prometheus_client import generate_latest
+
+    from deltamirror.core.errors import StorageError
+    from deltamirror.producer import discovery
+    from deltamirror.producer.metrics import WatcherMetrics
+
+    _local_table(tmp_path / "one")
+    _local_table(tmp_path / "sub" / "two")
+    unreachable = "s3://AKIAEXAMPLE:s3cr3t@bucket/raw"
+    real_find = discovery.find_tables
+
+    def find(source: DiscoverConfig, known: Any = ()) -> Any:
+        if source.uri == unreachable:
+            raise StorageError("cannot list the discover prefix: no route", table=source.uri)
+        return real_find(source, known)
+
+    monkeypatch.setattr(discovery, "find_tables", find)
+
+    class MeasuredService(FakeService):
+        metrics = WatcherMetrics()  # what the watch service has: discovery reports there by default
+
+    service = MeasuredService()
+    loop = DiscoveryLoop(_watch_cfg(discover=[str(tmp_path), unreachable]), service, gone=GoneTables())
+    loop.scan_now()
+    shutil.rmtree(tmp_path / "one")
+    loop.scan_now()
+    service.running.discard(f"file://{tmp_path}/one")  # its pipeline announced the drop and ended
+    loop.scan_now()
+
+    samples = {
+        (m.name, s.labels.get("prefix")): s.value
+        for m in service.metrics.registry.collect()
+        for s in m.samples
+        if m.name.startswith("deltamirror_discovery") and not s.name.endswith("_created")
+    }
+    local, s3 = str(tmp_path), "s3://***@bucket/raw"
+    assert samples[("deltamirror_discovery_tables", local)] == 1  # two, then one after the drop
+    assert samples[("deltamirror_discovery_scans", local)] == 3
+    assert samples[("deltamirror_discovery_scan_errors", local)] == 0
+    assert samples[("deltamirror_discovery_tables_dropped", local)] == 1
+    assert samples[("deltamirror_discovery_scans", s3)] == 3
+    assert samples[("deltamirror_discovery_scan_errors", s3)] == 3
+    assert ("deltamirror_discovery_tables", s3) not in samples  # never listed: no count
+    assert 0 <= samples[("deltamirror_discovery_last_scan_seconds", local)] < 10
+    text = generate_latest(service.metrics.registry).decode()
+    assert "deltamirror_discovery_scans_total{" in text and "s3cr3t" not in text and "AKIA" not in text
+
+
 def test_colliding_topic_names_are_refused(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     _local_table(tmp_path / "p1" / "orders")
     _local_table(tmp_path / "p2" / "orders")
@@ -272,6 +323,43 @@ def test_watcher_ends_a_gone_table_with_table_dropped_work(tmp_path: Path) -> No
         for watcher in watchers.values():
             GONE_TABLES.unmark(watcher.uri)
             watcher.close()
+
+
+def test_a_gone_marked_table_whose_log_remains_costs_stats_not_listings(tmp_path: Path) -> None:
+    from collections import Counter
+
+    from deltamirror.producer.watcher import TableWatcher
+    from deltamirror.producer.work import TableDroppedWork
+
+    _local_table(tmp_path / "t")
+    (tmp_path / "t" / "_delta_log" / "00000000000000000001.json").write_text(
+        '{"commitInfo": {"operation": "WRITE", "timestamp": 1700000000001}}\n'
+    )
+    now = [0.0]
+    watcher = TableWatcher(
+        str(tmp_path / "t"), drop_when_gone=True, check_interval_s=10, clock=lambda: now[0]
+    )
+    watcher.start(None)
+    assert watcher.next_work() is not None and watcher.next_work() is None
+    calls: Counter[str] = Counter()
+    for name in ("list_dir", "list_log", "iter_log_from", "info", "exists", "read_bytes", "open"):
+        real = getattr(watcher.storage, name)
+        setattr(watcher.storage, name, lambda *a, _n=name, _r=real, **k: (calls.update([_n]), _r(*a, **k))[1])
+    GONE_TABLES.mark(watcher.uri)
+    try:
+        assert watcher.next_work() is None  # the first poll since the mark lists the log once
+        listings = calls["list_dir"] + calls["list_log"] + calls["iter_log_from"]
+        assert listings >= 1, calls
+        calls.clear()
+        for _ in range(20):  # then: the next version's stat and one of the newest file seen
+            assert watcher.next_work() is None
+        assert calls == Counter(info=40), calls
+        shutil.rmtree(tmp_path / "t" / "_delta_log")
+        work = watcher.next_work()  # the newest file gone: a listing, which finds nothing left
+        assert isinstance(work, TableDroppedWork) and (work.table_id, work.last_version) == ("t", 1)
+    finally:
+        GONE_TABLES.unmark(watcher.uri)
+        watcher.close()
 
 
 def test_table_dropped_is_in_the_contract() -> None:

@@ -259,6 +259,71 @@ def test_kill_9_in_the_middle_of_a_versions_rows_leaves_each_row_once(
     assert [(t["status"], t["event_count"]) for t in txns] == [("BEGIN", None), ("END", rows)]
 
 
+@pytest.mark.timeout(240)
+def test_kill_9_while_updates_are_paired_through_spill_buckets_leaves_each_row_once(
+    kafka_bootstrap: str, tmp_path: Path, kit: Any, watch_setup: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from deltalake import DeltaTable
+
+    rows = 10_000
+    table = tmp_path / "updated"
+    _cdf_table(table, rows)
+    DeltaTable(str(table)).update(updates={"name": "'changed'"})  # post-images first, then pre-images
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    monkeypatch.setenv("TMPDIR", str(spill))  # the watcher's temporary directory
+    _, changes, txn = _topics(kafka_bootstrap, 1)
+    setup = watch_setup(
+        kafka_bootstrap,
+        table,
+        table_settings={
+            "snapshot_mode": "from-version",
+            "from_version": 1,
+            "changes_topic": changes,
+            "transaction_topic": txn,
+            # 1 MiB: the version's 20,000 update images go through several buckets on disk
+            "row_changes": {"key_columns": ["id"], "pairing_memory_mb": 1},
+        },
+        txn_max_records=25,
+    )
+    proc = setup.start_process(log=tmp_path / "watch.log")
+    try:
+        kit.consume(
+            kafka_bootstrap,
+            [setup.progress],
+            until=lambda out: any("rowOffset" in (r.json or {}) for r in out),
+            timeout_s=90,
+        )
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    at_kill = len(kit.consume(kafka_bootstrap, [changes], idle_s=0.3))
+    assert 0 < at_kill < rows, "the kill did not land in the middle of the version's rows"
+    left_by_the_kill = sorted(os.listdir(spill))
+    assert left_by_the_kill, "the killed watcher was not pairing through spill files"
+    proc = setup.start_process(log=tmp_path / "watch.log")
+    try:
+        kit.consume(
+            kafka_bootstrap,
+            [setup.commits],
+            until=lambda out: any(r.headers.get("kind") == b"commit" for r in out),
+            timeout_s=120,
+        )
+    finally:
+        assert kit.stop_process(proc) == 0
+    assert sorted(os.listdir(spill)) == left_by_the_kill  # the restart's own spill files are gone
+    events = [json.loads(r.value) for r in kit.consume(kafka_bootstrap, [changes], idle_s=0.5)]
+    assert [e["source"]["index"] for e in events] == list(range(rows))
+    assert {e["op"] for e in events} == {"u"}
+    assert sorted(e["after"]["id"] for e in events) == list(range(rows))  # each row once
+    assert all(e["before"] == {"id": e["after"]["id"], "name": f"n{e['after']['id']}"} for e in events)
+    assert {e["after"]["name"] for e in events} == {"changed"}
+    txns = [json.loads(r.value) for r in kit.consume(kafka_bootstrap, [txn], idle_s=0.3)]
+    assert [(t["status"], t["event_count"]) for t in txns] == [("BEGIN", None), ("END", rows)]
+
+
 @pytest.mark.timeout(120)
 def test_initial_snapshot_rows_are_read_events_then_the_versions_after_it(
     kafka_bootstrap: str, tmp_path: Path, kit: Any

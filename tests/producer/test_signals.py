@@ -82,11 +82,61 @@ def test_signal_snapshot_republishes_the_table_between_two_versions(
     assert (last[-1].json["version"], last[-1].json["snapshot"]) == (2, False)
 
 
+def test_a_signal_sent_before_the_table_runs_here_is_acted_on_when_it_starts(
+    kafka_bootstrap: str, tmp_path: Path, kit: Any
+) -> None:
+    from deltamirror.producer.service import WatchService
+    from deltamirror.producer.settings import TableConfig
+    from deltamirror.producer.signals import send_signal
+
+    first, later = kit.unique("sigfirst"), kit.unique("siglater")
+    kit.make_table(tmp_path / first, versions=1)
+    table = kit.make_table(tmp_path / later, versions=2)
+    signals = kit.unique("signals")
+    cfg = WatchConfig.model_validate(
+        {
+            "kafka": {"bootstrap_servers": kafka_bootstrap},
+            "tables": [{"uri": str(tmp_path / first), "poll_interval_s": 0.2}],
+            "signal_topic": signals,
+            "progress_topic": kit.unique("progress"),
+        }
+    )
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    service = WatchService(cfg, stop_budget_s=5.0)
+    service.start()
+    try:
+        listener = service.signals
+        assert listener is not None and listener.listening.wait(30)
+        sent = send_signal(kafka, signals, f"file://{table}", "snapshot")
+        _wait(lambda: f"file://{table}" in listener.pending, "the signal kept")
+        service.add_table(TableConfig(uri=str(table), poll_interval_s=0.2))  # e.g. discovered now
+        commits = f"deltamirror.{later}.commits"
+        records = kit.consume(
+            kafka_bootstrap, [commits], until=lambda rs: len(_summaries(rs)) == 2, timeout_s=30
+        )
+        assert _summaries(records) == [(1, True), (1, True)]  # the first snapshot, then the signal's
+        assert service._failure is None, service._failure
+    finally:
+        service.request_stop()
+        assert service.wait(30), "the watcher did not stop"
+        service.close()
+    on_topic = [
+        Signal.model_validate_json(r.value) for r in kit.consume(kafka_bootstrap, [signals], idle_s=0.5)
+    ]
+    assert [(s.kind, s.id) for s in on_topic] == [("snapshot", sent.id), ("done", sent.id)]
+
+
+def _summaries(records: list[Any]) -> list[tuple[int, bool]]:
+    return [(r.json["version"], r.json["snapshot"]) for r in records if r.headers.get("kind") == b"commit"]
+
+
 def test_old_and_foreign_records_on_the_signal_topic_are_not_acted_on() -> None:
     import threading
 
     taken: list[Signal] = []
     listener = SignalListener({}, "t", lambda s: taken.append(s) or True, stop=threading.Event())
+    announced: list[Signal] = []
+    listener.announce = announced.append  # type: ignore[method-assign]
     old = Signal(kind="snapshot", table_uri="file:///t", id="a", requested_at=listener.started_ms - 1)
     new = Signal(kind="snapshot", table_uri="file:///t", id="b", requested_at=listener.started_ms + 1)
     for offset, value in enumerate(
@@ -94,5 +144,105 @@ def test_old_and_foreign_records_on_the_signal_topic_are_not_acted_on() -> None:
     ):
         listener._take(value, offset)
     assert [s.id for s in taken] == ["b"]
+    assert [(s.kind, s.id, s.table_uri) for s in announced] == [("done", "b", "file:///t")]
     assert json.loads(new.to_json_bytes())["tableUri"] == "file:///t"
     assert time.time() * 1000 >= listener.started_ms
+
+
+def _listener(running: set[str], now: list[float]) -> tuple[SignalListener, list[Signal], list[Signal]]:
+    import threading
+
+    taken: list[Signal] = []
+    announced: list[Signal] = []
+
+    def on_signal(signal: Signal) -> bool:
+        if signal.table_uri not in running:
+            return False
+        taken.append(signal)
+        return True
+
+    listener = SignalListener(
+        {}, "t", on_signal, stop=threading.Event(), pending_ttl_s=60, clock=lambda: now[0]
+    )
+    listener.announce = announced.append  # type: ignore[method-assign]
+    return listener, taken, announced
+
+
+def _signal(listener: SignalListener, table: str, id: str, kind: Any = "snapshot") -> bytes:
+    return Signal(kind=kind, table_uri=table, id=id, requested_at=listener.started_ms + 1).to_json_bytes()
+
+
+def test_a_signal_for_a_table_not_running_here_waits_for_it_within_the_ttl() -> None:
+    running: set[str] = set()
+    now = [0.0]
+    listener, taken, announced = _listener(running, now)
+    for i, table in enumerate(["file:///a", "file:///b", "file:///c"]):
+        listener._take(_signal(listener, table, f"s{i}"), i)
+    listener._take(_signal(listener, "file:///a", "s3"), 3)  # a newer one for a: one snapshot still
+    assert taken == [] and sorted(listener.pending) == ["file:///a", "file:///b", "file:///c"]
+    listener.offer_pending()
+    assert taken == []
+    running.add("file:///a")  # the table starts here (its shard moved here, discovery found it)
+    listener.offer_pending()
+    assert [s.id for s in taken] == ["s3"] and [s.id for s in announced] == ["s3"]
+    listener.offer_pending()
+    assert len(taken) == 1  # at most once
+    # another instance acted on b's signal: its done record makes this one drop it
+    listener._take(_signal(listener, "file:///b", "other-id", kind="done"), 4)
+    assert "file:///b" in listener.pending  # not the signal kept here
+    listener._take(_signal(listener, "file:///b", "s1", kind="done"), 5)
+    assert "file:///b" not in listener.pending
+    now[0] = 61.0  # c's TTL passes before c starts here
+    listener.offer_pending()
+    running.update({"file:///b", "file:///c"})
+    listener.offer_pending()
+    assert [s.id for s in taken] == ["s3"] and listener.pending == {}
+
+
+def test_every_member_keeps_a_signal_and_only_the_one_that_starts_the_table_acts(
+    kafka_bootstrap: str, kit: Any
+) -> None:
+    """Two listeners on one broker as two members of a group: neither runs the table when the
+    signal comes; the one the table moves to acts, and its done record stops the other from acting
+    when the table later moves there."""
+    import threading
+
+    from deltamirror.producer.signals import send_signal
+
+    topic, table = kit.unique("signals"), "file:///moving-table"
+    stop = threading.Event()
+    running: list[set[str]] = [set(), set()]
+    taken: list[list[str]] = [[], []]
+
+    def member(i: int) -> SignalListener:
+        def on_signal(signal: Signal) -> bool:
+            if signal.table_uri in running[i]:
+                taken[i].append(signal.id)
+                return True
+            return False
+
+        return SignalListener({"bootstrap.servers": kafka_bootstrap}, topic, on_signal, stop=stop)
+
+    members = [member(0), member(1)]
+    try:
+        for m in members:
+            m.start()
+        assert all(m.listening.wait(30) for m in members)
+        sent = send_signal({"bootstrap.servers": kafka_bootstrap}, topic, table, "snapshot")
+        _wait(lambda: all(table in m.pending for m in members), "both members keep the signal")
+        running[1].add(table)  # the table starts on member 1
+        _wait(lambda: taken[1] == [sent.id] and table not in members[0].pending, "member 1 acts, 0 drops")
+        running[0].add(table)  # later it moves to member 0: nothing kept there, no second snapshot
+        assert members[0].pending == {} and taken == [[], [sent.id]]
+    finally:
+        stop.set()
+        for m in members:
+            assert m._thread is not None
+            m._thread.join(30)
+
+
+def _wait(condition: Any, what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out: {what}"
+        time.sleep(0.05)

@@ -297,9 +297,12 @@ def _deep_schema(depth: int) -> str:
 @mutation("metadata-invalid", structural=True, instances=2)
 def _metadata_invalid(f: Facts, rng: random.Random) -> Mutation:
     """A new commit whose metaData cannot describe a table: a schemaString that is not JSON, nested
-    5,000 deep, with an unknown type, not a struct; a partition column the schema lacks."""
+    5,000 deep, with an unknown type, not a struct; a partition column the schema lacks; two
+    columns of one name (exactly, or differing in case only)."""
     meta = dict(_latest_metadata(f))
-    variant = rng.choice(["not-json", "deep", "unknown-type", "not-struct", "partition-not-in-schema"])
+    variant = rng.choice(
+        ["not-json", "deep", "unknown-type", "not-struct", "partition-not-in-schema", "names-clash"]
+    )
     if variant == "not-json":
         meta["schemaString"] = meta["schemaString"][: rng.randrange(1, len(meta["schemaString"]) - 1)]
     elif variant == "deep":
@@ -307,6 +310,12 @@ def _metadata_invalid(f: Facts, rng: random.Random) -> Mutation:
     elif variant == "unknown-type":
         schema = json.loads(meta["schemaString"])
         rng.choice(schema["fields"])["type"] = "mutationType"
+        meta["schemaString"] = json.dumps(schema)
+    elif variant == "names-clash":
+        schema = json.loads(meta["schemaString"])
+        twin = dict(rng.choice(schema["fields"]))
+        twin["name"] = rng.choice([twin["name"], twin["name"].swapcase(), twin["name"].upper()])
+        schema["fields"].insert(rng.randrange(len(schema["fields"]) + 1), twin)
         meta["schemaString"] = json.dumps(schema)
     elif variant == "not-struct":
         meta["schemaString"] = rng.choice(['"integer"', "[]", '{"type":"struct","fields":7}'])
