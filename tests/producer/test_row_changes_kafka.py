@@ -24,8 +24,10 @@ from support.spark import spark  # noqa: F401
 from support.spark_scenarios import (
     normalize_cdf_rows,
     scenario_column_mapping_add_column,
+    scenario_delete_dv,
     scenario_merge,
     scenario_merge_dv,
+    scenario_update_dv,
     spark_cdf,
 )
 from support.watching import watch_until
@@ -104,7 +106,8 @@ def test_records_equal_delta_spark_change_feed_keys_and_partitions(
     kit: Any,
     spark: Any,  # noqa: F811
 ) -> None:
-    for make in (scenario_merge, scenario_column_mapping_add_column):
+    # updates and deletes by deletion vectors, MERGE, column mapping with an added column
+    for make in (scenario_update_dv, scenario_delete_dv, scenario_merge, scenario_column_mapping_add_column):
         scenario = make(spark, str(tmp_path / make.__name__))
         end = open_table(scenario.path).latest_version()
         expected = spark_cdf(spark, scenario.path, 0, end)  # from version 0: one timestamp rule
@@ -205,6 +208,39 @@ def _cdf_table(path: Path, rows: int) -> None:
     write_deltalake(str(path), data, configuration={"delta.enableChangeDataFeed": "true"})
 
 
+def kill_9_mid_version(setup: Any, kit: Any, bootstrap: str, changes: str, rows: int, log: Path) -> None:
+    """Start the watcher and SIGKILL it once a progress record says a version's rows are partly out."""
+    proc = setup.start_process(log=log)
+    try:
+        kit.consume(
+            bootstrap,
+            [setup.progress],
+            until=lambda out: any("rowOffset" in (r.json or {}) for r in out),
+            timeout_s=90,
+        )
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    at_kill = len(kit.consume(bootstrap, [changes], idle_s=0.3))
+    assert 0 < at_kill < rows, "the kill did not land in the middle of the version's rows"
+
+
+def run_until_the_version_is_out(setup: Any, kit: Any, bootstrap: str, log: Path) -> None:
+    """Start the watcher again, until the version's commit summary is out; stop it (exit 0)."""
+    proc = setup.start_process(log=log)
+    try:
+        kit.consume(
+            bootstrap,
+            [setup.commits],
+            until=lambda out: any(r.headers.get("kind") == b"commit" for r in out),
+            timeout_s=120,
+        )
+    finally:
+        assert kit.stop_process(proc) == 0
+
+
 @pytest.mark.timeout(240)
 def test_kill_9_in_the_middle_of_a_versions_rows_leaves_each_row_once(
     kafka_bootstrap: str, tmp_path: Path, kit: Any, watch_setup: Any
@@ -225,32 +261,8 @@ def test_kill_9_in_the_middle_of_a_versions_rows_leaves_each_row_once(
         },
         txn_max_records=25,
     )
-    proc = setup.start_process(log=tmp_path / "watch.log")
-    try:
-        # killed once a progress record says the version's rows are partly published
-        kit.consume(
-            kafka_bootstrap,
-            [setup.progress],
-            until=lambda out: any("rowOffset" in (r.json or {}) for r in out),
-            timeout_s=90,
-        )
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    at_kill = len(kit.consume(kafka_bootstrap, [changes], idle_s=0.3))
-    assert 0 < at_kill < rows, "the kill did not land in the middle of the version's rows"
-    proc = setup.start_process(log=tmp_path / "watch.log")
-    try:
-        kit.consume(
-            kafka_bootstrap,
-            [setup.commits],
-            until=lambda out: any(r.headers.get("kind") == b"commit" for r in out),
-            timeout_s=120,
-        )
-    finally:
-        assert kit.stop_process(proc) == 0
+    kill_9_mid_version(setup, kit, kafka_bootstrap, changes, rows, tmp_path / "watch.log")
+    run_until_the_version_is_out(setup, kit, kafka_bootstrap, tmp_path / "watch.log")
     records = kit.consume(kafka_bootstrap, [changes], idle_s=0.5)
     ids = [json.loads(r.value)["after"]["id"] for r in records]
     assert sorted(ids) == list(range(rows))  # each row once
@@ -286,33 +298,10 @@ def test_kill_9_while_updates_are_paired_through_spill_buckets_leaves_each_row_o
         },
         txn_max_records=25,
     )
-    proc = setup.start_process(log=tmp_path / "watch.log")
-    try:
-        kit.consume(
-            kafka_bootstrap,
-            [setup.progress],
-            until=lambda out: any("rowOffset" in (r.json or {}) for r in out),
-            timeout_s=90,
-        )
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    at_kill = len(kit.consume(kafka_bootstrap, [changes], idle_s=0.3))
-    assert 0 < at_kill < rows, "the kill did not land in the middle of the version's rows"
+    kill_9_mid_version(setup, kit, kafka_bootstrap, changes, rows, tmp_path / "watch.log")
     left_by_the_kill = sorted(os.listdir(spill))
     assert left_by_the_kill, "the killed watcher was not pairing through spill files"
-    proc = setup.start_process(log=tmp_path / "watch.log")
-    try:
-        kit.consume(
-            kafka_bootstrap,
-            [setup.commits],
-            until=lambda out: any(r.headers.get("kind") == b"commit" for r in out),
-            timeout_s=120,
-        )
-    finally:
-        assert kit.stop_process(proc) == 0
+    run_until_the_version_is_out(setup, kit, kafka_bootstrap, tmp_path / "watch.log")
     assert sorted(os.listdir(spill)) == left_by_the_kill  # the restart's own spill files are gone
     events = [json.loads(r.value) for r in kit.consume(kafka_bootstrap, [changes], idle_s=0.5)]
     assert [e["source"]["index"] for e in events] == list(range(rows))
