@@ -314,7 +314,6 @@ def _run_demo(bootstrap: str, path: Path, orders: Callable[[list[Any]], Any]) ->
     from deltalake import DeltaTable, write_deltalake
 
     from deltamirror.mirror.kafka_consumer import MirrorConsumer
-    from deltamirror.producer.pipeline import table_topics
     from deltamirror.producer.service import WatchService
     from deltamirror.producer.settings import WatchConfig
 
@@ -334,7 +333,7 @@ def _run_demo(bootstrap: str, path: Path, orders: Callable[[list[Any]], Any]) ->
             "tables": [{"uri": str(path), "snapshot_mode": "initial", "poll_interval_s": 0.2}],
         }
     )
-    topics = table_topics(cfg.tables[0])
+    topics = cfg.tables[0].topics()
     service = WatchService(cfg)
     _say(f"mirroring it into {topics.actions} and {topics.commits} (snapshot first, then every commit)")
     service.start()

@@ -42,10 +42,10 @@ from deltamirror.core.errors import ConfigError, DeltaMirrorError, StorageError
 from deltamirror.core.log import CLASSIC_CP_RE, COMMIT_RE, MULTIPART_CP_RE, UUID_CP_RE
 from deltamirror.core.storage import TableStorage, normalize_table_uri
 from deltamirror.mirror.errors import KafkaError, StopRequested, TopicNotFoundError
-from deltamirror.mirror.topics import default_topics
 
 from .metrics import DiscoveryMetrics
 from .settings import DiscoverConfig, TableConfig, WatchConfig
+from .topic_claims import TopicClaims
 
 log = logging.getLogger("deltamirror.discovery")
 
@@ -314,11 +314,9 @@ class DiscoveryLoop:
         explicit = {t.normalized_uri for t in cfg.tables}
         #: configured tables: never discovered again, and their topics are taken
         self._explicit = explicit
-        self._taken_topics: dict[str, str] = {}
+        self._taken_topics = TopicClaims()
         for t in cfg.tables:
-            topics = default_topics(t.normalized_uri, name=t.topic_name)
-            for topic in (t.actions_topic or topics.actions, t.commits_topic or topics.commits):
-                self._taken_topics[topic] = t.normalized_uri
+            self._taken_topics.claim(t)
         #: tables discovered and handed to the service, by normalized uri -> (prefix index, table)
         self.tables: dict[str, tuple[int, DiscoveredTable]] = {}
         self._next_scan = [0.0] * len(cfg.discover)
@@ -380,17 +378,12 @@ class DiscoveryLoop:
 
     def _admit(self, index: int, source: DiscoverConfig, uri: str, table: DiscoveredTable) -> bool:
         """Hand the table to the service, unless its topics are another's (said once)."""
-        topics = default_topics(uri, name=table.topic_name)
-        clash = next(
-            (self._taken_topics[t] for t in (topics.actions, topics.commits) if t in self._taken_topics), None
-        )
         try:
-            if clash is not None:
-                raise ConfigError(
-                    f"its topics {topics.actions} would be those of {clash}; give the discover prefixes "
-                    "a name, or configure the table with its own topics"
-                )
-            self.service.add_table(discovered_config(table, source))
+            config = discovered_config(table, source)
+            self._taken_topics.check(
+                config, hint="give the discover prefixes a name, or configure the table with its own topics"
+            )
+            self.service.add_table(config)
         except ConfigError as exc:  # ours, or the service's own refusal (a topic taken meanwhile)
             if uri not in self._refused:
                 log.error("discovery: not mirroring %s: %s", uri, exc.message, extra={"table": uri})
@@ -398,8 +391,7 @@ class DiscoveryLoop:
             return False
         self._refused.discard(uri)
         self.tables[uri] = (index, table)
-        self._taken_topics[topics.actions] = uri
-        self._taken_topics[topics.commits] = uri
+        self._taken_topics.claim(config)
         return True
 
     def _adopt_unannounced(self) -> None:
@@ -446,13 +438,11 @@ class DiscoveryLoop:
             if uri in running:
                 continue
             self.service.remove_table(uri, reason="table dropped")
-            index, table = self.tables.pop(uri)
+            index, _ = self.tables.pop(uri)
             if self.metrics is not None:
                 self.metrics.discovery_table_dropped(self.cfg.discover[index].uri)
             self.gone.forget(uri)
-            topics = default_topics(uri, name=table.topic_name)
-            self._taken_topics.pop(topics.actions, None)
-            self._taken_topics.pop(topics.commits, None)
+            self._taken_topics.release(uri)
             log.info("discovery: table dropped and forgotten", extra={"table": uri})
 
 

@@ -22,8 +22,6 @@ position).
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import logging
 import threading
 import time
@@ -41,11 +39,12 @@ from deltamirror.mirror.errors import (
     TransactionAbortableError,
 )
 from deltamirror.mirror.kafka_producer import TransactionalPublisher
-from deltamirror.mirror.topics import TableTopics, TopicManager, default_topics
+from deltamirror.mirror.topics import TableTopics, TopicManager
 
 from .discovery import GONE_TABLES
 from .progress import read_progress
 from .row_events import RowChangesSource
+from .session import close_publisher, transactional_id, wait_for_brokers
 from .settings import TableConfig, WatchConfig
 from .shard_producers import ProducerLease
 from .shared_clients import SharedClients, check_topics
@@ -66,32 +65,15 @@ BACKOFF_MAX_S = 30.0
 LARGE_COMMIT_BYTES = 8 * 1024 * 1024
 #: how long a stop may take: tables still waiting on the broker after it are abandoned (said so)
 STOP_BUDGET_S = 7.0
-#: how long one metadata request waits while connecting (a stop is noticed within it)
-CONNECT_SLICE_S = 1.0
 #: units of work (and bytes of commits) read while a committing transaction's records are still on
 #: their way to the broker (see :meth:`TablePipeline._read_while_draining`)
 DRAIN_AHEAD_UNITS = 32
 DRAIN_AHEAD_BYTES = 64 * 1024 * 1024
 
 
-def transactional_id(prefix: str, table_uri: str) -> str:
-    """``<prefix>-<sha1(table_uri)[:16]>``: the one producer identity of a table.
-
-    ``table_uri`` is the normalized location (:attr:`TableConfig.normalized_uri`).
-    """
-    digest = hashlib.sha1(table_uri.encode(), usedforsecurity=False).hexdigest()
-    return f"{prefix}-{digest[:16]}"
-
-
 def table_topics(table: TableConfig) -> TableTopics:
-    """The table's actions and commits topics: the configured names, else the defaults of its URI."""
-    default = default_topics(table.normalized_uri, name=table.topic_name)
-    return TableTopics(
-        table.actions_topic or default.actions,
-        table.commits_topic or default.commits,
-        table.changes_topic or default.changes,
-        table.transaction_topic or default.transaction,
-    )
+    """The table's topics (:meth:`TableConfig.topics`, the one source of its topic names)."""
+    return table.topics()
 
 
 class _Backoff:
@@ -146,7 +128,7 @@ class TablePipeline:
         self.release_reason: str | None = None
         #: what the table is doing, for the report of a stop that could not wait for it
         self.phase = "connecting to Kafka"
-        self.topics = table_topics(table)
+        self.topics = table.topics()
         self.reporter = reporter or KafkaConnectionReporter(cfg.kafka.bootstrap_servers)
         # every client of this table routes librdkafka's logs and errors to the reporter
         self.kafka: dict[str, Any] = {**cfg.kafka.librdkafka_config(), **self.reporter.client_config()}
@@ -274,7 +256,7 @@ class TablePipeline:
                 self.kafka, self.txn_id, max_message_bytes=self.cfg.max_record_bytes, stop=self.stop
             )
         self.txns.pub = pub
-        self._wait_for_brokers(pub)
+        wait_for_brokers(pub, self.reporter, self.stop)
         self.phase = "resuming"
         fresh, self._opened_before = self._opened_before, True  # checked again on a reconnect
         manager = (
@@ -309,36 +291,8 @@ class TablePipeline:
         )
         self.ready.set()
 
-    def _wait_for_brokers(self, pub: TransactionalPublisher | ProducerLease) -> None:
-        """Until a broker answers: the reporter says why not (now and then), a stop ends the wait.
-
-        The admin calls that follow wait up to 30 s each on a broker that does not answer, and
-        librdkafka would print each failed attempt; asking for metadata in short slices first
-        keeps both the stop and the log under control.
-        """
-        while not pub.reachable(CONNECT_SLICE_S):
-            self.reporter.check()  # wrong credentials: no retry
-            if self.reporter.last_reason is None:  # no transport error: the broker is silent
-                self.reporter.unreachable(f"no answer within {CONNECT_SLICE_S:.0f} s")
-            if self.stop.is_set():
-                raise StopRequested("stop requested")
-        self.reporter.check()
-        self.reporter.reachable()
-
     def _close_publisher(self) -> None:
-        pub = self.txns.pub
-        if pub is None:
-            return
-        self.txns.pub = None
-        left = self.time_left()
-        if pub.in_transaction and left > 0:
-            with contextlib.suppress(KafkaError):
-                pub.abort(min(5.0, left))
-        if pub.in_transaction and self.stop.is_set():
-            self.txns.pub = pub  # for the report
-            self.say_abandoned()
-            self.txns.pub = None
-        pub.close(max(0.0, min(5.0, self.time_left())))
+        close_publisher(self.txns, time_left=self.time_left, stop=self.stop, say_abandoned=self.say_abandoned)
 
     # --- the inner loop: one unit of work at a time --------------------------------------------
 

@@ -50,11 +50,12 @@ from .config_file import redacted
 from .discovery import DiscoveryLoop
 from .log_format import configure_logging
 from .metrics import GroupMetrics, Metrics, ServedMetrics, ServerHandle, WatcherMetrics, serve
-from .pipeline import STOP_BUDGET_S, TablePipeline, table_topics
+from .pipeline import STOP_BUDGET_S, TablePipeline
 from .settings import TableConfig, WatchConfig
 from .shared_clients import SharedClients
 from .sharing import TableSharing
 from .signals import Signal, SignalListener
+from .topic_claims import TopicClaims
 
 log = logging.getLogger("deltamirror.watch")
 
@@ -106,8 +107,8 @@ class WatchService:
         self._lock = threading.RLock()
         #: every table this service was given, by normalized uri (it runs here, or in a group maybe not)
         self._tables: dict[str, TableConfig] = {}
-        #: topic name -> the table using it (collisions are refused)
-        self._topics: dict[str, str] = {}
+        #: the topics of every table given (a collision is refused)
+        self._topics = TopicClaims()
         for table in cfg.tables:
             self._admit(table)
         self._running: dict[str, _Running] = {}
@@ -164,8 +165,7 @@ class WatchService:
         with self._lock:
             table = self._tables.pop(normalized_uri, None)
             if table is not None:
-                for name in self._table_topic_names(table):
-                    self._topics.pop(name, None)
+                self._topics.release(normalized_uri)
         self.release_tables([normalized_uri], reason, wait_s=0.0)
 
     def _on_signal(self, signal: Signal) -> bool:
@@ -177,24 +177,9 @@ class WatchService:
         entry.pipeline.request_snapshot()
         return True
 
-    def _table_topic_names(self, table: TableConfig) -> tuple[str, str]:
-        topics = table_topics(table)
-        return topics.actions, topics.commits
-
     def _admit(self, table: TableConfig) -> None:
-        """Remember the table; refuse it when it would share a default topic with another."""
-        names = self._table_topic_names(table)
-        explicit = {table.actions_topic, table.commits_topic}
-        for name in names:
-            other = self._topics.get(name)
-            if other is not None and other != table.uri and name not in explicit:
-                raise ConfigError(
-                    f"tables {other} and {table.uri} would share the default topic {name}: "
-                    "set actions_topic and commits_topic for one of them",
-                    table=table.uri,
-                )
-        for name in names:
-            self._topics[name] = table.uri
+        """Remember the table; refuse it when it would publish to another's topic (:class:`TopicClaims`)."""
+        self._topics.admit(table)
         self._tables[table.normalized_uri] = table
 
     def _new_pipeline(self, table: TableConfig) -> TablePipeline:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from datetime import date, datetime, time
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator, model_validator
 
@@ -34,6 +34,9 @@ from deltamirror.mirror.settings import (
     settings_error,
     wrap_secrets,
 )
+
+if TYPE_CHECKING:  # it loads confluent_kafka: imported by TableConfig.topics, when names are made
+    from deltamirror.mirror.topics import TableTopics
 
 #: where a table without published progress starts: named once here (the watcher takes it; the
 #: CLI spells it out so that --help imports no pydantic, and a test holds the two equal)
@@ -177,6 +180,18 @@ class TableConfig(SettingsModel):
         spelling of a location); everything downstream takes this form as it is.
         """
         return self._normalized_uri
+
+    def topics(self) -> TableTopics:
+        """The one source of the table's topic names: each configured one, else its default."""
+        from deltamirror.mirror.topics import TableTopics, default_topics
+
+        default = default_topics(self.normalized_uri, name=self.topic_name)
+        return TableTopics(
+            self.actions_topic or default.actions,
+            self.commits_topic or default.commits,
+            self.changes_topic or default.changes,
+            self.transaction_topic or default.transaction,
+        )
 
     @property
     def from_timestamp_ms(self) -> int | None:

@@ -127,6 +127,8 @@ class _Terminal(io.StringIO):
 
 
 def test_the_watchers_snapshot_bar(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the default; a `watch --no-progress` run in this process (another test) turns it off
+    monkeypatch.setattr(ProgressBar, "shown", True)
     stream = _Terminal()
     bar = ProgressBar("snapshot v3 of file:///t", 10, stream)
     bar.advance(4)

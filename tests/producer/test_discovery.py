@@ -267,7 +267,7 @@ def test_colliding_topic_names_are_refused(tmp_path: Path, caplog: pytest.LogCap
     loop.scan_now()
     assert [t.uri for t in service.added] == [f"{tmp_path}/p1/orders"]
     refusals = [r for r in caplog.records if "not mirroring" in r.getMessage()]
-    assert len(refusals) == 1 and "would be those of" in refusals[0].getMessage()
+    assert len(refusals) == 1 and "would share the default actions topic" in refusals[0].getMessage()
 
     named = _watch_cfg(
         discover=[{"uri": str(tmp_path / "p1"), "name": "a"}, {"uri": str(tmp_path / "p2"), "name": "b"}]
