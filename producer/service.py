@@ -335,6 +335,8 @@ class WatchService:
             table = self._tables.get(uri)
         if table is not None:
             log.warning("table fenced while its shard is here: starting it again", extra={"table": uri})
+            if self.clients.shards is not None:  # the assignment says the shard is ours: fence back
+                self.clients.shards.renew([self.sharing.shard(uri)], only_fenced=True)
             self.start_table(table)
 
     def _fail(self, exc: BaseException, pipeline: TablePipeline | None = None) -> None:

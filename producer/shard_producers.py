@@ -89,11 +89,22 @@ class ShardProducer:
         self.last_commit = 0.0
 
     def generation(self) -> _Generation:
-        """The usable generation, created (not yet initialised) when there is none."""
+        """The usable generation, created (not yet initialised) when there is none or it broke.
+
+        A generation fenced by another owner is not replaced here: a new ``init_transactions``
+        would fence that owner back, for every table of the shard, whenever any table of this
+        member reconnected. Only the assignment may decide that the shard is this member's again
+        (:meth:`renew`); until then every open is refused as fenced.
+        """
         stale: _Generation | None = None
         with self.open_lock:
             gen = self.current
-            if gen is None or gen.fenced or gen.broken:
+            if gen is not None and gen.fenced and not gen.broken:
+                raise ProducerFencedError(
+                    "fenced: another watcher now publishes this table's shard",
+                    transactional_id=self.transactional_id,
+                )
+            if gen is None or gen.broken:
                 stale = gen
                 gen = self.current = _Generation(self._make())
                 self.generations += 1
@@ -101,12 +112,30 @@ class ShardProducer:
             self._close_generation(stale, 0.0)
         return gen
 
+    def renew(self, *, only_fenced: bool = False) -> None:
+        """The shard is (again) assigned to this member: the next open makes a new generation and
+        initialises it, fencing whoever held the shard meanwhile, even when this member's
+        current producer was fenced or is still alive from before the shard went away.
+
+        ``only_fenced``: only if the current generation was fenced (a fenced table restarting
+        while its shard is here); a generation a sibling table already renewed is kept, or the
+        tables of the shard would keep replacing each other's producer.
+        """
+        with self.open_lock:
+            if self.current is not None and (self.current.fenced or not only_fenced):
+                self.current.broken = True
+
     def init(self, gen: _Generation, stop: threading.Event) -> None:
         """``init_transactions`` once per generation: it fences every older producer of the shard."""
         with self.init_lock:
             if gen.initialized:
                 return
-            if gen is not self.current or gen.broken or gen.fenced:
+            if gen.fenced and not gen.broken:
+                raise ProducerFencedError(
+                    "fenced: another watcher now publishes this table's shard",
+                    transactional_id=self.transactional_id,
+                )
+            if gen is not self.current or gen.broken:
                 raise KafkaError("the shard's producer was replaced while opening; reconnecting")
             gen.pub.stop = stop
             try:
@@ -338,6 +367,14 @@ class ShardProducers:
         except BaseException:
             producer.release_user(0.0)
             raise
+
+    def renew(self, shards: Iterable[int], *, only_fenced: bool = False) -> None:
+        """These shards are assigned to this member: their next open initialises a new producer
+        (:meth:`ShardProducer.renew`)."""
+        with self._lock:
+            producers = [self._shards[s] for s in shards if s in self._shards]
+        for producer in producers:
+            producer.renew(only_fenced=only_fenced)
 
     def _new(self, txn_id: str) -> TransactionalPublisher:
         pub = self._make(txn_id)

@@ -119,6 +119,9 @@ class TableSharing:
 
     def _assigned(self, shards: set[int]) -> None:
         started = time.monotonic()
+        registry = self.service.clients.shards
+        if registry is not None:  # a producer left from before the shard went away is not reused
+            registry.renew(shards)
         tables = [t for t in self.service.tables() if self.shard(t.normalized_uri) in shards]
         pipelines = [p for p in (self.service.start_table(t) for t in tables) if p is not None]
         log.info(

@@ -218,3 +218,57 @@ def test_a_replaced_producer_is_a_reconnect_for_the_other_tables_of_the_shard_no
         a.close(1.0)
         b.close(1.0)
     assert registry.live() == 0
+
+
+def test_a_fenced_producer_is_renewed_only_by_the_assignment_never_by_a_reconnect(
+    kafka_bootstrap: str,
+) -> None:
+    """Two members' registries for one shard. Once the other owner fenced this member, a table of
+    the shard reconnecting must be refused as fenced, not make a new producer whose init would fence
+    the owner back (the members would trade the shard); only ``renew`` (the shard assigned here
+    again) makes one."""
+    import threading
+
+    from deltamirror.mirror.errors import ProducerFencedError
+    from deltamirror.mirror.kafka_producer import TransactionalPublisher
+    from deltamirror.mirror.topics import TopicManager
+    from deltamirror.producer.shard_producers import ShardProducers
+
+    run = f"sf{uuid.uuid4().hex[:6]}"
+    topic = f"deltamirror.{run}.actions"
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    TopicManager(kafka, max_record_bytes=1_000_000).ensure_event_topic(topic)
+    here = ShardProducers(lambda txn_id: TransactionalPublisher(kafka, txn_id), prefix=run, group=run)
+    owner = ShardProducers(lambda txn_id: TransactionalPublisher(kafka, txn_id), prefix=run, group=run)
+    stop = threading.Event()
+    forever = lambda: float("inf")  # noqa: E731
+    mine = here.lease(5, stop=stop, time_left=forever)
+    other = here.lease(5, stop=stop, time_left=forever)
+    theirs = owner.lease(5, stop=stop, time_left=forever)
+    try:
+        mine.init()
+        other.init()
+        theirs.init()  # the shard moved: the owner's init fences this member's producer
+        mine.begin()
+        mine.produce(topic, b"zombie", b"k")
+        with pytest.raises(ProducerFencedError):
+            mine.commit(30)
+        other.close()
+        with pytest.raises(ProducerFencedError):  # a reconnect of another table: still fenced
+            here.lease(5, stop=stop, time_left=forever)
+        assert here.created == 1
+        theirs.begin()  # the owner was not fenced back
+        theirs.produce(topic, b"owner", b"k")
+        theirs.commit(30)
+        here.renew([5])  # the assignment gives the shard back to this member
+        again = here.lease(5, stop=stop, time_left=forever)
+        again.init()
+        assert here.created == 2
+        with pytest.raises(ProducerFencedError):  # now the other member is the zombie
+            theirs.begin()
+            theirs.produce(topic, b"late", b"k")
+            theirs.commit(30)
+        again.close(1.0)
+    finally:
+        mine.close(1.0)
+        theirs.close(1.0)
