@@ -207,10 +207,10 @@ class ProgressBoard:
     Without it each resuming table (the service starting, a group assigning shards) creates a
     consumer and reads the whole topic: n tables, n clients and n reads, and past about 1,000
     clients librdkafka refuses more. A table asks :meth:`committed` once its producer's
-    ``init_transactions()`` has returned. The first to ask leads a round: it waits while the
-    previous round still reads and while tables keep asking (``gather_s`` after the last one,
-    ``gather_max_s`` in all), then reads once for every table of the round. At most one progress
-    consumer exists at a time.
+    ``init_transactions()`` has returned. The first to ask opens a round, whose thread waits while
+    the previous round still reads and while tables keep asking (``gather_s`` after the last one,
+    ``gather_max_s`` in all), then reads once for every table of the round; each table waits for
+    it with its own stop. At most one progress consumer exists at a time.
 
     Why this keeps exactly once: a table's position must be read after its producer's init,
     which completes or aborts what a previous owner left open. Every table of a round asked after
@@ -255,19 +255,19 @@ class ProgressBoard:
             round_.uris.add(uri)
             round_.last_arrival = time.monotonic()
             self._cond.notify_all()
-        if leader:
-            self._lead(round_)
-        else:
-            while not round_.done.wait(0.2):
-                if stop is not None and stop.is_set():
-                    raise StopRequested("stop requested")
+        if leader:  # read on a thread of its own: the leader's stop must not wait for the read
+            threading.Thread(target=self._lead, args=(round_,), name="progress-read", daemon=True).start()
+        while not round_.done.wait(0.2):
+            if stop is not None and stop.is_set():
+                raise StopRequested("stop requested")
         if round_.error is not None:
             raise KafkaError(f"cannot read the progress topic: {round_.error}", topic=self.topic)
         return decode_position(round_.values.get(uri), self.topic)
 
     def _lead(self, round_: _Round) -> None:
-        """Gather, then read for the round. The leader's own stop does not cut it short: the
-        other tables of the round wait for this read (it is bounded by ``timeout_s``)."""
+        """Gather, then read for the round, on a thread of its own: any table of the round, the
+        one that opened it included, stops waiting when its stop is set, while the others still
+        get the read (bounded by the settle wait and ``timeout_s``)."""
         started = time.monotonic()
         with self._cond:
             while True:

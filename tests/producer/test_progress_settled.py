@@ -139,3 +139,41 @@ def test_a_transaction_opened_after_the_read_began_does_not_hold_it(
     assert calls[0] is False and calls[1] is True
     assert settled[0] >= 2  # record 1 and its commit marker; the open record lies past them
     a.abort_transaction(30)
+
+
+def test_the_table_that_opened_a_round_stops_at_once_while_the_others_get_the_read(
+    kafka_bootstrap: str, progress_topic: str
+) -> None:
+    """The read runs on the board's thread: a table whose stop is set stops waiting (a released table
+    must not outlive its stop budget behind a slow read), and the other tables of its round still get
+    their positions."""
+    from deltamirror.mirror.errors import StopRequested
+    from deltamirror.mirror.topics import TopicManager
+    from deltamirror.producer.progress import ProgressBoard
+
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    run = f"settle-{uuid.uuid4().hex[:8]}"
+    a = transactional(kafka_bootstrap, f"{run}-a")
+    a.begin_transaction()
+    a.produce(progress_topic, progress_value("file:///t/b", 4), b"file:///t/b")
+    a.commit_transaction(30)
+    manager = TopicManager(kafka, max_record_bytes=1_000_000)
+    slow = threading.Event()
+
+    def ends(topic: str, committed: bool) -> dict[int, int]:
+        slow.wait(60)  # the read is held here until the test lets it go
+        return manager.end_offsets(topic, committed=committed)
+
+    board = ProgressBoard(kafka, progress_topic, end_offsets=ends, gather_s=0.5)
+    stop_leader = threading.Event()
+    leader, led = read_in_thread(lambda: board.committed("file:///t/a", stop=stop_leader))
+    follower, followed = read_in_thread(lambda: board.committed("file:///t/b"))
+    stop_leader.set()
+    leader.join(5.0)
+    assert not leader.is_alive() and isinstance(led.get("error"), StopRequested), led
+    assert follower.is_alive()  # still waiting for the read
+    slow.set()
+    follower.join(30.0)
+    assert not follower.is_alive() and "error" not in followed, followed
+    assert followed["position"].version == 4
+    assert board.reads == 1
