@@ -376,18 +376,9 @@ def _delete_topics(bootstrap: str, topics: list[str]) -> None:
 
 def _consume_all(bootstrap: str, topic: str, expected: int, timeout_s: float = 120.0) -> list[bytes]:
     """Every value of a single-partition topic, read_committed, until ``expected`` arrived or 5 s of silence."""
-    from confluent_kafka import Consumer, TopicPartition
+    import harness  # bench/ is on the path
 
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"dmbench-{uuid.uuid4().hex}",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    consumer.assign([TopicPartition(topic, 0, -2)])
+    consumer = harness.committed_reader(bootstrap, topic)
     out: list[bytes] = []
     deadline = time.monotonic() + timeout_s
     last_new = time.monotonic()
@@ -486,18 +477,10 @@ def run_deltamirror(
     service = WatchService(cfg, metrics=metrics)
     ready = _TimedEvent(broker_pid)
     service.pipelines[0].ready = ready
-    t0 = time.perf_counter()
-    service.start()
-    try:
-        while not metrics.done.wait(0.2):
-            if service._failure is not None:
-                raise SystemExit(f"the watcher failed: {service._failure}")
-            if time.perf_counter() - t0 > 600:
-                raise SystemExit("the watcher did not publish the table within 600 s")
-    finally:
-        service.request_stop()
-        stopped = service.wait(60)
-        service.close()
+    import harness  # bench/ is on the path: this script's folder, or bench/run.py's child
+
+    t0 = time.perf_counter()  # the watcher starts in the call below
+    stopped = harness.run_watch_until(service, metrics.done, timeout_s=600)
     assert ready.at is not None and ready.cpu is not None
     assert metrics.done_at is not None and metrics.done_cpu is not None
     publish_s = metrics.done_at - ready.at
@@ -767,18 +750,9 @@ def produce_raw_idempotent(clock: Any, params: dict[str, Any]) -> dict[str, Any]
 
 def _consumer_child(bootstrap: str, topic: str) -> int:
     """Latency probe (child process): one line per version, when its last record arrives."""
-    from confluent_kafka import Consumer, TopicPartition
+    import harness  # bench/ is on the path
 
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"dmbench-{uuid.uuid4().hex}",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    consumer.assign([TopicPartition(topic, 0, -2)])
+    consumer = harness.committed_reader(bootstrap, topic)
     print("ready", flush=True)  # the parent waits for version 0's line before committing anything
     try:
         while True:

@@ -138,18 +138,8 @@ def _delete_topics(bootstrap: str, topics: list[str]) -> None:
 
 def _read_back(bootstrap: str, topic: str, sink: Any = None, idle_s: float = 5.0) -> int:
     """Records of a single-partition topic, read_committed, until 5 s of silence; each to ``sink``."""
-    from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"dmbench-{uuid.uuid4().hex}",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    consumer.assign([TopicPartition(topic, 0, -2)])
+    consumer = harness.committed_reader(bootstrap, topic)
     n = 0
     last_new = time.monotonic()
     try:
@@ -202,18 +192,7 @@ def _watch(
     service = WatchService(cfg, metrics=metrics)
     ready = _TimedEvent(None)
     service.pipelines[0].ready = ready
-    t0 = time.perf_counter()
-    service.start()
-    try:
-        while not metrics.done.wait(0.2):
-            if service._failure is not None:
-                raise SystemExit(f"the watcher failed: {service._failure}")
-            if time.perf_counter() - t0 > 1800:
-                raise SystemExit("the watcher did not publish the table within 1800 s")
-    finally:
-        service.request_stop()
-        service.wait(60)
-        service.close()
+    harness.run_watch_until(service, metrics.done, timeout_s=1800)
     assert ready.at is not None and metrics.done_at is not None
     clock.mark("start", perf=ready.at, cpu=ready.cpu)
     clock.mark("stop", perf=metrics.done_at, cpu=metrics.done_cpu)

@@ -49,6 +49,7 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(BENCH.parent / "tests"))  # support.commits_reader, shared with the group tests
 
 from bench_idle import (  # noqa: E402  (a sibling script, not a package)
     _rss_mb,
@@ -59,6 +60,8 @@ from bench_idle import (  # noqa: E402  (a sibling script, not a package)
     thread_names,
     write_commit,
 )
+
+from support.commits_reader import CommitsReader  # noqa: E402
 
 RESULTS = BENCH / "results" / "scale.json"
 PLOT = BENCH / "results" / "scale.png"
@@ -249,61 +252,6 @@ def measure_idle(args: argparse.Namespace, bootstrap: str, n: int, rnd: int) -> 
     return out
 
 
-class CommitsReader:
-    """The highest version summarized on each commits topic, read_committed, read incrementally."""
-
-    def __init__(self, bootstrap: str, topics: list[str]) -> None:
-        from confluent_kafka import Consumer
-
-        self.consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"dmscale-{uuid.uuid4().hex[:8]}",
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-            }
-        )
-        self.topics = topics
-        self.assigned: set[str] = set()
-        self.latest: dict[str, int] = dict.fromkeys(topics, -1)
-
-    def _assign_new(self) -> None:
-        from confluent_kafka import TopicPartition
-
-        missing = [t for t in self.topics if t not in self.assigned]
-        if not missing:
-            return
-        md = self.consumer.list_topics(timeout=10).topics
-        ready = [t for t in missing if t in md and md[t].partitions]
-        if ready:
-            self.assigned.update(ready)
-            self.consumer.assign([TopicPartition(t, 0, -2) for t in sorted(self.assigned)])
-
-    def wait_all(self, version: int, timeout_s: float) -> float | None:
-        """Seconds until every commits topic summarized ``version``; None after ``timeout_s``."""
-        started = time.monotonic()
-        last_assign = 0.0
-        while time.monotonic() - started < timeout_s:
-            if time.monotonic() - last_assign > 1.0:
-                self._assign_new()
-                last_assign = time.monotonic()
-            for msg in self.consumer.consume(10_000, timeout=0.1):
-                value = msg.value() or b""
-                if msg.error() is None and value.startswith(b'{"kind":"commit"'):
-                    topic = msg.topic() or ""
-                    self.latest[topic] = max(self.latest[topic], json.loads(value)["version"])
-            if all(v >= version for v in self.latest.values()):
-                return time.monotonic() - started
-        return None
-
-    def behind(self, version: int) -> int:
-        return sum(1 for v in self.latest.values() if v < version)
-
-    def close(self) -> None:
-        self.consumer.close()
-
-
 def measure_move(args: argparse.Namespace, bootstrap: str, rnd: int) -> list[dict[str, Any]]:
     """SIGKILL then SIGTERM one of two members; a new member is started in between."""
     n = args.move_tables
@@ -346,7 +294,7 @@ def measure_move(args: argparse.Namespace, bootstrap: str, rnd: int) -> list[dic
             for t in tables:
                 write_commit(t, version)
             if reader.wait_all(version, args.start_timeout_s) is None:
-                row["failed"] = f"{reader.behind(version)} tables never published version {version}"
+                row["failed"] = f"{len(reader.behind(version))} tables never published version {version}"
                 return rows
             time.sleep(2)  # the group settled: no rebalance in flight
             seen = len(log_lines(logs[survivor]))
@@ -358,7 +306,9 @@ def measure_move(args: argparse.Namespace, bootstrap: str, rnd: int) -> list[dic
             took = reader.wait_all(version, limit)
             row["load_after"] = load()
             if took is None:
-                row["failed"] = f"{reader.behind(version)} of {n} tables not published after {limit:.0f} s"
+                row["failed"] = (
+                    f"{len(reader.behind(version))} of {n} tables not published after {limit:.0f} s"
+                )
                 return rows
             row["all_published_s"] = round(took, 2)
             row["moved_tables"] = assigned_tables(logs[survivor], seen)

@@ -69,6 +69,7 @@ RESULTS = BENCH / "results" / "snapshot-consumer.json"
 TOPIC = "bench.actions"
 sys.path.insert(0, str(BENCH))
 
+import harness  # noqa: E402
 from bench_snapshot import _cpu_s, _rss_mb  # noqa: E402
 from make_checkpoint_table import DATA, ensure_table  # noqa: E402
 
@@ -422,23 +423,19 @@ def publish_table(bootstrap: str, manifest: dict[str, Any], data_dir: Path = DAT
                 done.set()
 
     service = WatchService(cfg, metrics=Done())  # type: ignore[arg-type]
-    t0 = time.perf_counter()
-    service.start()
     linked = False
+
+    def link_later_commits() -> None:
+        nonlocal linked
+        if not linked and start in published:
+            for commit in later:  # one by one, in order, as a writer commits them
+                os.link(commit, log / commit.name)
+            linked = True
+
     try:
-        while not done.wait(0.2):
-            if service._failure is not None:
-                raise SystemExit(f"the watcher failed: {service._failure}")
-            if time.perf_counter() - t0 > 1800:
-                raise SystemExit("the watcher did not publish the table within 30 min")
-            if not linked and start in published:
-                for commit in later:  # one by one, in order, as a writer commits them
-                    os.link(commit, log / commit.name)
-                linked = True
+        t0 = time.perf_counter()  # the watcher starts in the call below
+        harness.run_watch_until(service, done, timeout_s=1800, each=link_later_commits)
     finally:
-        service.request_stop()
-        service.wait(60)
-        service.close()
         shutil.rmtree(root, ignore_errors=True)
     records = sum(s.action_count for s in _commits_summaries(bootstrap, commits))
     return {

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,50 @@ REPO = BENCH.parent
 DATA = BENCH / ".data"
 RESULTS = BENCH / "results"
 SPAWNED_AT = "DMBENCH_SPAWNED_AT"
+
+
+# --- a watcher in this process ----------------------------------------------------------------------
+
+
+def committed_reader(bootstrap: str, topic: str, partition: int = 0) -> Any:
+    """A read_committed confluent-kafka consumer of one partition from its beginning (its group
+    keeps no offsets): how the benches see what a downstream reader would."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"dmbench-{uuid.uuid4().hex}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.assign([TopicPartition(topic, partition, -2)])
+    return consumer
+
+
+def run_watch_until(service: Any, done: Any, *, timeout_s: float, each: Any = None) -> bool:
+    """Start ``service`` (a WatchService), wait until ``done`` (an Event) is set, then stop it.
+
+    A watcher failure or ``timeout_s`` ends the bench in one line; ``each`` is called every 0.2 s
+    meanwhile. Returns whether the watcher stopped within 60 s.
+    """
+    t0 = time.perf_counter()
+    service.start()
+    try:
+        while not done.wait(0.2):
+            if service._failure is not None:
+                raise SystemExit(f"the watcher failed: {service._failure}")
+            if time.perf_counter() - t0 > timeout_s:
+                raise SystemExit(f"the watcher did not publish the table within {timeout_s:.0f} s")
+            if each is not None:
+                each()
+    finally:
+        service.request_stop()
+        stopped = bool(service.wait(60))
+        service.close()
+    return stopped
 
 
 # --- child side ------------------------------------------------------------------------------------

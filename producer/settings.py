@@ -18,9 +18,17 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from datetime import date, datetime, time
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
-from pydantic import Field, PrivateAttr, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from deltamirror.core.errors import ConfigError, DeltaMirrorError
 from deltamirror.core.storage import normalize_table_uri
@@ -57,6 +65,20 @@ def _check_topic(name: str | None) -> str | None:
     return name
 
 
+def _known_location(value: str) -> str:
+    """A location deltamirror can normalize (a table's or a discover prefix's), refused in one
+    line at load otherwise."""
+    try:
+        normalize_table_uri(value)
+    except DeltaMirrorError as exc:
+        raise ValueError(exc.message) from None
+    return value
+
+
+#: a table or discover location, checked where it enters
+Location = Annotated[str, AfterValidator(_known_location)]
+
+
 class RowChangesConfig(SettingsModel):
     """Row-level change events of a table (``deltamirror.mirror.row_changes`` has the format).
 
@@ -78,7 +100,7 @@ class RowChangesConfig(SettingsModel):
 class TableConfig(SettingsModel):
     """One table to mirror: where it is, how to reach it, where to start and where to publish."""
 
-    uri: str = Field(min_length=1)
+    uri: Location = Field(min_length=1)
     storage_options: dict[str, StorageOptionValue] = Field(default_factory=dict)
     snapshot_mode: SnapshotMode = "initial"
     from_version: int | None = Field(default=None, ge=0)
@@ -100,15 +122,6 @@ class TableConfig(SettingsModel):
 
     #: the table's identity, normalized once where the location enters (see ``normalized_uri``)
     _normalized_uri: str = PrivateAttr(default="")
-
-    @field_validator("uri")
-    @classmethod
-    def _known_location(cls, value: str) -> str:
-        try:
-            normalize_table_uri(value)
-        except DeltaMirrorError as exc:
-            raise ValueError(exc.message) from None
-        return value
 
     def model_post_init(self, context: Any, /) -> None:
         self._normalized_uri = normalize_table_uri(self.uri)  # valid: the field validator said so
@@ -213,7 +226,7 @@ class DiscoverConfig(SettingsModel):
     relative paths need one each).
     """
 
-    uri: str = Field(min_length=1)
+    uri: Location = Field(min_length=1)
     include: list[str] = Field(default_factory=list)
     exclude: list[str] = Field(default_factory=list)
     storage_options: dict[str, StorageOptionValue] = Field(default_factory=dict)
@@ -222,15 +235,6 @@ class DiscoverConfig(SettingsModel):
     name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}$")
     snapshot_mode: Literal["initial", "latest", "when-needed"] = "initial"
     poll_interval_s: float = Field(default=1.0, gt=0)
-
-    @field_validator("uri")
-    @classmethod
-    def _known_location(cls, value: str) -> str:
-        try:
-            normalize_table_uri(value)
-        except DeltaMirrorError as exc:
-            raise ValueError(exc.message) from None
-        return value
 
     @field_validator("storage_options", mode="before")
     @classmethod

@@ -25,6 +25,8 @@ from typing import Any
 import pytest
 import yaml
 
+from support import commits_reader
+
 TABLES = int(os.environ.get("DELTAMIRROR_GROUP_TABLES", "20"))
 SESSION_MS = int(os.environ.get("DELTAMIRROR_GROUP_SESSION_MS", "6000"))
 #: what the group promises: a moved table publishes again within the session timeout + 10 s
@@ -32,53 +34,13 @@ RESUME_LIMIT_S = SESSION_MS / 1000 + 10
 ADDS_PER_COMMIT = 2
 
 
-class CommitsReader:
-    """The highest version summarized on each commits topic, read_committed, read incrementally."""
+class CommitsReader(commits_reader.CommitsReader):
+    """The shared reader, whose wait fails the test when a topic stays behind."""
 
-    def __init__(self, bootstrap: str, topics: list[str]) -> None:
-        from confluent_kafka import Consumer
-
-        self.consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"test-{uuid.uuid4().hex[:8]}",
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-            }
-        )
-        self.topics = topics
-        self.assigned: set[str] = set()
-        self.latest: dict[str, int] = {t: -1 for t in topics}
-
-    def _assign_new(self) -> None:
-        from confluent_kafka import TopicPartition
-
-        missing = [t for t in self.topics if t not in self.assigned]
-        if not missing:
-            return
-        md = self.consumer.list_topics(timeout=10).topics
-        ready = [t for t in missing if t in md and md[t].partitions]
-        if ready:
-            self.assigned.update(ready)
-            self.consumer.assign([TopicPartition(t, 0, -2) for t in sorted(self.assigned)])
-
-    def wait_all(self, version: int, timeout_s: float) -> float:
-        """Seconds until every topic summarized ``version``; fails after ``timeout_s``."""
-        started = time.monotonic()
-        while True:
-            self._assign_new()
-            for msg in self.consumer.consume(10_000, timeout=0.2):
-                if msg.error() is None and (msg.value() or b"").startswith(b'{"kind":"commit"'):
-                    topic = msg.topic() or ""
-                    self.latest[topic] = max(self.latest[topic], json.loads(msg.value() or b"{}")["version"])
-            if all(v >= version for v in self.latest.values()):
-                return time.monotonic() - started
-            behind = sorted(t for t, v in self.latest.items() if v < version)
-            assert time.monotonic() - started < timeout_s, f"not at version {version}: {behind[:5]}"
-
-    def close(self) -> None:
-        self.consumer.close()
+    def wait_all(self, version: int, timeout_s: float) -> float:  # type: ignore[override]
+        took = super().wait_all(version, timeout_s)
+        assert took is not None, f"not at version {version}: {self.behind(version)[:5]}"
+        return took
 
 
 def start(config: Path, log: Path) -> subprocess.Popen[bytes]:
