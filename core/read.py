@@ -25,7 +25,7 @@ from .errors import (
 )
 from .file_columns import AppendColumns, schema_reader
 from .schema import ColumnMappingMode, StructType, column_mapping_mode
-from .storage import TableStorage
+from .storage import NotARegularFileError, TableStorage
 
 __all__ = ["BATCH_SIZE", "AppendColumns", "open_parquet", "read_data_file", "read_error", "read_snapshot"]
 
@@ -66,6 +66,8 @@ def read_error(exc: BaseException, kind: str, table: str, path_in_log: str) -> E
     without errno (bad thrift, corrupt pages); the storage's own errors keep their types (an
     errno, a timeout, a connection error), as pyarrow re-raises the Python exception it was given.
     """
+    if isinstance(exc, (IsADirectoryError, NotARegularFileError)):  # a folder or FIFO named as a file
+        return CorruptDataFileError(f"{kind} is not a regular file", table=table, file=path_in_log)
     if isinstance(exc, MemoryError):  # a size in a corrupt footer, or a file beyond this machine
         return CorruptDataFileError(
             f"{kind} cannot be decoded in memory: {one_line(exc)}", table=table, file=path_in_log

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from ..errors import InvalidTableUriError, StorageAccessError, StorageError
 from ..paths import SIDECAR_DIR, PathRules
-from .local import LocalFiles
+from .local import LocalFiles, NotARegularFileError
 from .uri import normalize_location, normalize_table_uri, without_password
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "STORAGE_ATTEMPTS",
     "STORAGE_BACKOFF_S",
     "FileInfo",
+    "NotARegularFileError",
     "TableStorage",
     "normalize_location",
     "normalize_table_uri",
@@ -65,6 +66,7 @@ STORAGE_BACKOFF_S = 0.2
 #: errors that say the request, not the storage, was wrong: retrying cannot help
 _PERMANENT_ERRORS = (
     FileNotFoundError,
+    NotARegularFileError,
     PermissionError,
     IsADirectoryError,
     NotADirectoryError,
