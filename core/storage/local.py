@@ -10,7 +10,8 @@ The common case costs one ``openat`` and one ``readlink`` on Linux: the folder o
 open (``O_PATH``) once its real path was checked, and the file is opened relative to it with
 ``O_NOFOLLOW``. The folder's real path is read again before every open (a folder renamed or
 deleted since is let go), and a file that is itself a link takes the long way above, which
-resolves it. A small parquet file is read whole in one call and decoded from memory.
+resolves it (at most 64 folders are held per table, 256 per process; beyond, the long way). Only
+regular files are read. A small parquet file is read whole in one call and decoded from memory.
 
 Only :class:`~deltamirror.core.storage.TableStorage` uses this module: it is part of the one
 choke point through which core opens table files.
@@ -43,6 +44,29 @@ _PROC_FD = hasattr(os, "O_PATH") and os.path.isdir("/proc/self/fd")
 #: folders held open to open the files in them with one ``openat``: at most this many (all are
 #: let go when the map is full; a table's files sit in few folders, a partitioned one's in more)
 FOLDER_HANDLES = 64
+#: folders held by every table of the process together: beyond this, files are opened the long way
+#: (a watcher of thousands of tables must not spend its descriptors, often 1,024, on folders)
+PROCESS_FOLDER_HANDLES = 256
+_process_lock = threading.Lock()
+_process_held = 0
+
+
+def _take_handle() -> bool:
+    """One of the process's folder handles, if one is left."""
+    global _process_held
+    with _process_lock:
+        if _process_held >= PROCESS_FOLDER_HANDLES:
+            return False
+        _process_held += 1
+        return True
+
+
+def _give_back(n: int) -> None:
+    global _process_held
+    with _process_lock:
+        _process_held -= n
+
+
 #: a local parquet file up to this size is read whole in one call and decoded from memory: through
 #: pyarrow's file each footer and column chunk is a read call of its own (measured on 39 KB files
 #: of bench/bench_changes.py's table: ~280 us per file whole, ~335 us through the file)
@@ -148,13 +172,15 @@ class LocalFiles:
     def _in_checked_folder(self, path: str) -> int | None:
         """``path`` opened for reading relative to its folder, held open once the folder's real
         path was found inside a place; None when the long way must decide: the file is a link, the
-        folder is outside (or was renamed or deleted since it was checked: let go), or Linux's
-        ``/proc/self/fd`` is not there.
+        folder is outside (or was renamed or deleted since it was checked: let go), the process
+        holds :data:`PROCESS_FOLDER_HANDLES` folders already, or Linux's ``/proc/self/fd`` is not
+        there.
 
         Under a lock: a folder's descriptor is only used, and only closed, while it is held, so a
         thread never opens relative to a descriptor another closed (and the system reused).
-        ``O_NONBLOCK``: a FIFO in the table's place of a file does not hang the lock (or the reader:
-        it reads as empty); it changes nothing for a regular file.
+        ``O_NONBLOCK``: opening a FIFO where a file should be does not wait for a writer with the
+        lock held (the FIFO is then refused as not a regular file); it changes nothing for a
+        regular file.
         """
         folder, name = os.path.split(path)
         if not _PROC_FD or not name:
@@ -167,12 +193,17 @@ class LocalFiles:
             if held is None:
                 if len(self._folders) >= FOLDER_HANDLES:
                     _close_folders(self._folders)
-                fd = os.open(folder or ".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-                real = os.readlink(f"/proc/self/fd/{fd}")
-                if not any(real == place or inside(real, place) for place in self._real_places()):
-                    os.close(fd)
+                if not _take_handle():
                     return None
-                held = self._folders[folder] = (fd, real)
+                held = _open_folder(folder or ".")
+                if held is None or not any(
+                    held[1] == place or inside(held[1], place) for place in self._real_places()
+                ):
+                    if held is not None:
+                        os.close(held[0])
+                    _give_back(1)
+                    return None
+                self._folders[folder] = held
             try:
                 return os.open(name, _OPEN_IN_FOLDER, dir_fd=held[0])
             except OSError as exc:
@@ -184,6 +215,7 @@ class LocalFiles:
         held = self._folders.pop(folder, None)
         if held is not None:
             os.close(held[0])
+            _give_back(1)
 
     def close(self) -> None:
         """Let go of the folders held open (they are opened again when needed)."""
@@ -218,10 +250,25 @@ class NotARegularFileError(OSError):
     """A FIFO, socket or device where the log names a file: never read (a FIFO would block)."""
 
 
+def _open_folder(folder: str) -> tuple[int, str] | None:
+    """``folder`` opened with ``O_PATH`` and its real path; None if it cannot be (the long way
+    reports why: missing, not a folder, no permission)."""
+    try:
+        fd = os.open(folder, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return fd, os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        os.close(fd)
+        return None
+
+
 def _close_folders(folders: dict[str, tuple[int, str]]) -> None:
     for fd, _ in folders.values():
         with contextlib.suppress(OSError):
             os.close(fd)
+    _give_back(len(folders))
     folders.clear()
 
 

@@ -106,6 +106,30 @@ def test_many_folders_on_many_threads_read_their_own_files_and_hold_few_descript
     assert _fds_into(root) == []
 
 
+def test_the_process_holds_at_most_its_share_of_folders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Thousands of tables in one watcher: past the process's budget, files are opened the long
+    way (correctly, without holding their folder), and a table that lets go gives its share back."""
+    monkeypatch.setattr(local, "PROCESS_FOLDER_HANDLES", local._process_held + 3)
+    roots = [tmp_path / "a", tmp_path / "b"]
+    storages = [_storage(root) for root in roots]
+    for root in roots:
+        for i in range(5):
+            (root / f"p={i}").mkdir()
+            (root / f"p={i}" / "f.bin").write_bytes(f"{root.name}{i}".encode())
+    for _ in range(2):
+        for root, storage in zip(roots, storages, strict=True):
+            for i in range(5):
+                assert storage.read_bytes(storage.resolve(f"p={i}/f.bin")) == f"{root.name}{i}".encode()
+    assert len(_fds_into(tmp_path)) == 3
+    assert _fds_into(roots[1]) == []  # the first table took the three
+    storages[0]._local.close()
+    assert _fds_into(tmp_path) == []
+    storages[1].read_bytes(storages[1].resolve("p=0/f.bin"))
+    assert len(_fds_into(roots[1])) == 1
+
+
 def _fds_into(folder: Path) -> list[str]:
     """The descriptors of this process open on ``folder`` or below it."""
     out = []
