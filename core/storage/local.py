@@ -219,7 +219,8 @@ class LocalFiles:
 
     def close(self) -> None:
         """Let go of the folders held open (they are opened again when needed)."""
-        _close_folders(self._folders)
+        with self._lock:
+            _close_folders(self._folders)
 
     def _open_fd(self, path: str) -> tuple[int, int]:
         """A descriptor of ``path`` opened for reading, once its real path was checked (a file
