@@ -174,6 +174,27 @@ GROUPS: tuple[Group, ...] = (
         agree=("records",),
     ),
     Group(
+        "parse-floor",
+        "what parsing the producer's log costs, {actions:,} actions in {versions} commits",
+        "bench_parse_floor",
+        (
+            Contender(
+                "deltamirror", "scan_deltamirror", "deltamirror", "iter_event_values (the producer's scan)"
+            ),
+            Contender("boundary", "boundary", "floor", "read_actions (the log boundary alone)"),
+            Contender("parse", "floor_parse", "floor", "pydantic_core.from_json per line, no check"),
+            Contender("arrow-json", "floor_arrow_json", "floor", "pyarrow.json.read_json per commit"),
+            Contender("utf8", "floor_utf8", "floor", "UTF-8 decode of every commit"),
+            Contender("read", "floor_read", "floor", "reading every commit"),
+        ),
+        {"actions": 200_000, "versions": 200},
+        {"actions": 4_000, "versions": 10},
+        notes=(
+            "no goal: the floors say what any strict check of these bytes costs; the revision before "
+            "checks (scan without parsing) is measured by bench/compare_revisions.py",
+        ),
+    ),
+    Group(
         "consume-snapshot",
         "`consume-snapshot` of a {active_files:,}-file table, process start to last version applied",
         "bench_consume",
