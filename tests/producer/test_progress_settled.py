@@ -40,6 +40,13 @@ def transactional(bootstrap: str, txn_id: str) -> Any:
     return producer
 
 
+def commit_progress(producer: Any, topic: str, uri: str, version: int) -> None:
+    """One progress record of ``uri`` at ``version``, in a transaction of its own, committed."""
+    producer.begin_transaction()
+    producer.produce(topic, progress_value(uri, version), uri.encode())
+    producer.commit_transaction(30)
+
+
 @pytest.fixture
 def progress_topic(kafka_bootstrap: str) -> str:
     from support.kafka import new_topic
@@ -52,16 +59,12 @@ def progress_topic(kafka_bootstrap: str) -> str:
 def open_b_then_commit_a(bootstrap: str, topic: str, run: str) -> Any:
     """B's record open below A's committed record at version 2; returns B's producer (still open)."""
     a = transactional(bootstrap, f"{run}-a")
-    a.begin_transaction()
-    a.produce(topic, progress_value("file:///t/a", 1), b"file:///t/a")
-    a.commit_transaction(30)
+    commit_progress(a, topic, "file:///t/a", 1)
     b = transactional(bootstrap, f"{run}-b")
     b.begin_transaction()
     b.produce(topic, progress_value("file:///t/b", 7), b"file:///t/b")
     b.flush(30)  # on the broker, in the open transaction
-    a.begin_transaction()
-    a.produce(topic, progress_value("file:///t/a", 2), b"file:///t/a")
-    a.commit_transaction(30)
+    commit_progress(a, topic, "file:///t/a", 2)
     return b
 
 
@@ -120,9 +123,7 @@ def test_a_transaction_opened_after_the_read_began_does_not_hold_it(
     kafka = {"bootstrap.servers": kafka_bootstrap}
     run = f"settle-{uuid.uuid4().hex[:8]}"
     a = transactional(kafka_bootstrap, f"{run}-a")
-    a.begin_transaction()
-    a.produce(progress_topic, progress_value("file:///t/a", 1), b"file:///t/a")
-    a.commit_transaction(30)
+    commit_progress(a, progress_topic, "file:///t/a", 1)
     manager = TopicManager(kafka, max_record_bytes=1_000_000)
     calls: list[bool] = []
 
@@ -154,9 +155,7 @@ def test_the_table_that_opened_a_round_stops_at_once_while_the_others_get_the_re
     kafka = {"bootstrap.servers": kafka_bootstrap}
     run = f"settle-{uuid.uuid4().hex[:8]}"
     a = transactional(kafka_bootstrap, f"{run}-a")
-    a.begin_transaction()
-    a.produce(progress_topic, progress_value("file:///t/b", 4), b"file:///t/b")
-    a.commit_transaction(30)
+    commit_progress(a, progress_topic, "file:///t/b", 4)
     manager = TopicManager(kafka, max_record_bytes=1_000_000)
     slow = threading.Event()
 

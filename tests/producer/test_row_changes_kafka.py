@@ -227,6 +227,17 @@ def kill_9_mid_version(setup: Any, kit: Any, bootstrap: str, changes: str, rows:
     assert 0 < at_kill < rows, "the kill did not land in the middle of the version's rows"
 
 
+def _rows_from(version: int, changes: str, txn: str, row_changes: dict[str, Any]) -> dict[str, Any]:
+    """A table's settings: mirrored from ``version`` with these row changes on these topics."""
+    return {
+        "snapshot_mode": "from-version",
+        "from_version": version,
+        "changes_topic": changes,
+        "transaction_topic": txn,
+        "row_changes": row_changes,
+    }
+
+
 def run_until_the_version_is_out(setup: Any, kit: Any, bootstrap: str, log: Path) -> None:
     """Start the watcher again, until the version's commit summary is out; stop it (exit 0)."""
     proc = setup.start_process(log=log)
@@ -252,13 +263,7 @@ def test_kill_9_in_the_middle_of_a_versions_rows_leaves_each_row_once(
     setup = watch_setup(
         kafka_bootstrap,
         table,
-        table_settings={
-            "snapshot_mode": "from-version",
-            "from_version": 0,
-            "changes_topic": changes,
-            "transaction_topic": txn,
-            "row_changes": {"key_columns": ["id"]},
-        },
+        table_settings=_rows_from(0, changes, txn, {"key_columns": ["id"]}),
         txn_max_records=25,
     )
     kill_9_mid_version(setup, kit, kafka_bootstrap, changes, rows, tmp_path / "watch.log")
@@ -288,14 +293,8 @@ def test_kill_9_while_updates_are_paired_through_spill_buckets_leaves_each_row_o
     setup = watch_setup(
         kafka_bootstrap,
         table,
-        table_settings={
-            "snapshot_mode": "from-version",
-            "from_version": 1,
-            "changes_topic": changes,
-            "transaction_topic": txn,
-            # 1 MiB: the version's 20,000 update images go through several buckets on disk
-            "row_changes": {"key_columns": ["id"], "pairing_memory_mb": 1},
-        },
+        # 1 MiB: the version's 20,000 update images go through several buckets on disk
+        table_settings=_rows_from(1, changes, txn, {"key_columns": ["id"], "pairing_memory_mb": 1}),
         txn_max_records=25,
     )
     kill_9_mid_version(setup, kit, kafka_bootstrap, changes, rows, tmp_path / "watch.log")
