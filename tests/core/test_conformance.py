@@ -38,8 +38,6 @@ MUST_FAIL = {
     "golden__deltalog-state-reconstruction-without-metadata": errors.IncompleteTableStateError,
     "golden__deltalog-state-reconstruction-without-protocol": errors.IncompleteTableStateError,
     "golden__no-delta-log-folder": errors.TableNotFoundError,
-    # its log compaction files are not reconciled (tests/core/test_log_compaction.py)
-    "krs__compacted-log-files-table": errors.CorruptLogError,
 }
 #: tables that are not MUST FAIL in the index but cannot be a table at all
 NOT_A_TABLE = {
