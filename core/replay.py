@@ -33,7 +33,6 @@ from .log import (
     LogSegment,
     check_commit,
     commit_name,
-    commit_runs,
     compaction_runs,
     stream_commit,
     timestamp_problem,
@@ -53,6 +52,10 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: file actions become Arrow rows every this many: a commit of a million files is never a
+#: million Python objects at once (a streamed commit's runs come a buffer of lines at a time)
+_BATCH_ROWS = 4_096
 
 
 def canonical_paths(paths: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
@@ -137,7 +140,7 @@ def _collect(
     that name). A compaction file that is not a reconciled state (:func:`_usable_compaction`) is
     passed over with a warning and its commits read; only if one of them is missing is the table
     refused."""
-    pending = ActionAccumulator(table=storage.uri)
+    pending = ActionAccumulator(table=storage.uri, batch_rows=_BATCH_ROWS)
     timestamp_problems: list[CorruptLogError] = []
     order = 0
     unchecked: list[_Read] = []
@@ -195,7 +198,7 @@ def _take_commit(
     file = storage.log_file(commit_name(version))
     read = _Read(Where(storage.uri, file, version), 0)
     first = order
-    for run in commit_runs(storage, version):
+    for run in stream_commit(storage, version):  # a large commit is never held whole as objects
         name, n = run.name, len(run)
         if name == "add" or name == "remove":
             pending.take_files(name, run.values, first_order=order + 1)
@@ -327,11 +330,27 @@ def _not_reconciled(runs: Sequence[ActionRun]) -> str | None:
 _KEY_COLUMNS = pa.schema([action_schema.ADD.field("path"), action_schema.ADD.field("deletionVector")])
 
 
+#: sorted values are compared this many at a time
+_WINDOW = 65_536
+
+
+def _all_distinct(values: pa.Array | pa.ChunkedArray) -> bool:
+    """Whether no value is there twice: sorted (indices only), then neighbours compared a window
+    at a time. A hash table of a million paths (``unique``, ``count_distinct``) takes three times
+    their size; this takes the indices and one window."""
+    order = pc.sort_indices(values)
+    for start in range(0, len(order) - 1, _WINDOW):
+        window = values.take(order.slice(start, _WINDOW + 1))
+        if pc.any(pc.equal(window.slice(1), window.slice(0, len(window) - 1))).as_py():
+            return False
+    return True
+
+
 def _distinct_files(adds: pa.Table) -> bool:
     """Whether every add names another file (key). Distinct paths make distinct keys, and without
     deletion vectors a key is its path: keys are built only when paths repeat and a row has one."""
     paths = adds["path"]
-    if paths.null_count == 0 and len(pc.unique(canonical_paths(paths))) == adds.num_rows:
+    if paths.null_count == 0 and _all_distinct(canonical_paths(paths)):
         return True
     dvs = adds["deletionVector"]
     if dvs.null_count == len(dvs):

@@ -243,6 +243,11 @@ class VanishingStorage(TableStorage):
             raise FileNotFoundError(path)
         return super().read_bytes(path, start, end)
 
+    def open(self, path: str, mode: str = "rb") -> IO[bytes]:
+        if path.endswith(self.gone):
+            raise FileNotFoundError(path)
+        return super().open(path, mode)
+
 
 def test_kernel_rs_compaction_files_are_not_reconciled_and_are_passed_over(
     tmp_path: Path, caplog: pytest.LogCaptureFixture

@@ -198,6 +198,7 @@ def _partition_null_left_out(f: Facts, rng: random.Random) -> Mutation:
     for command in ("snapshot", "events"):
         if command in m.expect:
             m.expect[command] = "faithful"
+    m.marker = json.dumps(ln.body["path"])  # the file is listed, its map as the log has it
     return m
 
 
