@@ -12,40 +12,19 @@ rule (tests/core/test_boundary_rules.py names the tables each rule must accept).
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from deltamirror.core import open_table
-from support.corpus import CorpusTable, corpus_tables, normal_rows, table_location
+from support.corpus import (
+    CorpusTable,
+    corpus_tables,
+    expected_cdf,
+    expected_rows,
+    normal_rows,
+    table_location,
+)
 
 TABLES = corpus_tables()
-
-#: where a writer's own reader disagrees with the protocol (and the data files) on a table it wrote:
-#: the expectation is corrected as the protocol reads it, and why is said here
-WRITER_READER_FAULTS: dict[tuple[str, str], tuple[str, Any]] = {
-    # its files hold the physical column names, as PROTOCOL.md's column mapping says; delta-rs
-    # 1.6.6's to_pyarrow_table reads them as nulls. The rows are those the writer was given.
-    ("delta-rs__column_mapping", "rows"): (
-        "delta-rs 1.6.6 reads its own column-mapped table as nulls",
-        {"0": [{"id": 1, "name": "a"}], "1": [{"id": 1, "name": "a"}, {"id": 2, "name": "b"}]},
-    ),
-    # the add holds "p": "" and PROTOCOL.md says an empty string is a null partition value (delta-rs's
-    # own to_pyarrow_table reads it null); its load_cdf returns the serialized ""
-    ("delta-rs__null_partitions", "cdf"): ("delta-rs 1.6.6's load_cdf reads an empty partition as ''", None),
-}
-
-
-def _expected_rows(table: CorpusTable, version: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    fault = WRITER_READER_FAULTS.get((table.id, "rows"))
-    return rows if fault is None else list(fault[1][version])
-
-
-def _expected_cdf(table: CorpusTable, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    if (table.id, "cdf") not in WRITER_READER_FAULTS:
-        return rows
-    partitions = set(table.expected["partition_columns"]) if "partition_columns" in table.expected else {"p"}
-    return [{k: (None if k in partitions and v == "" else v) for k, v in row.items()} for row in rows]
 
 
 def _open(table: CorpusTable):  # type: ignore[no-untyped-def]
@@ -91,7 +70,7 @@ def test_snapshot_and_read_give_the_writers_rows_at_every_version(table: CorpusT
         snap = delta.snapshot(int(version))
         got = snap.to_arrow()
         assert got.column_names == want["columns"], version
-        want_rows = _expected_rows(table, version, want["rows"])
+        want_rows = expected_rows(table, version, want["rows"])
         assert normal_rows(got.to_pylist()) == normal_rows(want_rows), f"version {version}"
         if want.get("num_files") is not None:
             assert snap.files.num_rows == want["num_files"], version
@@ -116,7 +95,7 @@ def test_changes_are_the_writers_change_data_feed(table: CorpusTable) -> None:
     if "error" in cdf:  # the writer cannot read its own feed (recorded): ours answers
         assert feed.num_rows > 0
         return
-    assert normal_rows(feed.to_pylist()) == normal_rows(_expected_cdf(table, cdf["rows"]))
+    assert normal_rows(feed.to_pylist()) == normal_rows(expected_cdf(table, cdf["rows"]))
 
 
 @pytest.mark.parametrize("table", TABLES, ids=lambda t: t.id)
