@@ -865,6 +865,36 @@ def write(out: Path, writers: set[str], only: frozenset[str] = frozenset()) -> N
         ),
     }
     index_path.write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
+    write_index_md(out)
+
+
+def write_index_md(out: Path) -> None:
+    """INDEX.md beside index.json: what each table covers, for a person picking one."""
+    index = json.loads((out / "index.json").read_text())
+    w = index["writers"]
+    lines = [
+        "# Writers' corpus: index",
+        "",
+        f"Written by scripts/write_corpus.py with delta-spark {w['delta-spark']} (Spark {w['spark']}) and "
+        f"delta-rs {w['delta-rs']} (the `deltalake` package). `expected/<id>.json`: what the writer's own "
+        "reader read (rows and file count at every version, history, change data feed). "
+        "Machine-readable: index.json.",
+        "",
+        "| id | writer | covers | operations | checkpoints | features |",
+        "|---|---|---|---|---|---|",
+    ]
+    for t in index["tables"]:
+        kinds = [f"v{','.join(t['checkpoints'])}"] if t["checkpoints"] else []
+        kinds += ["multi-part"] if t["multipart_checkpoint"] else []
+        kinds += ["V2"] if t["v2_checkpoint"] else []
+        kinds += ["sidecars"] if t["sidecars"] else []
+        lines.append(
+            f"| `{t['id']}` | {t['writer']} {t['writer_version']} | {'; '.join(t['covers'])} | "
+            f"{', '.join(t['operations'])} | {' '.join(kinds) or '-'} | {', '.join(t['features']) or '-'} |"
+        )
+    lines += ["", "## What a writer could not produce here", ""]
+    lines += [f"- {n['writer']}: {n['artifact']}: {n['error']}" for n in index["not_produced"]]
+    (out / "INDEX.md").write_text("\n".join(lines) + "\n")
 
 
 def main() -> None:
