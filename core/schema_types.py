@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, ClassVar
 
-import orjson
+import pydantic_core
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -334,6 +334,27 @@ def json_depth(text: str | bytes) -> int:
     return max(itertools.accumulate(map(_STEP.__getitem__, steps)), default=0)
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _strict_json(text: str) -> Any:
+    """A schemaString's JSON, strictly: no NaN or Infinity, valid UTF-8, no lone surrogate. jiter
+    reads it, unless it nests deeper than jiter's 200 levels; then Python's parser does, with the
+    same strictness."""
+    try:
+        return pydantic_core.from_json(text, allow_inf_nan=False)
+    except ValueError as exc:
+        if "recursion limit" not in str(exc):
+            raise SchemaError(f"schemaString is not JSON: {exc}") from None
+    try:
+        value = json.loads(text, parse_constant=_no_constant)
+        json.dumps(value, ensure_ascii=False).encode()  # a lone surrogate cannot be encoded
+    except (ValueError, UnicodeEncodeError) as exc:
+        raise SchemaError(f"schemaString is not JSON: {exc}") from None
+    return value
+
+
 @functools.lru_cache(maxsize=32)
 def parse_schema(schema_string: str) -> StructType:
     """Parse a ``schemaString``; :class:`SchemaError` when it is not JSON or not a Delta struct.
@@ -347,10 +368,7 @@ def parse_schema(schema_string: str) -> StructType:
             f"schemaString nests {depth} levels of JSON, more than {MAX_SCHEMA_JSON_DEPTH} "
             "(the limit of Jackson, with which delta-spark reads schemas)"
         )
-    try:  # strict: no NaN or Infinity, valid UTF-8, no lone surrogate
-        value = orjson.loads(schema_string)
-    except orjson.JSONDecodeError as exc:
-        raise SchemaError(f"schemaString is not JSON: {exc}") from None
+    value = _strict_json(schema_string)
     if not isinstance(value, dict) or value.get("type") != "struct":
         raise SchemaError("schemaString must be a JSON object of type 'struct'")
     try:

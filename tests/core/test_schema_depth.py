@@ -78,3 +78,18 @@ def test_a_schema_deeper_than_the_bound_is_refused_by_the_cli_in_one_line(tmp_pa
         lines = [x for x in done.stderr.splitlines() if x.strip()]
         assert done.returncode == 2 and len(lines) == 1, done.stderr[-2000:]
         assert "Traceback" not in done.stderr and "more than 1000" in lines[0], lines[0]
+
+
+@pytest.mark.parametrize(
+    ("spoil", "what"),
+    [('"name":"x","type":"integer","nullable":true,"metadata":{}', "NaN"), ('"name":"x"', "lone surrogate")],
+)
+def test_a_deep_schema_is_read_as_strictly_as_a_shallow_one(spoil: str, what: str) -> None:
+    """Past jiter's 200 levels Python's parser reads the schema: no NaN, no lone surrogate either."""
+    text = nested_schema(100)
+    bad = '"name":"x","type":"integer","nullable":true,"metadata":{"m":NaN}'
+    if what != "NaN":
+        bad = '"name":"\\ud800"'
+    assert spoil in text
+    with pytest.raises(SchemaError, match="not JSON"):
+        parse_schema(text.replace(spoil, bad, 1))
