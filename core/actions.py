@@ -32,7 +32,7 @@ import itertools
 import json
 import operator
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import repeat
 from typing import IO, Any
 
@@ -63,7 +63,6 @@ __all__ = [
     "field_problem",
     "iter_values",
     "line_buffers",
-    "missing_partition_column",
     "parse_json",
     "read_actions",
     "validator_for",
@@ -423,68 +422,37 @@ def parse_json(text: str | bytes, *, what: str, where: Where | None = None) -> A
         raise (where or Where(None, None)).refuse(message) from None
 
 
-# --- partition columns ------------------------------------------------------------------------------
+# --- partition values ------------------------------------------------------------------------------
 
 #: (physical name, logical name) of each partition column; either may key ``partitionValues``
 PartitionKeys = tuple[tuple[str, str], ...]
 
 
-@dataclass
 class PartitionKeySets:
-    """The distinct key sets of the ``partitionValues`` of a commit's file actions, each with the
-    action and line that first had it: checked once the commit's metaData is known (it may come
-    after the files), without a Python step per file."""
+    """The distinct ``partitionValues`` of a commit's file actions, without a Python step per file.
 
-    first: dict[tuple[str, ...], tuple[str, int, str]] = field(default_factory=dict)
+    No key set is refused: PROTOCOL.md's ``partitionValues`` is "a map from partition column to
+    value" (required on ``add`` and ``cdc``, optional on ``remove``) and does not require a key per
+    partition column; delta-spark reads a missing key as null (``TahoeFileIndex``:
+    ``partitionValues.get(colName).orNull``) and writes such maps itself (a ``remove`` after
+    ``DELETE ... WHERE p IS NULL`` holds ``{}``), and so does every reader here."""
 
     def add(self, run: ActionRun) -> dict[tuple[tuple[str, Any], ...], None]:
-        """Record the key sets of a run of file actions; returns its distinct ``partitionValues``
-        (as entry tuples, in the order met), which a caller summarizing partitions can reuse."""
+        """Returns the distinct ``partitionValues`` of a run of file actions (as entry tuples, in the
+        order met; none for an action without the map), which a caller summarizing partitions uses."""
         if run.name not in FILE_ACTIONS:
             return {}
         if len(run.values) == 1:  # small commits interleave removes and adds: runs of one
-            value = run.values[0]
-            one = value.get("partitionValues")
-            if one is None:
-                return {}
-            keys = tuple(one)
-            if keys not in self.first:
-                self.first[keys] = (run.name, run.line, value["path"])
-            return {tuple(one.items()): None}
+            one = run.values[0].get("partitionValues")
+            return {} if one is None else {tuple(one.items()): None}
         maps = list(map(_GET_PARTITION_VALUES, run.values))
-        if run.name == "remove" and None in maps:  # optional there
+        if None in maps:  # optional on a remove
             entries: list[Any] = [None if m is None else tuple(m.items()) for m in maps]
         else:
             entries = list(map(tuple, map(dict.items, maps)))
         distinct = dict.fromkeys(entries)
         distinct.pop(None, None)
-        for found in distinct:
-            keys = tuple(k for k, _ in found)
-            if keys not in self.first:
-                i = entries.index(found)
-                self.first[keys] = (run.name, run.line + i, run.values[i]["path"])
         return distinct
-
-    def check(self, columns: PartitionKeys, where: Where) -> None:
-        """Refuse the first file action whose ``partitionValues`` lacks a partition column (a
-        missing column is not a null value: it would be read as one)."""
-        if not columns:
-            return
-        for keys, (name, line, path) in sorted(self.first.items(), key=lambda item: item[1][1]):
-            missing = missing_partition_column(keys, columns)
-            if missing is not None:
-                raise where.refuse(
-                    f"{name}.partitionValues: partition column {missing!r} is missing (file {path!r})", line
-                )
 
 
 _GET_PARTITION_VALUES = operator.methodcaller("get", "partitionValues")
-
-
-def missing_partition_column(keys: Iterable[str], columns: PartitionKeys) -> str | None:
-    """The first partition column named neither by its physical nor its logical name, or None."""
-    present = set(keys)
-    for physical, logical in columns:
-        if physical not in present and logical not in present:
-            return logical
-    return None

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from . import action_schema
 from .accumulator import ActionAccumulator
 from .actions import Where, iter_values, read_actions
-from .checkpoint_checks import check_file_rows, check_partition_rows
+from .checkpoint_checks import check_file_rows
 from .errors import CorruptLogError, IncompleteTableStateError
 from .file_table import CHECKPOINT_ROW, CHECKPOINT_ROW_TYPE, shared_nulls
 from .log import Checkpoint
@@ -406,9 +406,7 @@ def read_checkpoint(
     state.adds = _numbered(state.adds)
     if removes:
         state.removes = pa.concat_tables(removes)
-    metadata = _holds_config(storage, checkpoint, state)
-    name = storage.log_file(checkpoint.files[0].name)
-    check_partition_rows(state.adds, metadata.partition_keys, Where(storage.uri, name))
+    _holds_config(storage, checkpoint, state)
     return state
 
 

@@ -2,8 +2,7 @@
 
 A checkpoint is log input like a commit (:mod:`.actions`): columns of the types the protocol
 gives, required fields present, paths non-empty, sizes non-negative, deletion vector descriptors
-well formed, and every partition column named by each file's ``partitionValues``. A handful of
-kernels check them whatever the number of files.
+well formed. A handful of kernels check them whatever the number of files.
 """
 
 from __future__ import annotations
@@ -11,9 +10,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .actions import PartitionKeys, Where
+from .actions import Where
 
-__all__ = ["check_file_rows", "check_partition_rows"]
+__all__ = ["check_file_rows"]
 
 #: fields a file action row must have (as a commit line must), by action type
 _REQUIRED = {
@@ -73,43 +72,3 @@ def check_file_rows(kind: str, rows: pa.Table, where: Where) -> None:
         low = pc.min(values).as_py()
         if low is not None and low < 0:
             refuse_dv(pc.less(values, 0), f"{kind}.deletionVector.{name}: expected a non-negative integer")
-
-
-def check_partition_rows(rows: pa.Table, columns: PartitionKeys, where: Where, kind: str = "add") -> None:
-    """Every row's ``partitionValues`` names every partition column (by physical or logical name).
-
-    Vectorised, chunk by chunk: per column, a running count of the entries naming it, read at
-    each row's end. With one partition column and one entry per map (the usual case) a count of
-    the entries naming it is enough.
-    """
-    if not columns or rows.num_rows == 0:
-        return
-    first_row = 0
-    for maps in rows["partitionValues"].chunks:
-        keys = maps.keys  # every entry's key; the offsets (absolute, even in a slice) delimit each row's
-        offsets = maps.offsets
-        lengths = pc.subtract(offsets.slice(1), offsets.slice(0, len(maps)))
-        for physical, logical in columns:
-            hit = pc.equal(keys.slice(offsets[0].as_py(), offsets[-1].as_py() - offsets[0].as_py()), physical)
-            if logical != physical:
-                hit = pc.or_(hit, pc.equal(keys.slice(offsets[0].as_py(), len(hit)), logical))
-            if (
-                len(columns) == 1
-                and pc.sum(hit).as_py() == len(maps)
-                and pc.min_max(lengths).as_py() == {"min": 1, "max": 1}
-            ):
-                continue  # one entry per map, each naming the column
-            running = pa.concat_arrays(
-                [pa.array([0], pa.int64()), pc.cumulative_sum(pc.cast(hit, pa.int64()))]
-            )
-            base = offsets[0].as_py()
-            starts = pc.subtract(pc.cast(offsets.slice(0, len(maps)), pa.int64()), base)
-            ends = pc.subtract(pc.cast(offsets.slice(1), pa.int64()), base)
-            missing = pc.equal(pc.subtract(running.take(ends), running.take(starts)), 0)
-            if pc.any(missing).as_py():
-                row = first_row + pc.index(missing, True).as_py()
-                raise where.refuse(
-                    f"{kind}.partitionValues: partition column {logical!r} is missing "
-                    f"(checkpoint {kind} row {row})"
-                )
-        first_row += len(maps)

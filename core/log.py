@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal
 
-from .actions import ActionRun, PartitionKeySets, Where, iter_values, line_buffers, parse_json, read_actions
+from .actions import ActionRun, Where, iter_values, line_buffers, parse_json, read_actions
 from .errors import (
     CorruptLogError,
     LogGapError,
@@ -369,22 +369,19 @@ def check_commit(
     where: Where,
     *,
     actions: int,
-    keys: PartitionKeySets,
     metadata: Metadata | None,
     commit_info: dict[str, Any] | None,
     commit_info_line: int | None = None,
     timestamps: bool = True,
 ) -> None:
     """A commit as a whole, once its lines are validated: it holds at least one action (an empty
-    file is one being written, or a broken one); its file actions name every partition column of
-    ``metadata``, the metaData in force at it (its own, if it has one); and (unless
-    ``timestamps`` is False) where that metaData enables In-Commit Timestamps, its commitInfo
-    holds one (:func:`timestamp_problem`)."""
+    file is one being written, or a broken one); and (unless ``timestamps`` is False) where
+    ``metadata``, the metaData in force at it (its own, if it has one), enables In-Commit
+    Timestamps, its commitInfo holds one (:func:`timestamp_problem`)."""
     if actions == 0:
         raise where.refuse(f"commit {where.version} has no actions (an empty commit file)")
     if metadata is None:
         return
-    keys.check(metadata.partition_keys, where)
     problem = timestamp_problem(where, metadata, commit_info, commit_info_line) if timestamps else None
     if problem is not None:
         raise problem
@@ -417,20 +414,17 @@ def count_commit(
     info: dict[str, Any] | None = None
     info_line: int | None = None
     own: dict[str, Any] | None = None
-    keys = PartitionKeySets()
     for run in stream_commit(storage, version):
         counts[run.name] = counts.get(run.name, 0) + len(run)
         if run.name == "commitInfo" and info is None:
             info, info_line = run.values[0], run.line
         elif run.name == "metaData":
             own = run.values[-1]
-        keys.add(run)
     metadata = in_force if own is None else _metadata(own)
     where = Where(storage.uri, storage.log_file(commit_name(version)), version)
     check_commit(
         where,
         actions=sum(counts.values()),
-        keys=keys,
         metadata=metadata,
         commit_info=info,
         commit_info_line=info_line,

@@ -19,23 +19,20 @@ import pyarrow.compute as pc
 from . import action_schema, features
 from .accumulator import APPLIED_ACTIONS, ORDER, ActionAccumulator
 from .actions import (
-    FILE_ACTIONS,
     KNOWN_ACTIONS,
     ActionRun,
-    PartitionKeySets,
     Where,
     iter_values,
 )
 from .checkpoint import CheckpointState, read_checkpoint, read_checkpoint_config
 from .deletion_vectors import dv_unique_ids
-from .errors import CorruptLogError, IncompleteTableStateError, UnsupportedFeatureError
+from .errors import CorruptLogError, IncompleteTableStateError, UnsupportedFeatureError, VersionNotFoundError
 from .file_table import CHECKPOINT_ROW, CHECKPOINT_ROW_TYPE, FileTable, with_deferred
 from .log import (
     Compaction,
     LogSegment,
     check_commit,
     commit_name,
-    commit_runs,
     compaction_runs,
     stream_commit,
     timestamp_problem,
@@ -55,6 +52,10 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: file actions become Arrow rows every this many: a commit of a million files is never a
+#: million Python objects at once (a streamed commit's runs come a buffer of lines at a time)
+_BATCH_ROWS = 4_096
 
 
 def canonical_paths(paths: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
@@ -122,7 +123,6 @@ class _Read:
 
     where: Where
     actions: int
-    keys: PartitionKeySets
     commit_info: dict[str, Any] | None = None
     commit_info_line: int | None = None
     orders: range | None = None
@@ -130,31 +130,44 @@ class _Read:
 
 def _collect(
     storage: TableStorage, files: Iterable[int | Compaction], metadata: Metadata | None
-) -> tuple[ActionAccumulator, list[CorruptLogError], list[_Read]]:
+) -> tuple[ActionAccumulator, list[CorruptLogError]]:
     """The actions of the commits and compaction files, validated, each file checked as a whole
     (:func:`check_commit`) against the metaData in force there (``metadata``, the checkpoint's,
     until one replaces it; a commit before any metaData is checked once the first one is known).
 
     With the actions: the commits In-Commit Timestamps require a timestamp of and that lack one
     (raised once the protocol is known readable: a table refused by feature name is refused by
-    that name), and the compaction files read (whose file actions must name each file once)."""
-    pending = ActionAccumulator(table=storage.uri)
+    that name). A compaction file that is not a reconciled state (:func:`_usable_compaction`) is
+    passed over with a warning and its commits read; only if one of them is missing is the table
+    refused."""
+    pending = ActionAccumulator(table=storage.uri, batch_rows=_BATCH_ROWS)
     timestamp_problems: list[CorruptLogError] = []
-    compactions: list[_Read] = []
     order = 0
     unchecked: list[_Read] = []
     for item in files:
+        passed_over: str | None = None
         if isinstance(item, Compaction):
-            runs = compaction_runs(storage, item)
+            runs, passed_over = _usable_compaction(storage, item)
             if runs is not None:
                 read, order = _take_compaction(storage, pending, item, runs, order)
-                compactions.append(read)
                 unchecked.append(read)
             versions: Iterable[int] = item.versions if runs is None else ()
         else:
             versions = (item,)
         for version in versions:
-            read, order = _take_commit(storage, pending, version, order)
+            try:
+                read, order = _take_commit(storage, pending, version, order)
+            except VersionNotFoundError as exc:
+                if passed_over is None:
+                    raise
+                assert isinstance(item, Compaction)
+                raise CorruptLogError(
+                    f"log compaction file {item.file.name} is not usable ({passed_over}) and commit "
+                    f"{version}, which it covers, is missing",
+                    table=storage.uri,
+                    version=version,
+                    file=storage.log_file(item.file.name),
+                ) from exc
             unchecked.append(read)
         in_force = pending.metadata or metadata
         if in_force is not None:
@@ -162,7 +175,6 @@ def _collect(
                 check_commit(
                     done.where,
                     actions=done.actions,
-                    keys=done.keys,
                     metadata=in_force,
                     commit_info=done.commit_info,
                     commit_info_line=done.commit_info_line,
@@ -176,7 +188,7 @@ def _collect(
     for done in unchecked:  # no metaData at all: the segment is refused for that
         if done.actions == 0:
             raise done.where.refuse(f"commit {done.where.version} has no actions (an empty commit file)")
-    return pending, timestamp_problems, compactions
+    return pending, timestamp_problems
 
 
 def _take_commit(
@@ -184,12 +196,10 @@ def _take_commit(
 ) -> tuple[_Read, int]:
     """One commit's actions into ``pending``; file actions take places from ``order`` on."""
     file = storage.log_file(commit_name(version))
-    read = _Read(Where(storage.uri, file, version), 0, PartitionKeySets())
+    read = _Read(Where(storage.uri, file, version), 0)
     first = order
-    for run in commit_runs(storage, version):
+    for run in stream_commit(storage, version):  # a large commit is never held whole as objects
         name, n = run.name, len(run)
-        if name in FILE_ACTIONS:
-            read.keys.add(run)
         if name == "add" or name == "remove":
             pending.take_files(name, run.values, first_order=order + 1)
         elif name in APPLIED_ACTIONS:
@@ -215,31 +225,17 @@ def _take_compaction(
 ) -> tuple[_Read, int]:
     """A compaction file's actions into ``pending``, as one commit at the end of its range.
 
-    A reconciled state names each file, app id and domain once and holds at most one metaData and
-    one protocol; a file that does not is refused (the order of its lines would decide what it
-    says, and the protocol gives them none). Only its adds must name the partition columns of the
-    metaData in force: its removes may predate a metaData its range replaced. A ``commitInfo``
-    is no state and is not taken (its version would be a guess)."""
+    Its runs are a reconciled state (:func:`_usable_compaction` checked them). A ``commitInfo`` is
+    no state and is not taken (its version would be a guess)."""
     file = storage.log_file(compaction.file.name)
-    read = _Read(Where(storage.uri, file), 0, PartitionKeySets(), orders=range(0))
+    read = _Read(Where(storage.uri, file), 0, orders=range(0))
     first = order
-    seen: dict[tuple[str, str], int] = {}  # (action type, its id) -> line
     for run in runs:
         name, n = run.name, len(run)
-        if name == "add":
-            read.keys.add(run)
         if name == "add" or name == "remove":
             pending.take_files(name, run.values, first_order=order + 1)
         elif name in _ONCE_PER_STATE:
-            for i, value in enumerate(run.values):
-                key = (name, _ONCE_PER_STATE[name](value))
-                if key in seen:
-                    raise read.where.refuse(
-                        f"not a reconciled log compaction: a second {name}{_named(key[1])} "
-                        f"(the first is on line {seen[key]})",
-                        run.line + i,
-                    )
-                seen[key] = run.line + i
+            for value in run.values:
                 pending.take(compaction.end, name, value)
             if name == "metaData" and pending.metadata is not None:
                 pending.metadata.located(read.where, run.line + n - 1)
@@ -271,35 +267,90 @@ def _take_unknown(pending: ActionAccumulator, version: int, run: ActionRun, file
         pending.take(version, run.name, value)  # counted
 
 
-def _check_reconciled(adds: pa.Table, removes: pa.Table, compactions: Sequence[_Read]) -> None:
-    """Each compaction file names a file (path and deletion vector) in one action at most."""
-    for read in compactions:
-        assert read.orders is not None
-        if len(read.orders) < 2:
-            continue
-        lo, hi = read.orders.start, read.orders.stop
-        parts = []
-        for rows in (adds, removes):
-            inside = pc.and_(pc.greater_equal(rows[ORDER], lo), pc.less(rows[ORDER], hi))
-            parts.append(rows.filter(inside).select(["path", "deletionVector"]))
-        named = pa.concat_tables(parts)
-        keys = file_keys(named["path"], named["deletionVector"])
-        if pc.count_distinct(keys).as_py() == len(keys):
-            continue
-        counts = pc.value_counts(keys)
-        twice = counts.filter(pc.greater(counts.field("counts"), 1))[0]["values"].as_py()
-        path, _, dv = twice.partition("\x00")
-        raise read.where.refuse(
-            "not a reconciled log compaction: file "
-            f"{path!r}{f' (deletion vector {dv})' if dv else ''} is named by more than one add or remove"
-        )
+def _usable_compaction(
+    storage: TableStorage, compaction: Compaction
+) -> tuple[list[ActionRun] | None, str | None]:
+    """(the runs of a compaction file, None) when it is a reconciled state, else (None, why not).
+
+    A compaction file is an optimisation: the commits it covers say the same. One that cannot be
+    read, does not hold valid actions, or is not reconciled (a file, app id or domain named twice, a
+    second metaData or protocol: the order of its lines would decide what it says, and the
+    protocol gives them none) is passed over with a warning, as delta-rs and delta-kernel-rs pass
+    it over, and the commits are read instead."""
+    path = storage.log_file(compaction.file.name)
+    problem: str | None
+    try:
+        found = compaction_runs(storage, compaction)
+        if found is None:  # unreadable or empty: compaction_runs said so
+            return None, "it cannot be read"
+        runs = list(found)
+        problem = _not_reconciled(runs)
+    except CorruptLogError as exc:
+        runs, problem = [], f"line {exc.line}: {exc.message}" if exc.line else exc.message
+    if problem is None:
+        return runs, None
+    log.warning(
+        "log compaction file %s is passed over (%s): reading commits %d-%d instead",
+        path,
+        problem,
+        compaction.start,
+        compaction.end,
+    )
+    return None, problem
+
+
+def _not_reconciled(runs: Sequence[ActionRun]) -> str | None:
+    """Why a compaction file's actions are not one reconciled state, or None if they are."""
+    seen: dict[tuple[str, str], int] = {}  # (action type, its id) -> line
+    paths: list[pa.Array] = []
+    dvs: list[pa.Array] = []
+    for run in runs:
+        if run.name in ("add", "remove"):
+            table = pa.Table.from_pylist(run.values, schema=_KEY_COLUMNS)
+            paths.append(table["path"].combine_chunks())
+            dvs.append(table["deletionVector"].combine_chunks())
+        elif run.name in _ONCE_PER_STATE:
+            for i, value in enumerate(run.values):
+                key = (run.name, _ONCE_PER_STATE[run.name](value))
+                if key in seen:
+                    return f"a second {run.name}{_named(key[1])} on line {run.line + i}, the first on line {seen[key]}"
+                seen[key] = run.line + i
+    if not paths:
+        return None
+    keys = file_keys(pa.concat_arrays(paths), pa.concat_arrays(dvs))
+    if pc.count_distinct(keys).as_py() == len(keys):
+        return None
+    counts = pc.value_counts(keys)
+    twice = counts.filter(pc.greater(counts.field("counts"), 1))[0]["values"].as_py()
+    path, _, dv = twice.partition("\x00")
+    return f"file {path!r}{f' (deletion vector {dv})' if dv else ''} is named by more than one add or remove"
+
+
+#: what names a file action's file (path and deletion vector)
+_KEY_COLUMNS = pa.schema([action_schema.ADD.field("path"), action_schema.ADD.field("deletionVector")])
+
+
+#: sorted values are compared this many at a time
+_WINDOW = 65_536
+
+
+def _all_distinct(values: pa.Array | pa.ChunkedArray) -> bool:
+    """Whether no value is there twice: sorted (indices only), then neighbours compared a window
+    at a time. A hash table of a million paths (``unique``, ``count_distinct``) takes three times
+    their size; this takes the indices and one window."""
+    order = pc.sort_indices(values)
+    for start in range(0, len(order) - 1, _WINDOW):
+        window = values.take(order.slice(start, _WINDOW + 1))
+        if pc.any(pc.equal(window.slice(1), window.slice(0, len(window) - 1))).as_py():
+            return False
+    return True
 
 
 def _distinct_files(adds: pa.Table) -> bool:
     """Whether every add names another file (key). Distinct paths make distinct keys, and without
     deletion vectors a key is its path: keys are built only when paths repeat and a row has one."""
     paths = adds["path"]
-    if paths.null_count == 0 and len(pc.unique(canonical_paths(paths))) == adds.num_rows:
+    if paths.null_count == 0 and _all_distinct(canonical_paths(paths)):
         return True
     dvs = adds["deletionVector"]
     if dvs.null_count == len(dvs):
@@ -373,7 +424,7 @@ def replay(
         cp_progress = None if progress is None else (lambda done, total: progress(done, total + len(files)))
         cp = read_checkpoint(storage, segment.checkpoint, cp_progress)
         read = len(segment.checkpoint.files) + len(cp.sidecars)
-    pending, timestamp_problems, compactions = _collect(
+    pending, timestamp_problems = _collect(
         storage,
         files if progress is None else _counted(files, read, progress),
         cp.metadata if cp else None,
@@ -394,7 +445,6 @@ def replay(
     txns = pending.txns_over(cp.actions.txns if cp else {})
     domains = pending.domains_over(cp.actions.domains if cp else {})
     adds, removes = pending.file_actions()
-    _check_reconciled(adds, removes, compactions)
     if cp is not None:  # the checkpoint's rows carry their place, a commit's none (see with_deferred)
         adds = adds.append_column(
             pa.field(CHECKPOINT_ROW, CHECKPOINT_ROW_TYPE), pa.nulls(adds.num_rows, CHECKPOINT_ROW_TYPE)

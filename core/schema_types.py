@@ -10,8 +10,10 @@ files and Arrow (column mapping, Arrow types) is :mod:`.schema`'s.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, ClassVar
 
@@ -308,16 +310,65 @@ StructType.model_rebuild()
 # --- parsing ----------------------------------------------------------------------------------
 
 
+#: the deepest nesting of a ``schemaString``'s JSON that is read: Jackson's default limit
+#: (``StreamReadConstraints.DEFAULT_MAX_DEPTH``), with which delta-spark reads the schemas it wrote;
+#: about 330 levels of nested structs (each takes three: the struct, its fields, a field)
+MAX_SCHEMA_JSON_DEPTH = 1000
+#: parsing and walking a schema recurses about once per JSON level: the interpreter's limit is
+#: raised (never lowered) so that a schema as deep as :data:`MAX_SCHEMA_JSON_DEPTH` is read, with
+#: room for the callers' own frames
+_FRAMES = 4 * MAX_SCHEMA_JSON_DEPTH
+if sys.getrecursionlimit() < _FRAMES:
+    sys.setrecursionlimit(_FRAMES)
+
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_OPENS_CLOSES = bytes.maketrans(b"{[]}", b"\x01\x01\xff\xff")
+_NOT_BRACKETS = bytes(set(range(256)) - set(b"{[]}"))
+_STEP = (0, 1, *([0] * 253), -1)
+
+
+def json_depth(text: str | bytes) -> int:
+    """How deep the objects and arrays of a JSON text nest (brackets inside strings not counted)."""
+    raw = text.encode() if isinstance(text, str) else text
+    steps = _JSON_STRING.sub(b"", raw).translate(_OPENS_CLOSES, _NOT_BRACKETS)
+    return max(itertools.accumulate(map(_STEP.__getitem__, steps)), default=0)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _strict_json(text: str) -> Any:
+    """A schemaString's JSON, strictly: no NaN or Infinity, valid UTF-8, no lone surrogate. jiter
+    reads it, unless it nests deeper than jiter's 200 levels; then Python's parser does, with the
+    same strictness."""
+    try:
+        return pydantic_core.from_json(text, allow_inf_nan=False)
+    except ValueError as exc:
+        if "recursion limit" not in str(exc):
+            raise SchemaError(f"schemaString is not JSON: {exc}") from None
+    try:
+        value = json.loads(text, parse_constant=_no_constant)
+        json.dumps(value, ensure_ascii=False).encode()  # a lone surrogate cannot be encoded
+    except (ValueError, UnicodeEncodeError) as exc:
+        raise SchemaError(f"schemaString is not JSON: {exc}") from None
+    return value
+
+
 @functools.lru_cache(maxsize=32)
 def parse_schema(schema_string: str) -> StructType:
     """Parse a ``schemaString``; :class:`SchemaError` when it is not JSON or not a Delta struct.
 
-    Cached (a schema is immutable): the log boundary checks each metaData's schema, then the
-    table's readers use it, and a table has few schemas."""
-    try:  # strict and depth-limited (a nesting too deep is an error, never a RecursionError)
-        value = pydantic_core.from_json(schema_string, allow_inf_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise SchemaError(f"schemaString is not JSON: {exc}") from exc
+    At most :data:`MAX_SCHEMA_JSON_DEPTH` levels of JSON nesting are read, as delta-spark reads;
+    a deeper schema is refused in one line. Cached (a schema is immutable): the log boundary checks
+    each metaData's schema, then the table's readers use it, and a table has few schemas."""
+    depth = json_depth(schema_string)
+    if depth > MAX_SCHEMA_JSON_DEPTH:
+        raise SchemaError(
+            f"schemaString nests {depth} levels of JSON, more than {MAX_SCHEMA_JSON_DEPTH} "
+            "(the limit of Jackson, with which delta-spark reads schemas)"
+        )
+    value = _strict_json(schema_string)
     if not isinstance(value, dict) or value.get("type") != "struct":
         raise SchemaError("schemaString must be a JSON object of type 'struct'")
     try:
@@ -329,5 +380,5 @@ def parse_schema(schema_string: str) -> StructType:
         raise SchemaError(
             f"schemaString is not a valid Delta schema: {where + ': ' if where else ''}{msg}"
         ) from None
-    except RecursionError:
-        raise SchemaError("schemaString nests types too deeply") from None
+    except RecursionError:  # a caller deep in its own stack already
+        raise SchemaError("schemaString nests types too deeply to be read here") from None

@@ -203,8 +203,9 @@ class DeltaTable:
         """The table at ``version``, at the latest commit at or before ``timestamp``, or the latest.
 
         A table whose reader features deltamirror lacks is refused here, before any data is read,
-        as is one whose schema holds a type no supported feature brings (a corrupt metaData),
-        unless ``check_features`` is False (log-level tools and tests that inspect such a log).
+        as is one whose schema holds a type no supported feature brings or whose metaData has no
+        ``schemaString`` (a corrupt metaData: delta-spark refuses both), unless ``check_features``
+        is False (log-level tools and tests that inspect such a log).
         ``progress(done, total)`` counts the log files the replay reads (see ``replay``).
         """
         if version is not None and timestamp is not None:
@@ -216,6 +217,7 @@ class DeltaTable:
         state = replay(self.storage, segment, progress)
         if check_features:
             features.check_table(state.protocol, state.metadata, table=self.uri, version=state.version)
+            state.metadata.table_schema  # noqa: B018 (a state needs a schema: refused naming its metaData)
         ts = self._snapshot_timestamp(segment, state, whole)
         return Snapshot(self, segment, state, ts)
 

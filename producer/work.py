@@ -276,10 +276,9 @@ def scan_version(
 
     The lines are validated by core's log boundary (:mod:`deltamirror.core.actions`); only what
     it accepted is published, as the log's own bytes. ``metadata`` is the metaData in force before
-    this version: every file action must name its partition columns (the commit's own metaData,
-    if it has one, decides instead). A small commit is read whole (unless ``data``, its bytes read
-    already, is given) and its actions kept for :func:`iter_raw_actions`; a large one is
-    streamed, keeping nothing but the summary.
+    this version (the commit's own metaData, if it has one, decides instead). A small commit is
+    read whole (unless ``data``, its bytes read already, is given) and its actions kept for
+    :func:`iter_raw_actions`; a large one is streamed, keeping nothing but the summary.
     """
     scan = VersionScan(version, info)
     path = storage.log_file(commit_name(version))
@@ -304,12 +303,11 @@ def scan_version(
             scan.observe(run)
     # as core's readers check a commit as a whole: an empty file (one still being written by a
     # writer without atomic put, or a broken one) stops the table until the file has actions, and
-    # the metaData in force (its own, or the one before it) decides partition columns and ICT
+    # the metaData in force (its own, or the one before it) decides ICT
     in_force = model_of("metaData", scan.metadata) if scan.metadata is not None else metadata
     check_commit(
         Where(storage.uri, path, version),
         actions=scan.count,
-        keys=scan.partition_keys,
         metadata=in_force if isinstance(in_force, Metadata) else None,
         commit_info=scan.commit_info,
         commit_info_line=scan.commit_info_line,

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..actions import ActionRun, PartitionKeySets, Where, iter_values, read_actions
+from ..actions import ActionRun, Where, iter_values, read_actions
 from ..errors import (
     ChangeDataNotEnabledError,
     ChangeVersionNotFoundError,
@@ -255,7 +255,6 @@ def _scan_commits(table: DeltaTable, rng: ChangeRange, start_metadata: Metadata)
     )
     for v, data in commits:
         runs = _decode_commit(table, v, data)
-        keys = PartitionKeySets()
         info: dict[str, Any] | None = None
         info_line: int | None = None
         for run in runs:
@@ -270,12 +269,9 @@ def _scan_commits(table: DeltaTable, rng: ChangeRange, start_metadata: Metadata)
                         scan.protocols.append((v, action))
             elif run.name == "commitInfo" and info is None:
                 info, info_line = run.values[0], run.line
-            else:
-                keys.add(run)
         check_commit(
             Where(table.uri, table.storage.log_file(commit_name(v)), v),
             actions=sum(map(len, runs)),
-            keys=keys,
             metadata=in_force,
             commit_info=info,
             commit_info_line=info_line,

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..actions import missing_partition_column
 from ..deletion_vectors import read_deleted_rows
 from ..errors import CorruptLogError, InvalidArgumentError, SchemaError
 from ..log import commit_name
@@ -77,7 +76,6 @@ class ChangeRows:
         self._table_schema: StructType = metadata.table_schema
         self._mode: ColumnMappingMode = column_mapping_mode(metadata.configuration)
         self._partition_columns = list(metadata.partition_columns)
-        self._partition_keys = metadata.partition_keys
         self._data_columns = self._select(columns)
         # read batches come in table order: asked for in that order, they need no reordering
         chosen = set(self._data_columns)
@@ -328,27 +326,20 @@ class ChangeRows:
         return pa.RecordBatch.from_arrays([*data, change_types, *meta.columns(n)], schema=self.schema)
 
     def _partition_values(self, action: Mapping[str, Any], version: int) -> Mapping[str, str | None]:
-        """The file's partition values, naming every partition column (a missing one is not null)."""
+        """The file's ``partitionValues`` (a key the map lacks is a null value, as delta-spark
+        reads it)."""
         if not self._partition_columns:  # nothing to read from them
             return _NO_VALUES
         values = action.get("partitionValues")
-        if values is None:
-            if self._partition_columns:
-                raise CorruptLogError(
-                    f"file action for {action.get('path')!r} has no partitionValues in a partitioned table",
-                    table=self.table.uri,
-                    version=version,
-                )
-            return {}
-        missing = missing_partition_column(values, self._partition_keys)
-        if missing is not None:
+        if values is None:  # optional on a remove only; its values are not in the log
             raise CorruptLogError(
-                f"file action for {action.get('path')!r}: partitionValues lacks partition column {missing!r}",
+                f"file action for {action.get('path')!r} has no partitionValues in a partitioned table "
+                "(the change feed needs the values of the rows it removes)",
                 table=self.table.uri,
                 version=version,
                 file=self.table.storage.log_file(commit_name(version)),
             )
-        return dict(values)
+        return dict(values)  # a key it lacks reads as null (partitions.partition_value_of)
 
 
 def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:

@@ -595,30 +595,30 @@ def test_findings_are_refused_by_the_watchers_scan(tmp_path: Path, line: bytes, 
     _refused(info, version, problem)
 
 
-def test_a_missing_partition_column_is_refused_not_read_as_null(tmp_path: Path) -> None:
-    path = copy_table("krs__cdf-table-partitioned", tmp_path)
-    table = open_table(str(path))
-    (column,) = table.snapshot().metadata.partition_columns
-    add = {**_ADD, "path": f"{column}=1/x.parquet", "partitionValues": {"other": "1"}}
-    version = _append_commit(path, [b'{"commitInfo":{}}', _line("add", add)])
-    expect = f"add.partitionValues: partition column {column!r} is missing"
-    for read in (
-        lambda: open_table(str(path)).snapshot(),
-        lambda: list(open_table(str(path)).changes(starting_version=version)),
-    ):
-        with pytest.raises(CorruptLogError) as info:
-            read()
-        assert (
-            info.value.message.startswith(expect) and info.value.line == 2 and info.value.version == version
-        )
-    with pytest.raises(CorruptLogError) as info:
-        list(open_table(str(path)).history())
-    assert info.value.message.startswith(expect) and info.value.line == 2 and info.value.version == version
+def test_a_partition_column_a_file_action_leaves_out_reads_as_null(tmp_path: Path) -> None:
+    """PROTOCOL.md's partitionValues is "a map from partition column to value", optional on a
+    remove, and requires no key per column: delta-spark writes ``{}`` on the remove of a file whose
+    partition value is null (``DELETE ... WHERE p IS NULL``) and reads a key a map lacks as null.
+    Every reader takes such a commit, and the values read are null."""
     from deltamirror.producer.offline_events import iter_event_values
 
-    with pytest.raises(CorruptLogError) as info:
-        list(iter_event_values(str(path), starting_version=version))
-    assert info.value.message.startswith(expect) and info.value.line == 2
+    path = copy_table("krs__cdf-table-partitioned", tmp_path)
+    table = open_table(str(path))
+    assert table.snapshot().metadata.partition_columns
+    first = table.snapshot().files.slice(0, 1).to_pylist()[0]
+    remove = {"path": first["path"], "deletionTimestamp": 1, "dataChange": True, "partitionValues": {}}
+    remove.update(extendedFileMetadata=True, size=first["size"])
+    add = {**_ADD, "path": "no-key.parquet", "partitionValues": {"other": "1"}}
+    version = _append_commit(path, [b'{"commitInfo":{}}', _line("remove", remove), _line("add", add)])
+    snap = open_table(str(path)).snapshot()
+    assert snap.version == version
+    files = snap.files.to_pylist()
+    assert first["path"] not in [f["path"] for f in files]
+    assert [f["partitionValues"] for f in files if f["path"] == "no-key.parquet"] == [[("other", "1")]]
+    history = list(open_table(str(path)).history())
+    assert max(h.version for h in history) == version
+    assert list(iter_event_values(str(path), starting_version=version))
+    # (the change feed and read of such files: tests/core/test_writers_corpus.py, on real logs)
 
 
 def test_a_null_partition_value_is_not_a_missing_one(tmp_path: Path) -> None:
@@ -666,12 +666,6 @@ def test_checkpoint_rows_are_checked_in_arrow(tmp_path: Path) -> None:
         ),
         "add.path: expected a non-empty string": with_add_field(
             "path", lambda col, valid: pc.if_else(valid, pa.scalar("", col.type), col)
-        ),
-        "add.partitionValues: partition column": with_add_field(
-            "partitionValues",
-            lambda col, valid: pa.array(
-                [None if v is None else [("not-the-column", "1")] for v in col.to_pylist()], col.type
-            ),
         ),
     }
     for problem, table in cases.items():

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 
 from deltamirror.core import open_table
-from deltamirror.core.errors import CorruptLogError, StorageError
+from deltamirror.core.errors import CorruptLogError, DeltaMirrorError, StorageError
 from deltamirror.core.log import LogListing, build_segment, compaction_cover
 from deltamirror.core.replay import replay
 from deltamirror.core.storage import FileInfo, TableStorage
@@ -173,53 +173,102 @@ def test_the_change_feed_reads_every_commit_and_no_compaction_file(tmp_path: Pat
 # --- files that are not what the protocol says -------------------------------------------------
 
 
-def _refusal(path: Path, version: int) -> CorruptLogError:
-    with pytest.raises(CorruptLogError) as info:
-        open_table(str(path)).snapshot(version)
-    assert info.value.exit_code == 2
-    assert "\n" not in str(info.value)
-    return info.value
+def _passed_over(
+    path: Path, version: int, caplog: pytest.LogCaptureFixture, name: str
+) -> list[dict[str, Any]]:
+    """The rows of ``version`` read with the compaction file ``name`` passed over, with its warning."""
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="deltamirror.core.replay"):
+        got = rows(open_table(str(path)).snapshot(version))
+    warnings = [r.getMessage() for r in caplog.records if name in r.getMessage()]
+    assert len(warnings) == 1 and "passed over" in warnings[0] and "\n" not in warnings[0], warnings
+    return got
 
 
-def test_a_corrupt_compaction_file_is_refused_naming_it(tmp_path: Path) -> None:
+def test_a_corrupt_compaction_file_is_passed_over_for_its_commits(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     copy = copy_table(TABLE, tmp_path)
     f = copy / "_delta_log" / compacted(8, 12)
     lines = f.read_bytes().splitlines(keepends=True)
     f.write_bytes(b"".join(lines) + b'{"add":{"path":"x.parquet","size":-1}}\n')
-    error = _refusal(copy, 12)
-    assert error.file is not None and error.file.endswith(compacted(8, 12))
-    assert compacted(8, 12) in str(error) and error.line == len(lines) + 1
+    assert _passed_over(copy, 12, caplog, compacted(8, 12)) == SPEC["versions"]["12"]
+    assert f"line {len(lines) + 1}" in caplog.records[-1].getMessage()
     assert open_table(str(copy)).snapshot(11).version == 11  # 8.11 is another file
     assert open_table(str(copy)).changes(starting_version=8, ending_version=12).to_arrow().num_rows > 0
 
 
-def test_a_compaction_file_with_two_metadata_is_refused(tmp_path: Path) -> None:
+def test_a_compaction_file_with_two_metadata_is_passed_over(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     copy = copy_table(TABLE, tmp_path)
     f = copy / "_delta_log" / compacted(0, 3)
     lines = f.read_bytes().splitlines(keepends=True)
     first = next(i for i, line in enumerate(lines) if line.startswith(b'{"metaData"'))
     f.write_bytes(b"".join([*lines, lines[first]]))
-    error = _refusal(copy, 3)
-    assert "second metaData" in error.message and error.line == len(lines) + 1
+    assert _passed_over(copy, 3, caplog, compacted(0, 3)) == SPEC["versions"]["3"]
+    assert "second metaData" in caplog.records[-1].getMessage()
 
 
-def test_kernel_rs_compaction_files_are_not_reconciled_and_are_refused(tmp_path: Path) -> None:
+def test_a_bad_compaction_file_is_refused_only_when_its_commits_are_gone(tmp_path: Path) -> None:
+    copy = copy_table(TABLE, tmp_path)
+    f = copy / "_delta_log" / compacted(0, 3)
+    lines = f.read_bytes().splitlines(keepends=True)
+    first = next(i for i, line in enumerate(lines) if line.startswith(b'{"metaData"'))
+    f.write_bytes(b"".join([*lines, lines[first]]))
+    (copy / "_delta_log" / commit(2)).unlink()
+    with pytest.raises(DeltaMirrorError) as info:  # the segment needs every commit
+        open_table(str(copy)).snapshot(3)
+    assert info.value.exit_code == 2 and "\n" not in str(info.value) and info.value.version == 2
+    # a commit gone between the listing and its read: the refusal names the compaction passed over
+    table = open_table(str(copy))
+    table.storage = storage = VanishingStorage(str(copy))
+    (copy / "_delta_log" / commit(2)).write_bytes(b'{"commitInfo":{}}\n')
+    storage.gone = commit(2)
+    with pytest.raises(CorruptLogError) as cinfo:
+        table.snapshot(3)
+    error = cinfo.value
+    assert error.exit_code == 2 and "\n" not in str(error)
+    assert compacted(0, 3) in error.message and "commit 2, which it covers, is missing" in error.message
+    assert "second metaData" in error.message
+
+
+class VanishingStorage(TableStorage):
+    """A commit listed but gone when it is read."""
+
+    gone = ""
+
+    def read_bytes(self, path: str, start: int | None = None, end: int | None = None) -> bytes:
+        if path.endswith(self.gone):
+            raise FileNotFoundError(path)
+        return super().read_bytes(path, start, end)
+
+    def open(self, path: str, mode: str = "rb") -> IO[bytes]:
+        if path.endswith(self.gone):
+            raise FileNotFoundError(path)
+        return super().open(path, mode)
+
+
+def test_kernel_rs_compaction_files_are_not_reconciled_and_are_passed_over(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """kernel-rs's test table holds compaction files made of the covered commits' lines, newest
     first: a file is added and removed in one of them, so what it says depends on which line a
-    reader applies last. Read forward, files removed long ago would come back."""
-    error = _refusal(TABLES / "krs__compacted-log-files-table", 25)
-    assert error.file is not None and error.file.endswith(compacted(0, 5))
-    assert "not a reconciled log compaction" in error.message
-    # its commits, without those files, give the rows kernel-rs's read.rs expects of it
-    snap = open_table(str(without_compactions(tmp_path, "krs__compacted-log-files-table"))).snapshot()
-    got = sorted((r["id"], r["comment"] or "") for r in snap.to_arrow().to_pylist())
-    assert got == [
+    reader applies last. Read forward, files removed long ago would come back: they are passed
+    over, and the commits (all there) give the rows kernel-rs's read.rs expects of it."""
+    expected = [
         (0, "new"),
         (1, "after-large-delete"),
         (2, ""),
         (10, "merge1-insert"),
         (12, "merge2-insert"),
     ]
+    with caplog.at_level(logging.WARNING, logger="deltamirror.core.replay"):
+        snap = open_table(str(TABLES / "krs__compacted-log-files-table")).snapshot(25)
+    assert any("is named by more than one add or remove" in r.getMessage() for r in caplog.records)
+    assert sorted((r["id"], r["comment"] or "") for r in snap.to_arrow().to_pylist()) == expected
+    snap = open_table(str(without_compactions(tmp_path, "krs__compacted-log-files-table"))).snapshot()
+    assert sorted((r["id"], r["comment"] or "") for r in snap.to_arrow().to_pylist()) == expected
 
 
 # --- files that cannot be read ---------------------------------------------------------------

@@ -347,26 +347,22 @@ def _field_missing(f: Facts, rng: random.Random) -> Mutation:
 
 
 def _schema_needed_only_for_rows(f: Facts, m: Mutation, ln: Line, key: str) -> Mutation:
-    """A metaData without ``schemaString`` describes no rows: the readers of rows (``read``,
-    ``changes``) refuse it naming its file and line while it is in force; the log-level readers
-    answer, as delta-rs does for a real Delta Live Tables setup commit that has none
-    (drs__delta-live-table). A later metaData replaces it: ``read`` reads the latest state with
-    that one's schema, as delta-spark does, so its rows are the unmutated table's."""
-    mapped = (ln.body.get("configuration") or {}).get("delta.columnMapping.mode", "none") != "none"
-    mapped = mapped and bool(ln.body.get("partitionColumns"))
-    if ln.kind == "metaData" and key == "schemaString" and mapped:
-        # with column mapping, partitionValues are keyed by physical names only the schema gives:
-        # the first add of the commit is refused (its partition columns cannot be found), naming
-        # the commit file and that add's line
-        m.line = None
-        m.field_name = None
-    elif ln.kind == "metaData" and key == "schemaString":
-        # history shows no metaData; snapshot and events print this one, which names its table id
-        for command, answer in (("snapshot", "faithful"), ("history", "unchanged"), ("events", "faithful")):
+    """A metaData without ``schemaString`` describes no rows nor table state: ``snapshot``,
+    ``read`` and ``changes`` refuse it naming its file and line while it is in force (delta-spark
+    refuses such a table); the log-level readers answer, as delta-rs does for a real Delta Live
+    Tables setup commit that has none (drs__delta-live-table). A later metaData replaces it:
+    ``snapshot`` and ``read`` read the latest state with that one's schema, as delta-spark does, so
+    their output is the unmutated table's. A partitioned table's files are not refused for it:
+    a partition column a file's ``partitionValues`` cannot be matched with reads as null."""
+    if ln.kind == "metaData" and key == "schemaString":
+        # history shows no metaData; events prints this one, which names its table id
+        for command, answer in (("history", "unchanged"), ("events", "faithful")):
             if m.expect.get(command) == "refused":
                 m.expect[command] = answer
-        if ln.version < f.last_metadata_version and m.expect.get("read") == "refused":
-            m.expect["read"] = "unchanged"
+        if ln.version < f.last_metadata_version:
+            for command in ("snapshot", "read"):
+                if m.expect.get(command) == "refused":
+                    m.expect[command] = "unchanged"
         m.marker = '"id":' + json.dumps(ln.body["id"])
     return m
 
