@@ -127,22 +127,26 @@ def location(argument: str, value: object) -> str:
 
 def select_columns(
     schema: StructType, columns: object, table: str | None, argument: str = "columns"
-) -> StructType | None:
-    """The table columns named by ``columns`` (None: all), each once, in the table's order.
+) -> list[str] | None:
+    """The table's own names of the columns named by ``columns`` (None: all), each once, in the
+    order asked.
 
     Names match as the readers match them (exactly, else case-insensitively, as delta-spark does).
     """
     wanted = names(argument, columns, table)
     if wanted is None:
         return None
+    out: list[str] = []
     for name in wanted:
         try:
-            schema.field(name)
+            canonical = schema.field(name).name
         except SchemaError:
             raise _refuse(
                 f"no column {name!r} in the table (columns: {', '.join(schema.names)})", argument, table
             ) from None
-    return schema.select(wanted)
+        if canonical not in out:
+            out.append(canonical)
+    return out
 
 
 def partition_filter_argument(argument: str, value: object, table: str | None) -> Any:

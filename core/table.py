@@ -137,8 +137,9 @@ class Snapshot:
     def iter_batches(self, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
         """The table's rows at this version, in its logical schema, one data file at a time.
 
-        ``columns`` names table columns (exactly, else case-insensitively); each is read once, in
-        the table's order. A name the table lacks is an InvalidArgumentError, before any file is read.
+        ``columns`` names table columns (exactly, else case-insensitively); each is read once, the
+        batches holding them in the table's order. A name the table lacks is an InvalidArgumentError,
+        before any file is read.
         """
         arguments.select_columns(self.schema, columns, self.table.uri)
         return self._batches(columns)
@@ -158,12 +159,15 @@ class Snapshot:
         )
 
     def to_arrow(self, columns: Sequence[str] | None = None) -> pa.Table:
-        """The table's rows at this version as one ``pyarrow.Table`` (``columns`` as :meth:`iter_batches`)."""
+        """The table's rows at this version as one ``pyarrow.Table``: ``columns`` matched as
+        :meth:`iter_batches` matches them, in the order asked."""
         from .schema import to_arrow_schema
 
         selected = arguments.select_columns(self.schema, columns, self.table.uri)
-        schema = to_arrow_schema(self.schema if selected is None else selected)
-        return pa.Table.from_batches(list(self._batches(columns)), schema=schema)
+        if selected is None:
+            return pa.Table.from_batches(list(self._batches(None)), schema=to_arrow_schema(self.schema))
+        schema = to_arrow_schema(self.schema.select(selected))  # the batches' order: the table's
+        return pa.Table.from_batches(list(self._batches(selected)), schema=schema).select(selected)
 
 
 class DeltaTable:

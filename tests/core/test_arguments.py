@@ -171,6 +171,7 @@ def test_good_arguments_still_read_what_they_name() -> None:
     table = open_table(TABLE)  # a path-like is a location too
     snapshot = table.snapshot(version=2)
     assert snapshot.to_arrow(columns=["ID", "part"]).column_names == ["id", "part"]
+    assert snapshot.to_arrow(columns=["part", "ID"]).column_names == ["part", "id"]  # as asked
     assert snapshot.to_arrow(columns=("id", "id")).column_names == ["id"]
     assert [e.version for e in table.history(1, 2)] == [1, 2]
     assert table.version_at(datetime.fromtimestamp(table.commit_timestamp(2).timestamp / 1000, UTC)) == 2
