@@ -13,11 +13,12 @@ help: ## list the targets
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@echo "Installing deltamirror with Spark, S3 and the test tools into $(VENV): about 450 MB to download"
-	@echo "on a first run (pyspark is most of it), about 1 GB on disk. Progress follows."
+	@echo "Installing deltamirror with Spark, S3 and the test tools into $(VENV): about 670 MB to download"
+	@echo "on a first run (pyspark's 450 MB source archive is most of it), about 1.2 GB on disk. Progress follows."
 	$(PIP) install --progress-bar on --upgrade pip setuptools wheel
 	$(PIP) install --progress-bar on -e ".[spark,dev,bench,s3]" --config-settings editable_mode=strict
 	touch $(STAMP)
+	@echo "Installed: the command is $(BIN)/deltamirror (or run: source $(BIN)/activate, then deltamirror)"
 
 install: $(STAMP) ## create .venv and install deltamirror with its Spark and test dependencies
 	@# strict editable installs link files: pick up modules added since the last install

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_output_arguments, add_table_argument, open_table_from_args
+from .common import add_output_arguments, add_table_argument, open_table_from_args, parse_columns
 from .progress import ProgressLine, add_progress_argument, wanted
 
 
@@ -44,7 +44,7 @@ def cmd_changes(args: argparse.Namespace) -> int:
     from .output import check_csv_schema, open_output, write_batches
 
     table = open_table_from_args(args)
-    columns = [c.strip() for c in args.columns.split(",") if c.strip()] if args.columns else None
+    columns = parse_columns(args.columns)
     with ProgressLine(wanted(args)) as line:
         feed = read_changes(
             table,

@@ -21,6 +21,20 @@ def parse_storage_options(pairs: list[str] | None) -> dict[str, Any]:
     return options
 
 
+def parse_columns(text: str | None) -> list[str] | None:
+    """``--columns a,b``: the names (None when not given); an empty list or name is refused."""
+    from deltamirror.core.errors import InvalidArgumentError
+
+    if text is None:
+        return None
+    names = [c.strip() for c in text.split(",")]
+    if not any(names):
+        raise InvalidArgumentError("--columns is empty: name at least one column")
+    if not all(names):
+        raise InvalidArgumentError("--columns has an empty name (two commas in a row, or one at an end)")
+    return names
+
+
 def add_table_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "table", metavar="TABLE", help="table location: a path or an fsspec URL (s3://, gs://, abfs://)"

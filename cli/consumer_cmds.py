@@ -21,7 +21,12 @@ and hand every committed version, in order, to a command or an HTTP endpoint:
                  DELTAMIRROR_KIND, DELTAMIRROR_DELIVERY_ID, DELTAMIRROR_ATTEMPT
                  in its environment; exit status 0 accepts the version.
   --webhook URL  POSTs the document (application/json, Idempotency-Key header);
-                 a 2xx status accepts it, a redirect does not.
+                 a whole 2xx answer accepts it; a redirect, or an answer cut
+                 short or not HTTP, does not.
+
+--timeout S is the deadline of one attempt, all of it: a webhook still
+answering then (however steadily) fails it, a command still running is
+killed with every process it started.
 
 A failed attempt is tried again after 0.5, 1, 2, 4 s... (--backoff, doubling up
 to --max-backoff), --max-attempts times in all (default 5); then the version goes
@@ -62,6 +67,14 @@ example: drop the cached results of the partitions each version touched
 """
 
 
+#: the defaults of the flags whose absence is told apart from their default (refused combinations)
+CHECKPOINT_VERSIONS = 100
+CHECKPOINT_S = 60.0
+MAX_ITEMS = 1000
+BACKOFF_S = 0.5
+MAX_BACKOFF_S = 30.0
+
+
 def _add_source_arguments(p: argparse.ArgumentParser, group_default: str) -> None:
     add_kafka_arguments(p)
     p.add_argument("--topic", required=True, metavar="ACTIONS_TOPIC", help="the actions topic to read")
@@ -74,29 +87,32 @@ def _add_source_arguments(p: argparse.ArgumentParser, group_default: str) -> Non
         "the watcher's default pair of the actions topic (deltamirror.<name>.actions -> .commits)",
     )
     p.add_argument(
-        "--group-id", metavar="G", help=f"consumer group for committed offsets (default {group_default})"
+        "--group-id",
+        metavar="G",
+        help=f"consumer group for committed offsets (default: with --state-dir, the directory's own "
+        f"group, recorded in it; without, {group_default}); a --state-dir that records another group "
+        "is refused",
     )
     p.add_argument("--once", action="store_true", help="exit once every partition is read to its end")
     p.add_argument(
         "--state-dir",
         metavar="DIR",
-        help="where to save each table's state (a Delta checkpoint) and the position; a start "
-        "continues from there instead of the topic's beginning",
+        help="where to save each table's state (a Delta checkpoint), the position and the consumer "
+        "group; a start continues from there instead of the topic's beginning",
     )
     p.add_argument(
         "--checkpoint-interval-versions",
         type=int,
-        default=100,
         metavar="N",
-        help="with --state-dir: save after N applied versions (default 100; 0: not on this count)",
+        help=f"with --state-dir (refused without): save after N applied versions (default "
+        f"{CHECKPOINT_VERSIONS}; 0: not on this count)",
     )
     p.add_argument(
         "--checkpoint-interval-s",
         type=float,
-        default=60.0,
         metavar="S",
-        help="with --state-dir: save S seconds after the first change since the last save "
-        "(default 60; 0: not on this count); the end of a run always saves",
+        help=f"with --state-dir (refused without): save S seconds after the first change since the last "
+        f"save (default {CHECKPOINT_S:g}; 0: not on this count); the end of a run always saves",
     )
     p.add_argument(
         "--metrics-port",
@@ -109,9 +125,9 @@ def _add_source_arguments(p: argparse.ArgumentParser, group_default: str) -> Non
     p.add_argument(
         "--max-items",
         type=int,
-        default=1000,
         metavar="N",
-        help="longest list of paths or partitions in a document (default 1000)",
+        help=f"longest list of paths or partitions in a document (default {MAX_ITEMS}; consume-snapshot: "
+        "with --format jsonl, the documents it prints)",
     )
 
 
@@ -158,7 +174,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--exec",
         metavar="CMD",
         help="command to run per version, split like a shell would but run without one (use "
-        "'sh -c ...' for pipes); its output is captured, the last line of its stderr is logged on failure",
+        "'sh -c ...' for pipes); its standard output is discarded, the last line of its stderr is "
+        "logged on failure",
     )
     target.add_argument(
         "--webhook", metavar="URL", help="http(s) endpoint to POST each version to (userinfo: basic auth)"
@@ -169,7 +186,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="'NAME: VALUE'",
         help="with --webhook: a header sent with every request (e.g. Authorization); repeatable",
     )
-    p.add_argument("--dead-letter-topic", metavar="T", help="topic for versions given up (must exist)")
+    p.add_argument(
+        "--dead-letter-topic",
+        metavar="T",
+        help="topic for versions given up (must exist; not with --max-attempts 0, which never gives up)",
+    )
     p.add_argument(
         "--max-attempts",
         type=int,
@@ -178,22 +199,101 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="attempts per version before it is given up (default 5; 0: retry until stopped)",
     )
     p.add_argument(
-        "--backoff", type=float, default=0.5, metavar="S", help="wait after the first failure (default 0.5 s)"
+        "--backoff",
+        type=float,
+        metavar="S",
+        help=f"wait after the first failure (default {BACKOFF_S:g} s; refused with --max-attempts 1)",
     )
     p.add_argument(
         "--max-backoff",
         type=float,
-        default=30.0,
         metavar="S",
-        help="longest wait between attempts, each wait doubling the one before (default 30 s)",
+        help=f"longest wait between attempts, each wait doubling the one before (default {MAX_BACKOFF_S:g} s; "
+        "not less than --backoff)",
     )
     p.add_argument(
-        "--timeout", type=float, default=30.0, metavar="S", help="time one attempt may take (default 30 s)"
+        "--timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="deadline of one attempt, all of it (default 30 s): a webhook's whole answer must have "
+        "come by then (a complete HTTP response: one cut short fails the attempt), a command must "
+        "have exited (else it is killed, with every process it started)",
     )
     p.set_defaults(handler=cmd_invalidate)
 
 
 # --- shared -------------------------------------------------------------------------------------------
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """Every refusal that needs no broker, before anything is done: a flag that cannot take effect
+    in this combination is named with the one that stops it (exit 2)."""
+    import math
+
+    from deltamirror.core.errors import InvalidArgumentError
+    from deltamirror.producer.settings import check_topic_name
+
+    check_topic_name(args.topic, "--topic")
+    if args.commits_topic:
+        check_topic_name(args.commits_topic.strip(), "--commits-topic")
+    for flag, value in (("--group-id", args.group_id), ("--state-dir", args.state_dir)):
+        if value is not None and not value.strip():
+            raise InvalidArgumentError(f"{flag} is empty")
+    if args.max_items is not None and args.max_items < 0:
+        raise InvalidArgumentError("--max-items must be 0 or more")
+    if args.max_items is not None and getattr(args, "format", "jsonl") == "counts":
+        raise InvalidArgumentError(
+            "--max-items goes with --format jsonl: --format counts prints counts, not lists"
+        )
+    if args.metrics_host is not None and args.metrics_port is None:
+        raise InvalidArgumentError("--metrics-host goes with --metrics-port")
+    if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
+        raise InvalidArgumentError("--metrics-port must be 0-65535")
+    for flag, value in (
+        ("--checkpoint-interval-versions", args.checkpoint_interval_versions),
+        ("--checkpoint-interval-s", args.checkpoint_interval_s),
+    ):
+        if value is None:
+            continue
+        if args.state_dir is None:
+            raise InvalidArgumentError(f"{flag} goes with --state-dir: without one nothing is saved")
+        if not (value >= 0 and math.isfinite(value)):
+            raise InvalidArgumentError(f"{flag} must be 0 or more")
+    if not hasattr(args, "max_attempts"):  # consume-snapshot
+        return
+    if args.header and args.webhook is None:
+        raise InvalidArgumentError("--header goes with --webhook")
+    if not (args.timeout > 0 and math.isfinite(args.timeout)):
+        raise InvalidArgumentError("--timeout must be more than 0 s")
+    if args.max_attempts < 0:
+        raise InvalidArgumentError("--max-attempts must be 0 (no limit) or more")
+    for flag, value in (("--backoff", args.backoff), ("--max-backoff", args.max_backoff)):
+        if value is None:
+            continue
+        if not (value >= 0 and math.isfinite(value)):
+            raise InvalidArgumentError(f"{flag} must be 0 s or more")
+        if args.max_attempts == 1:
+            raise InvalidArgumentError(
+                f"{flag} goes with a --max-attempts above 1: with 1 nothing is retried"
+            )
+    backoff = BACKOFF_S if args.backoff is None else args.backoff
+    max_backoff = MAX_BACKOFF_S if args.max_backoff is None else args.max_backoff
+    if max_backoff < backoff:
+        raise InvalidArgumentError(
+            f"--max-backoff {max_backoff:g} is less than --backoff {backoff:g}: the first wait would be cut to it"
+        )
+    if args.dead_letter_topic is not None:
+        check_topic_name(args.dead_letter_topic, "--dead-letter-topic")
+        if args.max_attempts == 0:
+            raise InvalidArgumentError(
+                "--dead-letter-topic goes with a --max-attempts above 0: with 0 a version is retried "
+                "until it is delivered, never given up"
+            )
+        if args.dead_letter_topic in (args.topic, args.commits_topic):
+            raise InvalidArgumentError(
+                f"--dead-letter-topic {args.dead_letter_topic} is a topic this command reads"
+            )
 
 
 class _Source:
@@ -202,7 +302,6 @@ class _Source:
     def __init__(self, args: argparse.Namespace) -> None:
         import logging
 
-        from deltamirror.core.errors import InvalidArgumentError
         from deltamirror.core.redact import install_redaction
         from deltamirror.mirror.connection import KafkaConnectionReporter
         from deltamirror.mirror.topics import default_commits_topic
@@ -210,10 +309,6 @@ class _Source:
         # the watcher's Kafka model and file: the same broker-list rule, SASL/SSL checks and secrets
         kafka = kafka_settings_from_args(args)
         self.servers = kafka.bootstrap_servers
-        if not args.topic.strip():
-            raise InvalidArgumentError("--topic is empty")
-        if args.max_items < 0:
-            raise InvalidArgumentError("--max-items must be 0 or more")
         self.topic: str = args.topic
         self.commits_topic: str | None = args.commits_topic
         if self.commits_topic is not None:
@@ -234,28 +329,55 @@ class _Source:
             check_login(self.kafka, self.reporter)
         self.metrics_port: int | None = args.metrics_port
         self.metrics_host: str = args.metrics_host or "127.0.0.1"
-        if args.metrics_host is not None and args.metrics_port is None:
-            raise InvalidArgumentError("--metrics-host goes with --metrics-port")
-        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
-            raise InvalidArgumentError("--metrics-port must be 0-65535")
-        for flag, value in (
-            ("--checkpoint-interval-versions", args.checkpoint_interval_versions),
-            ("--checkpoint-interval-s", args.checkpoint_interval_s),
-        ):
-            if value < 0:
-                raise InvalidArgumentError(f"{flag} must be 0 or more")
         self.metrics: Any = None  # a ConsumerMetrics with --metrics-port
         if self.metrics_port is not None:
             from deltamirror.consumer.metrics import ConsumerMetrics
 
             self.metrics = ConsumerMetrics()
         #: the SnapshotConsumer options both commands pass alike
+        versions = (
+            CHECKPOINT_VERSIONS
+            if args.checkpoint_interval_versions is None
+            else args.checkpoint_interval_versions
+        )
+        seconds = CHECKPOINT_S if args.checkpoint_interval_s is None else args.checkpoint_interval_s
         self.state_options: dict[str, Any] = {
             "state_dir": args.state_dir,
-            "checkpoint_interval_versions": args.checkpoint_interval_versions or None,
-            "checkpoint_interval_s": args.checkpoint_interval_s or None,
+            "checkpoint_interval_versions": versions or None,
+            "checkpoint_interval_s": seconds or None,
             "metrics": self.metrics,
         }
+
+    def group_id(self, args: argparse.Namespace, default: str) -> str:
+        """The consumer group: ``--group-id``, else the state directory's own, else ``default``.
+
+        A state directory records its group when it is new (a group of its own unless one is
+        named), so that a new state never starts from what another consumer's group acknowledged;
+        a ``--group-id`` other than the one it records is refused (see consumer/snapshot/store.py).
+        """
+        if args.state_dir is None:
+            return str(args.group_id or default)
+        from deltamirror.consumer.snapshot import StateStore
+
+        return StateStore.claim_group(
+            args.state_dir, self.topic, self.commits_topic, requested=args.group_id, default=default
+        )
+
+    def with_reason(self, exc: Exception) -> Exception:
+        """A broker error with why the brokers cannot be reached, when the reporter knows (one line,
+        never librdkafka's raw error object)."""
+        from deltamirror.mirror.errors import KafkaError, TopicNotFoundError
+
+        self.reporter.check()  # a refused login is the reason: said as such (exit 2)
+        if isinstance(exc, TopicNotFoundError) or not isinstance(exc, KafkaError):
+            return exc
+        reason = self.reporter.last_reason
+        message = exc.message
+        if "KafkaError{" in message:  # librdkafka's repr: its words only
+            message = message.split(": KafkaError{", 1)[0]
+        if reason and reason not in message:
+            message = f"{message}: Kafka at {self.servers} unreachable ({reason})"
+        return KafkaError(message, **({"topic": exc.context["topic"]} if "topic" in exc.context else {}))
 
     def _fatal(self, error: Exception) -> None:
         if self.consumer is not None:
@@ -266,6 +388,8 @@ class _Source:
         """SIGTERM/SIGINT stop ``consumer`` cleanly while it runs; then the reporter's fatal error."""
         import signal
         from types import FrameType
+
+        from deltamirror.mirror.errors import KafkaError
 
         self.consumer = consumer
 
@@ -281,6 +405,8 @@ class _Source:
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             yield
+        except KafkaError as exc:  # said with the reason the brokers gave, when there is one
+            raise self.with_reason(exc) from None
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -318,10 +444,11 @@ def cmd_consume_snapshot(args: argparse.Namespace) -> int:
         TableReplacement,
     )
 
+    _check_flags(args)
     source = _Source(args)
     options: dict[str, Any] = {
         "kafka": source.kafka,
-        "group_id": args.group_id or DEFAULT_GROUP_ID,
+        "group_id": source.group_id(args, DEFAULT_GROUP_ID),
         "commits_topic": source.commits_topic,
         **source.state_options,
     }
@@ -333,7 +460,7 @@ def cmd_consume_snapshot(args: argparse.Namespace) -> int:
             source.servers,
             source.topic,
             on_payload=_write,
-            max_items=args.max_items,
+            max_items=MAX_ITEMS if args.max_items is None else args.max_items,
             skip_acknowledged=False,  # the position is the state's, as for counts
             **options,
         )
@@ -417,31 +544,32 @@ def cmd_invalidate(args: argparse.Namespace) -> int:
         Target,
         WebhookTarget,
     )
-    from deltamirror.core.errors import InvalidArgumentError
+    from deltamirror.mirror.errors import KafkaError
 
+    _check_flags(args)
     source = _Source(args)
-    if args.header and args.webhook is None:
-        raise InvalidArgumentError("--header goes with --webhook")
-    if args.timeout <= 0:
-        raise InvalidArgumentError("--timeout must be more than 0 s")
     policy = RetryPolicy(
-        max_attempts=args.max_attempts, initial_backoff_s=args.backoff, max_backoff_s=args.max_backoff
+        max_attempts=args.max_attempts,
+        initial_backoff_s=BACKOFF_S if args.backoff is None else args.backoff,
+        max_backoff_s=MAX_BACKOFF_S if args.max_backoff is None else args.max_backoff,
     )
     target: Target
+    stop = threading.Event()  # a stop also ends an attempt in progress (its version is offered again)
     if args.exec is not None:
-        target = ExecTarget.from_command_line(args.exec, timeout_s=args.timeout)
+        target = ExecTarget.from_command_line(args.exec, timeout_s=args.timeout, stop=stop)
     else:
-        target = WebhookTarget(args.webhook, headers=_headers(args.header), timeout_s=args.timeout)
-    stop = threading.Event()
+        target = WebhookTarget(args.webhook, headers=_headers(args.header), timeout_s=args.timeout, stop=stop)
     producer = None
     dead_letters = None
     if args.dead_letter_topic is not None:
         from deltamirror.mirror.kafka_producer import RecordProducer
 
-        if not args.dead_letter_topic.strip():
-            raise InvalidArgumentError("--dead-letter-topic is empty")
         producer = RecordProducer(source.kafka, delivery_timeout_s=max(30.0, args.timeout))
-        producer.check_topic(args.dead_letter_topic)  # now, not when the first version fails
+        try:
+            producer.check_topic(args.dead_letter_topic)  # now, not when the first version fails
+        except KafkaError as exc:
+            producer.close()
+            raise source.with_reason(exc) from None
         dead_letters = DeadLetterTopic(producer, args.dead_letter_topic)
     invalidator = Invalidator(
         target,
@@ -455,8 +583,8 @@ def cmd_invalidate(args: argparse.Namespace) -> int:
         source.servers,
         source.topic,
         on_payload=invalidator,
-        max_items=args.max_items,
-        group_id=args.group_id or DEFAULT_GROUP_ID,
+        max_items=MAX_ITEMS if args.max_items is None else args.max_items,
+        group_id=source.group_id(args, DEFAULT_GROUP_ID),
         kafka=source.kafka,
         commits_topic=source.commits_topic,
         stop=stop,

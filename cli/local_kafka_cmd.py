@@ -71,9 +71,20 @@ def _broker(args: argparse.Namespace) -> Any:
 
 
 def _start(args: argparse.Namespace) -> int:
+    from deltamirror.core.errors import ConfigError, InvalidArgumentError
     from deltamirror.producer.kafka_jars import load_distribution, missing_jars
 
+    if args.secure_port is not None and args.security == "none":
+        raise InvalidArgumentError("--secure-port goes with --security scram-tls")
     broker = _broker(args)
+    running = broker.status()
+    wanted = f"127.0.0.1:{args.secure_port}"
+    if args.secure_port is not None and running["running"] and running["secure_bootstrap_servers"] != wanted:
+        raise ConfigError(
+            f"the broker of {running['data_dir']} runs with its SASL_SSL listener at "
+            f"{running['secure_bootstrap_servers']}, not {wanted}: stop it (deltamirror local kafka stop) "
+            "to start it with --secure-port"
+        )
     missing = missing_jars()
     if missing and not broker.status()["running"]:
         size_mb = sum(pin.size for pin in missing) / 1e6

@@ -162,8 +162,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "where and how to look at it. Needs Java 17+ (for the broker) and the deltalake package.",
     )
     p.add_argument("--dir", metavar="DIR", help="where to create the demo table (default: a temp dir)")
-    p.add_argument("--port", type=int, default=9092, help="port of the local broker (default 9092)")
-    p.add_argument("--keep-broker", action="store_true", help="leave the broker running afterwards")
+    p.add_argument(
+        "--port",
+        type=int,
+        help="port of the local broker (default 9092; refused with KAFKA_BOOTSTRAP_SERVERS, which names the broker)",
+    )
+    p.add_argument(
+        "--keep-broker",
+        action="store_true",
+        help="leave the local broker running afterwards (refused with KAFKA_BOOTSTRAP_SERVERS: no local broker)",
+    )
     p.set_defaults(handler=cmd_demo)
 
 
@@ -227,9 +235,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     broker = None
     started_here = False
-    if not bootstrap:
+    if bootstrap:
+        from deltamirror.core.errors import InvalidArgumentError
+
+        for flag, given in (("--port", args.port is not None), ("--keep-broker", args.keep_broker)):
+            if given:
+                raise InvalidArgumentError(
+                    f"{flag} is for the local broker the demo starts; KAFKA_BOOTSTRAP_SERVERS names "
+                    "another, which the demo uses instead"
+                )
+    else:
         from deltamirror.producer.local_kafka import LocalKafka
 
+        args.port = 9092 if args.port is None else args.port
         broker = LocalKafka(port=args.port)
         started_here = not broker.status()["running"]
         _say(f"starting a local Kafka broker on 127.0.0.1:{args.port} (the first run downloads its jars)...")
@@ -250,16 +268,73 @@ def _demo(bootstrap: str, directory: str | None) -> int:
     import logging
     import tempfile
     import uuid
-    from datetime import date
-    from decimal import Decimal
-
-    import pyarrow as pa
 
     from deltamirror.producer.log_format import configure_logging
 
     configure_logging(logging.WARNING)
     root = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="deltamirror-demo-"))
     path = root / f"orders_{uuid.uuid4().hex[:6]}"
+    _say(f"creating the demo table {path} (version 0: three orders; change data feed on)")
+    try:
+        return _run_demo(bootstrap, path)
+    finally:
+        if (path / "_delta_log").is_dir():
+            print(demo_epilogue(str(path)), flush=True)
+
+
+def demo_epilogue(path: str) -> str:
+    """Where the demo left its table, with commands that run as printed (the table outlives the demo).
+
+    The program is named as this shell can run it: ``deltamirror`` when that is on PATH and is this
+    installation, else its path (``.venv/bin/deltamirror`` after ``make``).
+    """
+    import shlex
+
+    quoted = shlex.quote(path)
+    program = demo_program()
+    lines = [
+        f"the demo table is left at {path}; look at it with:",
+        f"  {program} history {quoted}",
+        f"  {program} changes {quoted} --starting-version 0 --format csv",
+        f"  {program} events {quoted}",
+    ]
+    if program != "deltamirror":
+        lines.append(
+            f"(or put deltamirror on your PATH: source {shlex.quote(str(_venv_bin().parent))}/bin/activate)"
+        )
+    return "\n".join(lines)
+
+
+def _venv_bin() -> Path:
+    """The folder of this interpreter: where its ``deltamirror`` script is (not resolved: a venv's
+    python is a link to the interpreter it was made from)."""
+    return Path(sys.executable).parent
+
+
+def demo_program() -> str:
+    """How to run this deltamirror from the current directory, as a shell word (or two)."""
+    import os
+    import shlex
+    import shutil
+
+    script = _venv_bin() / "deltamirror"
+    if not (script.is_file() and os.access(script, os.X_OK)):  # a bare checkout: no entry point
+        return f"{shlex.quote(sys.executable)} -m deltamirror.cli.main"
+    found = shutil.which("deltamirror")
+    if found is not None and Path(found).resolve() == script.resolve():
+        return "deltamirror"
+    try:
+        return shlex.quote(str(script.relative_to(Path.cwd())))
+    except ValueError:
+        return shlex.quote(str(script))
+
+
+def _orders(rows: list[tuple[int, str, str, str, Any]]) -> Any:
+    """Rows of the demo table as Arrow."""
+    from decimal import Decimal
+
+    import pyarrow as pa
+
     schema = pa.schema(
         [
             pa.field("order_id", pa.int64()),
@@ -269,64 +344,71 @@ def _demo(bootstrap: str, directory: str | None) -> int:
             pa.field("order_date", pa.date32()),
         ]
     )
-
-    def orders(rows: list[tuple[int, str, str, str, date]]) -> pa.Table:
-        cols = list(zip(*rows, strict=True))
-        return pa.table(
-            [
-                pa.array(cols[0], pa.int64()),
-                pa.array(cols[1], pa.string()),
-                pa.array([Decimal(a) for a in cols[2]], pa.decimal128(10, 2)),
-                pa.array(cols[3], pa.string()),
-                pa.array(cols[4], pa.date32()),
-            ],
-            schema=schema,
-        )
-
-    _say(f"creating the demo table {path} (version 0: three orders)")
-    try:
-        return _run_demo(bootstrap, path, orders)
-    finally:
-        if (path / "_delta_log").is_dir():
-            print(demo_epilogue(str(path)), flush=True)
-
-
-def demo_epilogue(path: str) -> str:
-    """Where the demo left its table, with commands to paste (the table outlives the demo)."""
-    import shlex
-
-    quoted = shlex.quote(path)
-    return "\n".join(
+    cols = list(zip(*rows, strict=True))
+    return pa.table(
         [
-            f"the demo table is left at {path}; look at it with:",
-            f"  deltamirror history {quoted}",
-            f"  deltamirror changes {quoted} --starting-version 0 --format csv",
-            f"  deltamirror events {quoted}",
-        ]
+            pa.array(cols[0], pa.int64()),
+            pa.array(cols[1], pa.string()),
+            pa.array([Decimal(a) for a in cols[2]], pa.decimal128(10, 2)),
+            pa.array(cols[3], pa.string()),
+            pa.array(cols[4], pa.date32()),
+        ],
+        schema=schema,
     )
 
 
-def _run_demo(bootstrap: str, path: Path, orders: Callable[[list[Any]], Any]) -> int:
-    import json
-    import time
+def write_demo_table(path: Path) -> None:
+    """Version 0 of the demo table: three orders, with the change data feed on."""
     from datetime import date
 
-    from deltalake import DeltaTable, write_deltalake
-
-    from deltamirror.mirror.kafka_consumer import MirrorConsumer
-    from deltamirror.producer.service import WatchService
-    from deltamirror.producer.settings import WatchConfig
+    from deltalake import write_deltalake
 
     write_deltalake(
         str(path),
-        orders(
+        _orders(
             [
                 (1, "ada", "19.99", "placed", date(2026, 1, 5)),
                 (2, "grace", "5.00", "placed", date(2026, 1, 5)),
                 (3, "linus", "42.50", "placed", date(2026, 1, 6)),
             ]
         ),
+        configuration={"delta.enableChangeDataFeed": "true"},
     )
+
+
+def commit_demo_changes(path: Path) -> None:
+    """Versions 1 to 3 of the demo table: an append, an update, a delete."""
+    from datetime import date
+
+    from deltalake import DeltaTable, write_deltalake
+
+    _say("version 1: append two orders")
+    write_deltalake(
+        str(path),
+        _orders(
+            [
+                (4, "barbara", "12.00", "placed", date(2026, 1, 7)),
+                (5, "edsger", "7.25", "placed", date(2026, 1, 7)),
+            ]
+        ),
+        mode="append",
+    )
+    _say("version 2: update order 1 to shipped")
+    DeltaTable(str(path)).update(updates={"status": "'shipped'"}, predicate="order_id = 1")
+    _say("version 3: delete order 2")
+    DeltaTable(str(path)).delete("order_id = 2")
+
+
+def _run_demo(bootstrap: str, path: Path) -> int:
+    import json
+    import time
+
+    from deltamirror.mirror.connection import KafkaConnectionReporter
+    from deltamirror.mirror.kafka_consumer import MirrorConsumer
+    from deltamirror.producer.service import WatchService
+    from deltamirror.producer.settings import WatchConfig
+
+    write_demo_table(path)
     cfg = WatchConfig.model_validate(
         {
             "kafka": {"bootstrap_servers": bootstrap},
@@ -337,27 +419,14 @@ def _run_demo(bootstrap: str, path: Path, orders: Callable[[list[Any]], Any]) ->
     service = WatchService(cfg)
     _say(f"mirroring it into {topics.actions} and {topics.commits} (snapshot first, then every commit)")
     service.start()
-    consumer = MirrorConsumer(cfg.kafka.librdkafka_config(), purpose="demo")
+    reporter = KafkaConnectionReporter(cfg.kafka.bootstrap_servers)  # librdkafka's lines: logged, not printed
+    consumer = MirrorConsumer({**cfg.kafka.librdkafka_config(), **reporter.client_config()}, purpose="demo")
     try:
         if not service.pipelines[0].ready.wait(60):
             raise RuntimeError("the watcher did not start within 60 s")
         consumer.assign([(topics.actions, 0, None)])
         print("a read_committed subscriber of", topics.actions, "receives:")
-        _say("version 1: append two orders")
-        write_deltalake(
-            str(path),
-            orders(
-                [
-                    (4, "barbara", "12.00", "placed", date(2026, 1, 7)),
-                    (5, "edsger", "7.25", "placed", date(2026, 1, 7)),
-                ]
-            ),
-            mode="append",
-        )
-        _say("version 2: update order 1 to shipped")
-        DeltaTable(str(path)).update(updates={"status": "'shipped'"}, predicate="order_id = 1")
-        _say("version 3: delete order 2")
-        DeltaTable(str(path)).delete("order_id = 2")
+        commit_demo_changes(path)
         deadline = time.monotonic() + 60
         done = False
         for batch in consumer.batches(until_end=False, poll_s=0.5):

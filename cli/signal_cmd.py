@@ -1,7 +1,11 @@
 """``deltamirror signal snapshot TABLE``: ask the running watchers for a fresh snapshot of a table.
 
-Prints one JSON line (the signal written) and exits 0 once the broker has stored it; the watcher
-that runs the table publishes the snapshot within a poll interval (docs/discovery.md).
+Prints one JSON line (the signal written, the topic and brokers it went to) and exits 0 once the
+broker has stored it; the watcher that runs the table publishes the snapshot within a poll
+interval (docs/discovery.md). With ``--wait`` it exits 0 only once a watcher running the table
+took the signal (its ``done`` record on the topic). Everything is bounded by ``--timeout``: a
+broker that does not answer is one line naming the reason (exit 1), and librdkafka's own lines go
+to the ``deltamirror.librdkafka`` logger, never to stderr.
 """
 
 from __future__ import annotations
@@ -9,11 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
-from .common import add_kafka_arguments, kafka_settings_from_args
+from .common import add_kafka_arguments
 
 #: ``deltamirror.producer.signals.SIGNAL_TOPIC``, spelled out so that --help imports nothing
 SIGNAL_TOPIC = "deltamirror.signals"
+DEFAULT_TIMEOUT_S = 15.0
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -26,29 +32,249 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "on it; one where TABLE does not run yet keeps it for 10 minutes and acts if TABLE starts there.",
     )
     kinds = p.add_subparsers(dest="signal_kind", metavar="SIGNAL", required=True)
-    snap = kinds.add_parser("snapshot", help="publish a fresh snapshot of TABLE")
+    snap = kinds.add_parser(
+        "snapshot",
+        help="publish a fresh snapshot of TABLE",
+        description="Ask the watcher running TABLE for a fresh snapshot of it. With --config FILE, the "
+        "watchers' own configuration file: its kafka section, its signal_topic (a file whose "
+        "signal_topic is null is refused: its watchers read no signals) and, when it names tables or "
+        "discover prefixes, a check that TABLE is one of them (else refused: no watcher of FILE runs "
+        "it). Prints one JSON line: the signal, the topic and the brokers it was written to.",
+    )
     snap.add_argument("table", metavar="TABLE", help="the table's location, as the watcher was given it")
     add_kafka_arguments(snap)
     snap.add_argument(
         "--signal-topic",
         metavar="TOPIC",
-        default=SIGNAL_TOPIC,
-        help=f"the watchers' signal_topic (default {SIGNAL_TOPIC})",
+        help=f"the watchers' signal_topic (default: the --config file's, else {SIGNAL_TOPIC}); one that "
+        "differs from the file's is refused",
+    )
+    snap.add_argument(
+        "--wait",
+        action="store_true",
+        help="exit 0 only once a watcher running TABLE took the signal (exit 1 if none did within --timeout)",
+    )
+    snap.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="S",
+        help=f"deadline of the whole command (default {DEFAULT_TIMEOUT_S:g} s): reaching the brokers, "
+        "writing the signal and, with --wait, a watcher taking it",
     )
     snap.set_defaults(handler=cmd_signal)
 
 
 def cmd_signal(args: argparse.Namespace) -> int:
+    import time
+
     from deltamirror.core.errors import ConfigError, DeltaMirrorError
     from deltamirror.core.storage import normalize_table_uri
-    from deltamirror.producer.signals import send_signal
 
+    deadline = time.monotonic() + _check_timeout(args.timeout)
     try:
         uri = normalize_table_uri(args.table)
     except DeltaMirrorError as exc:
         raise ConfigError(f"invalid table location: {exc.message}", table=args.table) from None
-    kafka = kafka_settings_from_args(args).librdkafka_config()
-    signal = send_signal(kafka, args.signal_topic, uri, "snapshot")
-    line = {"signal": signal.kind, "tableUri": uri, "id": signal.id, "topic": args.signal_topic}
+    kafka, topic = _settings(args, uri)
+    from deltamirror.mirror.connection import KafkaConnectionReporter
+    from deltamirror.mirror.errors import KafkaError
+    from deltamirror.mirror.login_check import check_login
+
+    # one line at the end says what went wrong: nothing is logged on the way (no librdkafka line)
+    reporter = KafkaConnectionReporter(kafka.bootstrap_servers, quiet=True)
+    config: dict[str, Any] = {**kafka.librdkafka_config(), **reporter.client_config()}
+    if not check_login(config, reporter, timeout_s=_left(deadline, args)):  # a refused login: exit 2
+        raise KafkaError(
+            f"Kafka at {kafka.bootstrap_servers} did not answer within {args.timeout:g} s "
+            f"({reporter.last_reason or 'no broker answered'}): the signal was not sent"
+        )
+    sender = _Sender(config, topic, reporter, deadline, args)
+    signal = sender.send(uri)
+    line: dict[str, Any] = {
+        "signal": signal.kind,
+        "tableUri": uri,
+        "id": signal.id,
+        "topic": topic,
+        "bootstrapServers": kafka.bootstrap_servers,
+    }
+    if args.wait:
+        sender.wait_for_done(signal)
+        line["taken"] = True
     sys.stdout.write(json.dumps(line) + "\n")
     return 0
+
+
+def _check_timeout(value: float) -> float:
+    import math
+
+    from deltamirror.core.errors import InvalidArgumentError
+
+    if not (value > 0 and math.isfinite(value)):
+        raise InvalidArgumentError("--timeout must be more than 0 s")
+    return value
+
+
+def _left(deadline: float, args: argparse.Namespace) -> float:
+    import time
+
+    from deltamirror.mirror.errors import KafkaError
+
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise KafkaError(f"the signal could not be completed within --timeout {args.timeout:g} s")
+    return left
+
+
+def _settings(args: argparse.Namespace, uri: str) -> tuple[Any, str]:
+    """The Kafka settings and the signal topic, from the flags and the ``--config`` file."""
+    from deltamirror.core.errors import ConfigError
+    from deltamirror.producer.settings import check_topic_name
+
+    from .common import kafka_settings_from_args
+
+    check_topic_name(args.signal_topic, "--signal-topic")
+    if not args.config:
+        return kafka_settings_from_args(args), args.signal_topic or SIGNAL_TOPIC
+    from deltamirror.producer.config_file import load_signal_config
+
+    loaded = load_signal_config(args.config, bootstrap_servers=args.bootstrap_servers)
+    if loaded.signal_topic is None:
+        raise ConfigError(
+            "signal_topic is null: the watchers of this configuration read no signals", file=args.config
+        )
+    if args.signal_topic is not None and args.signal_topic != loaded.signal_topic:
+        raise ConfigError(
+            f"--signal-topic {args.signal_topic} differs from the file's signal_topic "
+            f"{loaded.signal_topic}: the watchers of this configuration read {loaded.signal_topic}",
+            file=args.config,
+        )
+    if loaded.watch is not None and not _runs(loaded.watch, uri):
+        raise ConfigError(
+            f"{uri} is neither a table of this configuration nor under one of its discover prefixes "
+            "(with their include/exclude and max_depth): no watcher of it runs the table",
+            file=args.config,
+        )
+    return loaded.kafka, loaded.signal_topic
+
+
+def _runs(cfg: Any, uri: str) -> bool:
+    """Whether a watcher of ``cfg`` runs the table at ``uri`` (normalized): one of its tables, or a
+    table its discovery would find under a prefix."""
+    from deltamirror.producer.discovery import selected
+
+    if any(t.normalized_uri == uri for t in cfg.tables):
+        return True
+    for source in cfg.discover:
+        prefix = source.normalized_uri.rstrip("/")
+        if uri == prefix:
+            return True
+        if uri.startswith(prefix + "/"):
+            relative = uri[len(prefix) + 1 :].rstrip("/")
+            if relative.count("/") < source.max_depth and selected(relative, source):
+                return True
+    return False
+
+
+def _new_signal(uri: str) -> Any:
+    import time
+    import uuid
+
+    from deltamirror.producer.signals import Signal
+
+    return Signal(kind="snapshot", table_uri=uri, id=uuid.uuid4().hex, requested_at=int(time.time() * 1000))
+
+
+def _is_done(value: bytes, signal: Any) -> bool:
+    """Whether a record of the signal topic is a watcher's ``done`` for ``signal`` (other records,
+    whatever they are, are not)."""
+    from pydantic import ValidationError
+
+    from deltamirror.producer.signals import Signal
+
+    try:
+        seen = Signal.model_validate_json(value or b"")
+    except ValidationError:
+        return False
+    return seen.kind == "done" and seen.id == signal.id
+
+
+class _Sender:
+    """Writes the signal and, with ``--wait``, reads the topic for its ``done`` record."""
+
+    def __init__(
+        self, config: dict[str, Any], topic: str, reporter: Any, deadline: float, args: argparse.Namespace
+    ) -> None:
+        self.config = config
+        self.topic = topic
+        self.reporter = reporter
+        self.deadline = deadline
+        self.args = args
+        self.ends: dict[int, int] = {}
+
+    def _failed(self, exc: Exception, doing: str) -> Exception:
+        """One line with the reason, whatever part failed (never an empty one)."""
+        from deltamirror.mirror.errors import KafkaError
+
+        self.reporter.check()  # a refused login is said as such (exit 2)
+        reason = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+        if self.reporter.last_reason and self.reporter.last_reason not in reason:
+            reason = f"{reason} ({self.reporter.last_reason})"
+        return KafkaError(f"{doing}: {reason}", topic=self.topic)
+
+    def send(self, uri: str) -> Any:
+        from deltamirror.mirror.errors import KafkaError
+        from deltamirror.mirror.kafka_producer import RecordProducer
+        from deltamirror.mirror.topics import TopicManager
+        from deltamirror.producer.signals import SIGNAL_MAX_BYTES
+
+        try:
+            topics = TopicManager(
+                self.config, max_record_bytes=SIGNAL_MAX_BYTES, timeout_s=_left(self.deadline, self.args)
+            )
+            topics.ensure_signal_topic(self.topic)
+            if self.args.wait:  # where the watchers' answer will be: after what is there now
+                self.ends = topics.end_offsets(self.topic, committed=False)
+            signal = _new_signal(uri)
+            # a producer's delivery timeout is at least 1 s: the deadline may pass by that much
+            producer = RecordProducer(
+                self.config, delivery_timeout_s=max(1.0, _left(self.deadline, self.args))
+            )
+            try:
+                producer.send(self.topic, signal.to_json_bytes(), uri.encode())
+            finally:
+                producer.close(timeout_s=1.0)
+        except KafkaError as exc:
+            raise self._failed(exc, f"the signal was not sent to {self.topic}") from None
+        return signal
+
+    def wait_for_done(self, signal: Any) -> None:
+        """Return once a watcher's ``done`` record for ``signal`` is on the topic; else a KafkaError."""
+        import threading
+
+        from deltamirror.mirror.errors import KafkaError, StopRequested
+        from deltamirror.mirror.kafka_consumer import MirrorConsumer
+
+        stop = threading.Event()
+        timer = threading.Timer(_left(self.deadline, self.args), stop.set)
+        timer.start()
+        try:
+            with MirrorConsumer(self.config, purpose="signal", fetch_wait_max_ms=None) as consumer:
+                consumer.assign((self.topic, p, o) for p, o in sorted(self.ends.items()))
+                for batch in consumer.batches(until_end=False, stop=stop, poll_s=0.2):
+                    if any(_is_done(record.value, signal) for record in batch):
+                        return
+        except StopRequested:
+            pass
+        except KafkaError as exc:
+            raise self._failed(
+                exc, f"the signal was sent to {self.topic}, but its answer cannot be read"
+            ) from None
+        finally:
+            timer.cancel()
+        raise KafkaError(
+            f"the signal was sent to {self.topic}, but no watcher running {signal.table_uri} took it within "
+            f"{self.args.timeout:g} s (is one running that table, and reading {self.topic}? a watcher "
+            "where the table starts within 10 minutes still acts on it)",
+            topic=self.topic,
+        )

@@ -13,6 +13,7 @@ from .common import (
     add_table_argument,
     add_version_arguments,
     open_table_from_args,
+    parse_columns,
 )
 from .progress import ProgressLine, add_progress_argument, wanted
 
@@ -130,25 +131,23 @@ def _write_snapshot(args: argparse.Namespace, snap: Any, line: ProgressLine) -> 
 
 
 def cmd_read(args: argparse.Namespace) -> int:
+    from deltamirror.core.arguments import select_columns
     from deltamirror.core.schema import to_arrow_schema
 
     from .output import check_csv_schema, open_output, write_batches
 
+    columns = parse_columns(args.columns)
     with ProgressLine(wanted(args)) as line:
         snap = _snapshot(args, check_features=True, line=line)
-    columns = [c.strip() for c in args.columns.split(",")] if args.columns else None
+    # the columns as the library matches them (case-insensitively, each once), in the order asked
+    selected = select_columns(snap.schema, columns, snap.table.uri)
     schema = to_arrow_schema(snap.schema)
-    if columns is not None:
-        from deltamirror.core.errors import InvalidArgumentError
-
-        unknown = [c for c in columns if c not in schema.names]
-        if unknown:
-            raise InvalidArgumentError(f"no such column: {', '.join(unknown)}", table=snap.table.uri)
-        schema = pa_select(schema, columns)
+    if selected is not None:
+        schema = pa_select(schema, selected)
     if args.format == "csv":
         check_csv_schema(schema)
     with open_output(args.output) as out:
-        write_batches(snap.iter_batches(columns), schema, args.format, out)
+        write_batches(snap.iter_batches(selected), schema, args.format, out)
     return 0
 
 

@@ -16,8 +16,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from . import features
+from . import arguments, features
 from .changes import DEFAULT_BATCH_SIZE, ChangeFeed, PartitionFilter, TimestampLike, read_changes
+from .changes.ranges import to_epoch_ms
 from .errors import (
     CorruptLogError,
     InvalidArgumentError,
@@ -47,7 +48,6 @@ from .timestamps import (
     last_commit_timestamp,
     log_timestamps,
     monotonic_file_times,
-    parse_timestamp,
     version_at_or_before,
     version_timestamp,
 )
@@ -134,8 +134,17 @@ class Snapshot:
     def check_readable(self) -> None:
         features.check_table(self.protocol, self.metadata, table=self.table.uri, version=self.version)
 
-    def iter_batches(self, columns: list[str] | None = None) -> Iterator[pa.RecordBatch]:
-        """The table's rows at this version, in its logical schema, one data file at a time."""
+    def iter_batches(self, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+        """The table's rows at this version, in its logical schema, one data file at a time.
+
+        ``columns`` names table columns (exactly, else case-insensitively); each is read once, the
+        batches holding them in the table's order. A name the table lacks is an InvalidArgumentError,
+        before any file is read.
+        """
+        arguments.select_columns(self.schema, columns, self.table.uri)
+        return self._batches(columns)
+
+    def _batches(self, columns: Sequence[str] | None) -> Iterator[pa.RecordBatch]:
         from .read import read_snapshot
 
         self.check_readable()
@@ -149,13 +158,16 @@ class Snapshot:
             table=self.table.uri,
         )
 
-    def to_arrow(self, columns: list[str] | None = None) -> pa.Table:
+    def to_arrow(self, columns: Sequence[str] | None = None) -> pa.Table:
+        """The table's rows at this version as one ``pyarrow.Table``: ``columns`` matched as
+        :meth:`iter_batches` matches them, in the order asked."""
         from .schema import to_arrow_schema
 
-        schema = to_arrow_schema(self.schema)
-        if columns is not None:
-            schema = pa.schema([schema.field(c) for c in columns])
-        return pa.Table.from_batches(list(self.iter_batches(columns)), schema=schema)
+        selected = arguments.select_columns(self.schema, columns, self.table.uri)
+        if selected is None:
+            return pa.Table.from_batches(list(self._batches(None)), schema=to_arrow_schema(self.schema))
+        schema = to_arrow_schema(self.schema.select(selected))  # the batches' order: the table's
+        return pa.Table.from_batches(list(self._batches(selected)), schema=schema).select(selected)
 
 
 class DeltaTable:
@@ -168,9 +180,10 @@ class DeltaTable:
         *,
         allowed_path_prefixes: Iterable[str] = (),
     ) -> None:
-        self.storage = TableStorage(
-            uri, dict(storage_options or {}), allowed_path_prefixes=allowed_path_prefixes
-        )
+        uri = arguments.location("uri", uri)
+        options = arguments.options("storage_options", storage_options, uri)
+        prefixes = arguments.names("allowed_path_prefixes", allowed_path_prefixes, uri) or []
+        self.storage = TableStorage(uri, options, allowed_path_prefixes=prefixes)
 
     def __repr__(self) -> str:
         return f"DeltaTable({self.uri!r})"
@@ -182,13 +195,14 @@ class DeltaTable:
     # --- versions -----------------------------------------------------------------------------
 
     def listing(self, start_version: int = 0) -> LogListing:
+        arguments.version("start_version", start_version, self.uri, optional=False)
         return list_log(self.storage, start_version)
 
     def latest_version(self) -> int:
         return build_segment(self.storage).version
 
     def segment(self, version: int | None = None) -> LogSegment:
-        return build_segment(self.storage, version)
+        return build_segment(self.storage, arguments.version("version", version, self.uri))
 
     # --- snapshots ----------------------------------------------------------------------------
 
@@ -208,8 +222,14 @@ class DeltaTable:
         is False (log-level tools and tests that inspect such a log).
         ``progress(done, total)`` counts the log files the replay reads (see ``replay``).
         """
+        arguments.version("version", version, self.uri)
+        arguments.timestamp("timestamp", timestamp, self.uri)
+        arguments.flag("check_features", check_features, self.uri)
+        arguments.function("progress", progress, self.uri)
         if version is not None and timestamp is not None:
-            raise InvalidArgumentError("give a version or a timestamp, not both", table=self.uri)
+            raise InvalidArgumentError(
+                "give a version or a timestamp, not both", table=self.uri, argument="timestamp"
+            )
         if timestamp is not None:
             version = self.version_at(timestamp)
         whole = self.listing(0) if self.storage.lists_whole_folder else None
@@ -251,10 +271,12 @@ class DeltaTable:
 
     def read_commit(self, version: int) -> list[dict[str, Any]]:
         """The raw actions of one commit, in file order."""
+        arguments.version("version", version, self.uri, optional=False)
         return read_commit(self.storage, version)
 
     def commit_info(self, version: int) -> CommitInfo:
         """The commitInfo of a version (an empty one if the writer wrote none)."""
+        arguments.version("version", version, self.uri, optional=False)
         file = self.storage.log_file(commit_name(version))
         for lineno, wrapped in iter_commit_stream(self.storage, version):
             if "commitInfo" in wrapped:
@@ -275,6 +297,8 @@ class DeltaTable:
         whatever ``start`` is; ICT versions read only their commitInfo line. ``ict`` (the latest
         metaData's, which the caller may have at hand) saves reading it again.
         """
+        arguments.version_range("start", start, "end", end, self.uri)
+        arguments.ict_config("ict", ict, self.uri)
         listing = self.listing(0)
         if ict is None:
             ict = self._latest_ict(listing)
@@ -283,6 +307,7 @@ class DeltaTable:
     def commit_timestamp(self, version: int) -> CommitTimestamp:
         """The resolved timestamp of ``version``: what ``snapshot(version).timestamp`` and
         ``history()`` say, without replaying the table."""
+        arguments.version("version", version, self.uri, optional=False)
         listing = self.listing(0)
         cp = listing.checkpoints.get(version)
         if version not in listing.commits and cp is None:
@@ -301,6 +326,7 @@ class DeltaTable:
     def last_commit_timestamp(self, version: int) -> CommitTimestamp | None:
         """The resolved timestamp of the last commit file at or before ``version`` (None if there is
         none): the one the timestamps of the versions after it are chained from."""
+        arguments.version("version", version, self.uri, optional=False)
         listing = self.listing(0)
         return last_commit_timestamp(
             version, _file_times(listing), self._latest_ict(listing), self._read_ict, table=self.uri
@@ -321,9 +347,10 @@ class DeltaTable:
             self._ict_cache[latest.version] = cached
         return cached
 
-    def version_at(self, timestamp: str | int) -> int:
-        """The latest version committed at or before ``timestamp`` (time travel)."""
-        ts = parse_timestamp(timestamp) if isinstance(timestamp, str) else int(timestamp)
+    def version_at(self, timestamp: TimestampLike) -> int:
+        """The latest version committed at or before ``timestamp`` (ISO-8601 text, epoch ms or a
+        datetime; time travel)."""
+        ts = to_epoch_ms(arguments.timestamp("timestamp", timestamp, self.uri, optional=False))
         listing = self.listing(0)
         ict = self._latest_ict(listing)
         stamps = log_timestamps(_file_times(listing), ict, self._read_ict, table=self.uri)
@@ -343,7 +370,10 @@ class DeltaTable:
         Unlike it, a commit missing between the first and the last listed (a gap) or one without
         actions (an empty file) is an error, not skipped: the history would silently lie. The
         protocol and gaps are checked before the first entry; an empty commit when it is reached.
+        ``start`` after the latest version is a VersionNotFoundError, an ``end`` before ``start``
+        an InvalidArgumentError (an empty history would not say why it is empty).
         """
+        arguments.version_range("start", start, "end", end, self.uri)
         listing = self.listing(0)
         latest = build_segment(self.storage, whole_log=listing)
         metadata, protocol = replay_config(self.storage, latest)
@@ -353,6 +383,10 @@ class DeltaTable:
         if not listing.commits:
             return iter(())
         first, last = min(listing.commits), max(listing.commits)
+        if start > last:
+            raise VersionNotFoundError(
+                f"history from version {start}: the latest version is {last}", table=self.uri, version=start
+            )
         lo, hi = max(start, first), last if end is None else min(end, last)
         for v in range(lo, hi + 1):
             if v not in listing.commits:

@@ -18,6 +18,10 @@ become one deltamirror warning, at most every ``interval_s`` seconds, with the r
 
 An authentication or TLS failure is not retried: it is latched as a :class:`ConfigError` (the
 caller raises it with :meth:`~KafkaConnectionReporter.check`) and ``on_fatal`` is called.
+
+A command that does one thing and exits (``signal``) makes its reporter ``quiet``: nothing is
+logged, the reason is kept (:attr:`~KafkaConnectionReporter.last_reason`) and said once, in the
+command's error line, instead.
 """
 
 from __future__ import annotations
@@ -122,7 +126,7 @@ DEFAULT_INTERVAL_S = 30.0
 
 # "127.0.0.1:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection refused (after 0ms in state CONNECT)"
 _BROKER_PREFIX = re.compile(r"^(?:[A-Za-z_]+://)?(?P<address>[^\s/]+)/[^\s:]+: (?P<rest>.*)$", re.DOTALL)
-_AFTER = re.compile(r"\s*\(after \d+ms in state \w+\)\s*$")
+_AFTER = re.compile(r"\s*\(after \d+ms in state \w+(?:, \d+ identical error\(s\) suppressed)?\)\s*$")
 _RESOLVE = re.compile(r"Failed to resolve '[^']*': (?P<why>.*)$")
 
 
@@ -157,8 +161,11 @@ class KafkaConnectionReporter:
         interval_s: float = DEFAULT_INTERVAL_S,
         on_fatal: Callable[[ConfigError], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        quiet: bool = False,
     ) -> None:
         self.servers = servers
+        #: log nothing: the caller says the reason (``last_reason``, ``fatal``) in its own error
+        self.quiet = quiet
         self.logger = logger or logging.getLogger("deltamirror.kafka")
         self.rdkafka_log = logging.getLogger("deltamirror.librdkafka")
         self.interval_s = interval_s
@@ -193,7 +200,9 @@ class KafkaConnectionReporter:
         elif name in UNREACHABLE:
             self.unreachable(reason, address)
         elif err.fatal():
-            self.logger.error("Kafka client failed: %s", reason, extra={"kafkaError": name})
+            self.last_reason = reason
+            if not self.quiet:
+                self.logger.error("Kafka client failed: %s", reason, extra={"kafkaError": name})
         else:
             self._warn(f"Kafka client error: {reason}", name)
 
@@ -234,10 +243,12 @@ class KafkaConnectionReporter:
         if first:
             if self.on_fatal is not None:
                 self.on_fatal(error)
-            else:
+            elif not self.quiet:
                 self.logger.error("%s", error)
 
     def _warn(self, message: str, kind: str) -> None:
+        if self.quiet:
+            return
         now = self._clock()
         with self._lock:
             last = self._last_warning

@@ -23,6 +23,7 @@ import re
 import tomllib
 import urllib.parse
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ from deltamirror.mirror.settings import (
     validate_kafka_section,
 )
 
-from .settings import WatchConfig, validate_watch_config
+from .settings import WatchConfig, check_topic_name, validate_watch_config
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -203,6 +204,42 @@ def load_kafka_settings(
     return validate_kafka_section(data, source, bootstrap_servers=bootstrap_servers)
 
 
+@dataclass(frozen=True)
+class SignalConfig:
+    """What ``deltamirror signal`` takes from a configuration file."""
+
+    kafka: KafkaSettings
+    #: where the watchers of the file read signals (None: they read none)
+    signal_topic: str | None
+    #: the whole configuration, when the file names tables or discover prefixes (a watcher's file)
+    watch: WatchConfig | None
+
+
+def load_signal_config(
+    path: str | Path, *, bootstrap_servers: str | None = None, environ: Mapping[str, str] | None = None
+) -> SignalConfig:
+    """The Kafka settings and the ``signal_topic`` of a file, for ``deltamirror signal``.
+
+    A file that names tables or discover prefixes is a watcher's: it is validated whole, as
+    ``watch`` validates it, and returned with them (``bootstrap_servers`` replaces its broker list,
+    as the flag does for ``watch``). Any other file is read as the consumer commands read it (its
+    ``kafka:`` section), and its ``signal_topic`` key if it has one.
+    """
+    path = Path(path)
+    source = str(path)
+    raw = _read_mapping(path)
+    environ = os.environ if environ is None else environ
+    kafka = load_kafka_settings(path, bootstrap_servers=bootstrap_servers, environ=environ)
+    if "tables" not in raw and "discover" not in raw:
+        topic = raw.get("signal_topic", WatchConfig.model_fields["signal_topic"].default)
+        topic = _interpolate(topic, ["signal_topic"], source, environ)
+        return SignalConfig(kafka, check_topic_name(topic, "signal_topic", source), None)
+    data = _interpolate(raw, [], source, environ)
+    _resolve_relative_paths(data, path.resolve().parent)
+    cfg = validate_watch_config({**data, "kafka": kafka}, source)
+    return SignalConfig(kafka, cfg.signal_topic, cfg)
+
+
 def redacted(cfg: WatchConfig) -> dict[str, Any]:
     """The configuration as plain data for logs: no secret, however it was written.
 
@@ -213,4 +250,4 @@ def redacted(cfg: WatchConfig) -> dict[str, Any]:
     return data
 
 
-__all__ = ["load_config", "load_kafka_settings", "redacted"]
+__all__ = ["SignalConfig", "load_config", "load_kafka_settings", "load_signal_config", "redacted"]

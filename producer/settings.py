@@ -370,6 +370,21 @@ class WatchConfig(SettingsModel):
         return self
 
 
+def check_topic_name(value: Any, key: str, source: str | None = None) -> str | None:
+    """A topic named outside a :class:`WatchConfig` (a consumer command's flag, or a file's
+    ``signal_topic`` read alone by ``deltamirror signal``), checked as WatchConfig checks its topics;
+    ``key`` names it in the error, ``source`` the file it comes from. None stays None."""
+    if value is None:
+        return None
+    try:
+        if not isinstance(value, str):
+            raise ValueError("must be a topic name or null")
+        return _check_topic(value)
+    except ValueError as exc:
+        prefix = "invalid configuration: " if source is not None else ""
+        raise ConfigError(f"{prefix}{key}: {exc}", file=source) from None
+
+
 def validate_watch_config(data: Mapping[str, Any], source: str | None) -> WatchConfig:
     """``data`` as a WatchConfig; a ConfigError naming ``source`` and every bad key otherwise."""
     try:

@@ -20,6 +20,7 @@ failed this one saves nothing more: a saved state never holds a version not hand
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from deltamirror.mirror.event_batches import Segment
 
 DEFAULT_GROUP_ID = "deltamirror-invalidate"
+
+log = logging.getLogger("deltamirror.consumer.invalidate")
 
 
 @dataclass
@@ -128,6 +131,14 @@ class InvalidationConsumer(SnapshotConsumer):
                     partitions = None  # nothing acknowledged yet / the run stops at once anyway
                 if partitions:
                     out.update({(topic, p): o for p, o in reader.committed(topic, partitions).items()})
+        if out and not any(self._offsets.values()):
+            # a start with no position of its own: what the group acknowledged decides, say so
+            log.warning(
+                "consumer group %s acknowledged %s: the versions before are not handed over again "
+                "(a new receiver needs a consumer group of its own: --group-id, or a new --state-dir)",
+                self.group_id,
+                ", ".join(f"{t}[{p}] up to offset {o}" for (t, p), o in sorted(out.items())),
+            )
         return out
 
     # --- what the state does not keep ------------------------------------------------------------

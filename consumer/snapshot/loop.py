@@ -177,7 +177,9 @@ class SnapshotConsumer:
         self.group_id = group_id
         #: the cluster's librdkafka settings; how the topics are read is MirrorConsumer's
         self.config = {**(kafka or {}), "bootstrap.servers": bootstrap_servers}
-        self.store = StateStore(state_dir, topic, commits_topic) if state_dir is not None else None
+        self.store = (
+            StateStore(state_dir, topic, commits_topic, group_id=group_id) if state_dir is not None else None
+        )
         self.tables: dict[str, IncrementalSnapshot] = {}
         position = Position()
         if self.store is not None:

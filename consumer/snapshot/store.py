@@ -2,8 +2,9 @@
 
 Layout of a state directory (format 3)::
 
-    offsets.json                       topic, next offset per partition (actions and commits
-                                       topics), retired table ids, and an index of the tables
+    offsets.json                       topic, consumer group, next offset per partition (actions
+                                       and commits topics), retired table ids, and an index of
+                                       the tables
     tables/<key>/_delta_log/           one Delta table folder per table (``<key>`` = the first 16
         <version>.checkpoint.parquet   hex digits of sha1(tableId)): a classic V1 checkpoint of
         <version>.json                 the table at ``version``, a marker commit, and
@@ -26,6 +27,13 @@ skips the versions it already has. :meth:`StateStore.load` deletes what an inter
 (checkpoints newer than a folder's ``_last_checkpoint``, folders without one, temp files, the
 folders of tables ``offsets.json`` lists as retired).
 
+A state directory belongs to one consumer group (``groupId`` in ``offsets.json``): the group
+whose committed offsets go with this state. :meth:`StateStore.claim_group` records it when the
+directory is new (a group of the directory's own unless one is named: a new state never inherits
+what another consumer's group acknowledged), takes it from there afterwards, and refuses another
+group by name (a :class:`~deltamirror.core.errors.ConfigError`). A directory written before groups
+were recorded takes the group it is next used with.
+
 Older formats are read and migrated when the store is loaded: format 2 (``tables/<key>.json``, a
 sidecar, beside ``tables/<key>-v<version>-<token>.parquet``, the files) and format 1 (one JSON
 file per table, every ``add`` inline). Each migrated table is written as a checkpoint folder, then
@@ -40,6 +48,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,10 +80,19 @@ class Position:
 class StateStore:
     """Tables and offsets of one consumer in a directory (see the module docstring)."""
 
-    def __init__(self, directory: str | Path, topic: str, commits_topic: str | None = None) -> None:
+    def __init__(
+        self,
+        directory: str | Path,
+        topic: str,
+        commits_topic: str | None = None,
+        *,
+        group_id: str | None = None,
+    ) -> None:
         self.root = Path(directory)
         self.topic = topic
         self.commits_topic = commits_topic
+        #: the consumer group of this state (see the module docstring); None: the one recorded
+        self.group_id = group_id
         self.tables_dir = self.root / "tables"
         self.tables_dir.mkdir(parents=True, exist_ok=True)
         self.offsets_path = self.root / "offsets.json"
@@ -82,6 +100,58 @@ class StateStore:
         self._index: dict[str, dict[str, Any]] = {}
         #: folders written by the save in progress: pruned once the offsets are saved
         self._written: list[Path] = []
+
+    @classmethod
+    def claim_group(
+        cls,
+        directory: str | Path,
+        topic: str,
+        commits_topic: str | None = None,
+        *,
+        requested: str | None,
+        default: str,
+    ) -> str:
+        """The consumer group of the state in ``directory``, recorded there if it was not yet.
+
+        A new directory records ``requested``, else a group of its own (``<default>-<12 hex>``),
+        before anything is read, so that a crash before the first save does not lose it. A
+        directory that records a group returns it; ``requested`` naming another is a ConfigError.
+        One written before groups were recorded takes ``requested``, else ``default`` (the group
+        it was used with then).
+        """
+        store = cls(directory, topic, commits_topic)
+        data = store._read_offsets_file()
+        if data is None:
+            store.group_id = requested or f"{default}-{uuid.uuid4().hex[:12]}"
+            store._write_position({}, {}, {})
+            return store.group_id
+        recorded = data.get("groupId")
+        if recorded is not None:
+            store._check_group(str(recorded), requested)
+            return str(recorded)
+        group = requested or default
+        write_json(store.offsets_path, {**data, "groupId": group})
+        fsync_dir(store.root)
+        return group
+
+    def _check_group(self, recorded: str, requested: str | None) -> None:
+        if requested is not None and requested != recorded:
+            raise ConfigError(
+                f"state directory {self.root} holds what consumer group {recorded} consumed, not group "
+                f"{requested}: name {recorded} (or no group), or give group {requested} a state "
+                "directory of its own"
+            )
+
+    def _read_offsets_file(self) -> dict[str, Any] | None:
+        """``offsets.json`` as written (None if there is none), checked to be of this topic."""
+        if not self.offsets_path.exists():
+            return None
+        data: dict[str, Any] = json.loads(self.offsets_path.read_text())
+        if data.get("topic") != self.topic:
+            raise ConfigError(
+                f"state directory {self.root} holds the state of topic {data.get('topic')!r}, not {self.topic!r}"
+            )
+        return data
 
     def key(self, table_id: str) -> str:
         return hashlib.sha1(table_id.encode(), usedforsecurity=False).hexdigest()[:16]
@@ -132,13 +202,13 @@ class StateStore:
 
     def _read_position(self) -> tuple[Position, int | None]:
         position = Position()
-        if not self.offsets_path.exists():
+        data = self._read_offsets_file()
+        if data is None:
             return position, STATE_FORMAT
-        data = json.loads(self.offsets_path.read_text())
-        if data.get("topic") != self.topic:
-            raise ConfigError(
-                f"state directory {self.root} holds the state of topic {data.get('topic')!r}, not {self.topic!r}"
-            )
+        recorded = data.get("groupId")
+        if recorded is not None:
+            self._check_group(str(recorded), self.group_id)
+            self.group_id = str(recorded)
         stored_format = data.get("format")
         if stored_format is not None and stored_format != STATE_FORMAT:
             raise ConfigError(
@@ -284,6 +354,8 @@ class StateStore:
             "topic": self.topic,
             "partitions": {str(p): o for p, o in sorted(offsets.items())},
         }
+        if self.group_id is not None:
+            data["groupId"] = self.group_id
         if self.commits_topic is not None:
             data["commitsTopic"] = self.commits_topic
             data["commitsPartitions"] = {str(p): o for p, o in sorted(commits_offsets.items())}

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from .. import arguments
 from ..actions import Where, check_actions
-from ..errors import InvalidArgumentError
 from ..models import Metadata
 from .cdf_columns import COMMIT_VERSION
 from .file_filter import PartitionFilter
@@ -54,7 +54,15 @@ def read_changes(
     Range, feature and schema errors are raised here, before any row is read. ``progress(done,
     total)`` is told, while the feed is iterated, how many of its versions are read.
     """
-    _check_batch_size(batch_size, table)
+    arguments.change_feed(
+        arguments.delta_table("table", table),
+        starting_timestamp=starting_timestamp,
+        ending_timestamp=ending_timestamp,
+        columns=columns,
+        partition_filter=partition_filter,
+        batch_size=batch_size,
+        progress=progress,
+    )
     plan = plan_changes(table, starting_version, starting_timestamp, ending_version, ending_timestamp)
     feed = ChangeFeed(table, plan, columns, partition_filter, batch_size)
     feed.progress = progress
@@ -93,14 +101,10 @@ def changes_from_actions(
     actions get the checks a log line gets. ``versions`` is consumed once, lazily, so the returned
     feed can be iterated once only. Data files are read from ``table``'s storage.
     """
-    _check_batch_size(batch_size, table)
+    uri = arguments.actions_feed(table, metadata, metadata_version, versions)
+    arguments.change_feed(uri, columns=columns, partition_filter=partition_filter, batch_size=batch_size)
     read = ReadSchema(metadata, metadata_version)
     return ActionsChangeFeed(table, read, versions, columns, partition_filter, batch_size)
-
-
-def _check_batch_size(batch_size: int, table: DeltaTable) -> None:
-    if batch_size <= 0:
-        raise InvalidArgumentError(f"batch_size must be > 0, got {batch_size}", table=table.uri)
 
 
 class ChangeFeed:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .. import arguments
 from ..errors import CorruptLogError, InvalidArgumentError, SchemaError
 from ..partitions import parse_partition_value, partition_value_of
 from ..schema import ColumnMappingMode, StructType
@@ -56,7 +57,7 @@ class FileFilter:
                     table=table,
                 )
             self._fields.append(f)
-            self._wanted[f.name] = value
+            self._wanted[f.name] = arguments.partition_values(f.name, value, f.type, table)
 
     def keeps(self, action: Mapping[str, Any], version: int) -> bool:
         if self._spec is None:

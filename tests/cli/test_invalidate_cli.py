@@ -427,3 +427,90 @@ def test_with_a_state_dir_nothing_is_saved_past_a_version_not_delivered(
     assert second.tables[mirrored.table_id].version == 1  # the saved state stops before version 2
     second.run(once=True)
     assert again == [2]
+
+
+# --- where a start begins: the state directory and the consumer group -------------------------------------
+
+
+def _run(m: Mirrored, command: str, *args: str) -> subprocess.CompletedProcess[bytes]:
+    return _cli(m, command, "--topic", m.actions, "--once", *args)
+
+
+def test_a_new_state_dir_gets_every_version_whatever_the_default_group_acknowledged(
+    mirrored: Mirrored, receiver: Receiver, tmp_path: Path
+) -> None:
+    """A new --state-dir with the default group delivered nothing and exited 0 once that group had
+    committed offsets: a new state is a new consumer, with a group of its own."""
+    stateless = _run(mirrored, "invalidate", "--webhook", receiver.url, "--backoff", "0.05")
+    assert stateless.returncode == 0, stateless.stderr.decode()[-2000:]
+    assert receiver.versions() == [0, 1, 2]  # the default group acknowledged them all
+
+    state = tmp_path / "state"
+    first = _run(mirrored, "invalidate", "--webhook", receiver.url, "--state-dir", str(state))
+    assert first.returncode == 0, first.stderr.decode()[-2000:]
+    assert [line["version"] for line in _lines(first)] == [0, 1, 2]
+    assert receiver.versions() == [0, 1, 2, 0, 1, 2]
+    group = json.loads((state / "offsets.json").read_text())["groupId"]
+    assert group.startswith("deltamirror-invalidate-")
+
+    # the same state again: its own group acknowledged everything
+    again = _run(mirrored, "invalidate", "--webhook", receiver.url, "--state-dir", str(state))
+    assert again.returncode == 0 and _lines(again) == [], again.stderr.decode()[-2000:]
+    named = _run(
+        mirrored, "invalidate", "--webhook", receiver.url, "--state-dir", str(state), "--group-id", group
+    )
+    assert named.returncode == 0 and _lines(named) == [], named.stderr.decode()[-2000:]
+
+    # another group with this state: refused by name, before anything is delivered
+    other = _run(
+        mirrored, "invalidate", "--webhook", receiver.url, "--state-dir", str(state), "--group-id", "another"
+    )
+    assert other.returncode == 2, other.stderr.decode()
+    assert f"holds what consumer group {group} consumed, not group another" in other.stderr.decode()
+    assert len(receiver.requests) == 6
+
+
+def test_a_start_without_a_position_of_its_own_says_what_the_group_acknowledged(
+    mirrored: Mirrored, receiver: Receiver
+) -> None:
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    assert _invalidate(mirrored, group, "--webhook", receiver.url).returncode == 0
+    again = _invalidate(mirrored, group, "--webhook", receiver.url)
+    assert again.returncode == 0 and _lines(again) == []
+    said = again.stderr.decode()
+    assert f"consumer group {group} acknowledged {mirrored.actions}[0] up to offset" in said
+    assert "a new receiver needs a consumer group of its own" in said
+
+
+def test_consume_snapshot_starts_from_its_state_never_from_the_groups_offsets(
+    mirrored: Mirrored, tmp_path: Path
+) -> None:
+    """The group's committed offsets only show lag: a new state reads the topic from its
+    beginning, whatever the group committed; and a state refuses another group."""
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    first = _run(mirrored, "consume-snapshot", "--group-id", group)
+    assert first.returncode == 0 and [line["version"] for line in _lines(first)] == [0, 1, 2]
+    state = tmp_path / "state"
+    fresh = _run(mirrored, "consume-snapshot", "--group-id", group, "--state-dir", str(state))
+    assert fresh.returncode == 0, fresh.stderr.decode()[-2000:]
+    assert [line["version"] for line in _lines(fresh)] == [0, 1, 2]
+    assert json.loads((state / "offsets.json").read_text())["groupId"] == group
+    restarted = _run(mirrored, "consume-snapshot", "--state-dir", str(state))  # the group it records
+    assert restarted.returncode == 0 and _lines(restarted) == [], restarted.stderr.decode()[-2000:]
+    other = _run(mirrored, "consume-snapshot", "--group-id", "another", "--state-dir", str(state))
+    assert other.returncode == 2 and f"consumer group {group}" in other.stderr.decode()
+
+
+def test_a_state_dir_written_before_groups_were_recorded_takes_the_group_it_was_used_with(
+    mirrored: Mirrored, receiver: Receiver, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    done = _invalidate(mirrored, group, "--webhook", receiver.url, "--state-dir", str(state))
+    assert done.returncode == 0 and receiver.versions() == [0, 1, 2]
+    offsets = json.loads((state / "offsets.json").read_text())
+    del offsets["groupId"]  # as an older deltamirror wrote it
+    (state / "offsets.json").write_text(json.dumps(offsets))
+    again = _invalidate(mirrored, group, "--webhook", receiver.url, "--state-dir", str(state))
+    assert again.returncode == 0 and _lines(again) == []
+    assert json.loads((state / "offsets.json").read_text())["groupId"] == group

@@ -126,7 +126,7 @@ def test_read_value_encodings(capsys: pytest.CaptureFixture[str]) -> None:
         (["snapshot", SIMPLE, "--version", "99"], "version 99"),
         (["snapshot", SIMPLE, "--timestamp", "not-a-time"], "invalid timestamp"),
         (["snapshot", SIMPLE, "--timestamp", "2999-01-01T00:00:00Z"], "after the latest commit"),
-        (["read", SIMPLE, "--columns", "nope"], "no such column"),
+        (["read", SIMPLE, "--columns", "nope"], "no column 'nope' in the table"),
         (["read", str(TABLES / "krs__table-with-geo")], "geospatial"),
         (["read", str(TABLES / "kj__bench-basic_catalog_managed")], "catalogManaged"),
         (["snapshot", "nosuchproto://x/y"], "unknown storage protocol"),

@@ -118,6 +118,12 @@ REFUSED = "127.0.0.1:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection
         ),
         ("sasl_ssl://b:9093/1: SASL authentication error: bad password=hunter2", "b:9093", None),
         ("1/1 brokers are down", None, "1/1 brokers are down"),
+        (  # librdkafka folds repeats into the line: not a part of the reason
+            "127.0.0.1:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection refused (after 0ms in "
+            "state CONNECT, 1 identical error(s) suppressed)",
+            "127.0.0.1:1",
+            "Connection refused",
+        ),
     ],
 )
 def test_describe_error(text: str, address: str | None, reason: str | None) -> None:
@@ -147,6 +153,19 @@ def test_transport_errors_give_one_warning_per_interval(caplog: pytest.LogCaptur
     assert caplog.records[-1].getMessage() == "Kafka at 127.0.0.1:1 reachable again"
     assert reporter.fatal is None
     reporter.check()
+
+
+def test_a_quiet_reporter_logs_nothing_and_keeps_the_reason(caplog: pytest.LogCaptureFixture) -> None:
+    """For a command that says the reason once, in its error line (``signal``)."""
+    reporter = KafkaConnectionReporter("127.0.0.1:1", quiet=True)
+    with caplog.at_level(logging.DEBUG, logger="deltamirror"):
+        reporter.on_error(FakeError("_TRANSPORT", REFUSED))
+        reporter.on_error(FakeError("_ALL_BROKERS_DOWN", "1/1 brokers are down"))
+        reporter.on_error(FakeError("_SSL", "b:9093/1: certificate verify failed"))
+    assert [r for r in caplog.records if r.levelno >= logging.INFO] == []
+    assert reporter.last_reason == "Connection refused"
+    with pytest.raises(ConfigError, match="TLS failed"):
+        reporter.check()
 
 
 def test_all_brokers_down_alone_is_reported_in_words(caplog: pytest.LogCaptureFixture) -> None:
