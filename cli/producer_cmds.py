@@ -75,8 +75,21 @@ WATCH_FLAGS: tuple[WatchFlag, ...] = (
         "where to start a table without progress",
         choices=SNAPSHOT_MODES,
     ),
-    WatchFlag("from_version", ("--from-version",), "with from-version: the first version", "N", int),
-    WatchFlag("from_timestamp", ("--from-timestamp",), "with from-timestamp: ISO-8601 or epoch ms", "TS"),
+    WatchFlag(
+        "from_version",
+        ("--from-version",),
+        "with from-version: the first version (not with --discover: a version names a point in "
+        "one table's log; refused)",
+        "N",
+        int,
+    ),
+    WatchFlag(
+        "from_timestamp",
+        ("--from-timestamp",),
+        "with from-timestamp: ISO-8601 or epoch ms (with --discover: every table found publishes "
+        "its commits from then on)",
+        "TS",
+    ),
     WatchFlag("poll_interval_s", ("--poll-interval",), "seconds between log polls (default 1)", "S", float),
     WatchFlag("progress_topic", ("--progress-topic",), "compacted progress topic", "TOPIC"),
     WatchFlag(
@@ -100,7 +113,15 @@ WATCH_FLAGS: tuple[WatchFlag, ...] = (
         "row_changes",
         ("--row-changes",),
         "also publish one Debezium-style record per changed row on deltamirror.<name>.changes, for "
-        "every table (config row_changes: {key_columns, format, tombstones} per table)",
+        "every table, discovered ones included (config row_changes: {key_columns, format, "
+        "tombstones} per table or discover prefix)",
+        switch=True,
+    ),
+    WatchFlag(
+        "wait_for_table",
+        ("--wait-for-table",),
+        "wait for a TABLE that does not exist yet (no _delta_log with a commit) instead of refusing it "
+        "at start (config wait_for_table per table)",
         switch=True,
     ),
     WatchFlag("metrics_port", ("--metrics-port",), "serve /metrics and /healthz", "PORT", int),
@@ -194,7 +215,7 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 def cmd_watch(args: argparse.Namespace) -> int:
     from deltamirror.core.errors import ConfigError
-    from deltamirror.producer.config_file import load_config
+    from deltamirror.producer.config_file import load_config_data
     from deltamirror.producer.service import run_watch
     from deltamirror.producer.settings import merge_overrides
     from deltamirror.producer.snapshot_events import ProgressBar
@@ -204,8 +225,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
     # The same flags, by the same rules, over a configuration file or over nothing: an unset flag
     # (None, no table) leaves the file's setting, or the default (see merge_overrides).
     overrides = {flag.setting: flag.value(args) for flag in WATCH_FLAGS if flag.setting != CONFIG}
-    if args.config:
-        cfg = merge_overrides(load_config(args.config), overrides)
+    if args.config:  # the file and the flags merged first, then validated once
+        cfg = merge_overrides(load_config_data(args.config), overrides, source=args.config)
     elif not args.bootstrap_servers:
         raise ConfigError("--bootstrap-servers is required without --config")
     else:

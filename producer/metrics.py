@@ -48,8 +48,9 @@ With ``discover`` prefixes, per prefix (label ``prefix``, the prefix's URI redac
 ``deltamirror_discovery_tables_dropped_total``  tables of the prefix announced dropped and forgotten
 =============================================== =====================================================
 
-The per-table lag is ``deltamirror_versions_behind`` (versions in the log not yet published); a
-table that moved away keeps no series on its old instance's ``/healthz``.
+The per-table lag is ``deltamirror_versions_behind`` (versions in the log not yet published). A
+table that no longer runs here (dropped, removed, or moved to another member of its group) keeps
+no series on ``/metrics`` and no entry on ``/healthz`` (:meth:`WatcherMetrics.forget_table`).
 
 ``GET /healthz`` has a ``group`` member in group mode: ``{"id", "state": "joined" | "rebalancing"
 | "not joined", "assignments", "ownedShards": [...]}``; an instance that is not joined is unhealthy.
@@ -102,6 +103,8 @@ class Metrics(Protocol):
     def table_error(self, table: str, reason: str) -> None: ...
 
     def table_ok(self, table: str) -> None: ...
+
+    def forget_table(self, table: str) -> None: ...
 
     def set_healthy(self, ok: bool, reason: str = "") -> None: ...
 
@@ -159,6 +162,9 @@ class NullMetrics:
     def table_ok(self, table: str) -> None:
         pass
 
+    def forget_table(self, table: str) -> None:
+        pass
+
     def set_healthy(self, ok: bool, reason: str = "") -> None:
         pass
 
@@ -185,11 +191,19 @@ class WatcherMetrics:
         self._reason = "starting"
         self._tables: dict[str, _TableHealth] = {}
 
+        #: every metric labelled by table: what forget_table removes
+        self._per_table: list[Gauge | Counter] = []
+
         def gauge(name: str, doc: str, labels: tuple[str, ...] = ("table",)) -> Gauge:
-            return Gauge(PREFIX + name, doc, labels, registry=self.registry)
+            metric = Gauge(PREFIX + name, doc, labels, registry=self.registry)
+            if "table" in labels:
+                self._per_table.append(metric)
+            return metric
 
         def counter(name: str, doc: str) -> Counter:
-            return Counter(PREFIX + name, doc, ("table",), registry=self.registry)
+            metric = Counter(PREFIX + name, doc, ("table",), registry=self.registry)
+            self._per_table.append(metric)
+            return metric
 
         self._version = gauge("last_published_version", "Last Delta version committed to Kafka.")
         self._commit_ts = gauge(
@@ -299,23 +313,13 @@ class WatcherMetrics:
         self._table_up.labels(state.label).set(1)
 
     def forget_table(self, table: str) -> None:
-        """The table runs elsewhere now: its health and per-table series leave this instance."""
+        """The table no longer runs here (dropped, removed, moved): its health and every per-table
+        series (each metric labelled ``table``, found in the registry) leave this instance."""
         with self._lock:
             state = self._tables.pop(table, None)
         if state is None:
             return
-        for metric in (
-            self._version,
-            self._commit_ts,
-            self._behind_ms,
-            self._publish_ts,
-            self._versions_behind,
-            self._events,
-            self._commits,
-            self._aborts,
-            self._table_up,
-            self._table_errors,
-        ):
+        for metric in self._per_table:
             with contextlib.suppress(KeyError):
                 metric.remove(state.label)
 

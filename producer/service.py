@@ -161,12 +161,15 @@ class WatchService:
             self.start_table(table)
 
     def remove_table(self, normalized_uri: str, *, reason: str) -> None:
-        """Stop the table at its next batch boundary (its open transaction finished) and forget it."""
+        """Stop the table at its next batch boundary (its open transaction finished) and forget it,
+        its series on /metrics too (once its pipeline has ended, if it still runs)."""
         with self._lock:
             table = self._tables.pop(normalized_uri, None)
             if table is not None:
                 self._topics.release(normalized_uri)
         self.release_tables([normalized_uri], reason, wait_s=0.0)
+        if normalized_uri not in self.running_tables():
+            self.metrics.forget_table(normalized_uri)
 
     def _on_signal(self, signal: Signal) -> bool:
         """A snapshot signal for a table running here: its pipeline publishes a fresh snapshot."""
@@ -322,6 +325,10 @@ class WatchService:
                 self.group_metrics.table_released(pipeline.uri, reason)
         finally:
             self._forget(entry)
+            if not self.stop_event.is_set() and (
+                pipeline.dropped.is_set() or pipeline.release_reason is not None
+            ):  # it no longer runs here (dropped, removed, moved): its series go with it
+                self.metrics.forget_table(pipeline.uri)
         if fenced_here:
             self._restart_if_owned(pipeline.uri)
 
