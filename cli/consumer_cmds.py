@@ -143,7 +143,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="counts",
         help="counts: file counts per version (default); jsonl: the invalidation document per version",
     )
-    p.set_defaults(handler=cmd_consume_snapshot)
+    p.set_defaults(handler=cmd_consume_snapshot, long_running=True)
 
     p = sub.add_parser(
         "invalidate",
@@ -190,7 +190,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--timeout", type=float, default=30.0, metavar="S", help="time one attempt may take (default 30 s)"
     )
-    p.set_defaults(handler=cmd_invalidate)
+    p.set_defaults(handler=cmd_invalidate, long_running=True)
 
 
 # --- shared -------------------------------------------------------------------------------------------
@@ -263,27 +263,25 @@ class _Source:
 
     @contextmanager
     def running(self, consumer: Any) -> Iterator[None]:
-        """SIGTERM/SIGINT stop ``consumer`` cleanly while it runs; then the reporter's fatal error."""
-        import signal
-        from types import FrameType
+        """SIGTERM/SIGINT stop ``consumer`` cleanly while it runs; then the reporter's fatal error.
+
+        The signals were taken when the command started (``deltamirror.ops.stopping``): one that
+        came while starting ended it at once; from here on they stop the consumer."""
+        from deltamirror.ops.stopping import installed
 
         self.consumer = consumer
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            consumer.request_stop()
-
         server = None
         if self.metrics is not None:
             from deltamirror.consumer.metrics import serve
 
             # a port that cannot be bound fails now, not after an hour unobserved
             server = serve(self.metrics, self.metrics_host, self.metrics_port or 0)
-        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        stops = installed()
+        if stops is not None:
+            stops.on_stop(lambda now: consumer.request_stop())
         try:
             yield
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
             if server is not None:
                 server.stop()
         self.reporter.check()

@@ -151,7 +151,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     for flag in WATCH_FLAGS:
         flag.add_to(p)
     add_progress_argument(p)
-    p.set_defaults(handler=cmd_watch)
+    p.set_defaults(handler=cmd_watch, long_running=True)
 
     p = sub.add_parser(
         "events",
@@ -185,7 +185,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--dir", metavar="DIR", help="where to create the demo table (default: a temp dir)")
     p.add_argument("--port", type=int, default=9092, help="port of the local broker (default 9092)")
     p.add_argument("--keep-broker", action="store_true", help="leave the broker running afterwards")
-    p.set_defaults(handler=cmd_demo)
+    p.set_defaults(handler=cmd_demo, long_running=True)
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -245,6 +245,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise EnvironmentMissingError(
             "the demo writes its table with the deltalake package: pip install deltalake"
         ) from None
+    import threading
+
+    from deltamirror.ops.stopping import installed
+
+    # SIGTERM/SIGINT end the demo as Ctrl-C always did: its broker and watcher are stopped first
+    stop = threading.Event()
+    stops = installed()
+    if stops is not None:
+        stops.on_stop(lambda now: stop.set())
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     broker = None
     started_here = False
@@ -256,7 +265,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         _say(f"starting a local Kafka broker on 127.0.0.1:{args.port} (the first run downloads its jars)...")
         bootstrap = broker.start()
     try:
-        return _demo(bootstrap, args.dir)
+        return _demo(bootstrap, args.dir, stop)
     finally:
         if broker is not None and started_here and not args.keep_broker:
             _say("stopping the local Kafka broker")
@@ -267,7 +276,7 @@ def _say(text: str) -> None:
     print(f"# {text}", file=sys.stderr, flush=True)
 
 
-def _demo(bootstrap: str, directory: str | None) -> int:
+def _demo(bootstrap: str, directory: str | None, stop: Any) -> int:
     import logging
     import tempfile
     import uuid
@@ -306,7 +315,7 @@ def _demo(bootstrap: str, directory: str | None) -> int:
 
     _say(f"creating the demo table {path} (version 0: three orders)")
     try:
-        return _run_demo(bootstrap, path, orders)
+        return _run_demo(bootstrap, path, orders, stop)
     finally:
         if (path / "_delta_log").is_dir():
             print(demo_epilogue(str(path)), flush=True)
@@ -327,7 +336,7 @@ def demo_epilogue(path: str) -> str:
     )
 
 
-def _run_demo(bootstrap: str, path: Path, orders: Callable[[list[Any]], Any]) -> int:
+def _run_demo(bootstrap: str, path: Path, orders: Callable[[list[Any]], Any], stop: Any) -> int:
     import json
     import time
     from datetime import date
@@ -360,8 +369,12 @@ def _run_demo(bootstrap: str, path: Path, orders: Callable[[list[Any]], Any]) ->
     service.start()
     consumer = MirrorConsumer(cfg.kafka.librdkafka_config(), purpose="demo")
     try:
-        if not service.pipelines[0].ready.wait(60):
-            raise RuntimeError("the watcher did not start within 60 s")
+        ready = time.monotonic() + 60
+        while not service.pipelines[0].ready.wait(0.2):
+            if stop.is_set():
+                raise KeyboardInterrupt
+            if time.monotonic() >= ready:
+                raise RuntimeError("the watcher did not start within 60 s")
         consumer.assign([(topics.actions, 0, None)])
         print("a read_committed subscriber of", topics.actions, "receives:")
         _say("version 1: append two orders")
@@ -381,7 +394,7 @@ def _run_demo(bootstrap: str, path: Path, orders: Callable[[list[Any]], Any]) ->
         DeltaTable(str(path)).delete("order_id = 2")
         deadline = time.monotonic() + 60
         done = False
-        for batch in consumer.batches(until_end=False, poll_s=0.5):
+        for batch in consumer.batches(until_end=False, poll_s=0.5, stop=stop):
             for record in batch:
                 event = json.loads(record.value or b"{}")
                 print(_describe_event(event), flush=True)
@@ -390,6 +403,8 @@ def _run_demo(bootstrap: str, path: Path, orders: Callable[[list[Any]], Any]) ->
                     break
             if done or time.monotonic() >= deadline:
                 break
+        if stop.is_set():
+            raise KeyboardInterrupt
         if not done:
             raise RuntimeError("the demo did not receive every event within 60 s")
     finally:

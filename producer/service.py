@@ -35,12 +35,10 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from types import FrameType
 
 from deltamirror.core.errors import ConfigError
 from deltamirror.mirror.connection import KafkaConnectionReporter
@@ -61,6 +59,11 @@ log = logging.getLogger("deltamirror.watch")
 
 #: the main thread's extra wait after the budget, for tables that are just finishing
 STOP_GRACE_S = 0.5
+#: how long closing waits for the signal and discovery threads (stopped already) to close their clients
+CLOSE_JOIN_S = 1.0
+#: in a group, how long leaving the group may take after the stop budget (the process ends within
+#: the budget, the grace and this: below deltamirror.ops.stopping.DEADLINE_S)
+LEAVE_AFTER_BUDGET_S = 1.5
 #: in a group, how long a table fenced while its shard is still here waits before it runs again
 FENCED_RESTART_S = 1.0
 
@@ -385,11 +388,18 @@ class WatchService:
         return True
 
     def close(self) -> None:
+        """Stop serving and, once stopped, let every client of the service go: none outlives it
+        (a client left open retries a broker that is gone, and says so, after the service ended)."""
         if self.sharing is not None:
             self.sharing.leave(0.0)
         if self._server is not None:
             self._server.stop()
             self._server = None
+        if self.stop_event.is_set():
+            for loop in (self.signals, self.discovery):
+                if loop is not None:
+                    loop.join(CLOSE_JOIN_S)
+            self.clients.close()
 
     def run(self) -> int:
         """Start, wait until stopped; 0 after a clean stop. A fenced table raises ProducerFencedError
@@ -405,8 +415,11 @@ class WatchService:
             if self.stop_deadline is None:  # a table failed and set the flag itself
                 self.request_stop()
             self._wait_for_stop()
-            if self.sharing is not None:
-                self.sharing.leave(STOP_GRACE_S + 5.0)
+            if self.sharing is not None:  # within the stop's bound (deltamirror.ops.stopping.DEADLINE_S)
+                deadline = self.stop_deadline if self.stop_deadline is not None else time.monotonic()
+                self.sharing.leave(
+                    max(0.0, min(STOP_GRACE_S + 5.0, deadline + LEAVE_AFTER_BUDGET_S - time.monotonic()))
+                )
         finally:
             self.close()
         if self._failure is not None:
@@ -428,30 +441,41 @@ class WatchService:
 
 
 def run_watch(cfg: WatchConfig) -> int:
-    """The ``watch`` command: JSON logs, signal handling, the service."""
-    configure_logging()
-    log.info("starting", extra={"config": json.dumps(redacted(cfg), default=str)})
-    service = WatchService(cfg)
+    """The ``watch`` command: JSON logs, signal handling, the service.
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        name = signal.Signals(signum).name
-        if service.stop_event.is_set():
-            log.warning("second stop request (%s): stopping now", name)
-            service.request_stop(0.0)
-            return
-        log.info(
-            "stop requested (%s): finishing the open transactions (at most %.0f s)",
-            name,
-            service.stop_budget_s,
-        )
-        service.request_stop()
+    SIGTERM/SIGINT are taken by :class:`deltamirror.ops.stopping.StopSignals` (the command line
+    installs it first; a library caller in the main thread gets one here): the first finishes the
+    open transactions within the stop budget, a second stops at once, and the process ends within
+    :data:`deltamirror.ops.stopping.DEADLINE_S` of the first whatever happens.
+    """
+    from deltamirror.ops.stopping import StopSignals, installed
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    own = None
+    stops = installed()
+    if stops is None and threading.current_thread() is threading.main_thread():
+        stops = own = StopSignals().install()
     try:
+        configure_logging()
+        log.info("starting", extra={"config": json.dumps(redacted(cfg), default=str)})
+        service = WatchService(cfg)
+
+        def on_stop(now: bool) -> None:  # on the signal thread, never in a signal handler
+            if now:
+                log.warning("second stop request: stopping now")
+                service.request_stop(0.0)
+                return
+            log.info(
+                "stop requested: finishing the open transactions (at most %.0f s)", service.stop_budget_s
+            )
+            service.request_stop()
+
+        if stops is not None:
+            stops.use_stop_mode()
+            stops.on_stop(on_stop)
         code = service.run()
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        if own is not None:
+            own.uninstall()
     log.info("stopped", extra={"exitCode": code})
     return code
 

@@ -43,6 +43,12 @@ class SharedClients:
                 self._topics = TopicManager(self.kafka, max_record_bytes=self.cfg.max_record_bytes)
             return self._topics
 
+    def close(self) -> None:
+        """Let the admin client go (it has no close: the last reference dropped destroys it), so
+        that no client of the service outlives it (one would retry a broker that is gone)."""
+        with self._lock:
+            self._topics = None
+
     def _end_offsets(self, topic: str, committed: bool) -> dict[int, int]:
         return self.topics().end_offsets(topic, committed=committed)
 
