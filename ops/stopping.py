@@ -199,7 +199,7 @@ class StopSignals:
         self._exit_process(1)
 
     def _say(self, text: str) -> None:
-        if log.isEnabledFor(logging.WARNING) and logging.getLogger().handlers:
+        if log.hasHandlers():
             log.warning(text)
         else:
             print(f"deltamirror: {text}", file=sys.stderr, flush=True)

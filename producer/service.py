@@ -39,13 +39,16 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import cast
 
 from deltamirror.core.errors import ConfigError
 from deltamirror.mirror.connection import KafkaConnectionReporter
 from deltamirror.mirror.errors import KafkaError, ProducerFencedError
+from deltamirror.mirror.topics import TopicManager
 
 from .config_file import redacted
 from .discovery import DiscoveryLoop
+from .liveness import PROBE_INTERVAL_S, BrokerHealth, BrokerWatch, StatusLog, Tee
 from .log_format import configure_logging
 from .metrics import GroupMetrics, Metrics, ServedMetrics, ServerHandle, WatcherMetrics, serve
 from .pipeline import STOP_BUDGET_S, TablePipeline
@@ -53,6 +56,7 @@ from .settings import TableConfig, WatchConfig
 from .shared_clients import SharedClients
 from .sharing import TableSharing
 from .signals import Signal, SignalListener
+from .table_check import check_tables_exist
 from .topic_claims import TopicClaims
 
 log = logging.getLogger("deltamirror.watch")
@@ -99,6 +103,9 @@ class WatchService:
                 "(it has no Prometheus registry and no health): pass WatcherMetrics, or unset metrics_port"
             )
         self.group_metrics = self.metrics if isinstance(self.metrics, GroupMetrics) else None
+        #: the periodic status line (deltamirror.producer.liveness): it hears what the metrics hear
+        self.status = StatusLog(cfg.status_interval_s)
+        self.reports = cast(Metrics, Tee(self.metrics, self.status))
         self.stop_event = stop if stop is not None else threading.Event()
         self.stop_budget_s = stop_budget_s
         #: when the requested stop must be done (monotonic), None until one is requested
@@ -118,6 +125,7 @@ class WatchService:
         self._started = False
         self._failure: BaseException | None = None
         self._server: ServerHandle | None = None
+        self._broker_watch: threading.Thread | None = None
         self.sharing = TableSharing(self, cfg.group) if cfg.group is not None else None
         #: the prefixes of ``cfg.discover``, scanned on their own thread once started
         self.discovery = DiscoveryLoop(cfg, self, stop=self.stop_event) if cfg.discover else None
@@ -172,7 +180,7 @@ class WatchService:
                 self._topics.release(normalized_uri)
         self.release_tables([normalized_uri], reason, wait_s=0.0)
         if normalized_uri not in self.running_tables():
-            self.metrics.forget_table(normalized_uri)
+            self.reports.forget_table(normalized_uri)
 
     def _on_signal(self, signal: Signal) -> bool:
         """A snapshot signal for a table running here: its pipeline publishes a fresh snapshot."""
@@ -193,7 +201,7 @@ class WatchService:
         return TablePipeline(
             self.cfg,
             table,
-            metrics=self.metrics,
+            metrics=self.reports,
             stop=threading.Event(),
             reporter=self.reporter,
             stop_budget_s=self.stop_budget_s,
@@ -272,6 +280,11 @@ class WatchService:
             for uri, entry in self._running.items():
                 self._start_thread(uri, entry)
         threading.Thread(target=self._relay_stop, name="watch-stop", daemon=True).start()
+        self.status.start(lambda: len(self.running_tables()), self.stop_event)
+        self._broker_watch = threading.Thread(
+            target=self._watch_broker, name="watch-broker-health", daemon=True
+        )
+        self._broker_watch.start()
         if self.discovery is not None:
             self.discovery.start()
         if self.signals is not None:
@@ -288,6 +301,18 @@ class WatchService:
             target=self._run_pipeline, args=(entry,), name=f"watch-{entry.pipeline.txn_id}", daemon=True
         )
         entry.thread.start()
+
+    def _watch_broker(self) -> None:
+        """Ask the brokers now and then (its own admin client, gone with this thread); a silence
+        longer than ``broker_timeout_s`` makes /healthz unhealthy (:class:`~.liveness.BrokerWatch`)."""
+        manager = TopicManager(self.clients.kafka, max_record_bytes=self.cfg.max_record_bytes)
+        health = self.metrics if isinstance(self.metrics, BrokerHealth) else None
+        watch = BrokerWatch(
+            manager.reachable, self.cfg.kafka.bootstrap_servers, self.cfg.broker_timeout_s, health
+        )
+        while not self.stop_event.is_set():
+            watch.check()
+            self.stop_event.wait(PROBE_INTERVAL_S)
 
     def _relay_stop(self) -> None:
         """The service's stop flag, set by a signal, a failed table or a caller, stops every table."""
@@ -331,7 +356,7 @@ class WatchService:
             if not self.stop_event.is_set() and (
                 pipeline.dropped.is_set() or pipeline.release_reason is not None
             ):  # it no longer runs here (dropped, removed, moved): its series go with it
-                self.metrics.forget_table(pipeline.uri)
+                self.reports.forget_table(pipeline.uri)
         if fenced_here:
             self._restart_if_owned(pipeline.uri)
 
@@ -396,7 +421,7 @@ class WatchService:
             self._server.stop()
             self._server = None
         if self.stop_event.is_set():
-            for loop in (self.signals, self.discovery):
+            for loop in (self.signals, self.discovery, self._broker_watch):
                 if loop is not None:
                     loop.join(CLOSE_JOIN_S)
             self.clients.close()
@@ -456,6 +481,7 @@ def run_watch(cfg: WatchConfig) -> int:
         stops = own = StopSignals().install()
     try:
         configure_logging()
+        check_tables_exist(cfg.tables)  # a location that holds no table: refused now, not retried forever
         log.info("starting", extra={"config": json.dumps(redacted(cfg), default=str)})
         service = WatchService(cfg)
 

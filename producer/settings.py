@@ -345,6 +345,10 @@ class WatchConfig(SettingsModel):
     signal_topic: str | None = "deltamirror.signals"
     #: share the tables with every watcher of this group (None: run every table here)
     group: GroupSettings | None = None
+    #: one status line (info) every this many seconds: what was published, what is behind
+    status_interval_s: float = Field(default=60.0, gt=0)
+    #: a broker that has not answered for this long makes /healthz unhealthy (and says so once)
+    broker_timeout_s: float = Field(default=30.0, gt=0)
 
     @field_validator("group", mode="before")
     @classmethod

@@ -293,3 +293,31 @@ def test_a_config_file_still_says_what_is_wrong_in_it(
     assert str(path) in err and "snapshotmode: unknown key" in err
     assert watch("--config", str(path)) == 2
     assert "kafka: required key is missing" in capsys.readouterr().err
+
+
+# --- a location that holds no table -------------------------------------------------------------------
+
+
+def test_a_table_that_does_not_exist_is_refused_at_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused in one line before any broker is asked (the broker here answers nothing)."""
+    missing = tmp_path / "no-such-table"
+    assert watch("--bootstrap-servers", "127.0.0.1:1", str(missing)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"no Delta table at file://{missing}" in err
+    assert "--wait-for-table" in err
+
+
+def test_wait_for_table_waits_for_a_table_that_does_not_exist(
+    tmp_path: Path, handed: list[WatchConfig], caplog: pytest.LogCaptureFixture
+) -> None:
+    from deltamirror.producer.table_check import check_tables_exist
+
+    missing = tmp_path / "later"
+    assert watch("--bootstrap-servers", "k:9092", str(missing), "--wait-for-table") == 0
+    (cfg,) = handed
+    assert cfg.tables[0].wait_for_table
+    with caplog.at_level("INFO", logger="deltamirror.watch"):
+        check_tables_exist(list(cfg.tables))  # not refused: said once
+    assert [r.getMessage() for r in caplog.records] == ["waiting for the table to be created"]

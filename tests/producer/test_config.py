@@ -645,6 +645,8 @@ def test_every_top_level_setting_can_be_overridden(tmp_path: Path) -> None:
         "oversize_policy": "fail",
         "use_notifications": False,
         "signal_topic": "s2",
+        "status_interval_s": 5.0,
+        "broker_timeout_s": 7.0,
     }
     # discover (like tables) adds to the file's list: tests/producer/test_discovery.py
     # group (--group NAME) keeps the file's group settings: tests/producer/test_group.py

@@ -50,8 +50,56 @@ def _free_port_pair() -> int:
     raise RuntimeError("no two consecutive free ports on 127.0.0.1")
 
 
+def open_clients() -> list[str]:
+    """Kafka clients still open (not closed, not yet collected), each described; closed here.
+
+    A client left open when the broker stops retries it and prints librdkafka's raw ``FAIL``
+    lines after the run's summary. A Producer or Consumer says it is closed by raising on use;
+    an AdminClient has no close, so one still alive once garbage is collected was kept somewhere.
+    """
+    import gc
+
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient
+
+    gc.collect()
+    found: list[str] = []
+    for obj in gc.get_objects():
+        try:
+            if isinstance(obj, Producer):
+                obj.poll(0)
+            elif isinstance(obj, Consumer):
+                obj.assignment()
+            elif not isinstance(obj, AdminClient):
+                continue
+        except RuntimeError:  # closed
+            continue
+        referrers = [type(r).__name__ for r in gc.get_referrers(obj) if not isinstance(r, list | type(gc))]
+        found.append(f"{type(obj).__module__}.{type(obj).__name__} (held by {', '.join(referrers[:3])})")
+        if isinstance(obj, Producer | Consumer):
+            obj.close()
+    return found
+
+
+def _no_client_left_open() -> None:
+    """Every test closes the clients it opened (the session's end must be quiet): checked before the
+    session's broker stops."""
+    left = open_clients()
+    if left:
+        pytest.fail(f"{len(left)} Kafka client(s) left open by the tests: {'; '.join(left)}", pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    bootstrap_servers = _kafka_bootstrap(tmp_path_factory)
+    yield next(bootstrap_servers)
+    try:
+        _no_client_left_open()
+    finally:
+        next(bootstrap_servers, None)
+
+
+def _kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     configured = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if configured:
         yield configured
