@@ -25,6 +25,7 @@ import contextlib
 import logging
 import threading
 import time
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -439,10 +440,18 @@ class TransactionalPublisher:
         return len(self._producer)
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Flush what is queued (nothing, outside a transaction) and let the client go."""
+        """Flush what is queued (nothing, outside a transaction) and close the client, so that it
+        does not outlive its owner retrying a broker that is gone. One still in a transaction (a
+        stop that could not abort it: the broker does not answer) is left to be collected, since
+        closing it would wait on that abort without a bound; a fenced (fatal) one is closed."""
         # after a fatal error there is nothing left to save (see _serving for the SystemError)
         with contextlib.suppress(KafkaException, SystemError):
             self._producer.flush(timeout_s)
+        if not self.in_transaction or self._fatal is not None:  # a fatal client aborts at once
+            with contextlib.suppress(KafkaException, SystemError, RuntimeError), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # "abort_transaction failed during close"
+                self._producer.purge()
+                self._producer.close()
 
 
 class RecordProducer:
@@ -499,6 +508,9 @@ class RecordProducer:
     def close(self, timeout_s: float = 5.0) -> None:
         with contextlib.suppress(KafkaException):
             self._producer.flush(timeout_s)
+        with contextlib.suppress(KafkaException, RuntimeError):
+            self._producer.purge()
+            self._producer.close()
 
 
 __all__ = [

@@ -44,7 +44,6 @@ from typing import cast
 from deltamirror.core.errors import ConfigError
 from deltamirror.mirror.connection import KafkaConnectionReporter
 from deltamirror.mirror.errors import KafkaError, ProducerFencedError
-from deltamirror.mirror.topics import TopicManager
 
 from .config_file import redacted
 from .discovery import DiscoveryLoop
@@ -303,12 +302,11 @@ class WatchService:
         entry.thread.start()
 
     def _watch_broker(self) -> None:
-        """Ask the brokers now and then (its own admin client, gone with this thread); a silence
+        """Ask the brokers now and then (the shared admin client: no client of its own); a silence
         longer than ``broker_timeout_s`` makes /healthz unhealthy (:class:`~.liveness.BrokerWatch`)."""
-        manager = TopicManager(self.clients.kafka, max_record_bytes=self.cfg.max_record_bytes)
         health = self.metrics if isinstance(self.metrics, BrokerHealth) else None
         watch = BrokerWatch(
-            manager.reachable, self.cfg.kafka.bootstrap_servers, self.cfg.broker_timeout_s, health
+            self.clients.reachable, self.cfg.kafka.bootstrap_servers, self.cfg.broker_timeout_s, health
         )
         while not self.stop_event.is_set():
             watch.check()
