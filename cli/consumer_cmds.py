@@ -34,7 +34,9 @@ after a version was accepted (or dead-lettered), and a start rebuilds the state
 the topic's beginning) and hands over every version not acknowledged yet. A
 receiver may see a version twice (DELTAMIRROR_DELIVERY_ID / Idempotency-Key name
 it), never misses one. Prints one JSON line per version handled. Secrets in the URL
-(userinfo, path, query) are never printed. SIGTERM/SIGINT stop cleanly (exit 0).
+(userinfo, path, query) are never printed. SIGTERM/SIGINT stop cleanly (exit 0)
+within 10 s; with the broker gone, a warning says the last offsets may not be
+committed (those versions are delivered again by the next start).
 
 The document (also what consume-snapshot --format jsonl prints):
   {"kind":"version", "tableId", "tableUri", "version", "snapshot",
@@ -133,7 +135,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         '"previousTableId","previousVersion","droppedVersion","droppedFiles","tableUri"} is printed '
         "(with --format jsonl, the tableReplaced document); a tableDropped record (a table deleted "
         'for good) drops its state the same way and prints {"kind":"tableDropped",...}. '
-        "Stops cleanly on SIGTERM/SIGINT (exit 0). "
+        "Stops cleanly on SIGTERM/SIGINT (exit 0) within 10 s, the broker gone or not (the state is saved "
+        "first; a warning says when the group's last offsets may not be committed). "
         "The jsonl document is described in `deltamirror invalidate --help`.",
     )
     _add_source_arguments(p, "deltamirror-snapshot-consumer")
