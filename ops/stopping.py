@@ -37,6 +37,8 @@ log = logging.getLogger("deltamirror.stop")
 
 #: from the first signal, how long a command has to end before the process is ended for it
 DEADLINE_S = 9.5
+#: how long the line said before the process is ended may hold the exit up
+SAY_TIMEOUT_S = 1.0
 #: what the signals do: ``unwind`` raises SystemExit in the main thread (a short command),
 #: ``stop`` hands them to the stop callbacks (a long-running one)
 Mode = str
@@ -199,13 +201,25 @@ class StopSignals:
         self._exit_process(1)
 
     def _say(self, text: str) -> None:
-        if log.hasHandlers():
-            log.warning(text)
-        else:
-            print(f"deltamirror: {text}", file=sys.stderr, flush=True)
-        for stream in (sys.stdout, sys.stderr):
+        """One line before the process is ended, waited for at most :data:`SAY_TIMEOUT_S`.
+
+        Said from a thread of its own: the stream may be blocked (a pipe nobody reads, a handler's
+        lock held by the stuck main thread), and the exit must not wait on it. stdout is not
+        flushed here: its writers flush each whole line, and a flush from this thread while the
+        main one is in the middle of a long line would put half of it out.
+        """
+
+        def say() -> None:
             with contextlib.suppress(Exception):
-                stream.flush()
+                if log.hasHandlers():
+                    log.warning(text)
+                else:
+                    print(f"deltamirror: {text}", file=sys.stderr, flush=True)
+                sys.stderr.flush()
+
+        sayer = threading.Thread(target=say, name="deltamirror-stop-say", daemon=True)
+        sayer.start()
+        sayer.join(SAY_TIMEOUT_S)
 
 
 __all__ = ["DEADLINE_S", "StopCallback", "StopSignals", "installed"]

@@ -96,3 +96,32 @@ def test_unwind_mode_raises_in_the_main_thread_as_a_short_command_expects() -> N
             signal.raise_signal(signal.SIGINT)
     finally:
         stops.uninstall()
+
+
+def test_the_process_is_ended_even_when_its_last_line_cannot_be_written(
+    exits: Exits, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """stderr blocked (a pipe nobody reads, a handler lock held by the stuck main thread): the line
+    said before the exit must not hold the exit up."""
+    import sys
+
+    unblock = threading.Event()
+
+    class Blocked:
+        def write(self, text: str) -> int:
+            unblock.wait(30)
+            return len(text)
+
+        def flush(self) -> None:
+            unblock.wait(30)
+
+    monkeypatch.setattr(sys, "stderr", Blocked())
+    stops = StopSignals(deadline_s=0.2, exit_process=exits).install()
+    try:
+        stops.on_stop(lambda now: None)  # a command stuck somewhere: it does not end
+        signal.raise_signal(signal.SIGTERM)
+        assert exits.called.wait(5), "the exit waited for stderr"
+        assert exits.codes == [1]
+    finally:
+        unblock.set()
+        stops.uninstall()
