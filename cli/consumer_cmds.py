@@ -39,7 +39,9 @@ after a version was accepted (or dead-lettered), and a start rebuilds the state
 the topic's beginning) and hands over every version not acknowledged yet. A
 receiver may see a version twice (DELTAMIRROR_DELIVERY_ID / Idempotency-Key name
 it), never misses one. Prints one JSON line per version handled. Secrets in the URL
-(userinfo, path, query) are never printed. SIGTERM/SIGINT stop cleanly (exit 0).
+(userinfo, path, query) are never printed. SIGTERM/SIGINT stop cleanly (exit 0)
+within 10 s; with the broker gone, a warning says the last offsets may not be
+committed (those versions are delivered again by the next start).
 
 The document (also what consume-snapshot --format jsonl prints):
   {"kind":"version", "tableId", "tableUri", "version", "snapshot",
@@ -149,7 +151,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         '"previousTableId","previousVersion","droppedVersion","droppedFiles","tableUri"} is printed '
         "(with --format jsonl, the tableReplaced document); a tableDropped record (a table deleted "
         'for good) drops its state the same way and prints {"kind":"tableDropped",...}. '
-        "Stops cleanly on SIGTERM/SIGINT (exit 0). "
+        "Stops cleanly on SIGTERM/SIGINT (exit 0) within 10 s, the broker gone or not (the state is saved "
+        "first; a warning says when the group's last offsets may not be committed). "
         "The jsonl document is described in `deltamirror invalidate --help`.",
     )
     _add_source_arguments(p, "deltamirror-snapshot-consumer")
@@ -159,7 +162,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default="counts",
         help="counts: file counts per version (default); jsonl: the invalidation document per version",
     )
-    p.set_defaults(handler=cmd_consume_snapshot)
+    p.set_defaults(handler=cmd_consume_snapshot, long_running=True)
 
     p = sub.add_parser(
         "invalidate",
@@ -220,7 +223,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "come by then (a complete HTTP response: one cut short fails the attempt), a command must "
         "have exited (else it is killed, with every process it started)",
     )
-    p.set_defaults(handler=cmd_invalidate)
+    p.set_defaults(handler=cmd_invalidate, long_running=True)
 
 
 # --- shared -------------------------------------------------------------------------------------------
@@ -385,31 +388,28 @@ class _Source:
 
     @contextmanager
     def running(self, consumer: Any) -> Iterator[None]:
-        """SIGTERM/SIGINT stop ``consumer`` cleanly while it runs; then the reporter's fatal error."""
-        import signal
-        from types import FrameType
+        """SIGTERM/SIGINT stop ``consumer`` cleanly while it runs; then the reporter's fatal error.
 
+        The signals were taken when the command started (``deltamirror.ops.stopping``): one that
+        came while starting ended it at once; from here on they stop the consumer."""
         from deltamirror.mirror.errors import KafkaError
+        from deltamirror.ops.stopping import installed
 
         self.consumer = consumer
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            consumer.request_stop()
-
         server = None
         if self.metrics is not None:
             from deltamirror.consumer.metrics import serve
 
             # a port that cannot be bound fails now, not after an hour unobserved
             server = serve(self.metrics, self.metrics_host, self.metrics_port or 0)
-        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        stops = installed()
+        if stops is not None:
+            stops.on_stop(lambda now: consumer.request_stop())
         try:
             yield
         except KafkaError as exc:  # said with the reason the brokers gave, when there is one
             raise self.with_reason(exc) from None
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
             if server is not None:
                 server.stop()
         self.reporter.check()

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -55,15 +54,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # the signals are taken first, before anything else runs (deltamirror.ops.stopping): a short
+    # command unwinds on SIGTERM like Ctrl-C, so an -o file being written is removed, never left
+    # half done; a long-running one (watch, consume-snapshot, invalidate, demo) stops cleanly
+    # within the deadline however many signals arrive
+    from deltamirror.ops.stopping import StopSignals
+
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    stops = StopSignals(mode="unwind").install() if in_main_thread else None
+    try:
+        return _main(argv, stops)
+    finally:
+        if stops is not None:
+            stops.uninstall()
+
+
+def _main(argv: Sequence[str] | None, stops: Any) -> int:
     from deltamirror.core.errors import DeltaMirrorError
 
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
-    # SIGTERM unwinds like Ctrl-C, so an -o file being written is removed, never left half done
-    # (watch and consume-snapshot install their own handler while they run)
-    in_main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _terminated) if in_main_thread else None
+    if stops is not None and getattr(args, "long_running", False):
+        stops.use_stop_mode()
     try:
         if getattr(args, "output", None) is not None:
             from .output import check_output_path
@@ -77,13 +90,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except KeyboardInterrupt:
         return 130
-    finally:
-        if in_main_thread:
-            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
-
-
-def _terminated(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
 
 
 if __name__ == "__main__":  # pragma: no cover

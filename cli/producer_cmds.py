@@ -75,8 +75,21 @@ WATCH_FLAGS: tuple[WatchFlag, ...] = (
         "where to start a table without progress",
         choices=SNAPSHOT_MODES,
     ),
-    WatchFlag("from_version", ("--from-version",), "with from-version: the first version", "N", int),
-    WatchFlag("from_timestamp", ("--from-timestamp",), "with from-timestamp: ISO-8601 or epoch ms", "TS"),
+    WatchFlag(
+        "from_version",
+        ("--from-version",),
+        "with from-version: the first version (not with --discover: a version names a point in "
+        "one table's log; refused)",
+        "N",
+        int,
+    ),
+    WatchFlag(
+        "from_timestamp",
+        ("--from-timestamp",),
+        "with from-timestamp: ISO-8601 or epoch ms (with --discover: every table found publishes "
+        "its commits from then on)",
+        "TS",
+    ),
     WatchFlag("poll_interval_s", ("--poll-interval",), "seconds between log polls (default 1)", "S", float),
     WatchFlag("progress_topic", ("--progress-topic",), "compacted progress topic", "TOPIC"),
     WatchFlag(
@@ -100,7 +113,15 @@ WATCH_FLAGS: tuple[WatchFlag, ...] = (
         "row_changes",
         ("--row-changes",),
         "also publish one Debezium-style record per changed row on deltamirror.<name>.changes, for "
-        "every table (config row_changes: {key_columns, format, tombstones} per table)",
+        "every table, discovered ones included (config row_changes: {key_columns, format, "
+        "tombstones} per table or discover prefix)",
+        switch=True,
+    ),
+    WatchFlag(
+        "wait_for_table",
+        ("--wait-for-table",),
+        "wait for a TABLE that does not exist yet (no _delta_log with a commit) instead of refusing it "
+        "at start (config wait_for_table per table)",
         switch=True,
     ),
     WatchFlag("metrics_port", ("--metrics-port",), "serve /metrics and /healthz", "PORT", int),
@@ -130,7 +151,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     for flag in WATCH_FLAGS:
         flag.add_to(p)
     add_progress_argument(p)
-    p.set_defaults(handler=cmd_watch)
+    p.set_defaults(handler=cmd_watch, long_running=True)
 
     p = sub.add_parser(
         "events",
@@ -172,7 +193,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="leave the local broker running afterwards (refused with KAFKA_BOOTSTRAP_SERVERS: no local broker)",
     )
-    p.set_defaults(handler=cmd_demo)
+    p.set_defaults(handler=cmd_demo, long_running=True)
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -202,7 +223,7 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 def cmd_watch(args: argparse.Namespace) -> int:
     from deltamirror.core.errors import ConfigError
-    from deltamirror.producer.config_file import load_config
+    from deltamirror.producer.config_file import load_config_data
     from deltamirror.producer.service import run_watch
     from deltamirror.producer.settings import merge_overrides
     from deltamirror.producer.snapshot_events import ProgressBar
@@ -212,8 +233,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
     # The same flags, by the same rules, over a configuration file or over nothing: an unset flag
     # (None, no table) leaves the file's setting, or the default (see merge_overrides).
     overrides = {flag.setting: flag.value(args) for flag in WATCH_FLAGS if flag.setting != CONFIG}
-    if args.config:
-        cfg = merge_overrides(load_config(args.config), overrides)
+    if args.config:  # the file and the flags merged first, then validated once
+        cfg = merge_overrides(load_config_data(args.config), overrides, source=args.config)
     elif not args.bootstrap_servers:
         raise ConfigError("--bootstrap-servers is required without --config")
     else:
@@ -232,6 +253,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise EnvironmentMissingError(
             "the demo writes its table with the deltalake package: pip install deltalake"
         ) from None
+    import threading
+
+    from deltamirror.ops.stopping import installed
+
+    # SIGTERM/SIGINT end the demo as Ctrl-C always did: its broker and watcher are stopped first
+    stop = threading.Event()
+    stops = installed()
+    if stops is not None:
+        stops.on_stop(lambda now: stop.set())
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     broker = None
     started_here = False
@@ -253,7 +283,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         _say(f"starting a local Kafka broker on 127.0.0.1:{args.port} (the first run downloads its jars)...")
         bootstrap = broker.start()
     try:
-        return _demo(bootstrap, args.dir)
+        return _demo(bootstrap, args.dir, stop)
     finally:
         if broker is not None and started_here and not args.keep_broker:
             _say("stopping the local Kafka broker")
@@ -264,7 +294,7 @@ def _say(text: str) -> None:
     print(f"# {text}", file=sys.stderr, flush=True)
 
 
-def _demo(bootstrap: str, directory: str | None) -> int:
+def _demo(bootstrap: str, directory: str | None, stop: Any) -> int:
     import logging
     import tempfile
     import uuid
@@ -276,7 +306,7 @@ def _demo(bootstrap: str, directory: str | None) -> int:
     path = root / f"orders_{uuid.uuid4().hex[:6]}"
     _say(f"creating the demo table {path} (version 0: three orders; change data feed on)")
     try:
-        return _run_demo(bootstrap, path)
+        return _run_demo(bootstrap, path, stop)
     finally:
         if (path / "_delta_log").is_dir():
             print(demo_epilogue(str(path)), flush=True)
@@ -399,7 +429,7 @@ def commit_demo_changes(path: Path) -> None:
     DeltaTable(str(path)).delete("order_id = 2")
 
 
-def _run_demo(bootstrap: str, path: Path) -> int:
+def _run_demo(bootstrap: str, path: Path, stop: Any) -> int:
     import json
     import time
 
@@ -422,14 +452,18 @@ def _run_demo(bootstrap: str, path: Path) -> int:
     reporter = KafkaConnectionReporter(cfg.kafka.bootstrap_servers)  # librdkafka's lines: logged, not printed
     consumer = MirrorConsumer({**cfg.kafka.librdkafka_config(), **reporter.client_config()}, purpose="demo")
     try:
-        if not service.pipelines[0].ready.wait(60):
-            raise RuntimeError("the watcher did not start within 60 s")
+        ready = time.monotonic() + 60
+        while not service.pipelines[0].ready.wait(0.2):
+            if stop.is_set():
+                raise KeyboardInterrupt
+            if time.monotonic() >= ready:
+                raise RuntimeError("the watcher did not start within 60 s")
         consumer.assign([(topics.actions, 0, None)])
         print("a read_committed subscriber of", topics.actions, "receives:")
         commit_demo_changes(path)
         deadline = time.monotonic() + 60
         done = False
-        for batch in consumer.batches(until_end=False, poll_s=0.5):
+        for batch in consumer.batches(until_end=False, poll_s=0.5, stop=stop):
             for record in batch:
                 event = json.loads(record.value or b"{}")
                 print(_describe_event(event), flush=True)
@@ -438,6 +472,8 @@ def _run_demo(bootstrap: str, path: Path) -> int:
                     break
             if done or time.monotonic() >= deadline:
                 break
+        if stop.is_set():
+            raise KeyboardInterrupt
         if not done:
             raise RuntimeError("the demo did not receive every event within 60 s")
     finally:

@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 BEGINNING = OFFSET_BEGINNING
 #: how long one metadata request waits: a stop is noticed within it
 METADATA_SLICE_S = 1.0
+#: how long closing may wait for the group's last commit before it is left to finish in the background
+CLOSE_TIMEOUT_S = 5.0
 #: how long a partition may stay quiet before its end is asked of the broker (the end of a
 #: partition assigned exactly at its last stable offset is reported by no fetch)
 END_CHECK_AFTER_S = 0.5
@@ -142,13 +144,14 @@ class MirrorConsumer:
         fetch_wait_max_ms: int | None = 10,
     ) -> None:
         self._commits = group_id is not None
+        self._group_id = group_id or f"deltamirror-{purpose}-{uuid.uuid4().hex[:12]}"
         config: dict[str, Any] = {
             # the end of a partition is known only when a fetch returns, and the broker holds a fetch
             # that finds nothing new for fetch.wait.max.ms (500 ms by default): a reader that reads
             # to the end asks for 10 ms; a long-running one keeps librdkafka's default
             **({} if fetch_wait_max_ms is None else {"fetch.wait.max.ms": fetch_wait_max_ms}),
             **kafka,
-            "group.id": group_id or f"deltamirror-{purpose}-{uuid.uuid4().hex[:12]}",
+            "group.id": self._group_id,
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
             "auto.offset.reset": "earliest",
@@ -167,9 +170,35 @@ class MirrorConsumer:
 
     # --- lifetime -----------------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Leave the cluster; with a group, the stored offsets are committed first."""
-        self._consumer.close()
+    def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Leave the cluster; with a group, the stored offsets are committed first, within
+        ``timeout_s``.
+
+        librdkafka's close waits for that commit without a bound of its own: ``session.timeout.ms``
+        (45 s by default) with the brokers gone, and longer (minutes were seen) with a broker whose
+        connections hang. So the close runs on a thread of its own; past ``timeout_s`` it is left to
+        finish there, and one warning says that the last offsets may not be committed (a reader
+        whose position is the group's reads them again: at least once, as after a crash).
+        """
+        consumer = self._consumer
+        done = threading.Event()
+
+        def close() -> None:
+            try:
+                consumer.close()
+            except (KafkaException, RuntimeError) as exc:  # already closed, or the client broke
+                log.debug("closing the Kafka consumer failed: %s", exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=close, name="deltamirror-consumer-close", daemon=True).start()
+        if not done.wait(timeout_s):
+            log.warning(
+                "the Kafka consumer did not close within %.0f s (the broker does not answer): "
+                "its last offsets may not be committed to group %s; the close goes on in the background",
+                timeout_s,
+                self._group_id,
+            )
 
     def __enter__(self) -> MirrorConsumer:
         return self
@@ -373,15 +402,23 @@ class MirrorConsumer:
         The end is the last stable offset (``read_committed``): records of open transactions are
         not behind yet. Counted in offsets, so transaction markers count too (a reader at the end
         is at 0). A partition not read yet counts from where it was assigned. The broker is asked
-        (``timeout_s`` for each partition): a KafkaError when it does not answer.
+        (``timeout_s`` for all partitions together: asked between two batches, this must not hold
+        a stop up for as many timeouts as there are partitions): a KafkaError when it does not answer.
         """
         out: dict[tuple[str, int], int] = {}
+        deadline = time.monotonic() + timeout_s
         try:
             positions = self._consumer.position([TopicPartition(t, p) for t, p in self._assigned])
             for tp in positions:
                 where = (tp.topic, tp.partition)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise KafkaError(
+                        f"cannot read the end offsets of {where[0]}: timed out after {timeout_s:g} s",
+                        topic=where[0],
+                    )
                 marks = self._consumer.get_watermark_offsets(
-                    TopicPartition(*where), timeout=timeout_s, cached=False
+                    TopicPartition(*where), timeout=left, cached=False
                 )
                 if marks is None:  # older clients say a timeout this way
                     raise KafkaError(f"cannot read the end offsets of {where[0]}: timed out", topic=where[0])
@@ -393,16 +430,38 @@ class MirrorConsumer:
             raise KafkaError(f"cannot read the end offsets: {_reason(exc)}") from None
         return out
 
-    def committed(self, topic: str, partitions: Iterable[int], timeout_s: float = 30.0) -> dict[int, int]:
-        """The group's committed offset of each partition that has one (a reader built with a group_id)."""
+    def committed(
+        self,
+        topic: str,
+        partitions: Iterable[int],
+        timeout_s: float = 30.0,
+        *,
+        stop: threading.Event | None = None,
+    ) -> dict[int, int]:
+        """The group's committed offset of each partition that has one (a reader built with a group_id).
+
+        Asked in slices of :data:`METADATA_SLICE_S` until ``timeout_s`` (then a KafkaError); a set
+        ``stop`` raises StopRequested within a slice.
+        """
         if not self._commits:
             raise ValueError("committed needs a consumer built with a group_id")
         wanted = [TopicPartition(topic, p) for p in partitions]
-        try:
-            found = self._consumer.committed(wanted, timeout=timeout_s)
-        except KafkaException as exc:
-            reason = _reason(exc)
-            raise KafkaError(f"cannot read the committed offsets of {topic}: {reason}", topic=topic) from None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if stop is not None and stop.is_set():
+                raise StopRequested("stop requested")
+            left = deadline - time.monotonic()
+            try:
+                found = self._consumer.committed(wanted, timeout=max(0.1, min(METADATA_SLICE_S, left)))
+                break
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args and isinstance(exc.args[0], _RdKafkaError) else None
+                retry = err is not None and err.code() == _RdKafkaError._TIMED_OUT
+                if not retry or time.monotonic() >= deadline:
+                    reason = _reason(exc)
+                    raise KafkaError(
+                        f"cannot read the committed offsets of {topic}: {reason}", topic=topic
+                    ) from None
         return {tp.partition: tp.offset for tp in found if tp.error is None and tp.offset >= 0}
 
     def store_offsets(self, offsets: Mapping[tuple[str, int], int]) -> None:

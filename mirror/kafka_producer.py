@@ -25,6 +25,7 @@ import contextlib
 import logging
 import threading
 import time
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -125,6 +126,25 @@ def producer_config(
     }
 
 
+def _let_frames_go(exc: BaseException) -> None:
+    """Detach the frames from ``exc`` and the exceptions chained to it.
+
+    confluent-kafka keeps a reference to the SystemError a delivery callback raises while the
+    client's fatal error is still set (see :meth:`TransactionalPublisher._serving`): that exception
+    is never freed, and through its traceback neither are the frames it passed, with the publisher
+    and its client in their locals, which then outlive their owner.
+    """
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        current.__traceback__ = None
+        todo += [current.__cause__, current.__context__]
+
+
 class TransactionalPublisher:
     """A transactional producer that knows how big its open transaction is."""
 
@@ -192,6 +212,7 @@ class TransactionalPublisher:
                 ):
                     return exc
             except SystemError as exc:
+                _let_frames_go(exc)
                 if isinstance(exc.__cause__, KafkaException):
                     return exc.__cause__
         return None
@@ -367,6 +388,8 @@ class TransactionalPublisher:
         try:
             return fn(*args)
         except (KafkaException, SystemError) as exc:
+            if isinstance(exc, SystemError):
+                _let_frames_go(exc)
             cause = exc if isinstance(exc, KafkaException) else exc.__cause__
             if not isinstance(cause, KafkaException):
                 cause = self._fatal_cause()
@@ -439,10 +462,55 @@ class TransactionalPublisher:
         return len(self._producer)
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Flush what is queued (nothing, outside a transaction) and let the client go."""
-        # after a fatal error there is nothing left to save (see _serving for the SystemError)
-        with contextlib.suppress(KafkaException, SystemError):
-            self._producer.flush(timeout_s)
+        """Let the client go for good, within about ``timeout_s``, so that it does not outlive its
+        owner retrying a broker that is gone (librdkafka's raw ``FAIL`` lines).
+
+        Outside a transaction nothing is queued: the client is closed. A transaction still open (a
+        stop ran out of time, the client broke) is aborted within ``timeout_s`` first. An abort the
+        broker does not answer in time is not waited for: the client's ``close`` would abort again
+        and wait for the broker without a bound. Its records are purged instead and the client is
+        dropped, which destroys it without an abort (the broker aborts the transaction after
+        ``transaction.timeout.ms``, as after a crash). Either way the publisher holds no client
+        afterwards: any later call raises RuntimeError, as a closed client does.
+        """
+        producer, self._producer = self._producer, _CLOSED
+        if self.in_transaction and not self._abort_for_close(producer, timeout_s):
+            with contextlib.suppress(KafkaException, SystemError, RuntimeError):
+                producer.purge(True, True)
+                producer.flush(0)  # serves the purged records' reports
+            return  # the last reference goes with this frame: destroyed, no abort
+        with contextlib.suppress(KafkaException, SystemError, RuntimeError), warnings.catch_warnings():
+            # a fatal (fenced) client's close says "abort_transaction failed during close", at once
+            warnings.simplefilter("ignore", RuntimeWarning)
+            producer.purge(True, True)
+            producer.close()
+
+    def _abort_for_close(self, producer: Producer, timeout_s: float) -> bool:
+        """Abort the open transaction for :meth:`close`: False when the broker did not answer in
+        time (a fatal client ends it at once: True, its close does not wait for the broker)."""
+        try:
+            producer.abort_transaction(max(0.1, timeout_s))
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args and isinstance(exc.args[0], _RdKafkaError) else None
+            return err is not None and err.fatal()
+        except SystemError as exc:  # a callback served with the fatal error set (see _serving)
+            _let_frames_go(exc)
+            return True
+        self.in_transaction = False
+        return True
+
+
+class _ClosedProducer:
+    """What a closed publisher holds instead of its client: every use says it is closed."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError("the producer was closed")
+
+    def __len__(self) -> int:
+        raise RuntimeError("the producer was closed")
+
+
+_CLOSED: Any = _ClosedProducer()
 
 
 class RecordProducer:
@@ -497,8 +565,13 @@ class RecordProducer:
             raise KafkaError(f"delivery to {topic} failed: {err.str()} ({err.name()})", topic=topic)
 
     def close(self, timeout_s: float = 5.0) -> None:
-        with contextlib.suppress(KafkaException):
-            self._producer.flush(timeout_s)
+        """Wait up to ``timeout_s`` for what is queued, then close the client (what is left is
+        purged: a send that returned had its outcome already)."""
+        producer, self._producer = self._producer, _CLOSED
+        with contextlib.suppress(KafkaException, RuntimeError):
+            producer.flush(timeout_s)
+            producer.purge(True, True)
+            producer.close()
 
 
 __all__ = [

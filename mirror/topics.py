@@ -317,6 +317,14 @@ class TopicManager:
     def ensure_progress_topic(self, name: str, *, fresh: bool = False) -> TopicLimits:
         return self._cached("progress", name, fresh, lambda: self._ensure_progress_topic(name))
 
+    def reachable(self, timeout_s: float) -> bool:
+        """True when a broker answered a metadata request within ``timeout_s``."""
+        try:
+            self._admin.list_topics(timeout=timeout_s)
+        except KafkaException:
+            return False
+        return True
+
     def end_offsets(self, name: str, *, committed: bool = True) -> dict[int, int]:
         """Each partition's end now: for a ``read_committed`` reader (its last stable offset), or
         with ``committed=False`` the high watermark (records of open transactions included)."""

@@ -156,13 +156,14 @@ def _resolve_relative_paths(data: dict[str, Any], base: Path) -> None:
     kafka = data.get("kafka")
     for key in SSL_FILE_FIELDS:
         resolve(kafka, key)
-    tables = data.get("tables")
-    if isinstance(tables, list):
-        for i, table in enumerate(tables):
-            if isinstance(table, str) and _is_relative_local_path(table):
-                tables[i] = str(base / table)
-            else:
-                resolve(table, "uri")
+    for key in ("tables", "discover"):
+        entries = data.get(key)
+        if isinstance(entries, list):
+            for i, entry in enumerate(entries):
+                if isinstance(entry, str) and _is_relative_local_path(entry):
+                    entries[i] = str(base / entry)
+                else:
+                    resolve(entry, "uri")
 
 
 def _read_mapping(path: Path) -> dict[str, Any]:
@@ -172,18 +173,24 @@ def _read_mapping(path: Path) -> dict[str, Any]:
     return raw
 
 
+def load_config_data(path: str | Path, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """A configuration file's content, ``${VAR}`` interpolated and relative paths resolved, not
+    validated: for :func:`~.settings.merge_overrides`, which validates it once merged with flags
+    (the file need not be whole on its own: the flags may give the brokers or the tables)."""
+    path = Path(path)
+    raw = _read_mapping(path)
+    data: dict[str, Any] = _interpolate(raw, [], str(path), os.environ if environ is None else environ)
+    _resolve_relative_paths(data, path.resolve().parent)
+    return data
+
+
 def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> WatchConfig:
     """Read a ``.yaml``/``.yml``/``.toml`` file into a validated :class:`WatchConfig`.
 
     ``environ`` defaults to ``os.environ`` (for ``${VAR}``). Every problem is a ConfigError whose
     one-line message names the file and the key path.
     """
-    path = Path(path)
-    source = str(path)
-    raw = _read_mapping(path)
-    data = _interpolate(raw, [], source, os.environ if environ is None else environ)
-    _resolve_relative_paths(data, path.resolve().parent)
-    return validate_watch_config(data, source)
+    return validate_watch_config(load_config_data(path, environ), str(path))
 
 
 def load_kafka_settings(
@@ -250,4 +257,11 @@ def redacted(cfg: WatchConfig) -> dict[str, Any]:
     return data
 
 
-__all__ = ["SignalConfig", "load_config", "load_kafka_settings", "load_signal_config", "redacted"]
+__all__ = [
+    "SignalConfig",
+    "load_config",
+    "load_config_data",
+    "load_kafka_settings",
+    "load_signal_config",
+    "redacted",
+]

@@ -203,16 +203,16 @@ def find_tables(source: DiscoverConfig, known: Container[str] = ()) -> dict[str,
     return found
 
 
+#: the settings a discover prefix gives every table it finds: each one both models have, found
+#: from the models themselves (a per-table setting added to both is carried without a list here)
+INHERITED = tuple(sorted((set(DiscoverConfig.model_fields) & set(TableConfig.model_fields)) - {"uri"}))
+
+
 def discovered_config(table: DiscoveredTable, source: DiscoverConfig) -> TableConfig:
-    """The settings a discovered table is mirrored with: its prefix's, topics named by its path."""
-    return TableConfig(
-        uri=table.uri,
-        storage_options=source.storage_options,
-        snapshot_mode=source.snapshot_mode,
-        poll_interval_s=source.poll_interval_s,
-        topic_name=table.topic_name,
-        when_deleted="drop",
-    )
+    """The settings a discovered table is mirrored with: its prefix's per-table settings
+    (:data:`INHERITED`), topics named by its path, dropped when deleted."""
+    inherited = {name: getattr(source, name) for name in INHERITED if name in source.model_fields_set}
+    return TableConfig(uri=table.uri, topic_name=table.topic_name, when_deleted="drop", **inherited)
 
 
 # --- tables the scan no longer finds --------------------------------------------------------------
@@ -448,6 +448,7 @@ class DiscoveryLoop:
 
 __all__ = [
     "GONE_TABLES",
+    "INHERITED",
     "DiscoveredTable",
     "DiscoveryLoop",
     "GoneTables",

@@ -48,9 +48,27 @@ class JsonLogFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
+class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A StreamHandler writing to ``sys.stderr`` as it is when a record comes, not as it was when
+    logging was set up: a command run in-process by a caller that swaps stderr for a while (a test's
+    capture, an embedding application) must not leave a handler writing to a stream closed since."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)
+
+    @property
+    def stream(self) -> IO[str]:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: IO[str]) -> None:  # StreamHandler.setStream: stderr is always the current one
+        pass
+
+
 def configure_logging(level: int = logging.INFO, stream: IO[str] | None = None) -> None:
-    """JSON lines on stderr for the ``deltamirror`` loggers (librdkafka's go through them too)."""
-    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    """JSON lines on stderr (``stream`` instead, when given) for the ``deltamirror`` loggers
+    (librdkafka's go through them too)."""
+    handler = logging.StreamHandler(stream) if stream is not None else StderrHandler()
     handler.setFormatter(JsonLogFormatter())
     handler.addFilter(RedactingFilter())
     root = logging.getLogger("deltamirror")
@@ -59,4 +77,4 @@ def configure_logging(level: int = logging.INFO, stream: IO[str] | None = None) 
     root.propagate = False
 
 
-__all__ = ["JsonLogFormatter", "configure_logging"]
+__all__ = ["JsonLogFormatter", "StderrHandler", "configure_logging"]

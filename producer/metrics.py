@@ -20,6 +20,11 @@ table's normalized URI) and prefixed ``deltamirror_``:
                                                 on an error
 ``deltamirror_table_errors_total``              times the table stopped on an error
 ``deltamirror_healthy``                         1 when the watcher reports itself healthy
+``deltamirror_log_retention_headroom_seconds``  ``delta.logRetentionDuration`` minus the age of the
+                                                last version published while the table is behind
+                                                (the whole retention when caught up): near 0, log
+                                                cleanup may delete versions before they are published
+``deltamirror_kafka_reachable``                 0 once no broker answered for ``broker_timeout_s``
 =============================================== =====================================================
 
 In a group of watchers (``watch --group``), per instance and without a ``table`` label:
@@ -48,14 +53,16 @@ With ``discover`` prefixes, per prefix (label ``prefix``, the prefix's URI redac
 ``deltamirror_discovery_tables_dropped_total``  tables of the prefix announced dropped and forgotten
 =============================================== =====================================================
 
-The per-table lag is ``deltamirror_versions_behind`` (versions in the log not yet published); a
-table that moved away keeps no series on its old instance's ``/healthz``.
+The per-table lag is ``deltamirror_versions_behind`` (versions in the log not yet published). A
+table that no longer runs here (dropped, removed, or moved to another member of its group) keeps
+no series on ``/metrics`` and no entry on ``/healthz`` (:meth:`WatcherMetrics.forget_table`).
 
 ``GET /healthz`` has a ``group`` member in group mode: ``{"id", "state": "joined" | "rebalancing"
 | "not joined", "assignments", "ownedShards": [...]}``; an instance that is not joined is unhealthy.
 
-``GET /healthz`` answers 200 ``{"status": "ok", ...}`` when the watcher said it is healthy and no
-table is stopped on an error, else 503 with the reason; the watcher starts unhealthy ("starting")
+``GET /healthz`` answers 200 ``{"status": "ok", ...}`` when the watcher said it is healthy, no
+table is stopped on an error and a broker answered within ``broker_timeout_s``, else 503 with the
+reason; the watcher starts unhealthy ("starting")
 until it calls ``set_healthy(True)``, so a container is not marked healthy before it has resumed.
 Both endpoints are served by :func:`deltamirror.ops.serve` (re-exported here as :func:`serve`, on
 port 9464 by default), bound to 127.0.0.1 unless told otherwise: they describe the tables being
@@ -102,6 +109,10 @@ class Metrics(Protocol):
     def table_error(self, table: str, reason: str) -> None: ...
 
     def table_ok(self, table: str) -> None: ...
+
+    def forget_table(self, table: str) -> None: ...
+
+    def retention_headroom(self, table: str, seconds: float) -> None: ...
 
     def set_healthy(self, ok: bool, reason: str = "") -> None: ...
 
@@ -159,6 +170,12 @@ class NullMetrics:
     def table_ok(self, table: str) -> None:
         pass
 
+    def forget_table(self, table: str) -> None:
+        pass
+
+    def retention_headroom(self, table: str, seconds: float) -> None:
+        pass
+
     def set_healthy(self, ok: bool, reason: str = "") -> None:
         pass
 
@@ -185,11 +202,19 @@ class WatcherMetrics:
         self._reason = "starting"
         self._tables: dict[str, _TableHealth] = {}
 
+        #: every metric labelled by table: what forget_table removes
+        self._per_table: list[Gauge | Counter] = []
+
         def gauge(name: str, doc: str, labels: tuple[str, ...] = ("table",)) -> Gauge:
-            return Gauge(PREFIX + name, doc, labels, registry=self.registry)
+            metric = Gauge(PREFIX + name, doc, labels, registry=self.registry)
+            if "table" in labels:
+                self._per_table.append(metric)
+            return metric
 
         def counter(name: str, doc: str) -> Counter:
-            return Counter(PREFIX + name, doc, ("table",), registry=self.registry)
+            metric = Counter(PREFIX + name, doc, ("table",), registry=self.registry)
+            self._per_table.append(metric)
+            return metric
 
         self._version = gauge("last_published_version", "Last Delta version committed to Kafka.")
         self._commit_ts = gauge(
@@ -210,6 +235,14 @@ class WatcherMetrics:
         self._table_errors = counter("table_errors", "Times the table stopped on an error.")
         self._healthy_gauge = gauge("healthy", "1 when the watcher reports itself healthy.", ())
         self._healthy_gauge.set(0)
+        self._headroom = gauge(
+            "log_retention_headroom_seconds",
+            "Log retention left before the oldest unpublished version may be cleaned up.",
+        )
+        self._kafka_reachable = gauge("kafka_reachable", "0 while the brokers do not answer.", ())
+        self._kafka_reachable.set(1)
+        #: why the brokers count as unreachable (None: they answer)
+        self._kafka_problem: str | None = None
         self._group: dict[str, Any] | None = None
         self._owned_tables = gauge("group_owned_tables", "Tables running on this instance.", ())
         self._owned_shards = gauge("group_owned_shards", "Shards assigned to this instance.", ())
@@ -299,25 +332,24 @@ class WatcherMetrics:
         self._table_up.labels(state.label).set(1)
 
     def forget_table(self, table: str) -> None:
-        """The table runs elsewhere now: its health and per-table series leave this instance."""
+        """The table no longer runs here (dropped, removed, moved): its health and every per-table
+        series (each metric labelled ``table``, found in the registry) leave this instance."""
         with self._lock:
             state = self._tables.pop(table, None)
         if state is None:
             return
-        for metric in (
-            self._version,
-            self._commit_ts,
-            self._behind_ms,
-            self._publish_ts,
-            self._versions_behind,
-            self._events,
-            self._commits,
-            self._aborts,
-            self._table_up,
-            self._table_errors,
-        ):
+        for metric in self._per_table:
             with contextlib.suppress(KeyError):
                 metric.remove(state.label)
+
+    def retention_headroom(self, table: str, seconds: float) -> None:
+        self._headroom.labels(self._table(table).label).set(seconds)
+
+    def kafka_unreachable(self, reason: str | None) -> None:
+        """The brokers have not answered for too long (``reason``), or answer again (None)."""
+        with self._lock:
+            self._kafka_problem = None if reason is None else redact(reason)
+        self._kafka_reachable.set(1 if reason is None else 0)
 
     # --- the group ----------------------------------------------------------------------------
 
@@ -381,6 +413,9 @@ class WatcherMetrics:
             failing = [state.label for _, state in sorted(self._tables.items()) if not state.up]
             healthy, reason = self._healthy, self._reason
             group = None if self._group is None else dict(self._group)
+            kafka_problem = self._kafka_problem
+        if kafka_problem is not None:
+            healthy, reason = False, kafka_problem
         if group is not None and healthy and group["state"] == "not joined":
             healthy, reason = False, f"not joined to group {group['id']}"
         if healthy and failing:

@@ -43,6 +43,7 @@ from deltamirror.mirror.topics import TableTopics, TopicManager
 
 from .discovery import GONE_TABLES
 from .progress import read_progress
+from .retention import RetentionWatch
 from .row_events import RowChangesSource
 from .session import close_publisher, transactional_id, wait_for_brokers
 from .settings import TableConfig, WatchConfig
@@ -161,6 +162,8 @@ class TablePipeline:
         self.txns.before_bounded_commit = self._read_while_draining
         self.txns.rows = RowChangesSource.of_table(table, self.watcher.table, self.topics)
         self._log_extra = {"table": self.uri}
+        #: how close the unpublished versions are to the table's log retention (warned, measured)
+        self.retention = RetentionWatch(self.uri, metrics.retention_headroom)
         self._needs_start = True
         self._table_failing = False
         #: set once ``tableDropped`` is committed: the table's pipeline has ended for good
@@ -462,7 +465,9 @@ class TablePipeline:
             txns.begin()
         if isinstance(work, CommitWork | SnapshotWork):
             txns.publish(work)
-            self.metrics.versions_behind(self.uri, self.watcher.versions_ahead + len(self._drained))
+            behind = self.watcher.versions_ahead + len(self._drained)
+            self.metrics.versions_behind(self.uri, behind)
+            self.retention.published(work.timestamp.timestamp, behind, self.watcher.configuration)
         elif isinstance(work, TableReplacedWork):
             txns.announce_replaced(work)
             return  # the new table's first work goes in the same transaction

@@ -35,12 +35,11 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from types import FrameType
+from typing import cast
 
 from deltamirror.core.errors import ConfigError
 from deltamirror.mirror.connection import KafkaConnectionReporter
@@ -48,6 +47,7 @@ from deltamirror.mirror.errors import KafkaError, ProducerFencedError
 
 from .config_file import redacted
 from .discovery import DiscoveryLoop
+from .liveness import PROBE_INTERVAL_S, BrokerHealth, BrokerWatch, StatusLog, Tee
 from .log_format import configure_logging
 from .metrics import GroupMetrics, Metrics, ServedMetrics, ServerHandle, WatcherMetrics, serve
 from .pipeline import STOP_BUDGET_S, TablePipeline
@@ -55,12 +55,18 @@ from .settings import TableConfig, WatchConfig
 from .shared_clients import SharedClients
 from .sharing import TableSharing
 from .signals import Signal, SignalListener
+from .table_check import check_tables_exist
 from .topic_claims import TopicClaims
 
 log = logging.getLogger("deltamirror.watch")
 
 #: the main thread's extra wait after the budget, for tables that are just finishing
 STOP_GRACE_S = 0.5
+#: how long closing waits for the signal and discovery threads (stopped already) to close their clients
+CLOSE_JOIN_S = 1.0
+#: in a group, how long leaving the group may take after the stop budget (the process ends within
+#: the budget, the grace and this: below deltamirror.ops.stopping.DEADLINE_S)
+LEAVE_AFTER_BUDGET_S = 1.5
 #: in a group, how long a table fenced while its shard is still here waits before it runs again
 FENCED_RESTART_S = 1.0
 
@@ -96,6 +102,9 @@ class WatchService:
                 "(it has no Prometheus registry and no health): pass WatcherMetrics, or unset metrics_port"
             )
         self.group_metrics = self.metrics if isinstance(self.metrics, GroupMetrics) else None
+        #: the periodic status line (deltamirror.producer.liveness): it hears what the metrics hear
+        self.status = StatusLog(cfg.status_interval_s)
+        self.reports = cast(Metrics, Tee(self.metrics, self.status))
         self.stop_event = stop if stop is not None else threading.Event()
         self.stop_budget_s = stop_budget_s
         #: when the requested stop must be done (monotonic), None until one is requested
@@ -115,6 +124,7 @@ class WatchService:
         self._started = False
         self._failure: BaseException | None = None
         self._server: ServerHandle | None = None
+        self._broker_watch: threading.Thread | None = None
         self.sharing = TableSharing(self, cfg.group) if cfg.group is not None else None
         #: the prefixes of ``cfg.discover``, scanned on their own thread once started
         self.discovery = DiscoveryLoop(cfg, self, stop=self.stop_event) if cfg.discover else None
@@ -161,12 +171,15 @@ class WatchService:
             self.start_table(table)
 
     def remove_table(self, normalized_uri: str, *, reason: str) -> None:
-        """Stop the table at its next batch boundary (its open transaction finished) and forget it."""
+        """Stop the table at its next batch boundary (its open transaction finished) and forget it,
+        its series on /metrics too (once its pipeline has ended, if it still runs)."""
         with self._lock:
             table = self._tables.pop(normalized_uri, None)
             if table is not None:
                 self._topics.release(normalized_uri)
         self.release_tables([normalized_uri], reason, wait_s=0.0)
+        if normalized_uri not in self.running_tables():
+            self.reports.forget_table(normalized_uri)
 
     def _on_signal(self, signal: Signal) -> bool:
         """A snapshot signal for a table running here: its pipeline publishes a fresh snapshot."""
@@ -187,7 +200,7 @@ class WatchService:
         return TablePipeline(
             self.cfg,
             table,
-            metrics=self.metrics,
+            metrics=self.reports,
             stop=threading.Event(),
             reporter=self.reporter,
             stop_budget_s=self.stop_budget_s,
@@ -266,6 +279,11 @@ class WatchService:
             for uri, entry in self._running.items():
                 self._start_thread(uri, entry)
         threading.Thread(target=self._relay_stop, name="watch-stop", daemon=True).start()
+        self.status.start(lambda: len(self.running_tables()), self.stop_event)
+        self._broker_watch = threading.Thread(
+            target=self._watch_broker, name="watch-broker-health", daemon=True
+        )
+        self._broker_watch.start()
         if self.discovery is not None:
             self.discovery.start()
         if self.signals is not None:
@@ -282,6 +300,17 @@ class WatchService:
             target=self._run_pipeline, args=(entry,), name=f"watch-{entry.pipeline.txn_id}", daemon=True
         )
         entry.thread.start()
+
+    def _watch_broker(self) -> None:
+        """Ask the brokers now and then (the shared admin client: no client of its own); a silence
+        longer than ``broker_timeout_s`` makes /healthz unhealthy (:class:`~.liveness.BrokerWatch`)."""
+        health = self.metrics if isinstance(self.metrics, BrokerHealth) else None
+        watch = BrokerWatch(
+            self.clients.reachable, self.cfg.kafka.bootstrap_servers, self.cfg.broker_timeout_s, health
+        )
+        while not self.stop_event.is_set():
+            watch.check()
+            self.stop_event.wait(PROBE_INTERVAL_S)
 
     def _relay_stop(self) -> None:
         """The service's stop flag, set by a signal, a failed table or a caller, stops every table."""
@@ -322,6 +351,10 @@ class WatchService:
                 self.group_metrics.table_released(pipeline.uri, reason)
         finally:
             self._forget(entry)
+            if not self.stop_event.is_set() and (
+                pipeline.dropped.is_set() or pipeline.release_reason is not None
+            ):  # it no longer runs here (dropped, removed, moved): its series go with it
+                self.reports.forget_table(pipeline.uri)
         if fenced_here:
             self._restart_if_owned(pipeline.uri)
 
@@ -378,11 +411,18 @@ class WatchService:
         return True
 
     def close(self) -> None:
+        """Stop serving and, once stopped, let every client of the service go: none outlives it
+        (a client left open retries a broker that is gone, and says so, after the service ended)."""
         if self.sharing is not None:
             self.sharing.leave(0.0)
         if self._server is not None:
             self._server.stop()
             self._server = None
+        if self.stop_event.is_set():
+            for loop in (self.signals, self.discovery, self._broker_watch):
+                if loop is not None:
+                    loop.join(CLOSE_JOIN_S)
+            self.clients.close()
 
     def run(self) -> int:
         """Start, wait until stopped; 0 after a clean stop. A fenced table raises ProducerFencedError
@@ -398,8 +438,11 @@ class WatchService:
             if self.stop_deadline is None:  # a table failed and set the flag itself
                 self.request_stop()
             self._wait_for_stop()
-            if self.sharing is not None:
-                self.sharing.leave(STOP_GRACE_S + 5.0)
+            if self.sharing is not None:  # within the stop's bound (deltamirror.ops.stopping.DEADLINE_S)
+                deadline = self.stop_deadline if self.stop_deadline is not None else time.monotonic()
+                self.sharing.leave(
+                    max(0.0, min(STOP_GRACE_S + 5.0, deadline + LEAVE_AFTER_BUDGET_S - time.monotonic()))
+                )
         finally:
             self.close()
         if self._failure is not None:
@@ -421,30 +464,42 @@ class WatchService:
 
 
 def run_watch(cfg: WatchConfig) -> int:
-    """The ``watch`` command: JSON logs, signal handling, the service."""
-    configure_logging()
-    log.info("starting", extra={"config": json.dumps(redacted(cfg), default=str)})
-    service = WatchService(cfg)
+    """The ``watch`` command: JSON logs, signal handling, the service.
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        name = signal.Signals(signum).name
-        if service.stop_event.is_set():
-            log.warning("second stop request (%s): stopping now", name)
-            service.request_stop(0.0)
-            return
-        log.info(
-            "stop requested (%s): finishing the open transactions (at most %.0f s)",
-            name,
-            service.stop_budget_s,
-        )
-        service.request_stop()
+    SIGTERM/SIGINT are taken by :class:`deltamirror.ops.stopping.StopSignals` (the command line
+    installs it first; a library caller in the main thread gets one here): the first finishes the
+    open transactions within the stop budget, a second stops at once, and the process ends within
+    :data:`deltamirror.ops.stopping.DEADLINE_S` of the first whatever happens.
+    """
+    from deltamirror.ops.stopping import StopSignals, installed
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    own = None
+    stops = installed()
+    if stops is None and threading.current_thread() is threading.main_thread():
+        stops = own = StopSignals().install()
     try:
+        configure_logging()
+        check_tables_exist(cfg.tables)  # a location that holds no table: refused now, not retried forever
+        log.info("starting", extra={"config": json.dumps(redacted(cfg), default=str)})
+        service = WatchService(cfg)
+
+        def on_stop(now: bool) -> None:  # on the signal thread, never in a signal handler
+            if now:
+                log.warning("second stop request: stopping now")
+                service.request_stop(0.0)
+                return
+            log.info(
+                "stop requested: finishing the open transactions (at most %.0f s)", service.stop_budget_s
+            )
+            service.request_stop()
+
+        if stops is not None:
+            stops.use_stop_mode()
+            stops.on_stop(on_stop)
         code = service.run()
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        if own is not None:
+            own.uninstall()
     log.info("stopped", extra={"exitCode": code})
     return code
 

@@ -15,6 +15,7 @@ Secrets: storage options whose key names a secret (:func:`deltamirror.core.redac
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterable, Mapping
 from datetime import date, datetime, time
@@ -97,34 +98,34 @@ class RowChangesConfig(SettingsModel):
     pairing_memory_mb: int = Field(default=256, ge=1)
 
 
-class TableConfig(SettingsModel):
-    """One table to mirror: where it is, how to reach it, where to start and where to publish."""
+def _start_problem(snapshot_mode: str, given: Mapping[str, Any]) -> FieldProblem | None:
+    """``from_version`` / ``from_timestamp`` given exactly when the snapshot mode needs them."""
+    for field, mode in (("from_version", "from-version"), ("from_timestamp", "from-timestamp")):
+        if field not in given:
+            continue
+        present = given[field] is not None
+        if snapshot_mode == mode and not present:
+            return FieldProblem(field, f"required when snapshot_mode is {mode!r}")
+        if present and snapshot_mode != mode:
+            return FieldProblem(field, f"only allowed with snapshot_mode {mode!r} (it is {snapshot_mode!r})")
+    return None
 
-    uri: Location = Field(min_length=1)
+
+class PerTableSettings(SettingsModel):
+    """The settings of one table that a discover prefix also takes, for every table it finds.
+
+    A setting added here is carried to discovered tables by :func:`.discovery.discovered_config`
+    without a list to keep in step; one that only a configured table can take goes on
+    :class:`TableConfig` and in :data:`TABLE_ONLY` with the reason a prefix refuses it.
+    """
+
     storage_options: dict[str, StorageOptionValue] = Field(default_factory=dict)
-    snapshot_mode: SnapshotMode = "initial"
-    from_version: int | None = Field(default=None, ge=0)
     from_timestamp: str | None = None
-    actions_topic: str | None = None
-    commits_topic: str | None = None
-    changes_topic: str | None = None
-    transaction_topic: str | None = None
     #: row-level change events; None (or ``enabled: false``): none are published
     row_changes: RowChangesConfig | None = None
     poll_interval_s: float = Field(default=1.0, gt=0)
     #: locations outside the table root its log may name (a shallow clone's source); see open_table
     allowed_path_prefixes: list[str] = Field(default_factory=list)
-    #: the ``<name>`` of the default topic names (default: the table's directory name)
-    topic_name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]{1,200}$")
-    #: a deleted table (no commit or checkpoint left in its log): ``wait`` retries until it is back,
-    #: ``drop`` publishes ``tableDropped`` and stops mirroring it (what discovered tables do)
-    when_deleted: Literal["wait", "drop"] = "wait"
-
-    #: the table's identity, normalized once where the location enters (see ``normalized_uri``)
-    _normalized_uri: str = PrivateAttr(default="")
-
-    def model_post_init(self, context: Any, /) -> None:
-        self._normalized_uri = normalize_table_uri(self.uri)  # valid: the field validator said so
 
     @field_validator("storage_options", mode="before")
     @classmethod
@@ -153,6 +154,40 @@ class TableConfig(SettingsModel):
                 ) from None
         return value
 
+    @property
+    def row_changes_on(self) -> bool:
+        return self.row_changes is not None and self.row_changes.enabled
+
+    def storage_options_plain(self) -> dict[str, Any]:
+        """fsspec options with secrets revealed: pass them to fsspec, never to a log."""
+        revealed: dict[str, Any] = reveal(self.storage_options)
+        return revealed
+
+
+class TableConfig(PerTableSettings):
+    """One table to mirror: where it is, how to reach it, where to start and where to publish."""
+
+    uri: Location = Field(min_length=1)
+    snapshot_mode: SnapshotMode = "initial"
+    from_version: int | None = Field(default=None, ge=0)
+    actions_topic: str | None = None
+    commits_topic: str | None = None
+    changes_topic: str | None = None
+    transaction_topic: str | None = None
+    #: the ``<name>`` of the default topic names (default: the table's directory name)
+    topic_name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]{1,200}$")
+    #: a deleted table (no commit or checkpoint left in its log): ``wait`` retries until it is back,
+    #: ``drop`` publishes ``tableDropped`` and stops mirroring it (what discovered tables do)
+    when_deleted: Literal["wait", "drop"] = "wait"
+    #: a location that holds no table yet is waited for; otherwise ``watch`` refuses it at start
+    wait_for_table: bool = False
+
+    #: the table's identity, normalized once where the location enters (see ``normalized_uri``)
+    _normalized_uri: str = PrivateAttr(default="")
+
+    def model_post_init(self, context: Any, /) -> None:
+        self._normalized_uri = normalize_table_uri(self.uri)  # valid: the field validator said so
+
     @field_validator("actions_topic", "commits_topic", "changes_topic", "transaction_topic")
     @classmethod
     def _topic(cls, value: str | None) -> str | None:
@@ -160,14 +195,11 @@ class TableConfig(SettingsModel):
 
     @model_validator(mode="after")
     def _start_matches_mode(self) -> TableConfig:
-        for field, mode in (("from_version", "from-version"), ("from_timestamp", "from-timestamp")):
-            given = getattr(self, field) is not None
-            if self.snapshot_mode == mode and not given:
-                raise FieldProblem(field, f"required when snapshot_mode is {mode!r}")
-            if given and self.snapshot_mode != mode:
-                raise FieldProblem(
-                    field, f"only allowed with snapshot_mode {mode!r} (it is {self.snapshot_mode!r})"
-                )
+        problem = _start_problem(
+            self.snapshot_mode, {"from_version": self.from_version, "from_timestamp": self.from_timestamp}
+        )
+        if problem is not None:
+            raise problem
         if self.actions_topic is not None and self.actions_topic == self.commits_topic:
             raise FieldProblem("commits_topic", "must differ from actions_topic")
         named = [
@@ -180,10 +212,6 @@ class TableConfig(SettingsModel):
                 "changes_topic", "the actions, commits, changes and transaction topics must differ"
             )
         return self
-
-    @property
-    def row_changes_on(self) -> bool:
-        return self.row_changes is not None and self.row_changes.enabled
 
     @property
     def normalized_uri(self) -> str:
@@ -210,45 +238,66 @@ class TableConfig(SettingsModel):
     def from_timestamp_ms(self) -> int | None:
         return None if self.from_timestamp is None else parse_timestamp(self.from_timestamp)
 
-    def storage_options_plain(self) -> dict[str, Any]:
-        """fsspec options with secrets revealed: pass them to fsspec, never to a log."""
-        revealed: dict[str, Any] = reveal(self.storage_options)
-        return revealed
+
+#: the settings of a configured table that a discover prefix refuses, and why (each other setting of
+#: :class:`TableConfig` but ``uri`` a prefix takes for its tables: :class:`PerTableSettings`, plus
+#: ``snapshot_mode``)
+TABLE_ONLY: dict[str, str] = {
+    "from_version": "a version number names a point in one table's log, not in every table found "
+    "under a prefix: use snapshot_mode from-timestamp (from_timestamp), or configure the table "
+    "under tables",
+    "actions_topic": "the tables found under a prefix each get their own topics (named by their "
+    "path): configure the table under tables to choose its topics",
+    "commits_topic": "see actions_topic",
+    "changes_topic": "see actions_topic",
+    "transaction_topic": "see actions_topic",
+    "topic_name": "a discovered table's topic name is its path below the prefix; give the prefix a "
+    "name to put before it",
+    "when_deleted": "a discovered table that is deleted is always announced dropped",
+    "wait_for_table": "discovery mirrors a table once it exists",
+}
 
 
-class DiscoverConfig(SettingsModel):
+class DiscoverConfig(PerTableSettings):
     """A prefix under which every Delta table is mirrored (:mod:`.discovery`).
 
     ``include`` / ``exclude`` are ``fnmatch`` globs over the path relative to ``uri`` (``*`` also
     crosses ``/``); a table is excluded when its path or one of its parent folders matches an
     exclude glob, and, with ``include`` given, kept only when its path or a parent matches one.
     ``name`` goes before the relative path in default topic names (prefixes whose tables share
-    relative paths need one each).
+    relative paths need one each). The per-table settings (:class:`PerTableSettings`, and
+    ``snapshot_mode``) apply to every table found; the others (:data:`TABLE_ONLY`) are refused.
     """
 
     uri: Location = Field(min_length=1)
     include: list[str] = Field(default_factory=list)
     exclude: list[str] = Field(default_factory=list)
-    storage_options: dict[str, StorageOptionValue] = Field(default_factory=dict)
     interval_s: float = Field(default=60.0, gt=0)
     max_depth: int = Field(default=6, ge=1, le=64)
     name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}$")
-    snapshot_mode: Literal["initial", "latest", "when-needed"] = "initial"
-    poll_interval_s: float = Field(default=1.0, gt=0)
+    snapshot_mode: Literal["initial", "latest", "when-needed", "from-timestamp"] = "initial"
 
-    @field_validator("storage_options", mode="before")
+    @model_validator(mode="before")
     @classmethod
-    def _secret_options(cls, value: Any) -> Any:
-        return wrap_secrets(value)
+    def _no_table_only_settings(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            for key in data:
+                if key in TABLE_ONLY:
+                    raise FieldProblem(str(key), f"not a setting of a discover prefix: {TABLE_ONLY[key]}")
+            if data.get("snapshot_mode") == "from-version":
+                raise FieldProblem("snapshot_mode", f"from-version: {TABLE_ONLY['from_version']}")
+        return data
+
+    @model_validator(mode="after")
+    def _start_matches_mode(self) -> DiscoverConfig:
+        problem = _start_problem(self.snapshot_mode, {"from_timestamp": self.from_timestamp})
+        if problem is not None:
+            raise problem
+        return self
 
     @property
     def normalized_uri(self) -> str:
         return normalize_table_uri(self.uri)
-
-    def storage_options_plain(self) -> dict[str, Any]:
-        """fsspec options with secrets revealed: pass them to fsspec, never to a log."""
-        revealed: dict[str, Any] = reveal(self.storage_options)
-        return revealed
 
 
 class GroupSettings(SettingsModel):
@@ -296,6 +345,10 @@ class WatchConfig(SettingsModel):
     signal_topic: str | None = "deltamirror.signals"
     #: share the tables with every watcher of this group (None: run every table here)
     group: GroupSettings | None = None
+    #: one status line (info) every this many seconds: what was published, what is behind
+    status_interval_s: float = Field(default=60.0, gt=0)
+    #: a broker that has not answered for this long makes /healthz unhealthy (and says so once)
+    broker_timeout_s: float = Field(default=30.0, gt=0)
 
     @field_validator("group", mode="before")
     @classmethod
@@ -403,19 +456,43 @@ TABLE_OVERRIDES = (
     "storage_options",
     "poll_interval_s",
     "row_changes",
+    "wait_for_table",
 )
 #: every name :func:`merge_overrides` accepts: the broker list, tables to add, the per-table
 #: settings above, and every top-level setting of WatchConfig
 OVERRIDES = frozenset(
     {"bootstrap_servers", "tables", *TABLE_OVERRIDES, *(set(WatchConfig.model_fields) - {"kafka", "tables"})}
 )
+#: the command line's spelling of an override, for the one line that refuses a combination
+FLAG_NAMES = {
+    "from_version": "--from-version",
+    "wait_for_table": "--wait-for-table",
+    "discover": "--discover",
+}
 
 
-def _add_locations(entries: list[dict[str, Any]], uris: Iterable[str], what: str) -> list[dict[str, Any]]:
+def _entries(value: Any) -> Any:
+    """A file's ``tables`` / ``discover`` list as mappings (a bare string is ``{uri: ...}``); any
+    other shape is left for the validation to name."""
+    if value is None:
+        return []
+    if not isinstance(value, list | tuple):
+        return value
+    return [{"uri": e} if isinstance(e, str) else dict(e) if isinstance(e, Mapping) else e for e in value]
+
+
+def _add_locations(entries: Any, uris: Iterable[str], what: str) -> Any:
     """Copies of ``entries``, then each of ``uris`` not already there by normalized URI (the file's
     entry keeps its settings)."""
-    out = [dict(e) for e in entries]
-    known = {normalize_table_uri(e["uri"]) for e in out}
+    out = _entries(entries)
+    if not isinstance(out, list):
+        return out  # not a list: the validation says so
+    known: set[str] = set()
+    for entry in out:
+        uri = entry.get("uri") if isinstance(entry, Mapping) else None
+        if isinstance(uri, str):
+            with contextlib.suppress(DeltaMirrorError):  # the validation names it
+                known.add(normalize_table_uri(uri))
     for uri in uris:
         try:
             normalized = normalize_table_uri(uri)
@@ -427,24 +504,57 @@ def _add_locations(entries: list[dict[str, Any]], uris: Iterable[str], what: str
     return out
 
 
-def _merge_discover(
-    entries: list[dict[str, Any]], given: Mapping[str, Any], mode: str | None
-) -> list[dict[str, Any]]:
-    """The file's discover prefixes, then the ``discover`` URIs given (a prefix already there keeps
-    its settings); the per-table overrides that make sense for a prefix apply to every one."""
-    out = _add_locations(entries, given.get("discover", ()), "discover")
-    for entry in out:
-        if mode in ("initial", "latest", "when-needed"):
-            entry["snapshot_mode"] = mode
-        if "storage_options" in given:
-            entry["storage_options"] = {**entry.get("storage_options", {}), **given["storage_options"]}
-        if "poll_interval_s" in given:
-            entry["poll_interval_s"] = given["poll_interval_s"]
-    return out
+def _flag(name: str) -> str:
+    flag = FLAG_NAMES.get(name)
+    return f"{name} ({flag})" if flag else name
 
 
-def merge_overrides(cfg: WatchConfig | None, overrides: Mapping[str, Any]) -> WatchConfig:
-    """``cfg`` (from a file; None: nothing) with the ``overrides`` that were given on top.
+def _apply_per_table(entry: dict[str, Any], given: Mapping[str, Any], mode: str | None, fields: Any) -> None:
+    """The per-table overrides given, on one table or one discover prefix (``fields``: its model's)."""
+    if mode is not None:
+        entry["snapshot_mode"] = mode
+        for field in ("from_version", "from_timestamp"):
+            if field in fields:
+                entry[field] = given.get(field)
+    if "storage_options" in given:
+        own = entry.get("storage_options")
+        entry["storage_options"] = {**(own if isinstance(own, Mapping) else {}), **given["storage_options"]}
+    if "poll_interval_s" in given:
+        entry["poll_interval_s"] = given["poll_interval_s"]
+    if given.get("row_changes"):  # on for every table, each keeping its own key and format
+        own = entry.get("row_changes")
+        entry["row_changes"] = {**(dict(own) if isinstance(own, Mapping) else {}), "enabled": True}
+    if "wait_for_table" in given and "wait_for_table" in fields:
+        entry["wait_for_table"] = given["wait_for_table"]
+
+
+def _refuse_what_discovery_cannot_take(
+    given: Mapping[str, Any], mode: str | None, data: Mapping[str, Any]
+) -> None:
+    """A per-table override that would not reach the tables discovery finds is refused, in one line."""
+    prefixes = data.get("discover")
+    if not prefixes:
+        return
+    if mode == "from-version":
+        raise ConfigError(
+            f"{_flag('from_version')} cannot apply to the tables found under discover prefixes "
+            f"({FLAG_NAMES['discover']}): {TABLE_ONLY['from_version']}"
+        )
+    if given.get("wait_for_table") and not data.get("tables"):
+        raise ConfigError(
+            f"{_flag('wait_for_table')} applies to the tables named (TABLE or tables:), and none is: "
+            f"{TABLE_ONLY['wait_for_table']} ({FLAG_NAMES['discover']})"
+        )
+
+
+def merge_overrides(
+    cfg: WatchConfig | Mapping[str, Any] | None, overrides: Mapping[str, Any], *, source: str | None = None
+) -> WatchConfig:
+    """``cfg`` (a file's settings, validated or not; None: nothing) with the ``overrides`` given on top.
+
+    ``cfg`` may be the raw content of a configuration file (:func:`.config_file.load_config_data`):
+    the file and the overrides are merged first and validated once, so a file may leave out what
+    the overrides give (its ``kafka`` section, its tables). ``source`` names the file in errors.
 
     An override that is None (or an empty ``tables`` / ``storage_options``) was not given and
     leaves the file's setting, or the default. Given ones:
@@ -456,10 +566,12 @@ def merge_overrides(cfg: WatchConfig | None, overrides: Mapping[str, Any]) -> Wa
       file's start settings; ``from_version`` alone implies ``from-version`` (same for timestamps);
     - ``storage_options`` are merged into every table's options, the override winning per key;
       ``poll_interval_s`` applies to every table; ``row_changes`` (True) turns row-level change
-      events on for every table (each keeping its own key columns and format);
+      events on for every table (each keeping its own key columns and format); ``wait_for_table``
+      (True) waits for every named table that does not exist yet;
     - ``discover`` URIs are added after the file's prefixes (one already there keeps its settings);
-      ``snapshot_mode`` (initial, latest, when-needed), ``storage_options`` and ``poll_interval_s``
-      apply to every prefix as to every table;
+      every per-table override a prefix takes applies to every prefix as to every table (so to the
+      tables it finds). One it cannot take is refused: ``from_version`` (a version number names a
+      point in one table's log), and ``wait_for_table`` when no table is named;
     - every other name (see :data:`OVERRIDES`) replaces the top-level setting of the same name.
 
     Without ``cfg``, ``tables`` or ``discover`` must name at least one location. The result is validated again as a
@@ -477,46 +589,53 @@ def merge_overrides(cfg: WatchConfig | None, overrides: Mapping[str, Any]) -> Wa
         if not given.get("tables") and not given.get("discover"):
             raise ConfigError("no table to watch: name at least one TABLE, --discover URI or --config FILE")
         data: dict[str, Any] = {"kafka": {}, "tables": [], "discover": []}
-    else:
+    elif isinstance(cfg, WatchConfig):
         data = cfg.model_dump()  # python mode keeps SecretStr objects: secrets stay unrevealed
+    else:
+        data = dict(cfg)
     if "bootstrap_servers" in given:
-        data["kafka"] = {**data["kafka"], "bootstrap_servers": given["bootstrap_servers"]}
-    tables = _add_locations(data["tables"], given.get("tables", ()), "table")
+        kafka = data.get("kafka")
+        data["kafka"] = {
+            **(kafka if isinstance(kafka, Mapping) else {}),
+            "bootstrap_servers": given["bootstrap_servers"],
+        }
     mode = given.get("snapshot_mode")
     if mode is None and "from_version" in given:
         mode = "from-version"
     if mode is None and "from_timestamp" in given:
         mode = "from-timestamp"
-    for table in tables:
-        if mode is not None:
-            table["snapshot_mode"] = mode
-            table["from_version"] = given.get("from_version")
-            table["from_timestamp"] = given.get("from_timestamp")
-        if "storage_options" in given:
-            table["storage_options"] = {**table.get("storage_options", {}), **given["storage_options"]}
-        if "poll_interval_s" in given:
-            table["poll_interval_s"] = given["poll_interval_s"]
-        if given.get("row_changes"):  # on for every table, each keeping its own key and format
-            own = table.get("row_changes")
-            table["row_changes"] = {**(dict(own) if own else {}), "enabled": True}
-    data["tables"] = tables
-    data["discover"] = _merge_discover(data.get("discover", []), given, mode)
+    for key, what, model in (("tables", "table", TableConfig), ("discover", "discover", DiscoverConfig)):
+        entries = _add_locations(data.get(key), given.get(key, ()), what)
+        if isinstance(entries, list):
+            for entry in entries:
+                if isinstance(entry, dict):
+                    _apply_per_table(entry, given, mode, model.model_fields)
+        data[key] = entries
+    _refuse_what_discovery_cannot_take(given, mode, data)
     for key, value in given.items():
         if key not in TABLE_OVERRIDES and key not in ("bootstrap_servers", "tables", "discover"):
             data[key] = value
-    if isinstance(given.get("group"), str) and cfg is not None and cfg.group is not None:
-        data["group"] = {**cfg.group.model_dump(), "name": given["group"]}  # keeps the file's settings
-    return validate_watch_config(data, "command line")
+    if isinstance(given.get("group"), str) and cfg is not None:
+        own = cfg.group.model_dump() if isinstance(cfg, WatchConfig) and cfg.group is not None else None
+        if not isinstance(cfg, WatchConfig):
+            raw = cfg.get("group")
+            own = dict(raw) if isinstance(raw, Mapping) else None
+        if own is not None:
+            data["group"] = {**own, "name": given["group"]}  # keeps the file's settings
+    return validate_watch_config(data, source or "command line")
 
 
 __all__ = [
+    "FLAG_NAMES",
     "OVERRIDES",
     "SNAPSHOT_MODES",
+    "TABLE_ONLY",
     "TABLE_OVERRIDES",
     "DiscoverConfig",
     "GroupSettings",
     "KafkaSettings",
     "OversizePolicy",
+    "PerTableSettings",
     "SnapshotMode",
     "StorageOptionValue",
     "TableConfig",

@@ -28,6 +28,7 @@ class SharedClients:
         self.kafka = kafka
         self.progress = ProgressBoard(kafka, cfg.progress_topic, end_offsets=self._end_offsets)
         self._topics: TopicManager | None = None
+        self._closed = False
         self._lock = threading.Lock()
         #: one producer per shard, in a group; None without one (each table has its own producer)
         self.shards = (
@@ -42,6 +43,20 @@ class SharedClients:
             if self._topics is None:
                 self._topics = TopicManager(self.kafka, max_record_bytes=self.cfg.max_record_bytes)
             return self._topics
+
+    def reachable(self, timeout_s: float) -> bool:
+        """Whether a broker answers a metadata request (the shared admin client); True once closed."""
+        with self._lock:
+            if self._closed:
+                return True
+        return self.topics().reachable(timeout_s)
+
+    def close(self) -> None:
+        """Let the admin client go (it has no close: the last reference dropped destroys it), so
+        that no client of the service outlives it (one would retry a broker that is gone)."""
+        with self._lock:
+            self._closed = True
+            self._topics = None
 
     def _end_offsets(self, topic: str, committed: bool) -> dict[int, int]:
         return self.topics().end_offsets(topic, committed=committed)

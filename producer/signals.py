@@ -121,6 +121,11 @@ class SignalListener:
         self._thread = threading.Thread(target=self._run, name="watch-signals", daemon=True)
         self._thread.start()
 
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the listener (stopped by ``stop``) to have closed its clients."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+
     def _run(self) -> None:
         try:
             while not self.stop.is_set():

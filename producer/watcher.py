@@ -131,6 +131,11 @@ class TableWatcher:
         return self._table_id
 
     @property
+    def configuration(self) -> dict[str, str]:
+        """The table's properties in force at the cursor (``metaData.configuration``)."""
+        return dict(self._metadata.configuration) if self._metadata is not None else {}
+
+    @property
     def cursor(self) -> int:
         """The last version handed out (or the version a start position is at)."""
         return self._cursor

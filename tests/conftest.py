@@ -10,7 +10,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import tomllib
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,3 +60,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             f"skipped, and the skip is not in tests/{ALLOWED_SKIPS.name} "
             f"(DELTAMIRROR_REQUIRE_ALL is set): {reason}"
         )
+
+
+@pytest.fixture(autouse=True)
+def _deltamirror_logging_restored() -> Iterator[None]:
+    """A command run in-process sets up the ``deltamirror`` loggers (JSON lines on stderr, no
+    propagation): the next test gets them as they were, so that caplog sees their records."""
+    import logging
+
+    logger = logging.getLogger("deltamirror")
+    saved = (list(logger.handlers), logger.level, logger.propagate)
+    yield
+    logger.handlers[:], logger.level, logger.propagate = saved[0], saved[1], saved[2]

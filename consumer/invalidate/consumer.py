@@ -127,10 +127,13 @@ class InvalidationConsumer(SnapshotConsumer):
                     partitions = reader.partitions(
                         topic, timeout_s=timeout_s, stop=self.stop_event, wait_for_topic=not once
                     )
-                except (TopicNotFoundError, StopRequested):
-                    partitions = None  # nothing acknowledged yet / the run stops at once anyway
-                if partitions:
-                    out.update({(topic, p): o for p, o in reader.committed(topic, partitions).items()})
+                    if partitions:
+                        committed = reader.committed(topic, partitions, stop=self.stop_event)
+                        out.update({(topic, p): o for p, o in committed.items()})
+                except TopicNotFoundError:
+                    pass  # nothing acknowledged yet
+                except StopRequested:
+                    break  # the run stops at once anyway
         if out and not any(self._offsets.values()):
             # a start with no position of its own: what the group acknowledged decides, say so
             log.warning(

@@ -245,7 +245,7 @@ class SnapshotConsumer:
             self.checkpoint(consumer)
             if self.unsaved:  # the loop's end always saves
                 self.save()
-        # closing the consumer commits the stored offsets
+        # closing the consumer commits the stored offsets (within a bound: MirrorConsumer.close)
 
     def _consume(self, consumer: MirrorConsumer, *, once: bool, topic_timeout_s: float) -> None:
         wanted = {self.topic: self._offsets}

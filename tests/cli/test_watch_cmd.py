@@ -203,3 +203,121 @@ def test_a_flag_given_as_an_empty_list_leaves_the_file(tmp_path: Path, handed: l
     assert [Path(t.uri).name for t in cfg.tables] == ["a", "b"]
     assert cfg.tables[0].storage_options_plain() == {"region": "from-file", "endpoint": "http://x"}
     assert cfg.progress_topic == "flag-progress"
+
+
+# --- discovery: every per-table setting reaches the discovered tables, or is refused by name ---------
+
+
+def discovered(cfg: WatchConfig, relative: str = "t") -> Any:
+    """The settings a table found under the first prefix is mirrored with."""
+    from deltamirror.producer.discovery import DiscoveredTable, discovered_config
+
+    prefix = cfg.discover[0]
+    return discovered_config(
+        DiscoveredTable(f"{prefix.uri.rstrip('/')}/{relative}", relative, relative), prefix
+    )
+
+
+def test_discover_with_row_changes_publishes_the_discovered_tables_rows(
+    tmp_path: Path, handed: list[WatchConfig]
+) -> None:
+    assert watch("--bootstrap-servers", "k:9092", "--discover", str(tmp_path), "--row-changes") == 0
+    (cfg,) = handed
+    assert discovered(cfg).row_changes_on
+
+
+def test_discover_takes_every_flag_that_applies_to_each_table(
+    tmp_path: Path, handed: list[WatchConfig]
+) -> None:
+    argv = [
+        "--bootstrap-servers",
+        "k:9092",
+        "--discover",
+        str(tmp_path),
+        "--row-changes",
+        "--poll-interval",
+        "0.5",
+    ]
+    argv += ["-S", "region=x", "--from-timestamp", "2026-01-01T00:00:00Z"]
+    assert watch(*argv) == 0
+    table = discovered(handed[0])
+    assert table.row_changes_on and table.poll_interval_s == 0.5
+    assert table.storage_options_plain() == {"region": "x"}
+    assert (table.snapshot_mode, table.from_timestamp) == ("from-timestamp", "2026-01-01T00:00:00Z")
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [["--from-version", "3"], ["--snapshot-mode", "from-version", "--from-version", "3"]],
+)
+def test_discover_with_from_version_is_refused_naming_both(
+    tmp_path: Path, handed: list[WatchConfig], capsys: pytest.CaptureFixture[str], flags: list[str]
+) -> None:
+    assert watch("--bootstrap-servers", "k:9092", "--discover", str(tmp_path), *flags) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "--from-version" in err and "--discover" in err
+    assert handed == []
+
+
+def test_a_config_file_without_kafka_takes_the_broker_from_the_flag(
+    tmp_path: Path, handed: list[WatchConfig]
+) -> None:
+    """File and flags are merged first, then validated once: the file need not be whole alone."""
+    path = tmp_path / "watch.yaml"
+    path.write_text(f"progress_topic: file-progress\ntables:\n  - uri: {tmp_path / 'a'}\n")
+    assert watch("--config", str(path), "--bootstrap-servers", "flag:9092") == 0
+    (cfg,) = handed
+    assert (cfg.kafka.bootstrap_servers, cfg.progress_topic) == ("flag:9092", "file-progress")
+
+
+def test_a_config_file_without_tables_takes_them_from_the_command_line(
+    tmp_path: Path, handed: list[WatchConfig]
+) -> None:
+    path = tmp_path / "watch.toml"
+    path.write_text('[kafka]\nbootstrap_servers = "file:9092"\n')
+    assert watch("--config", str(path), str(tmp_path / "a")) == 0
+    assert [Path(t.uri).name for t in handed[0].tables] == ["a"]
+    path.write_text('[kafka]\nbootstrap_servers = "file:9092"\n\n[[discover]]\nuri = "/lake"\n')
+    assert watch("--config", str(path), "--row-changes") == 0
+    assert discovered(handed[1]).row_changes_on
+
+
+def test_a_config_file_still_says_what_is_wrong_in_it(
+    tmp_path: Path, handed: list[WatchConfig], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "watch.yaml"
+    path.write_text(f"progress_topic: 7 7\ntables: [{tmp_path / 'a'}]\nsnapshotmode: latest\n")
+    assert watch("--config", str(path), "--bootstrap-servers", "flag:9092") == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and "snapshotmode: unknown key" in err
+    assert watch("--config", str(path)) == 2
+    assert "kafka: required key is missing" in capsys.readouterr().err
+
+
+# --- a location that holds no table -------------------------------------------------------------------
+
+
+def test_a_table_that_does_not_exist_is_refused_at_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused in one line before any broker is asked (the broker here answers nothing)."""
+    missing = tmp_path / "no-such-table"
+    assert watch("--bootstrap-servers", "127.0.0.1:1", str(missing)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"no Delta table at file://{missing}" in err
+    assert "--wait-for-table" in err
+
+
+def test_wait_for_table_waits_for_a_table_that_does_not_exist(
+    tmp_path: Path, handed: list[WatchConfig], caplog: pytest.LogCaptureFixture
+) -> None:
+    from deltamirror.producer.table_check import check_tables_exist
+
+    missing = tmp_path / "later"
+    assert watch("--bootstrap-servers", "k:9092", str(missing), "--wait-for-table") == 0
+    (cfg,) = handed
+    assert cfg.tables[0].wait_for_table
+    with caplog.at_level("INFO", logger="deltamirror.watch"):
+        check_tables_exist(list(cfg.tables))  # not refused: said once
+    assert [r.getMessage() for r in caplog.records] == ["waiting for the table to be created"]

@@ -12,7 +12,7 @@ from pydantic import SecretStr, ValidationError
 from deltamirror.core.errors import ConfigError
 from deltamirror.mirror.settings import KafkaSettings
 from deltamirror.producer.config_file import load_config, redacted
-from deltamirror.producer.settings import TableConfig, WatchConfig, merge_overrides
+from deltamirror.producer.settings import TABLE_ONLY, TableConfig, WatchConfig, merge_overrides
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 SECRETS = {
@@ -645,6 +645,8 @@ def test_every_top_level_setting_can_be_overridden(tmp_path: Path) -> None:
         "oversize_policy": "fail",
         "use_notifications": False,
         "signal_topic": "s2",
+        "status_interval_s": 5.0,
+        "broker_timeout_s": 7.0,
     }
     # discover (like tables) adds to the file's list: tests/producer/test_discovery.py
     # group (--group NAME) keeps the file's group settings: tests/producer/test_group.py
@@ -715,3 +717,81 @@ def test_overrides_are_validated(tmp_path: Path) -> None:
         merge_overrides(cfg, {"snapshot_mode": "from-timestamp"})
     with pytest.raises(ConfigError, match=r"metrics_port"):
         merge_overrides(cfg, {"metrics_port": -1})
+
+
+# --- discover prefixes: every per-table setting reaches the tables found, or is refused by name -------
+
+#: a value other than the default for each setting a prefix gives its tables (a new one must be added
+#: here: the test below fails until it is, and then checks it reaches the discovered tables)
+_NOT_DEFAULT: dict[str, Any] = {
+    "storage_options": {"region": "eu"},
+    "snapshot_mode": "from-timestamp",
+    "from_timestamp": "2026-01-01T00:00:00Z",
+    "row_changes": {"key_columns": ["id"], "tombstones": True},
+    "poll_interval_s": 0.25,
+    "allowed_path_prefixes": ["/source"],
+}
+
+
+def _found(prefix: dict[str, Any]) -> TableConfig:
+    from deltamirror.producer.discovery import DiscoveredTable, discovered_config
+    from deltamirror.producer.settings import DiscoverConfig
+
+    source = DiscoverConfig.model_validate(prefix)
+    return discovered_config(DiscoveredTable(f"{source.uri}/t", "t", "t"), source)
+
+
+def test_every_setting_of_a_table_is_inherited_from_its_prefix_or_refused_on_one() -> None:
+    from deltamirror.producer.discovery import INHERITED
+    from deltamirror.producer.settings import TABLE_ONLY, DiscoverConfig
+
+    table_settings = set(TableConfig.model_fields) - {"uri"}
+    assert set(INHERITED) | set(TABLE_ONLY) == table_settings
+    assert not set(INHERITED) & set(TABLE_ONLY)
+    assert not set(TABLE_ONLY) & set(DiscoverConfig.model_fields)
+    assert set(_NOT_DEFAULT) == set(INHERITED)
+    table = _found({"uri": "/lake", **_NOT_DEFAULT})
+    for name, value in _NOT_DEFAULT.items():
+        start = {"snapshot_mode": "from-timestamp", "from_timestamp": _NOT_DEFAULT["from_timestamp"]}
+        expected = TableConfig.model_validate({"uri": "/x", **start, name: value})
+        assert getattr(table, name) == getattr(expected, name), name
+        assert getattr(table, name) != TableConfig.model_fields[name].get_default(call_default_factory=True)
+
+
+@pytest.mark.parametrize("name", sorted(TABLE_ONLY))
+def test_a_table_only_setting_on_a_prefix_is_refused_by_name(tmp_path: Path, name: str) -> None:
+    sample = {"from_version": 3, "when_deleted": "wait", "wait_for_table": True}.get(name, "x")
+    text = f"kafka: {{bootstrap_servers: 'k:9092'}}\ndiscover:\n  - uri: /lake\n    {name}: {sample}\n"
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, "w.yaml", text), environ={})
+    assert f"discover[0].{name}: not a setting of a discover prefix" in str(info.value)
+
+
+def test_every_per_table_override_reaches_discovered_tables_or_is_refused() -> None:
+    """Each per-table override given with only a discover prefix: the table found takes it, or the
+    whole command line is refused in one line naming it."""
+    from deltamirror.producer.settings import TABLE_OVERRIDES
+
+    samples: dict[str, Any] = {
+        "snapshot_mode": "latest",
+        "from_version": 3,
+        "from_timestamp": "2026-01-01T00:00:00Z",
+        "storage_options": {"region": "eu"},
+        "poll_interval_s": 0.25,
+        "row_changes": True,
+        "wait_for_table": True,
+    }
+    assert set(samples) == set(TABLE_OVERRIDES)
+    plain = _found(
+        merge_overrides(None, {"bootstrap_servers": "k:9092", "discover": ["/lake"]}).discover[0].model_dump()
+    )
+    for name, value in samples.items():
+        overrides = {"bootstrap_servers": "k:9092", "discover": ["/lake"], name: value}
+        try:
+            cfg = merge_overrides(None, overrides)
+        except ConfigError as exc:
+            assert name in str(exc) and "discover" in str(exc), name
+            assert "\n" not in str(exc)
+            continue
+        table = _found(cfg.discover[0].model_dump())
+        assert table != plain, f"{name} was taken but does not reach the discovered tables"

@@ -243,7 +243,11 @@ def test_a_moved_table_is_recreated_cleaned_heartbeats_and_snapshots_as_on_one_i
             )
         procs["b"] = watch(config, logs["b"], *args)
         group_test.wait_for_line(logs["b"], "joining group", 60)
-        time.sleep(2)  # b is a member holding no shard (and has scanned the prefixes)
+        # b is a member holding no shard and has scanned the prefixes (waited for, not slept)
+        for table in (recreated, gap, idle, gap_needed):
+            group_test.wait_for_line(
+                logs["b"], "discovery: new table", 60, table=lambda t, u=uri_of(table): t == u
+            )
 
         procs["a"].send_signal(signal.SIGSTOP)  # the owner is frozen: it sees none of what follows
         frozen = time.time()

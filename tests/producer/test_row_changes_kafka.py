@@ -209,7 +209,9 @@ def _cdf_table(path: Path, rows: int) -> None:
 
 
 def kill_9_mid_version(setup: Any, kit: Any, bootstrap: str, changes: str, rows: int, log: Path) -> None:
-    """Start the watcher and SIGKILL it once a progress record says a version's rows are partly out."""
+    """Start the watcher and SIGKILL it once the version's rows are partly out: a committed progress
+    record says so (``rowOffset``) and a committed row change is there (a progress record alone may
+    count only the transaction's BEGIN record)."""
     proc = setup.start_process(log=log)
     try:
         kit.consume(
@@ -218,6 +220,7 @@ def kill_9_mid_version(setup: Any, kit: Any, bootstrap: str, changes: str, rows:
             until=lambda out: any("rowOffset" in (r.json or {}) for r in out),
             timeout_s=90,
         )
+        kit.consume(bootstrap, [changes], until=lambda out: len(out) > 0, timeout_s=90)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
     finally:

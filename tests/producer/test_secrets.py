@@ -272,7 +272,7 @@ def secret_config(tmp_path: Path, table: str, **top: Any) -> Path:
                 "actions_topic": "t.actions",
                 "commits_topic": "t.commits",
             },
-            SECRET_URI,
+            {"uri": SECRET_URI, "wait_for_table": True},  # a memory table: none is there yet
         ],
         **top,
     }
@@ -426,7 +426,9 @@ def test_watch_process_prints_no_secret_in_logs_metrics_or_health(tmp_path: Path
                 except OSError:
                     assert time.monotonic() < deadline, err_path.read_text()
                     time.sleep(0.2)
-        time.sleep(1.5)  # the first connection attempts fail and are reported
+        while "unreachable" not in err_path.read_text():  # the first failed attempts are reported
+            assert time.monotonic() < deadline + 60, err_path.read_text()
+            time.sleep(0.05)
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=20)

@@ -118,7 +118,10 @@ def test_tables_of_a_shard_share_one_producer_and_a_bad_table_does_not_stop_the_
         # bad input in one table: it fails alone; the other tables of its shard go on publishing
         bad, good = tables[0], tables[1:]
         (bad / "_delta_log" / f"{1:020d}.json").write_text("this is not a commit\n")
-        time.sleep(1.0)  # the bad table has read it and failed (it retries with backoff)
+        deadline = time.monotonic() + 60  # the bad table has read it and failed (it retries with backoff)
+        while service.metrics.health()[0]:  # type: ignore[attr-defined]
+            assert time.monotonic() < deadline, "the bad table did not fail"
+            time.sleep(0.05)
         for table in good:
             kit.write_versions(table, 1, 1, 2)
         seen = commits_of(kafka_bootstrap, kit, good, 1)

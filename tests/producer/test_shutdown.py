@@ -21,6 +21,8 @@ from support.kafka import _free_port_pair
 
 #: what the issue asks: a SIGTERM stops the watcher within this, whatever the broker does
 STOP_LIMIT_S = 10.0
+#: how long the command may take to come up on a loaded machine (waited for, never slept)
+START_LIMIT_S = 120.0
 
 
 def closed_port() -> int:
@@ -76,8 +78,12 @@ def test_an_unreachable_broker_gives_a_few_warnings_and_sigterm_stops_within_10_
     log = tmp_path / "watch.log"
     proc = start_watch(log, "--bootstrap-servers", servers, str(table))
     try:
-        time.sleep(5)
-        early = log.read_text().rpartition("\n")[0]  # complete lines only
+        # until the first warning is out (however long the process takes to start), not a fixed time
+        deadline = time.monotonic() + START_LIMIT_S
+        while '"level": "warning"' not in (early := log.read_text().rpartition("\n")[0]):
+            assert proc.poll() is None, early
+            assert time.monotonic() < deadline, f"no warning within {START_LIMIT_S} s: {early}"
+            time.sleep(0.05)
     finally:
         code, took = sigterm_and_time(proc)
     # nothing but deltamirror's JSON lines: no raw librdkafka line ("%3|...|FAIL|rdkafka#producer-1| ...")

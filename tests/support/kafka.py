@@ -50,8 +50,138 @@ def _free_port_pair() -> int:
     raise RuntimeError("no two consecutive free ports on 127.0.0.1")
 
 
+#: the test running now (its nodeid), stamped on each Kafka client made while it runs
+_current_test = "(no test: a session fixture)"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    global _current_test
+    _current_test = item.nodeid
+    try:
+        yield
+    finally:
+        _current_test = "(no test: a session fixture)"
+
+
+def _stamp_clients() -> None:
+    """Make confluent-kafka's clients remember the test that opened them (``opened_by``), so that the
+    check at the session's end names it. Done when this plugin loads, before deltamirror imports them:
+    the C types Producer and Consumer are replaced by subclasses (their module's names rebound), the
+    Python class AdminClient (which names itself in its ``super`` call) gets a wrapped ``__init__``."""
+    import confluent_kafka
+    import confluent_kafka.admin
+
+    def stamping(init: Any) -> Any:
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            self.opened_by = _current_test
+            init(self, *args, **kwargs)
+
+        return __init__
+
+    for name in ("Producer", "Consumer"):
+        base = getattr(confluent_kafka, name)
+        attrs = {"__init__": stamping(base.__init__), "__module__": base.__module__}
+        setattr(confluent_kafka, name, type(name, (base,), attrs))
+    admin = confluent_kafka.admin.AdminClient
+    admin.__init__ = stamping(admin.__init__)  # type: ignore[method-assign]
+
+
+_stamp_clients()
+
+
+def live_clients(opened_by: str | None = None) -> list[Any]:
+    """Kafka clients neither closed nor destroyed (of the test ``opened_by`` names, if given).
+
+    A Producer or Consumer says it is closed by raising on use; one its owner dropped is destroyed
+    when collected. An AdminClient has no close: one still alive once garbage is collected is
+    still held somewhere.
+    """
+    import gc
+
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient
+
+    gc.collect()
+    found = []
+    for obj in gc.get_objects():
+        try:
+            if isinstance(obj, Producer):
+                obj.poll(0)
+            elif isinstance(obj, Consumer):
+                obj.assignment()
+            elif not isinstance(obj, AdminClient):
+                continue
+        except RuntimeError:  # closed
+            continue
+        if opened_by is None or getattr(obj, "opened_by", None) == opened_by:
+            found.append(obj)
+    return found
+
+
+def _close_within_bounds(client: Any) -> None:
+    """Close a client left open, never waiting on a broker without a bound: a producer still in a
+    transaction whose abort the broker does not answer is left to the process's end (its close
+    would abort again and wait for the broker without a bound)."""
+    import warnings
+
+    from confluent_kafka import Consumer, KafkaException, Producer
+
+    if isinstance(client, Consumer):
+        client.close()
+    elif isinstance(client, Producer):
+        client.purge(True, True)
+        client.flush(0)
+        try:
+            client.abort_transaction(1.0)  # fails at once for one outside a transaction
+        except KafkaException as exc:
+            if exc.args and exc.args[0].code() == exc.args[0]._TIMED_OUT:
+                return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            client.close()
+
+
+def open_clients() -> list[str]:
+    """Kafka clients still open (see :func:`live_clients`), each described with the test that
+    opened it and what holds it; closed here.
+
+    A client left open when the broker stops retries it and prints librdkafka's raw ``FAIL``
+    lines after the run's summary.
+    """
+    import gc
+
+    found: list[str] = []
+    for client in live_clients():
+        referrers = [type(r).__name__ for r in gc.get_referrers(client) if not isinstance(r, list | type(gc))]
+        opened_by = getattr(client, "opened_by", "(made before the check was loaded)")
+        found.append(
+            f"{type(client).__module__}.{type(client).__name__} opened by {opened_by} "
+            f"(held by {', '.join(referrers[:3])})"
+        )
+        _close_within_bounds(client)
+    return found
+
+
+def _no_client_left_open() -> None:
+    """Every test closes the clients it opened (the session's end must be quiet): checked before the
+    session's broker stops."""
+    left = open_clients()
+    if left:
+        pytest.fail(f"{len(left)} Kafka client(s) left open by the tests: {'; '.join(left)}", pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    bootstrap_servers = _kafka_bootstrap(tmp_path_factory)
+    yield next(bootstrap_servers)
+    try:
+        _no_client_left_open()
+    finally:
+        next(bootstrap_servers, None)
+
+
+def _kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     configured = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if configured:
         yield configured

@@ -1,0 +1,93 @@
+"""A publisher's close lets its Kafka client go, within a bound, whatever its transaction's state.
+
+A client that outlives its owner keeps retrying a broker that is gone (librdkafka's raw ``FAIL``
+lines); a close that waits for a broker that does not answer holds a stop up without a bound.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from support.kafka import _free_port_pair, live_clients, new_topic
+
+pytestmark = pytest.mark.kafka
+
+
+def test_a_fenced_publisher_in_a_transaction_is_closed(
+    kafka_bootstrap: str, request: pytest.FixtureRequest
+) -> None:
+    """Fenced while its transaction is open (the error comes from the commit, not the error
+    callback): close must still close the client, which ends at once (the fence is fatal)."""
+    from deltamirror.mirror.errors import ProducerFencedError
+    from deltamirror.mirror.kafka_producer import TransactionalPublisher
+
+    topic = new_topic(kafka_bootstrap, f"close-{uuid.uuid4().hex[:8]}")
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    txn_id = f"close-{uuid.uuid4().hex[:8]}"
+    fenced = TransactionalPublisher(kafka, txn_id)
+    fenced.init()
+    newer = TransactionalPublisher(kafka, txn_id)
+    newer.init()  # fences the first one
+    fenced.begin()
+    fenced.produce(topic, b"zombie", b"k")
+    with pytest.raises(ProducerFencedError):
+        fenced.commit(30)
+    assert fenced.in_transaction
+    started = time.monotonic()
+    fenced.close(1.0)
+    newer.close(1.0)
+    assert time.monotonic() - started < 5
+    # the publishers are still referenced here: their clients must be closed, not merely let go
+    assert live_clients(request.node.nodeid) == []
+    with pytest.raises(RuntimeError, match="closed"):
+        fenced.begin()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_publisher_whose_broker_froze_mid_transaction_closes_at_once_and_its_client_is_gone(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The broker stops answering (SIGSTOP) while a transaction is open: the client's own close
+    would abort the transaction and wait for the broker without a bound (seen: still waiting after
+    40 s). close(1.0) returns within a bound, and the client is destroyed even though the publisher
+    is still referenced: the broker aborts the transaction after transaction.timeout.ms."""
+    from deltamirror.mirror.kafka_producer import TransactionalPublisher
+    from deltamirror.producer.local_kafka import LocalKafka
+
+    broker = LocalKafka(port=_free_port_pair(), data_dir=tmp_path / "kafka")
+    bootstrap = broker.start()
+    pid = broker.status()["pid"]
+    assert pid is not None
+    frozen = False
+    try:
+        topic = new_topic(bootstrap, "frozen")
+        pub = TransactionalPublisher({"bootstrap.servers": bootstrap}, f"frozen-{uuid.uuid4().hex[:8]}")
+        pub.init()
+        pub.begin()
+        pub.produce(topic, b"first", b"k")
+        deadline = time.monotonic() + 30
+        while pub.in_flight():  # delivered: the coordinator has the partition in the transaction
+            assert time.monotonic() < deadline
+            pub.poll(0.1)
+        os.kill(pid, signal.SIGSTOP)
+        frozen = True
+        pub.produce(topic, b"second", b"k")
+        closed = threading.Event()
+        closer = threading.Thread(target=lambda: (pub.close(1.0), closed.set()), daemon=True)
+        started = time.monotonic()
+        closer.start()
+        assert closed.wait(15), "close waited for the frozen broker"
+        assert time.monotonic() - started < 15
+        assert live_clients(request.node.nodeid) == []
+    finally:
+        if frozen:
+            os.kill(pid, signal.SIGCONT)
+        broker.stop()
