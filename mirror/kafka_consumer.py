@@ -456,7 +456,9 @@ class MirrorConsumer:
                 break
             except KafkaException as exc:
                 err = exc.args[0] if exc.args and isinstance(exc.args[0], _RdKafkaError) else None
-                retry = err is not None and err.code() == _RdKafkaError._TIMED_OUT
+                # a group's coordinator not found or still loading (a new group, a broker just
+                # back) answers with an error Kafka calls retriable: asked again within the bound
+                retry = err is not None and (err.code() in _COORDINATOR_NOT_READY or err.retriable())
                 if not retry or time.monotonic() >= deadline:
                     reason = _reason(exc)
                     raise KafkaError(
@@ -470,6 +472,17 @@ class MirrorConsumer:
             raise ValueError("store_offsets needs a consumer built with a group_id")
         if offsets:
             self._consumer.store_offsets(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()])
+
+
+#: answers that mean "ask again": the group's coordinator is moving, loading or not known yet
+_COORDINATOR_NOT_READY = frozenset(
+    {
+        _RdKafkaError._TIMED_OUT,
+        _RdKafkaError.NOT_COORDINATOR,
+        _RdKafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        _RdKafkaError.COORDINATOR_NOT_AVAILABLE,
+    }
+)
 
 
 def _reason(exc: KafkaException) -> str:
