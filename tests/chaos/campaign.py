@@ -14,8 +14,8 @@ from chaos.scene import ClassResult, Run
 
 #: (seconds of faults per class, faults that must land per class, tables of the group)
 SIZES = {
-    "ci": {"duration_s": 10.0, "need": 1, "tables_group": 20},
-    "full": {"duration_s": 90.0, "need": 4, "tables_group": 24},
+    "ci": {"duration_s": 5.0, "need": 1, "tables_group": 20},
+    "full": {"duration_s": 60.0, "need": 4, "tables_group": 24},
 }
 
 

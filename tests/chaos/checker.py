@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import time
@@ -184,7 +185,7 @@ def _tally_sequence(tally: Tally, name: str, what: str, got: list[int], want: li
     lost = [v for v in want if v not in counts]
     tally.lost += len(lost)
     tally.duplicated += sum(c - 1 for c in counts.values() if c > 1)
-    tally.out_of_order += sum(1 for a, b in zip(got, got[1:], strict=False) if b < a)
+    tally.out_of_order += sum(1 for a, b in itertools.pairwise(got) if b < a)
     extra = [v for v in counts if v not in set(want)]
     if lost or extra or got != want:
         tally.problems.append(f"{name}: {what} {_runs(got)} where {_runs(want)} expected")

@@ -41,6 +41,7 @@ class ProgressTail:
                     "group.id": f"chaos-progress-{uuid.uuid4().hex[:8]}",
                     "isolation.level": "read_committed",
                     "enable.auto.commit": False,
+                    "log_level": 0,
                 }
             )
             if self.topic not in consumer.list_topics(timeout=10).topics:

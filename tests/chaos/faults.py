@@ -8,13 +8,15 @@ than ``need`` of its faults landed. A class injects faults until its ``duration`
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chaos.procs import Proc, wait_for
+from chaos.procs import Proc, poll_until, wait_for
 from chaos.scene import ClassResult, Fault, Run, Scene
 
 #: how long anything may take to catch up, resume or exit on this (shared, loaded) machine
@@ -69,8 +71,10 @@ def _resumed(proc: Proc) -> None:
     """Wait until this run of a watcher resumed every table (so that a transaction the run before
     left open is aborted, and cannot be taken for one of this run)."""
     wait_for(
-        lambda: not proc.alive()
-        or any(ln.get("msg") == "all tables resumed" for ln in proc.run_lines(proc.starts - 1)),
+        lambda: (
+            not proc.alive()
+            or any(ln.get("msg") == "all tables resumed" for ln in proc.run_lines(proc.starts - 1))
+        ),
         SETTLE_S,
         f"{proc.name} to resume its tables",
         every_s=0.2,
@@ -82,15 +86,8 @@ def _kill_landing(scene: Scene, proc: Proc, delay_s: float, open_on: str) -> lis
     changes), then SIGKILL ``proc``; the evidence after its death."""
     time.sleep(delay_s)  # a seeded moment: when to look for a landing, not a wait for a condition
     partitions = [p for p in scene.partitions() if open_on in p[0]]
-    try:
-        wait_for(
-            lambda: not proc.alive() or scene.open_on(partitions),
-            30,
-            "an open transaction",
-            every_s=0.005,
-        )
-    except TimeoutError:
-        pass  # killed anyway: between transactions (the evidence says so)
+    # killed anyway when none comes: between transactions (the evidence says so)
+    poll_until(lambda: not proc.alive() or scene.open_on(partitions), 30, every_s=0.005)
     if not proc.alive():
         return [f"{proc.name} had exited {proc.popen.returncode if proc.popen else '?'} before the kill"]
     proc.kill9()
@@ -217,7 +214,7 @@ def group_faults(run: Run, plan: Plan) -> ClassResult:
 
 def broker_faults(run: Run, plan: Plan) -> ClassResult:
     result = ClassResult(3, TITLES[3], plan.need)
-    scene = Scene(run, "broker", 2, weights={"large-append": 20}, top={"txn_max_records": 150})
+    scene = Scene(run, "broker", 2, weights={"large-append": 40, "update": 20}, top={"txn_max_records": 150})
     try:
         watcher = scene.watcher("watch").start()
         _await_start(scene)
@@ -230,15 +227,13 @@ def broker_faults(run: Run, plan: Plan) -> ClassResult:
             time.sleep(scene.rng.uniform(0.5, 3.0))  # a seeded moment
             outage = turn[0] % 2 == 1
             turn[0] += 1
-            try:
+            with contextlib.suppress(TimeoutError):
                 wait_for(
                     lambda: scene.open_on(scene.partitions()),
                     30,
                     "an open transaction",
                     every_s=0.005,
                 )
-            except TimeoutError:
-                pass
             where = [f"open transaction {k}: {n} records" for k, n in scene.open_now().items()]
             before = scene.latest_versions()
             if outage:
@@ -375,10 +370,8 @@ def consumer_kills(run: Run, plan: Plan) -> ClassResult:
             victim = scene.rng.choice([snapshot, invalidate])
             base = progress(victim)
             time.sleep(scene.rng.uniform(0.3, 2.5))  # a seeded moment
-            try:  # kill it while it works: once it applied or delivered a version more
-                wait_for(lambda: progress(victim) > base, 60, f"{victim.name} to make progress")
-            except TimeoutError:
-                pass
+            # kill it while it works: once it applied or delivered a version more
+            poll_until(lambda: progress(victim) > base, 60)
             latest = scene.latest_versions()[t.commits]
             applied = _last_versions(victim, delivered, snapshot)
             victim.kill9()
@@ -466,7 +459,7 @@ def _check_consumers(
             if versions[0] > seen_max + 1:
                 result.tally.lost += versions[0] - seen_max - 1
                 result.tally.problems.append(f"{name}: a run began at v{versions[0]} after v{seen_max}")
-            for a, b in zip(versions, versions[1:], strict=False):
+            for a, b in itertools.pairwise(versions):
                 if b != a + 1:
                     result.tally.out_of_order += 1
                     result.tally.problems.append(f"{name}: v{b} after v{a} in one run")

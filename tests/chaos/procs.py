@@ -137,6 +137,16 @@ def wait_for(condition: Callable[[], Any], timeout_s: float, what: str, every_s:
         time.sleep(every_s)
 
 
+def poll_until(condition: Callable[[], Any], timeout_s: float, every_s: float = 0.1) -> bool:
+    """Whether ``condition`` became true within ``timeout_s`` (for a fault that may also come
+    without it: the evidence then says where it hit)."""
+    try:
+        wait_for(condition, timeout_s, "a condition", every_s)
+    except TimeoutError:
+        return False
+    return True
+
+
 def watch_argv(config: Path, *extra: str) -> list[str]:
     return ["watch", "--config", str(config), "--no-progress", *extra]
 
