@@ -363,7 +363,7 @@ def consumer_kills(run: Run, plan: Plan) -> ClassResult:
         def progress(proc: Proc) -> int:
             if proc is snapshot:
                 return len(_applied(proc.run_lines(proc.starts - 1)))
-            return len(delivered.read_text().splitlines())
+            return len(_deliveries(delivered))
 
         def inject() -> Fault:
             at = clock.now()
@@ -416,10 +416,14 @@ def _last_versions(proc: Proc, delivered: Path, snapshot: Proc) -> int | None:
     if proc is snapshot:
         versions = _applied(proc.run_lines(proc.starts - 1))
     else:
-        versions = [
-            int(json.loads(line.split(" ", 1)[1])["version"]) for line in delivered.read_text().splitlines()
-        ]
+        versions = [int(json.loads(line.split(" ", 1)[1])["version"]) for line in _deliveries(delivered)]
     return versions[-1] if versions else None
+
+
+def _deliveries(delivered: Path) -> list[str]:
+    """The receiver's complete lines: the one it is still writing has no newline yet (a shell's
+    printf writes a long document in several pieces)."""
+    return delivered.read_text().split("\n")[:-1]
 
 
 def _applied(lines: list[dict[str, Any]]) -> list[int]:
@@ -441,7 +445,7 @@ def _check_consumers(
     t = scene.topics[0]
     runs: dict[str, list[list[int]]] = {"invalidate": [], "consume-snapshot": []}
     pid = None
-    for line in delivered.read_text().splitlines():
+    for line in _deliveries(delivered):
         ppid, doc = line.split(" ", 1)
         if ppid != pid:
             runs["invalidate"].append([])
