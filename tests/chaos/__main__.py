@@ -9,6 +9,7 @@ out of order or different; 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tempfile
 import time
@@ -33,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--keep", action="store_true", help="keep the work folder (tables, logs)")
     args = parser.parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C: every class's processes and the broker are stopped on the way out
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     work = Path(tempfile.mkdtemp(prefix="deltamirror-chaos-"))
     started = time.monotonic()
     text, ok = run_campaign(work, args.seed, args.size, args.duration, args.classes)
