@@ -102,7 +102,7 @@ class Scene:
         self.writer.create()
         for t in self.topics:
             if t.changes is not None:
-                new_topic(self.bootstrap, t.changes, CHANGES_PARTITIONS)
+                new_topic(self.bootstrap, t.changes, CHANGES_PARTITIONS, {"retention.ms": "-1"})
         self.progress_topic = f"{prefix}.progress"
         self.config = self.dir / "watch.yaml"
         table_entries = []
