@@ -86,6 +86,7 @@ class Scene:
         self.rng = random.Random(f"{run.seed}-{slug}")
         paths = [self.dir / f"{slug}-t{i:02d}" for i in range(tables)]
         prefix = f"chaos-{run.seed}-{slug}"
+        self.prefix = prefix
         self.topics = [
             TableTopics(
                 p,
