@@ -180,6 +180,7 @@ def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> W
     path = Path(path)
     source = str(path)
     raw = _read_mapping(path)
+    raw.pop("consumer", None)  # the consumer commands' section (consumer/settings.py)
     data = _interpolate(raw, [], source, os.environ if environ is None else environ)
     _resolve_relative_paths(data, path.resolve().parent)
     return validate_watch_config(data, source)
@@ -213,4 +214,14 @@ def redacted(cfg: WatchConfig) -> dict[str, Any]:
     return data
 
 
-__all__ = ["load_config", "load_kafka_settings", "redacted"]
+def load_section(path: str | Path, name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """The ``name`` section of a configuration file (None when it has none), read as :func:`load_config`
+    reads the file (``${VAR}`` interpolated); for the consumer commands' ``consumer:`` section."""
+    path = Path(path)
+    raw = _read_mapping(path)
+    if name not in raw:
+        return None
+    return _interpolate(raw[name], [name], str(path), os.environ if environ is None else environ)
+
+
+__all__ = ["load_config", "load_kafka_settings", "load_section", "redacted"]

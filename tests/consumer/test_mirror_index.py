@@ -15,6 +15,7 @@ import pytest
 from deltamirror.consumer.mirror_changes import MirrorIndex, MirrorSettings
 from deltamirror.consumer.spark_options import SourceOptions
 from deltamirror.core.errors import ConfigError, InvalidArgumentError
+from deltamirror.mirror.boundary import BadRecordError
 from deltamirror.mirror.errors import KafkaError
 from deltamirror.mirror.events import SCHEMA_VERSION, CommitSummary
 
@@ -101,9 +102,12 @@ def test_parsed_options_are_plain_strings_for_the_consumer_and_keep_secrets_out_
 
 
 @pytest.mark.kafka
-def test_a_refresh_resumes_after_the_last_whole_record_and_rereads_an_unfinished_one(
+def test_a_refresh_resumes_after_the_last_whole_record_and_refuses_one_cut_short(
     kafka_bootstrap: str,
 ) -> None:
+    """The watcher writes a record's fragments in one transaction: a reader never sees part of one
+    at the end of a partition, so a record cut short there is refused (naming its first fragment),
+    the versions before it kept; a refresh after it reads it again."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -126,8 +130,9 @@ def test_a_refresh_resumes_after_the_last_whole_record_and_rereads_an_unfinished
     parts = [whole[:20], whole[20:40], whole[40:]]
     send(parts[0], ("fragment", b"0/3"))
     send(parts[1], ("fragment", b"1/3"))
-    index.refresh()
-    assert index.latest == 0
+    with pytest.raises(BadRecordError, match="cut short") as cut:
+        index.refresh()
+    assert "offset=1)" in str(cut.value) and index.latest == 0
     send(parts[2], ("fragment", b"2/3"))
     send(_summary(2))
     index.refresh()  # from the first fragment again: version 1 whole, then version 2

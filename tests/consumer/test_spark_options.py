@@ -72,8 +72,40 @@ def test_delta_spark_options_parse_with_its_meanings_in_any_case() -> None:
 
 
 @pytest.mark.parametrize(
+    ("given", "size"),
+    [
+        ("1048576", 1048576),
+        ("1048576b", 1048576),
+        ("  512 ", 512),
+        ("1k", 1024),
+        ("1kb", 1024),
+        ("2m", 2 << 20),
+    ],
+)
+def test_max_bytes_per_trigger_without_a_unit_or_with_b_is_bytes(given: str, size: int) -> None:
+    """As delta-spark documents it: ``1048576`` is one MiB, not one GiB."""
+    assert _parse(maxBytesPerTrigger=given).max_bytes_per_trigger == size
+
+
+def test_allow_path_prefixes_reach_the_table_and_the_mirror_reader(tmp_path: Path) -> None:
+    """A shallow clone's files live under its source: allowed as the CLI's --allow-path-prefix."""
+    parsed = _parse(allowPathPrefixes=f"{tmp_path}/src, file:///data/other")
+    assert parsed.allowed_path_prefixes == (f"{tmp_path}/src", "file:///data/other")
+    assert parsed.settings.allowed_path_prefixes == parsed.allowed_path_prefixes
+    assert parsed.settings.rules().allowed_path_prefixes == parsed.allowed_path_prefixes
+    assert _parse(onBadRecord="SKIP").settings.on_bad_record == "skip"
+    assert _parse().settings.on_bad_record == "stop"
+
+
+@pytest.mark.parametrize(
     ("options", "message"),
     [
+        ({"allowPathPrefixes": "a,,b"}, r"^option allowPathPrefixes must be locations separated by commas"),
+        (
+            {"allowPathPrefixes": "s3://bucket/src"},
+            r"^option allowPathPrefixes: allowed path prefix 's3://bucket/src' is not on",
+        ),
+        ({"onBadRecord": "ignore"}, r"^option onBadRecord must be 'stop' or 'skip', got 'ignore'"),
         ({"startingversion": "soon"}, r"^option startingVersion must be a version number, got 'soon'"),
         ({"startingTimestamp": "yesterday"}, r"^option startingTimestamp: invalid timestamp 'yesterday'"),
         ({"maxFilesPerTrigger": "0"}, r"^option maxFilesPerTrigger must be a positive integer, got '0'"),
