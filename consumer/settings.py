@@ -13,6 +13,7 @@ Each key has a flag of the same name, which replaces the key's value when given:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -73,11 +74,9 @@ def consumer_settings(
     try:
         return ConsumerSection.model_validate({"consumer": {**data, **given}}).consumer
     except ValidationError as exc:
-        names = {f"consumer.{k}": FLAGS[k] for k in given}
-        problem = settings_error(exc, ConsumerSection, source=source)
-        message = problem.message
-        for key, flag in names.items():
-            message = message.replace(key, f"{flag} (or {key})")
+        message = settings_error(exc, ConsumerSection, source=source).message
+        for key in given:  # a value given by a flag is named by the flag
+            message = re.sub(rf"(consumer\.)?\b{key}\b", f"{FLAGS[key]} ({key})", message)
         raise ConfigError(message, file=source) from None
 
 

@@ -62,11 +62,22 @@ BAD_RECORD_CHOICES: tuple[OnBadRecord, ...] = ("stop", "skip", "dead-letter")
 SHOWN_CHARS = 200
 
 
+#: the longest refusal message (a forged field name or value must not make a line of megabytes)
+MESSAGE_CHARS = 1000
+
+
 class BadRecordError(EventStreamError):
     """A record the consumers' boundary refuses: it breaks the contract or a rule of the log.
 
-    Names topic, partition and offset (of the record's first fragment for a split one).
+    Names topic, partition and offset (of the record's first fragment for a split one). The
+    message is one line of at most :data:`MESSAGE_CHARS` characters, whatever the record held.
     """
+
+    def __init__(self, message: str, **context: Any) -> None:
+        message = " ".join(message.split())
+        if len(message) > MESSAGE_CHARS:
+            message = f"{message[:MESSAGE_CHARS]}... (cut at {MESSAGE_CHARS} characters)"
+        super().__init__(message, **context)
 
 
 @dataclass(frozen=True)
@@ -79,7 +90,9 @@ class RecordLimits:
     may wait for the last (the watcher writes them in one transaction: a reader sees them all at
     once). ``max_tables``: distinct tables a reader keeps state for (an id never seen before, past
     that, is refused). ``max_retired``: ids of replaced or dropped tables remembered (the oldest
-    are forgotten first).
+    are forgotten first). ``max_actions_per_version``: the ``count`` a version (or snapshot) may
+    say, so what a reader holds of a version still incomplete (a snapshot of 50 million files
+    passes; a record saying more is refused at once, not after its actions were gathered).
     """
 
     max_record_bytes: int = 64 * MiB
@@ -87,9 +100,16 @@ class RecordLimits:
     fragment_wait_s: float = 60.0
     max_tables: int = 10_000
     max_retired: int = 10_000
+    max_actions_per_version: int = 50_000_000
 
     def __post_init__(self) -> None:
-        for name in ("max_record_bytes", "max_fragments", "max_tables", "max_retired"):
+        for name in (
+            "max_record_bytes",
+            "max_fragments",
+            "max_tables",
+            "max_retired",
+            "max_actions_per_version",
+        ):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise InvalidArgumentError(f"{name} must be a positive integer, not {value!r}")
@@ -193,6 +213,13 @@ class RecordRules:
             self._checked.clear()
         self._checked[uri] = problem
         return problem
+
+    def count_problem(self, count: int) -> str | None:
+        """Why a version of ``count`` actions is more than this reader holds, or None."""
+        limit = self.limits.max_actions_per_version
+        if count > limit:
+            return f"a version of {count} actions is more than a reader holds ({limit})"
+        return None
 
     def path_rules(self, uri: str) -> PathRules:
         """Core's path rules for the table at ``uri`` (a location :meth:`location_problem` took)."""

@@ -307,8 +307,10 @@ def decode_action_event(value: bytes | str, *, rules: RecordRules | None = None,
         event = ActionEvent.model_validate_json(value, strict=True)
     except ValidationError as exc:
         raise _refuse(f"not an action event: {_first_error(exc)}", where) from None
-    problem = rules.location_problem(event.table_uri) or rules.action_problem(
-        event.table_uri, event.type, event.action
+    problem = (
+        rules.location_problem(event.table_uri)
+        or rules.count_problem(event.count)
+        or rules.action_problem(event.table_uri, event.type, event.action)
     )
     if problem is not None:
         raise _refuse(f"action {event.index} ({shown(event.type)}): {problem}", where, version=event.version)

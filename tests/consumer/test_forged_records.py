@@ -155,3 +155,126 @@ def test_an_undecodable_record_after_good_versions_keeps_them_and_a_restart_goes
     assert skipped.exit == 0, skipped.stderr
     said = [line for line in skipped.logs if "record skipped" in line]
     assert len(said) == 1 and f"offset={len(base.actions)})" in said[0], skipped.logs
+
+
+def _between_versions(base: Base, bad: Rec) -> list[Rec]:
+    """The base's action records with ``bad`` after the first version's last one."""
+    first = next(
+        i for i, r in enumerate(base.actions) if json.loads(r.value or b"")["version"] > base.versions[0]
+    )
+    return [*base.actions[:first], bad, *base.actions[first:]]
+
+
+def test_skip_passes_over_a_forged_record_between_good_versions(
+    kafka_bootstrap: str, base: Base, tmp_path: Path
+) -> None:
+    bad = action_rec(event(base, version=base.versions[0] + 1, action=add_action("/etc/passwd")))
+    topics = write_case(kafka_bootstrap, base, base_actions=_between_versions(base, bad))
+    stopped = _consume(kafka_bootstrap, topics, tmp_path / "s1", tmp_path)
+    _refused_at(
+        stopped, topics.actions, next(i for i, r in enumerate(_between_versions(base, bad)) if r is bad)
+    )
+    assert _versions(stopped) == base.versions[:1]  # the version before it, delivered
+    skipped = _consume(kafka_bootstrap, topics, tmp_path / "s2", tmp_path, "--on-bad-record", "skip")
+    assert skipped.exit == 0, skipped.stderr
+    assert _versions(skipped) == base.versions
+    assert len([line for line in skipped.logs if "record skipped" in line]) == 1
+    assert not any("passwd" in p for p in state_paths(tmp_path / "s2"))
+
+
+def test_dead_letter_copies_the_refused_record_with_where_and_why(
+    kafka_bootstrap: str, base: Base, tmp_path: Path
+) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    from support.kafka import new_topic
+
+    bad = action_rec(event(base, schemaVersion=999))
+    topics = write_case(kafka_bootstrap, base, actions=[bad])
+    letters = new_topic(kafka_bootstrap, f"{topics.actions}.refused")
+    argv = ["--on-bad-record", "dead-letter", "--bad-record-topic", letters]
+    result = _consume(kafka_bootstrap, topics, tmp_path / "state", tmp_path, *argv)
+    assert result.exit == 0, result.stderr
+    assert _versions(result) == base.versions
+    reader = Consumer(
+        {"bootstrap.servers": kafka_bootstrap, "group.id": "dl-check", "enable.partition.eof": True}
+    )
+    try:
+        reader.assign([TopicPartition(letters, 0, 0)])
+        msgs = [m for m in reader.consume(10, timeout=10) if m.error() is None]
+    finally:
+        reader.close()
+    assert len(msgs) == 1 and msgs[0].value() == bad.value and msgs[0].key() == bad.key
+    headers = dict(msgs[0].headers() or [])
+    assert headers["deltamirror.refused.topic"] == topics.actions.encode()
+    assert headers["deltamirror.refused.offset"] == str(len(base.actions)).encode()
+    assert b"schemaVersion 999" in headers["deltamirror.refused.reason"]
+
+
+def test_the_consumer_section_of_the_config_file_is_read_and_checked(
+    kafka_bootstrap: str, base: Base, tmp_path: Path
+) -> None:
+    bad = action_rec(event(base, action=add_action("../../x")))
+    topics = write_case(kafka_bootstrap, base, actions=[bad])
+    config = tmp_path / "consumer.yaml"
+    config.write_text(f"kafka:\n  bootstrap_servers: {kafka_bootstrap}\nconsumer:\n  on_bad_record: skip\n")
+
+    def argv(state: str, *extra: str) -> list[str]:
+        out = consume_snapshot_argv(kafka_bootstrap, topics, tmp_path / state, *extra)
+        at = out.index("--bootstrap-servers")
+        out[at : at + 2] = ["--config", str(config)]
+        return out
+
+    result = run_command("consume-snapshot", argv("s1"), "", {}, None, tmp_path, 90.0)
+    assert result.exit == 0, result.stderr
+    assert _versions(result) == base.versions
+    # a flag replaces its key; a combination that cannot work is refused at start, naming it
+    flags = run_command(
+        "consume-snapshot", argv("s2", "--on-bad-record", "stop"), "", {}, None, tmp_path, 90.0
+    )
+    _refused_at(flags, topics.actions, len(base.actions))
+    wrong = run_command(
+        "consume-snapshot", argv("s3", "--bad-record-topic", "x"), "", {}, None, tmp_path, 90.0
+    )
+    assert (
+        wrong.exit == 2
+        and "--bad-record-topic" in wrong.stderr
+        and len(wrong.stderr.strip().splitlines()) == 1
+    )
+    config.write_text("kafka:\n  bootstrap_servers: b:1\nconsumer:\n  on_bad_recrod: skip\n")
+    typo = run_command("consume-snapshot", argv("s4"), "", {}, None, tmp_path, 90.0)
+    assert typo.exit == 2 and "on_bad_recrod" in typo.stderr and "did you mean" in typo.stderr
+
+
+def test_invalidate_delivers_and_acknowledges_every_version_before_a_refused_record(
+    kafka_bootstrap: str, base: Base, tmp_path: Path
+) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    from support.forge_runner import _receiver
+
+    topics = write_case(kafka_bootstrap, base, actions=[Rec(b"garbage", base.table_id.encode())])
+    group = "forged-invalidate"
+    with _receiver() as receiver:
+        argv = [
+            "invalidate",
+            "--bootstrap-servers",
+            kafka_bootstrap,
+            "--topic",
+            topics.actions,
+            "--once",
+            "--group-id",
+            group,
+            "--webhook",
+            receiver.url,
+        ]
+        result = run_command("invalidate", argv, "", {}, None, tmp_path, 90.0)
+        docs = list(receiver.docs)
+    _refused_at(result, topics.actions, len(base.actions))
+    assert [d["version"] for d in docs] == base.versions
+    reader = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group})
+    try:
+        (committed,) = reader.committed([TopicPartition(topics.actions, 0)], timeout=30)
+    finally:
+        reader.close()
+    assert committed.offset == len(base.actions)  # acknowledged up to the refused record

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/: `supp
 
 from support.forge import mirror_base
 from support.forge_cases import check_expectations, generate
-from support.forge_runner import Runner
+from support.forge_runner import Runner, signal_flood
 from support.forge_summary import Summary
 
 TABLE_ID = "krs__cdf-table-with-dv"
@@ -66,6 +66,14 @@ def main(argv: list[str] | None = None) -> int:
                 "F" if any(o.failures for o in outcomes) else ".", end="" if i % 50 else f" {i}\n", flush=True
             )
         print()
+        if args.size == "full" and not args.classes:
+            flood = signal_flood(bootstrap, base.table, Path(tmp))
+            summary.notes.append(
+                f"flood signals-400x900KB via watch: peak RSS {flood['rss_before_mb']:.0f} -> "
+                f"{flood['rss_peak_mb']:.0f} MB, {flood['stderr_mb']:.2f} MB written to stderr"
+            )
+            if flood["rss_peak_mb"] - flood["rss_before_mb"] > 100 or flood["stderr_mb"] > 1:
+                summary.suite_errors.append("the signal flood was not bounded: " + summary.notes[-1])
     summary.seconds = time.perf_counter() - start
     print(summary.text())
     print(summary.table())

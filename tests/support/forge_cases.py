@@ -139,7 +139,7 @@ def _dv(storage_type: str, path: str) -> dict[str, Any]:
     }
 
 
-_Z85_UUID = "ab^-aqEH.-t@S}K{vb[*"  # 20 characters: a UUID in Z85
+_Z85_UUID = "^-aqEH.-t@S}K{vb[*k^"  # 20 characters: a UUID in Z85
 
 
 def _good_event_cut(base: Base, at: float) -> bytes:
@@ -187,7 +187,7 @@ def generate(size: str, seed: int = 11) -> list[Case]:
     add(
         "path",
         "sidecar-outside",
-        _typed("sidecar", {"path": "../../etc/passwd", "sizeInBytes": 1, "modificationTime": 0}),
+        _typed("sidecar", {"path": "../../../etc/passwd", "sizeInBytes": 1, "modificationTime": 0}),
         _expect(),
     )
     # --- locations ----------------------------------------------------------------------------

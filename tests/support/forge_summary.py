@@ -14,6 +14,7 @@ CONSUMER_ORDER = ("consume-snapshot", "invalidate", "mirror-feed", "spark")
 class Summary:
     outcomes: list[Outcome] = field(default_factory=list)
     suite_errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -59,6 +60,7 @@ class Summary:
                 lines.append(
                     f"flood {o.case.id} via {o.consumer}: {o.outcome}, peak RSS {o.rss_mb:.0f} MB, {o.seconds:.1f} s"
                 )
+        lines += self.notes
         for o in self.failures:
             lines.append(f"FAIL {o.case.id} {o.consumer}: {'; '.join(o.failures)[:400]}")
         lines += [f"suite error: {e[:300]}" for e in self.suite_errors]
