@@ -24,8 +24,9 @@ contract, core's rules for each action and its paths (``allowed_path_prefixes`` 
 clone), and the table's own location: a record keyed by the table's id that says another id or
 location is refused (no record moves the table). A refused record is a
 :class:`~deltamirror.mirror.boundary.BadRecordError` naming topic, partition and offset; with
-``on_bad_record="skip"`` it is logged, counted and passed over. The index refuses one only once the
-versions before it were taken (a planner plans them first; its next refresh raises).
+``on_bad_record="skip"`` it is logged, counted and passed over. The index stops at a refused record
+(:attr:`MirrorIndex.refused`) and keeps the versions before it: a planner plans them first, then
+raises it.
 
 Neither imports pyspark: both are plain library code, usable without Spark.
 """
@@ -135,6 +136,9 @@ class MirrorIndex:
         #: records of a kind this version does not know (skipped), and records refused and skipped
         self.unknown_kinds = 0
         self.skipped_records = 0
+        #: the record that stopped the index (on_bad_record stop): nothing after it is read; the
+        #: versions before it stay readable, and a reader that has read them raises it
+        self.refused: BadRecordError | None = None
 
     def close(self) -> None:
         """Nothing stays open between refreshes; kept so that callers need not know."""
@@ -156,7 +160,8 @@ class MirrorIndex:
         included, which a consumer that already reported the end would not report again.
         """
         topic = self.settings.commits_topic
-        before = self._last
+        if self.refused is not None:
+            return  # nothing past a refused record is read
         try:
             with self.settings.consumer() as consumer:
                 partitions = _partitions(consumer, topic, self.settings.table_uri)
@@ -181,10 +186,10 @@ class MirrorIndex:
                                 raise
                             self._skip(exc)
                         self._next[record.partition] = record.offset + 1
-        except BadRecordError:
-            if self._last == before:  # nothing before it left to plan: the query stops here
-                raise
-            # the versions before it are planned first; the next refresh meets it again, and stops
+        except BadRecordError as exc:
+            # the versions before it stay readable: a planner plans them first, then raises it
+            # (spark_planning.next_offset), and a restart reads it again
+            self.refused = exc
 
     def _skip(self, error: BadRecordError) -> None:
         self.skipped_records += 1

@@ -166,7 +166,7 @@ class SignalListener:
         TopicManager(self.kafka, max_record_bytes=SIGNAL_MAX_BYTES).ensure_signal_topic(self.topic)
         limits = RecordLimits(max_record_bytes=MAX_SIGNAL_BYTES, max_fragments=2)
         # signals are small: the client queues a few MB of them, not the 64 MB it queues by default
-        small = {**self.kafka, "queued.max.messages.kbytes": "4096"}
+        small = {**self.kafka, "queued.max.messages.kbytes": "4096", "fetch.max.bytes": "4194304"}
         with MirrorConsumer(small, purpose="signals", fetch_wait_max_ms=None, limits=limits) as consumer:
             partitions = consumer.partitions(self.topic, wait_for_topic=True, stop=self.stop)
             if partitions is None:

@@ -230,6 +230,9 @@ class SnapshotConsumer:
         self._commits_offsets = position.commits_offsets
         #: table ids dropped on tableReplaced (-> last version published for them); their events are skipped
         self.retired = position.retired
+        #: where the tables retired since the start were (their events elsewhere are refused: a
+        #: tableDropped or tableReplaced read before a table's events cannot move it either)
+        self._retired_at: dict[str, str] = {}
         self.on_applied = on_applied
         self.on_replaced = on_replaced
         #: what operators see (consumer/metrics.py: ConsumerMetrics); None measures nothing
@@ -466,11 +469,21 @@ class SnapshotConsumer:
         """One decoded run of a version's records (positions from ``at`` on), checked against the
         state's own rules (its table's location and count, versions in order), then applied."""
         env = segment.envelope
-        if env.table_id in self.retired:
-            self.skipped_retired_events += segment.stop - segment.start
-            return
         first = at + segment.start
         where = self._where(self.topic, partition, firsts[first])
+        if env.table_id in self.retired:
+            retired_at = self._retired_at.get(env.table_id)
+            if retired_at is None or retired_at == env.table_uri:
+                self.skipped_retired_events += segment.stop - segment.start
+                return
+            moved = (
+                f"table {shown(env.table_id)} was dropped or replaced at {shown(retired_at)!r}, but its "
+                f"events say it is at {shown(env.table_uri)!r}: one of those records is not the watcher's"
+            )
+            self._segment_refused(
+                BadRecordError(moved, version=env.version, **where), partition, firsts, first, record_at
+            )
+            return
         problem = self.pins.problem(env.table_id, env.table_uri)
         if problem is not None:
             self._segment_refused(
@@ -689,12 +702,15 @@ class SnapshotConsumer:
             previous, previous_version = record.previous_table_id, record.previous_version
         self.retired.pop(previous, None)
         self.retired[previous] = previous_version  # the newest last: the oldest is forgotten first
+        self._retired_at[previous] = self.pins.get(previous) or record.table_uri
         while len(self.retired) > self.rules.limits.max_retired:
             oldest = next(iter(self.retired))
             del self.retired[oldest]
+            self._retired_at.pop(oldest, None)
             log.info("retired table id %s forgotten (more than %d retired)", shown(oldest), len(self.retired))
         if not dropped:
             self.retired.pop(record.table_id, None)  # an id can come back (a table restored elsewhere)
+            self._retired_at.pop(record.table_id, None)
         state = self.tables.pop(previous, None)
         self.pins.forget(previous)
         for starts in self._starts.values():

@@ -410,3 +410,14 @@ def test_a_missing_data_file_fails_naming_it_or_its_rows_are_skipped(tmp_path: P
     assert lost_rows > 0 and skipped.num_rows == everything.num_rows - lost_rows
     later = everything.filter(pc.greater(everything["_commit_version"], 0))
     assert skipped.filter(pc.greater(skipped["_commit_version"], 0)).equals(later)
+
+
+def test_a_refused_record_stops_the_stream_once_the_versions_before_it_are_planned() -> None:
+    from deltamirror.mirror.boundary import BadRecordError
+
+    index = _index(*(_summary(v) for v in range(3)))
+    index.refused = BadRecordError("forged", topic="t.commits", partition=0, offset=3)
+    assert next_offset(index, {"version": 0}, target=None, limit=(1, None)) == {"version": 1}
+    assert next_offset(index, {"version": 1}, target=None, limit=None) == {"version": 3}
+    with pytest.raises(BadRecordError, match="offset=3"):
+        next_offset(index, {"version": 3}, target=None, limit=None)
