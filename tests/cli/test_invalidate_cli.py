@@ -427,3 +427,20 @@ def test_with_a_state_dir_nothing_is_saved_past_a_version_not_delivered(
     assert second.tables[mirrored.table_id].version == 1  # the saved state stops before version 2
     second.run(once=True)
     assert again == [2]
+
+
+def test_the_line_of_a_dropped_tables_document_is_printed() -> None:
+    """A tableDropped document has no previousTableId: its outcome line once raised a KeyError."""
+    from deltamirror.cli.consumer_cmds import _outcome_line
+    from deltamirror.consumer.invalidate import Outcome, replacement_payload
+    from deltamirror.consumer.snapshot import TableReplacement
+
+    notice = TableReplacement("file:///t", "id-1", "id-1", 4, "gone", None, 0, dropped=True)
+    line = _outcome_line(Outcome(replacement_payload(notice), 1))
+    assert line == {
+        "kind": "tableDropped",
+        "tableId": "id-1",
+        "lastVersion": 4,
+        "attempts": 1,
+        "outcome": "delivered",
+    }

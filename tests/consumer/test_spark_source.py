@@ -354,5 +354,5 @@ def test_a_shallow_clone_reads_through_the_source_with_allow_path_prefixes(
     expected = open_table(str(source)).changes(starting_version=0).to_arrow().to_pylist()
     got = _run(stream(allowPathPrefixes=str(source)), tmp_path / "with")
     assert expected and rows(got) == rows(expected)
-    with pytest.raises(AssertionError, match="outside the table root"):
+    with pytest.raises(Exception, match="outside the table root"):  # the query's error, as Spark raises it
         _run(stream(), tmp_path / "without")

@@ -47,7 +47,7 @@ def test_forged_records(case: Case, runner: Runner) -> None:
     assert not failures, "\n".join(failures)
 
 
-SPARK_CASES = [c for c in CASES if "spark" in c.expect]
+SPARK_CASES = [c for c in CASES if "spark" in c.tags]
 
 
 @pytest.mark.spark
