@@ -60,6 +60,9 @@ PENDING_TTL_S = 600.0
 MAX_PENDING = 1000
 #: a signal is a few hundred bytes: a larger record is skipped unread
 MAX_SIGNAL_BYTES = 16_384
+#: a signal topic created here refuses records larger than this at the broker (an existing one
+#: keeps its own limit: the listener then skips them unread)
+SIGNAL_TOPIC_MAX_BYTES = MAX_SIGNAL_BYTES + 4096
 #: a table is snapshotted on signals at most once in this many seconds ...
 SNAPSHOT_INTERVAL_S = 60.0
 #: ... and the instance starts at most this many such snapshots in that time
@@ -88,7 +91,7 @@ def send_signal(kafka: dict[str, Any], topic: str, table_uri: str, kind: Literal
     from deltamirror.mirror.kafka_producer import RecordProducer
     from deltamirror.mirror.topics import TopicManager
 
-    TopicManager(kafka, max_record_bytes=SIGNAL_MAX_BYTES).ensure_signal_topic(topic)
+    TopicManager(kafka, max_record_bytes=SIGNAL_MAX_BYTES).ensure_signal_topic(topic, SIGNAL_TOPIC_MAX_BYTES)
     signal = Signal(kind=kind, table_uri=table_uri, id=uuid.uuid4().hex, requested_at=int(time.time() * 1000))
     producer = RecordProducer(kafka)
     try:
@@ -163,7 +166,9 @@ class SignalListener:
         from deltamirror.mirror.kafka_consumer import MirrorConsumer
         from deltamirror.mirror.topics import TopicManager
 
-        TopicManager(self.kafka, max_record_bytes=SIGNAL_MAX_BYTES).ensure_signal_topic(self.topic)
+        TopicManager(self.kafka, max_record_bytes=SIGNAL_MAX_BYTES).ensure_signal_topic(
+            self.topic, SIGNAL_TOPIC_MAX_BYTES
+        )
         limits = RecordLimits(max_record_bytes=MAX_SIGNAL_BYTES, max_fragments=2)
         # signals are small: the client queues a few MB of them, not the 64 MB it queues by default
         small = {**self.kafka, "queued.max.messages.kbytes": "4096", "fetch.max.bytes": "4194304"}

