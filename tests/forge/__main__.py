@@ -98,9 +98,9 @@ class _broker:
         if configured:
             return configured
         from deltamirror.producer.local_kafka import LocalKafka
-        from support.kafka import _free_port_pair
+        from support.kafka import free_port_pair
 
-        self.local = LocalKafka(port=_free_port_pair(), data_dir=self.tmp / "kafka")
+        self.local = LocalKafka(port=free_port_pair(), data_dir=self.tmp / "kafka")
         return str(self.local.start())
 
     def __exit__(self, *exc: object) -> None:
