@@ -121,7 +121,7 @@ def link_tree(src: Path) -> Path:
 
 def start_broker(args: argparse.Namespace) -> tuple[str, Any]:
     sys.path.insert(0, str(REPO))
-    from deltamirror.producer.local_kafka import LocalKafka
+    from deltamirror.devkafka.broker import LocalKafka
 
     local = LocalKafka(port=args.port, data_dir=Path(args.kafka_data_dir))
     was_running = bool(local.status()["running"])
@@ -276,8 +276,8 @@ def watcher_layer_child(args: argparse.Namespace) -> None:
     import resource
     import threading
 
-    from deltamirror.producer.waker import LogWaker
-    from deltamirror.producer.watcher import TableWatcher
+    from deltamirror.producer.tailing.waker import LogWaker
+    from deltamirror.producer.tailing.watcher import TableWatcher
 
     spawned = float(os.environ["DMIDLE_SPAWNED"])
     base = Path(args.child_base)

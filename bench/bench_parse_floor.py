@@ -101,7 +101,7 @@ def boundary(clock: Any, params: dict[str, Any]) -> dict[str, Any]:
 def scan_deltamirror(clock: Any, params: dict[str, Any]) -> dict[str, Any]:
     """Timed: ``iter_event_values`` over the whole log, every value consumed (the producer's work
     without Kafka: read, validate, summarize, encode)."""
-    from deltamirror.producer.offline_events import iter_event_values
+    from deltamirror.producer.publishing.offline_events import iter_event_values
 
     clock.imported()
     clock.start()

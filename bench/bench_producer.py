@@ -418,7 +418,7 @@ class Workload:
 def load_workload(table: str) -> Workload:
     import orjson
 
-    from deltamirror.producer.offline_events import iter_event_values
+    from deltamirror.producer.publishing.offline_events import iter_event_values
 
     cpu0, t0 = _cpu_s(), time.perf_counter()
     values = list(iter_event_values(table))
@@ -524,7 +524,7 @@ def run_raw(
     """Bare confluent-kafka with deltamirror's producer settings: the ceiling for the watcher."""
     from confluent_kafka import Producer
 
-    from deltamirror.mirror.kafka_producer import producer_config
+    from deltamirror.mirror.kafka.producer import producer_config
     from deltamirror.mirror.topics import TopicManager
 
     topic, _, _, prefix = _names()
@@ -711,7 +711,7 @@ def _produce_raw(clock: Any, params: dict[str, Any], *, transactional: bool) -> 
 
     from confluent_kafka import Producer  # noqa: F401  (run_raw's imports)
 
-    from deltamirror.mirror.kafka_producer import producer_config  # noqa: F401
+    from deltamirror.mirror.kafka.producer import producer_config  # noqa: F401
     from deltamirror.mirror.topics import TopicManager  # noqa: F401
 
     clock.imported()
@@ -955,7 +955,7 @@ def open_broker(args: argparse.Namespace) -> Broker:
     given = args.bootstrap or os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     if given:
         return Broker(given)
-    from deltamirror.producer.local_kafka import LocalKafka
+    from deltamirror.devkafka.broker import LocalKafka
 
     local = LocalKafka(port=args.port, data_dir=args.kafka_data_dir)
     was_running = bool(local.status()["running"])

@@ -257,7 +257,7 @@ def raw(clock: Any, params: dict[str, Any]) -> dict[str, Any]:
     """Timed: the saved records produced transactionally by bare confluent-kafka (watcher's bounds)."""
     from confluent_kafka import Producer
 
-    from deltamirror.mirror.kafka_producer import producer_config
+    from deltamirror.mirror.kafka.producer import producer_config
     from deltamirror.mirror.topics import TopicManager
     from deltamirror.producer.settings import WatchConfig
 
@@ -382,7 +382,7 @@ def main() -> int:
     started_here = False
     bootstrap = args.bootstrap
     if not bootstrap:
-        from deltamirror.producer.local_kafka import LocalKafka
+        from deltamirror.devkafka.broker import LocalKafka
 
         local = LocalKafka(port=args.port, data_dir=Path("/tmp/dm-bench-rows-kafka"))
         started_here = not local.status()["running"]

@@ -448,7 +448,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.src:
         PYTHONPATH["PYTHONPATH"] = str(link_tree(args.src.resolve()))
-    from deltamirror.producer.local_kafka import LocalKafka
+    from deltamirror.devkafka.broker import LocalKafka
 
     broker = LocalKafka(port=args.port, data_dir=Path(args.kafka_data_dir))
     was_running = bool(broker.status()["running"])

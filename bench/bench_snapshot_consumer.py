@@ -339,8 +339,8 @@ def run_restart(bootstrap: str, topic: str, state_dir: Path, *, site: str | None
 
 
 def _commits_summaries(bootstrap: str, commits_topic: str) -> list[Any]:
-    from deltamirror.mirror.events import CommitSummary, decode_commits_record
-    from deltamirror.mirror.kafka_consumer import MirrorConsumer
+    from deltamirror.mirror.kafka.consumer import MirrorConsumer
+    from deltamirror.mirror.records.events import CommitSummary, decode_commits_record
 
     out = []
     with MirrorConsumer({"bootstrap.servers": bootstrap}, purpose="bench") as consumer:
@@ -616,7 +616,7 @@ def consume_section(manifest: dict[str, Any], args: argparse.Namespace) -> dict[
     bootstrap = args.bootstrap or os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
     broker = None
     if not bootstrap:
-        from deltamirror.producer.local_kafka import LocalKafka
+        from deltamirror.devkafka.broker import LocalKafka
 
         local = LocalKafka(port=args.port, data_dir=args.kafka_data_dir)
         started = not local.status()["running"]
@@ -671,7 +671,7 @@ def _consume_markdown(consume: dict[str, Any]) -> str:
 
 def apply_section(manifest: dict[str, Any], reps: int) -> tuple[dict[str, Any], bool]:
     from deltamirror.consumer.snapshot import StateStore
-    from deltamirror.producer.offline_events import iter_event_values
+    from deltamirror.producer.publishing.offline_events import iter_event_values
 
     root, start, latest = manifest["root"], manifest["checkpoint_version"], manifest["version"]
     load_before = os.getloadavg()

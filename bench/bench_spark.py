@@ -121,7 +121,7 @@ def _stream(clock: Any, params: dict[str, Any], ours: bool) -> dict[str, Any]:
     try:
         spark = _session(work_dir)
         if ours:
-            from deltamirror.consumer.spark_source import register
+            from deltamirror.consumer.spark.source import register
 
             register(spark)
         clock.imported()

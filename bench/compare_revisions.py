@@ -44,7 +44,7 @@ DATA = BENCH / ".data"
 RESULTS = BENCH / "results"
 PACKAGES = ("core", "mirror", "ops", "producer", "consumer", "cli")
 WORKLOADS = ("snapshot", "changes", "scan")
-SCAN_MODULES = ("deltamirror.producer.offline_events", "deltamirror.producer.service")
+SCAN_MODULES = ("deltamirror.producer.publishing.offline_events", "deltamirror.producer.service")
 
 
 # --- child side: one workload, one tree, one process ----------------------------------------------

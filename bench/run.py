@@ -297,7 +297,7 @@ class Broker:
     def ensure(self) -> str:
         if self.bootstrap:
             return self.bootstrap
-        from deltamirror.producer.local_kafka import LocalKafka
+        from deltamirror.devkafka.broker import LocalKafka
 
         port = _bench_port()
         self.local = LocalKafka(port=port, data_dir=_bench_kafka_data(port))
@@ -334,7 +334,7 @@ def _bench_port() -> int:
     data dir of a local broker is bound to its ports: each port has its own)."""
     import socket
 
-    from deltamirror.producer.local_kafka import LocalKafka
+    from deltamirror.devkafka.broker import LocalKafka
 
     def free(port: int) -> bool:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

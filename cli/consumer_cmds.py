@@ -134,7 +134,7 @@ def _add_source_arguments(p: argparse.ArgumentParser, group_default: str) -> Non
     _add_record_arguments(p)
 
 
-#: what a consumer does with a record it refuses (deltamirror.mirror.boundary.BAD_RECORD_CHOICES)
+#: what a consumer does with a record it refuses (deltamirror.mirror.records.boundary.BAD_RECORD_CHOICES)
 ON_BAD_RECORD = ("stop", "skip", "dead-letter")
 
 
@@ -342,7 +342,7 @@ class _Source:
         import logging
 
         from deltamirror.core.redact import install_redaction
-        from deltamirror.mirror.connection import KafkaConnectionReporter
+        from deltamirror.mirror.kafka.connection import KafkaConnectionReporter
         from deltamirror.mirror.topics import default_commits_topic
 
         # the watcher's Kafka model and file: the same broker-list rule, SASL/SSL checks and secrets
@@ -362,7 +362,7 @@ class _Source:
         # wrong credentials stop the consumer
         self.reporter = KafkaConnectionReporter(self.servers, on_fatal=self._fatal)
         self.kafka: dict[str, Any] = {**kafka.librdkafka_config(), **self.reporter.client_config()}
-        from deltamirror.mirror.login_check import check_login, needs_login_check
+        from deltamirror.mirror.kafka.login_check import check_login, needs_login_check
 
         if needs_login_check(self.kafka):
             # a wrong password or CA: one line and exit 2 in a second, not a timeout as "unreachable"
@@ -423,7 +423,7 @@ class _Source:
     def _record_options(self, args: argparse.Namespace) -> dict[str, Any]:
         """Which records the consumer takes (flags over the config's ``consumer:`` section)."""
         from deltamirror.consumer.settings import consumer_settings
-        from deltamirror.mirror.boundary import RecordRules
+        from deltamirror.mirror.records.boundary import RecordRules
 
         section = None
         if args.config:
@@ -443,7 +443,7 @@ class _Source:
         options: dict[str, Any] = {"rules": rules, "on_bad_record": settings.on_bad_record}
         if settings.bad_record_topic is not None:
             from deltamirror.consumer.bad_records import BadRecordTopic
-            from deltamirror.mirror.kafka_producer import RecordProducer
+            from deltamirror.mirror.kafka.producer import RecordProducer
 
             self.producer = RecordProducer(self.kafka)
             self.producer.check_topic(settings.bad_record_topic)  # now, not at the first refusal
@@ -634,7 +634,7 @@ def cmd_invalidate(args: argparse.Namespace) -> int:
     producer = None
     dead_letters = None
     if args.dead_letter_topic is not None:
-        from deltamirror.mirror.kafka_producer import RecordProducer
+        from deltamirror.mirror.kafka.producer import RecordProducer
 
         producer = RecordProducer(source.kafka, delivery_timeout_s=max(30.0, args.timeout))
         try:

@@ -60,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _broker(args: argparse.Namespace) -> Any:
-    from deltamirror.producer.local_kafka import LocalKafka
+    from deltamirror.devkafka.broker import LocalKafka
 
     return LocalKafka(
         port=args.port,
@@ -72,7 +72,7 @@ def _broker(args: argparse.Namespace) -> Any:
 
 def _start(args: argparse.Namespace) -> int:
     from deltamirror.core.errors import ConfigError, InvalidArgumentError
-    from deltamirror.producer.kafka_jars import load_distribution, missing_jars
+    from deltamirror.devkafka.jars import load_distribution, missing_jars
 
     if args.secure_port is not None and args.security == "none":
         raise InvalidArgumentError("--secure-port goes with --security scram-tls")

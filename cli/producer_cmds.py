@@ -197,14 +197,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from deltamirror.mirror.events import json_schema_text
+    from deltamirror.mirror.records.events import json_schema_text
 
     sys.stdout.write(json_schema_text())
     return 0
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-    from deltamirror.producer.offline_events import iter_event_values
+    from deltamirror.producer.publishing.offline_events import iter_event_values
 
     from .output import open_output
 
@@ -226,7 +226,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from deltamirror.producer.config_file import load_config_data
     from deltamirror.producer.service import run_watch
     from deltamirror.producer.settings import merge_overrides
-    from deltamirror.producer.snapshot_events import ProgressBar
+    from deltamirror.producer.tailing.snapshot_events import ProgressBar
 
     ProgressBar.shown = not args.no_progress
 
@@ -275,7 +275,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                     "another, which the demo uses instead"
                 )
     else:
-        from deltamirror.producer.local_kafka import LocalKafka
+        from deltamirror.devkafka.broker import LocalKafka
 
         args.port = 9092 if args.port is None else args.port
         broker = LocalKafka(port=args.port)
@@ -433,8 +433,8 @@ def _run_demo(bootstrap: str, path: Path, stop: Any) -> int:
     import json
     import time
 
-    from deltamirror.mirror.connection import KafkaConnectionReporter
-    from deltamirror.mirror.kafka_consumer import MirrorConsumer
+    from deltamirror.mirror.kafka.connection import KafkaConnectionReporter
+    from deltamirror.mirror.kafka.consumer import MirrorConsumer
     from deltamirror.producer.service import WatchService
     from deltamirror.producer.settings import WatchConfig
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from .common import add_kafka_arguments
 
-#: ``deltamirror.producer.signals.SIGNAL_TOPIC``, spelled out so that --help imports nothing
+#: ``deltamirror.producer.discovery.signals.SIGNAL_TOPIC``, spelled out so that --help imports nothing
 SIGNAL_TOPIC = "deltamirror.signals"
 DEFAULT_TIMEOUT_S = 15.0
 
@@ -77,9 +77,9 @@ def cmd_signal(args: argparse.Namespace) -> int:
     except DeltaMirrorError as exc:
         raise ConfigError(f"invalid table location: {exc.message}", table=args.table) from None
     kafka, topic = _settings(args, uri)
-    from deltamirror.mirror.connection import KafkaConnectionReporter
     from deltamirror.mirror.errors import KafkaError
-    from deltamirror.mirror.login_check import check_login
+    from deltamirror.mirror.kafka.connection import KafkaConnectionReporter
+    from deltamirror.mirror.kafka.login_check import check_login
 
     # one line at the end says what went wrong: nothing is logged on the way (no librdkafka line)
     reporter = KafkaConnectionReporter(kafka.bootstrap_servers, quiet=True)
@@ -161,7 +161,7 @@ def _settings(args: argparse.Namespace, uri: str) -> tuple[Any, str]:
 def _runs(cfg: Any, uri: str) -> bool:
     """Whether a watcher of ``cfg`` runs the table at ``uri`` (normalized): one of its tables, or a
     table its discovery would find under a prefix."""
-    from deltamirror.producer.discovery import selected
+    from deltamirror.producer.discovery.scan import selected
 
     if any(t.normalized_uri == uri for t in cfg.tables):
         return True
@@ -180,7 +180,7 @@ def _new_signal(uri: str) -> Any:
     import time
     import uuid
 
-    from deltamirror.producer.signals import Signal
+    from deltamirror.producer.discovery.signals import Signal
 
     return Signal(kind="snapshot", table_uri=uri, id=uuid.uuid4().hex, requested_at=int(time.time() * 1000))
 
@@ -190,7 +190,7 @@ def _is_done(value: bytes, signal: Any) -> bool:
     whatever they are, are not)."""
     from pydantic import ValidationError
 
-    from deltamirror.producer.signals import Signal
+    from deltamirror.producer.discovery.signals import Signal
 
     try:
         seen = Signal.model_validate_json(value or b"")
@@ -224,9 +224,9 @@ class _Sender:
 
     def send(self, uri: str) -> Any:
         from deltamirror.mirror.errors import KafkaError
-        from deltamirror.mirror.kafka_producer import RecordProducer
+        from deltamirror.mirror.kafka.producer import RecordProducer
         from deltamirror.mirror.topics import TopicManager
-        from deltamirror.producer.signals import SIGNAL_MAX_BYTES
+        from deltamirror.producer.discovery.signals import SIGNAL_MAX_BYTES
 
         try:
             topics = TopicManager(
@@ -253,7 +253,7 @@ class _Sender:
         import threading
 
         from deltamirror.mirror.errors import KafkaError, StopRequested
-        from deltamirror.mirror.kafka_consumer import MirrorConsumer
+        from deltamirror.mirror.kafka.consumer import MirrorConsumer
 
         stop = threading.Event()
         timer = threading.Timer(_left(self.deadline, self.args), stop.set)

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from deltamirror.mirror.boundary import BadRecordError
+from deltamirror.mirror.records.boundary import BadRecordError
 
 if TYPE_CHECKING:
-    from deltamirror.mirror.kafka_consumer import Record
+    from deltamirror.mirror.kafka.consumer import Record
 
     from .invalidate.delivery import RecordSender
 

@@ -19,11 +19,11 @@ Two halves, because the Spark source runs them in different processes:
   an :class:`EventStreamError`, never a skipped row (unless the caller asks to skip versions that
   retention deleted from the topic: the Spark source's failOnDataLoss=false).
 
-Both take every record through the consumers' boundary (:mod:`deltamirror.mirror.boundary`): the
+Both take every record through the consumers' boundary (:mod:`deltamirror.mirror.records.boundary`): the
 contract, core's rules for each action and its paths (``allowed_path_prefixes`` for a shallow
 clone), and the table's own location: a record keyed by the table's id that says another id or
 location is refused (no record moves the table). A refused record is a
-:class:`~deltamirror.mirror.boundary.BadRecordError` naming topic, partition and offset; with
+:class:`~deltamirror.mirror.records.boundary.BadRecordError` naming topic, partition and offset; with
 ``on_bad_record="skip"`` it is logged, counted and passed over. The index stops at a refused record
 (:attr:`MirrorIndex.refused`) and keeps the versions before it: a planner plans them first, then
 raises it.
@@ -40,17 +40,17 @@ from typing import Any
 
 from deltamirror.core.changes import VersionActions
 from deltamirror.core.storage import normalize_table_uri
-from deltamirror.mirror.boundary import BadRecordError, OnBadRecord, RecordRules, shown
 from deltamirror.mirror.errors import EventStreamError, KafkaError, TopicNotFoundError
-from deltamirror.mirror.events import (
+from deltamirror.mirror.kafka.consumer import MirrorConsumer
+from deltamirror.mirror.records.boundary import BadRecordError, OnBadRecord, RecordRules, shown
+from deltamirror.mirror.records.events import (
     COMMITS_KINDS,
     CommitSummary,
     TableReplaced,
     decode_action_event,
     decode_commits_record,
 )
-from deltamirror.mirror.headers import HEADER_KIND
-from deltamirror.mirror.kafka_consumer import MirrorConsumer
+from deltamirror.mirror.records.headers import HEADER_KIND
 from deltamirror.mirror.topics import murmur2_partition
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from deltamirror.core.errors import ConfigError
-from deltamirror.mirror.boundary import OnBadRecord
+from deltamirror.mirror.records.boundary import OnBadRecord
 from deltamirror.mirror.settings import SettingsModel, settings_error
 
 

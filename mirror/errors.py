@@ -5,7 +5,7 @@ cause, so the CLI prints them the same way. Their ``exit_code`` says what a call
 1 for broker trouble (retry later), 2 for records or settings that are wrong.
 
 The producer's transaction outcomes (:class:`TransactionAbortableError`, :class:`RetriableKafkaError`
-and their kin) live here too: :mod:`deltamirror.mirror.kafka_producer` maps every librdkafka
+and their kin) live here too: :mod:`deltamirror.mirror.kafka.producer` maps every librdkafka
 failure to one of them, and the watcher reacts to each differently.
 """
 

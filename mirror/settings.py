@@ -35,7 +35,7 @@ from pydantic import (
 from deltamirror.core.errors import ConfigError
 from deltamirror.core.redact import MASK, is_secret_key, redact_value
 
-from .connection import bootstrap_servers_problem
+from .kafka.connection import bootstrap_servers_problem
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER")

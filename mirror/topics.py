@@ -37,7 +37,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetS
 from deltamirror.core.errors import ConfigError
 
 from .errors import KafkaError
-from .kafka_producer import RECORD_OVERHEAD
+from .kafka.producer import RECORD_OVERHEAD
 
 PREFIX = "deltamirror."
 ACTIONS_SUFFIX = ".actions"

@@ -29,7 +29,6 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from deltamirror.core.errors import ConfigError, DeltaMirrorError
-from deltamirror.mirror.connection import KafkaConnectionReporter
 from deltamirror.mirror.errors import (
     KafkaError,
     ProducerFencedError,
@@ -38,22 +37,23 @@ from deltamirror.mirror.errors import (
     TimestampRefusedError,
     TransactionAbortableError,
 )
-from deltamirror.mirror.kafka_producer import TransactionalPublisher
+from deltamirror.mirror.kafka.connection import KafkaConnectionReporter
+from deltamirror.mirror.kafka.producer import TransactionalPublisher
 from deltamirror.mirror.topics import TableTopics, TopicManager
 
-from .discovery import GONE_TABLES
-from .progress import read_progress
-from .retention import RetentionWatch
-from .row_events import RowChangesSource
-from .session import close_publisher, transactional_id, wait_for_brokers
+from .discovery.scan import GONE_TABLES
+from .group.shard_producers import ProducerLease
+from .publishing.progress import read_progress
+from .publishing.row_events import RowChangesSource
+from .publishing.session import close_publisher, transactional_id, wait_for_brokers
+from .publishing.shared_clients import SharedClients, check_topics
+from .publishing.transactions import BATCH, TableTransactions
 from .settings import TableConfig, WatchConfig
-from .shard_producers import ProducerLease
-from .shared_clients import SharedClients, check_topics
-from .snapshot_events import SnapshotWork
-from .transactions import BATCH, TableTransactions
-from .waker import LogWaker
-from .watcher import TableWatcher
-from .work import CommitWork, PositionWork, TableDroppedWork, TableReplacedWork, Work
+from .tailing.retention import RetentionWatch
+from .tailing.snapshot_events import SnapshotWork
+from .tailing.waker import LogWaker
+from .tailing.watcher import TableWatcher
+from .tailing.work import CommitWork, PositionWork, TableDroppedWork, TableReplacedWork, Work
 
 if TYPE_CHECKING:  # for the type checker only: importing it loads prometheus_client
     from .metrics import Metrics

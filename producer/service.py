@@ -28,7 +28,7 @@ with one line saying what was left, and a second signal stops at once, with the 
 
 Logs: JSON lines, redacted (:mod:`.log_format`); librdkafka's own lines go to the
 ``deltamirror.librdkafka`` logger at DEBUG, and a broker that cannot be reached is reported by
-:class:`~deltamirror.mirror.connection.KafkaConnectionReporter`, one warning at most every 30 s.
+:class:`~deltamirror.mirror.kafka.connection.KafkaConnectionReporter`, one warning at most every 30 s.
 """
 
 from __future__ import annotations
@@ -42,21 +42,21 @@ from dataclasses import dataclass
 from typing import cast
 
 from deltamirror.core.errors import ConfigError
-from deltamirror.mirror.connection import KafkaConnectionReporter
 from deltamirror.mirror.errors import KafkaError, ProducerFencedError
+from deltamirror.mirror.kafka.connection import KafkaConnectionReporter
 
 from .config_file import redacted
-from .discovery import DiscoveryLoop
+from .discovery.scan import DiscoveryLoop
+from .discovery.signals import Signal, SignalListener
+from .discovery.table_check import check_tables_exist
+from .discovery.topic_claims import TopicClaims
+from .group.sharing import TableSharing
 from .liveness import PROBE_INTERVAL_S, BrokerHealth, BrokerWatch, StatusLog, Tee
 from .log_format import configure_logging
 from .metrics import GroupMetrics, Metrics, ServedMetrics, ServerHandle, WatcherMetrics, serve
 from .pipeline import STOP_BUDGET_S, TablePipeline
+from .publishing.shared_clients import SharedClients
 from .settings import TableConfig, WatchConfig
-from .shared_clients import SharedClients
-from .sharing import TableSharing
-from .signals import Signal, SignalListener
-from .table_check import check_tables_exist
-from .topic_claims import TopicClaims
 
 log = logging.getLogger("deltamirror.watch")
 

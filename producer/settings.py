@@ -34,7 +34,7 @@ from pydantic import (
 from deltamirror.core.errors import ConfigError, DeltaMirrorError
 from deltamirror.core.storage import normalize_table_uri
 from deltamirror.core.timestamps import parse_timestamp
-from deltamirror.mirror.fragments import OversizePolicy
+from deltamirror.mirror.records.fragments import OversizePolicy
 from deltamirror.mirror.settings import (
     FieldProblem,
     KafkaSettings,
@@ -81,7 +81,7 @@ Location = Annotated[str, AfterValidator(_known_location)]
 
 
 class RowChangesConfig(SettingsModel):
-    """Row-level change events of a table (``deltamirror.mirror.row_changes`` has the format).
+    """Row-level change events of a table (``deltamirror.mirror.records.row_changes`` has the format).
 
     ``key_columns``: the row's key (Delta has no primary key); none: the whole row is the key, and
     updates are published as a delete and an insert. ``tombstones``: a null-value record after each
@@ -92,7 +92,7 @@ class RowChangesConfig(SettingsModel):
 
     enabled: bool = True
     key_columns: list[str] = Field(default_factory=list)
-    #: ``deltamirror.mirror.connect_types.RowChangesFormat``, spelled out: no pyarrow import here
+    #: ``deltamirror.mirror.records.connect_types.RowChangesFormat``, spelled out: no pyarrow import here
     format: Literal["json", "json-schema"] = "json"
     tombstones: bool = False
     pairing_memory_mb: int = Field(default=256, ge=1)
@@ -321,7 +321,7 @@ class WatchConfig(SettingsModel):
 
     - ``split``: the record is published as consecutive fragment records with the same key, in the
       same transaction, whose headers say which fragment of how many they are;
-      ``deltamirror.mirror.fragments.FragmentAssembler`` joins them again.
+      ``deltamirror.mirror.records.fragments.FragmentAssembler`` joins them again.
     - ``fail``: the table stops with an error naming the version and the action index, and resumes
       once the limit (here and on the broker) is raised.
     """

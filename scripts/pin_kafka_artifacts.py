@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Regenerate producer/kafka_artifacts.json, the pinned jar list behind `deltamirror local kafka`.
+"""Regenerate devkafka/kafka_artifacts.json, the pinned jar list behind `deltamirror local kafka`.
 
 Users never run Maven: this script is run by a maintainer (with ``mvn`` and a JDK) when moving to a
 new Kafka release, and its output is committed. Maven resolves the broker's runtime classpath once,
 into a throwaway local repository and with strict checksum checks against Maven Central, so the
 SHA-256 written here are those of the files Central serves. At run time
-:mod:`deltamirror.producer.kafka_jars` downloads exactly these files and refuses any other bytes.
+:mod:`deltamirror.devkafka.jars` downloads exactly these files and refuses any other bytes.
 
     python scripts/pin_kafka_artifacts.py --kafka-version 4.4.0
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_OUTPUT = REPO_ROOT / "producer" / "kafka_artifacts.json"
+DEFAULT_OUTPUT = REPO_ROOT / "devkafka" / "kafka_artifacts.json"
 
 # Kafka's own distribution ships log4j2 behind the slf4j 1.x API; the binding is not a dependency of
 # the kafka_2.13 pom (a library must not choose a log backend), so it is added here.

@@ -5,7 +5,7 @@
 - producer and consumer import core and mirror, never each other;
 - ops (the metrics and health server) imports only core, the standard library and prometheus_client;
 - confluent_kafka is imported only in mirror (and the local broker helper, for admin calls);
-- only consumer/spark_source.py imports pyspark;
+- only consumer/spark/source.py imports pyspark;
 - the CLI imports the packages only inside functions (lazily), except its own modules;
 - no import cycle between modules at import time.
 """
@@ -28,9 +28,9 @@ PACKAGES = {
     "cli": "deltamirror.cli",
 }
 CORE_ALLOWED = {"pyarrow", "fsspec", "pydantic", "pydantic_core"}
-SPARK_MODULES = {"consumer/spark_source.py"}
+SPARK_MODULES = {"consumer/spark/source.py"}
 #: where confluent_kafka may be imported: the wire package, and the local broker's admin calls
-KAFKA_CLIENT_HOMES = ("mirror/", "producer/local_kafka.py", "producer/local_kafka_security.py")
+KAFKA_CLIENT_HOMES = ("mirror/", "devkafka/broker.py", "devkafka/security.py")
 
 
 def _imports(path: Path, package: str) -> list[tuple[str, int, bool]]:
@@ -235,14 +235,14 @@ def test_the_rule_checker_sees_a_violation(tmp_path: Path) -> None:
 
 
 def test_the_wire_format_lives_in_one_module() -> None:
-    """Envelope field names appear only in mirror/events.py; everyone else goes through it."""
+    """Envelope field names appear only in mirror/records/events.py; everyone else goes through it."""
     owners = set()
     for folder in PACKAGES:
         for path in _files(folder):
             text = path.read_text()
             if '"schemaVersion"' in text or '"commitTimestampSource"' in text:
                 owners.add(str(path.relative_to(ROOT)))
-    assert owners == {"mirror/events.py"}
+    assert owners == {"mirror/records/events.py"}
 
 
 # --- one choke point for every open of table data ---------------------------------------------

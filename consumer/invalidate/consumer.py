@@ -27,15 +27,15 @@ from typing import TYPE_CHECKING, Any
 
 from deltamirror.core.errors import ConfigError
 from deltamirror.mirror.errors import StopRequested, TopicNotFoundError
-from deltamirror.mirror.events import TableDropped, TableReplaced
+from deltamirror.mirror.records.events import TableDropped, TableReplaced
 
 from ..snapshot import IncrementalSnapshot, Invalidation, SnapshotConsumer, TableReplacement
 from .payload import DEFAULT_MAX_ITEMS, Payload, replacement_payload, version_payload
 
 if TYPE_CHECKING:
-    from deltamirror.mirror.event_batches import Envelope, Segment
-    from deltamirror.mirror.events import ActionEvent
-    from deltamirror.mirror.kafka_consumer import Record
+    from deltamirror.mirror.kafka.consumer import Record
+    from deltamirror.mirror.records.event_batches import Envelope, Segment
+    from deltamirror.mirror.records.events import ActionEvent
 
 DEFAULT_GROUP_ID = "deltamirror-invalidate"
 
@@ -118,7 +118,7 @@ class InvalidationConsumer(SnapshotConsumer):
 
     def _read_acknowledged(self, once: bool, timeout_s: float) -> dict[tuple[str, int], int]:
         """The group's committed offsets; as the run itself, without ``once`` a topic is waited for."""
-        from deltamirror.mirror.kafka_consumer import MirrorConsumer
+        from deltamirror.mirror.kafka.consumer import MirrorConsumer
 
         out: dict[tuple[str, int], int] = {}
         with MirrorConsumer(self.config, group_id=self.group_id) as reader:

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Counter
 from deltamirror.core.errors import ConfigError, DeltaMirrorError
 from deltamirror.core.redact import redact
 from deltamirror.mirror.errors import StopRequested
-from deltamirror.mirror.headers import HEADER_KIND, HEADER_VERSION
+from deltamirror.mirror.records.headers import HEADER_KIND, HEADER_VERSION
 
 from .payload import Payload, describe
 from .targets import DeliveryAttemptError, Target

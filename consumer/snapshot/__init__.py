@@ -15,12 +15,12 @@ One job per module:
 - :mod:`.loop`: :class:`SnapshotConsumer`, the Kafka loop over the actions (and commits) topic, on
   the mirror's one reader, with restarts and re-created tables (:class:`TableReplacement`).
 
-Records are decoded by the mirror's one decoder (:mod:`deltamirror.mirror.events`).
+Records are decoded by the mirror's one decoder (:mod:`deltamirror.mirror.records.events`).
 """
 
 from __future__ import annotations
 
-from deltamirror.mirror.events import TableReplaced, decode_action_event, decode_commits_record
+from deltamirror.mirror.records.events import TableReplaced, decode_action_event, decode_commits_record
 
 from .loop import (
     DEFAULT_CHECKPOINT_INTERVAL_S,

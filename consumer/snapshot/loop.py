@@ -1,7 +1,7 @@
 """The snapshot consumer: an :class:`~.state.IncrementalSnapshot` per table, kept current from Kafka.
 
 :class:`SnapshotConsumer` reads the actions topic (and the commits topic, when given) through the
-mirror's one reader, :class:`~deltamirror.mirror.kafka_consumer.MirrorConsumer` (``read_committed``,
+mirror's one reader, :class:`~deltamirror.mirror.kafka.consumer.MirrorConsumer` (``read_committed``,
 fragments joined, every partition assigned to this instance), applies each record to its table's
 state, and after each batch (:meth:`SnapshotConsumer.checkpoint`) stores the offsets for the group
 commit, reports the applied versions and replacements (callbacks), and saves the state when a
@@ -42,11 +42,11 @@ appears under its new ``tableId`` and the previous one's state stays. A ``tableD
 table deleted for good) is handled the same way, without a new table: its state is dropped, its id
 retired, and the :class:`TableReplacement` reported says ``dropped``.
 
-Records are untrusted input (:mod:`deltamirror.mirror.boundary`): each is held to the consumers'
+Records are untrusted input (:mod:`deltamirror.mirror.records.boundary`): each is held to the consumers'
 boundary once, by the mirror's decoder (``rules``: the locations tables may be at, the prefixes
 their files may be under, the limits), and to the state's own rules (versions in order, each
 table at the location it was first seen at, at most ``limits.max_tables`` tables). A record that
-fails is a :class:`~deltamirror.mirror.boundary.BadRecordError` naming topic, partition and
+fails is a :class:`~deltamirror.mirror.records.boundary.BadRecordError` naming topic, partition and
 offset. With ``on_bad_record="stop"`` (the default) the consumer applies, reports and stores the
 offsets of everything before it, saves the state, and raises it: a restart reads from it again.
 With ``"skip"`` it is logged (one line), counted, and passed over; with ``"dead-letter"`` also
@@ -67,7 +67,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from deltamirror.core.errors import ConfigError
-from deltamirror.mirror.boundary import (
+from deltamirror.mirror.errors import EventStreamError, StopRequested
+from deltamirror.mirror.records.boundary import (
     BAD_RECORD_CHOICES,
     BadRecordError,
     OnBadRecord,
@@ -75,9 +76,8 @@ from deltamirror.mirror.boundary import (
     TablePins,
     shown,
 )
-from deltamirror.mirror.errors import EventStreamError, StopRequested
-from deltamirror.mirror.event_batches import ActionEventBatch, Envelope, Segment, decode_action_events
-from deltamirror.mirror.events import (
+from deltamirror.mirror.records.event_batches import ActionEventBatch, Envelope, Segment, decode_action_events
+from deltamirror.mirror.records.events import (
     COMMITS_KINDS,
     ActionEvent,
     CommitsTopicRecord,
@@ -86,14 +86,14 @@ from deltamirror.mirror.events import (
     TableReplaced,
     decode_commits_record,
 )
-from deltamirror.mirror.fragments import FragmentAssembler
-from deltamirror.mirror.headers import HEADER_KIND, header_value
+from deltamirror.mirror.records.fragments import FragmentAssembler
+from deltamirror.mirror.records.headers import HEADER_KIND, header_value
 
 from .state import IncrementalSnapshot, Invalidation
 from .store import Position, StateStore
 
 if TYPE_CHECKING:
-    from deltamirror.mirror.kafka_consumer import MirrorConsumer, Record
+    from deltamirror.mirror.kafka.consumer import MirrorConsumer, Record
 
     from ..metrics import MetricsSink
 
@@ -140,7 +140,7 @@ ReplacedCallback = Callable[[TableReplacement], None]
 
 @runtime_checkable
 class _Columns(Protocol):
-    """Records that also give their fields as columns (:class:`~deltamirror.mirror.kafka_consumer.RecordBatch`)."""
+    """Records that also give their fields as columns (:class:`~deltamirror.mirror.kafka.consumer.RecordBatch`)."""
 
     def topics(self) -> list[str]: ...
     def partitions(self) -> list[int]: ...
@@ -281,7 +281,7 @@ class SnapshotConsumer:
             self.metrics.stopped()
 
     def _run(self, once: bool, topic_timeout_s: float) -> None:
-        from deltamirror.mirror.kafka_consumer import MirrorConsumer
+        from deltamirror.mirror.kafka.consumer import MirrorConsumer
 
         # one that reads to the end asks the broker not to hold an empty fetch (MirrorConsumer's
         # default); a long-running one keeps librdkafka's fetch wait
@@ -358,7 +358,7 @@ class SnapshotConsumer:
     def take_batch(self, records: Sequence[Record]) -> None:
         """Whole records in partition order, as :meth:`take` takes them one by one, with the same
         outcome; the actions records decoded in columns (the batch decoder of
-        :mod:`deltamirror.mirror.event_batches`), a run of one partition at a time.
+        :mod:`deltamirror.mirror.records.event_batches`), a run of one partition at a time.
 
         A subclass that overrides :meth:`take` (to see every record) gets its records one by one.
         """

@@ -9,10 +9,10 @@ import pyarrow as pa
 from deltamirror.core.accumulator import ActionAccumulator
 from deltamirror.core.errors import CorruptLogError
 from deltamirror.mirror.errors import EventStreamError
-from deltamirror.mirror.events import ActionEvent
+from deltamirror.mirror.records.events import ActionEvent
 
 if TYPE_CHECKING:
-    from deltamirror.mirror.event_batches import Segment
+    from deltamirror.mirror.records.event_batches import Segment
 
 #: add/remove bodies of a version held as dicts before they are turned into Arrow
 BATCH_ROWS = 8192

@@ -34,7 +34,7 @@ from deltamirror.core.deletion_vectors import dv_unique_id
 from deltamirror.core.errors import ConfigError
 from deltamirror.core.replay import canonical_paths, file_keys, reconcile
 from deltamirror.mirror.errors import EventStreamError
-from deltamirror.mirror.events import ActionEvent
+from deltamirror.mirror.records.events import ActionEvent
 
 from .files import (
     PathIndex,
@@ -50,8 +50,8 @@ from .invalidation import Invalidation, Partitions, Paths
 from .pending import PendingVersion
 
 if TYPE_CHECKING:
-    from deltamirror.mirror.boundary import RecordRules
-    from deltamirror.mirror.event_batches import Envelope, Segment
+    from deltamirror.mirror.records.boundary import RecordRules
+    from deltamirror.mirror.records.event_batches import Envelope, Segment
 
 #: a Delta checkpoint per table (:mod:`.delta_checkpoint`)
 STATE_FORMAT = 3
@@ -177,7 +177,7 @@ class IncrementalSnapshot:
 
     def apply_segment(self, segment: Segment) -> Invalidation | None:
         """Take the events of a decoded segment (consecutive events of one version, see
-        :func:`~deltamirror.mirror.event_batches.decode_action_events`) as :meth:`apply` takes them
+        :func:`~deltamirror.mirror.records.event_batches.decode_action_events`) as :meth:`apply` takes them
         one by one: the same checks, the same errors, the same state after."""
         pending = self._begin(segment.envelope, segment.first_index, segment.stop - segment.start)
         if pending is None:
@@ -368,12 +368,12 @@ class IncrementalSnapshot:
         self, values: Iterable[bytes | str], *, rules: RecordRules | None = None
     ) -> list[Invalidation]:
         """Apply serialized action events (e.g. the lines ``deltamirror events`` prints), held to
-        the consumers' boundary (``rules``: :class:`~deltamirror.mirror.boundary.RecordRules`).
+        the consumers' boundary (``rules``: :class:`~deltamirror.mirror.records.boundary.RecordRules`).
 
-        Decoded in columns (:func:`~deltamirror.mirror.event_batches.decode_action_events`); when a
+        Decoded in columns (:func:`~deltamirror.mirror.records.event_batches.decode_action_events`); when a
         value is refused, the events before it are applied first, as :meth:`apply` would.
         """
-        from deltamirror.mirror.event_batches import decode_action_events
+        from deltamirror.mirror.records.event_batches import decode_action_events
 
         batch = decode_action_events(list(values), rules=rules, partial=True)
         out = []

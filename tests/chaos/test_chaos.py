@@ -24,7 +24,7 @@ def test_the_ci_campaign_loses_duplicates_and_reorders_nothing_with_faults_lande
     tmp_path: Path,
 ) -> None:
     from deltamirror.core.errors import EnvironmentMissingError
-    from deltamirror.producer.kafka_jars import find_java
+    from deltamirror.devkafka.jars import find_java
 
     try:
         find_java()

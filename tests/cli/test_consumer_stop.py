@@ -32,7 +32,7 @@ def _publish(bootstrap: str, topic: str) -> None:
     """Versions 0.. of one table, one add each, as the watcher writes them."""
     from confluent_kafka import Producer
 
-    from deltamirror.mirror.events import EnvelopeEncoder
+    from deltamirror.mirror.records.events import EnvelopeEncoder
 
     producer = Producer({"bootstrap.servers": bootstrap})
     try:
@@ -45,7 +45,13 @@ def _publish(bootstrap: str, topic: str) -> None:
                 commit_timestamp_source="ict",
                 count=1,
             )
-            add = {"path": f"f{version}", "partitionValues": {}, "size": 1, "modificationTime": 1, "dataChange": True}
+            add = {
+                "path": f"f{version}",
+                "partitionValues": {},
+                "size": 1,
+                "modificationTime": 1,
+                "dataChange": True,
+            }
             for value in encoder.encode_many(0, [("add", add)]):
                 producer.produce(topic, value, b"t")
         assert producer.flush(30) == 0
@@ -73,7 +79,7 @@ def _versions(log: Path) -> list[int]:
 
 @pytest.mark.timeout(300)
 def test_sigterm_with_the_broker_frozen_stops_both_consumers_within_10_s(tmp_path: Path) -> None:
-    from deltamirror.producer.local_kafka import LocalKafka
+    from deltamirror.devkafka.broker import LocalKafka
 
     broker = LocalKafka(port=free_port_pair(), data_dir=tmp_path / "kafka")
     bootstrap = broker.start()
@@ -143,7 +149,7 @@ def _the_other_waits_are_bounded_too(bootstrap: str, topic: str) -> None:
     import threading
 
     from deltamirror.mirror.errors import KafkaError, StopRequested
-    from deltamirror.mirror.kafka_consumer import MirrorConsumer
+    from deltamirror.mirror.kafka.consumer import MirrorConsumer
 
     reader = MirrorConsumer({"bootstrap.servers": bootstrap}, group_id="stop-bounds")
     try:

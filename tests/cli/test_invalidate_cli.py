@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from deltamirror.producer.offline_events import iter_event_values
+from deltamirror.producer.publishing.offline_events import iter_event_values
 from support.kafka import new_topic
 from support.tables import copy_table
 from support.watching import watch_until

@@ -18,7 +18,7 @@ from deltamirror.cli.main import main
 from deltamirror.cli.progress import ProgressLine
 from deltamirror.core.changes import read_changes
 from deltamirror.core.table import open_table
-from deltamirror.producer.snapshot_events import ProgressBar
+from deltamirror.producer.tailing.snapshot_events import ProgressBar
 from support.tables import TABLES, copy_table
 
 CDF = str(TABLES / "krs__cdf-table-simple")

@@ -210,7 +210,7 @@ def test_a_flag_given_as_an_empty_list_leaves_the_file(tmp_path: Path, handed: l
 
 def discovered(cfg: WatchConfig, relative: str = "t") -> Any:
     """The settings a table found under the first prefix is mirrored with."""
-    from deltamirror.producer.discovery import DiscoveredTable, discovered_config
+    from deltamirror.producer.discovery.scan import DiscoveredTable, discovered_config
 
     prefix = cfg.discover[0]
     return discovered_config(
@@ -312,7 +312,7 @@ def test_a_table_that_does_not_exist_is_refused_at_start(
 def test_wait_for_table_waits_for_a_table_that_does_not_exist(
     tmp_path: Path, handed: list[WatchConfig], caplog: pytest.LogCaptureFixture
 ) -> None:
-    from deltamirror.producer.table_check import check_tables_exist
+    from deltamirror.producer.discovery.table_check import check_tables_exist
 
     missing = tmp_path / "later"
     assert watch("--bootstrap-servers", "k:9092", str(missing), "--wait-for-table") == 0

@@ -18,9 +18,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from deltamirror.consumer.metrics import DEFAULT_PORT, ConsumerMetrics, serve
 from deltamirror.consumer.snapshot import SnapshotConsumer
 from deltamirror.mirror.errors import EventStreamError, KafkaError
-from deltamirror.mirror.events import SCHEMA_VERSION, Heartbeat
+from deltamirror.mirror.records.events import SCHEMA_VERSION, Heartbeat
 from deltamirror.ops import ServerHandle
-from deltamirror.producer.offline_events import iter_event_values
+from deltamirror.producer.publishing.offline_events import iter_event_values
 from support.tables import TABLES
 
 TABLE = "file:///data/demo"
@@ -172,7 +172,7 @@ def test_settings_that_cannot_work_are_refused() -> None:
 def test_a_snapshot_consumer_serves_its_lag_and_health_while_it_consumes(kafka_bootstrap: str) -> None:
     from confluent_kafka import Producer
 
-    from deltamirror.mirror.kafka_consumer import MirrorConsumer
+    from deltamirror.mirror.kafka.consumer import MirrorConsumer
     from support.kafka import new_topic
 
     values = list(iter_event_values(str(TABLES / "golden__basic-with-inserts-updates")))

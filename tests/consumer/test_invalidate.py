@@ -35,8 +35,8 @@ from deltamirror.consumer.invalidate import (
 from deltamirror.consumer.snapshot import IncrementalSnapshot
 from deltamirror.core.errors import ConfigError
 from deltamirror.mirror.errors import StopRequested
-from deltamirror.mirror.kafka_consumer import Record
-from deltamirror.producer.offline_events import iter_event_values
+from deltamirror.mirror.kafka.consumer import Record
+from deltamirror.producer.publishing.offline_events import iter_event_values
 from support.tables import TABLES
 
 TABLE = TABLES / "krs__cdf-table-partitioned"

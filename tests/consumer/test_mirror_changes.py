@@ -13,7 +13,7 @@ from deltamirror.consumer.mirror_changes import MirrorIndex, MirrorSettings, rea
 from deltamirror.core.changes import changes_from_actions
 from deltamirror.core.table import open_table
 from deltamirror.mirror.errors import EventStreamError
-from deltamirror.mirror.events import SCHEMA_VERSION, CommitSummary, Heartbeat, TableReplaced
+from deltamirror.mirror.records.events import SCHEMA_VERSION, CommitSummary, Heartbeat, TableReplaced
 from support.tables import copy_table
 from support.watching import watch_until
 

@@ -13,10 +13,10 @@ import uuid
 import pytest
 
 from deltamirror.consumer.mirror_changes import MirrorIndex, MirrorSettings
-from deltamirror.consumer.spark_options import SourceOptions
+from deltamirror.consumer.spark.options import SourceOptions
 from deltamirror.core.errors import ConfigError, InvalidArgumentError
 from deltamirror.mirror.errors import KafkaError
-from deltamirror.mirror.events import SCHEMA_VERSION, CommitSummary
+from deltamirror.mirror.records.events import SCHEMA_VERSION, CommitSummary
 
 URI = "file:///data/t"
 SECRET = "pw-7f3a9c"

@@ -10,9 +10,9 @@ import pytest
 
 from deltamirror.consumer.snapshot import IncrementalSnapshot, Invalidation
 from deltamirror.mirror.errors import EventStreamError
-from deltamirror.mirror.event_batches import decode_action_events
-from deltamirror.mirror.events import decode_action_event
-from deltamirror.producer.offline_events import iter_event_values
+from deltamirror.mirror.records.event_batches import decode_action_events
+from deltamirror.mirror.records.events import decode_action_event
+from deltamirror.producer.publishing.offline_events import iter_event_values
 from support.tables import TABLES, record_rules
 
 TABLES_FROM_ZERO = [

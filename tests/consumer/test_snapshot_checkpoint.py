@@ -21,7 +21,7 @@ import pytest
 from deltamirror.consumer.snapshot import IncrementalSnapshot, Invalidation, SnapshotConsumer, StateStore
 from deltamirror.core.errors import IncompleteTableStateError
 from deltamirror.core.table import open_table
-from deltamirror.producer.offline_events import iter_event_values
+from deltamirror.producer.publishing.offline_events import iter_event_values
 from support.tables import TABLES
 
 # deletion vectors (u, rewritten as p), encoded partition paths, txns, domain metadata, V2 checkpoints

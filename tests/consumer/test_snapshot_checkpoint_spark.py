@@ -13,7 +13,7 @@ import pytest
 
 from deltamirror.consumer.snapshot import IncrementalSnapshot, StateStore
 from deltamirror.core.table import open_table
-from deltamirror.producer.offline_events import iter_event_values
+from deltamirror.producer.publishing.offline_events import iter_event_values
 from support.tables import TABLES
 
 if TYPE_CHECKING:

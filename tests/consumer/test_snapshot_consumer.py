@@ -28,10 +28,10 @@ from deltamirror.core.errors import ConfigError
 from deltamirror.core.replay import file_keys
 from deltamirror.core.table import open_table
 from deltamirror.mirror.errors import EventStreamError
-from deltamirror.mirror.events import ActionEvent, TableReplaced
-from deltamirror.producer.offline_events import iter_event_values
-from deltamirror.producer.snapshot_events import SnapshotWork
-from deltamirror.producer.transactions import encoder_for
+from deltamirror.mirror.records.events import ActionEvent, TableReplaced
+from deltamirror.producer.publishing.offline_events import iter_event_values
+from deltamirror.producer.publishing.transactions import encoder_for
+from deltamirror.producer.tailing.snapshot_events import SnapshotWork
 from support.tables import TABLES, copy_table, record_rules
 from support.watching import watch_until
 
@@ -239,7 +239,7 @@ def test_invalidations_are_the_difference_between_cores_snapshots(table_id: str)
 def _version_values(
     version: int, actions: list[tuple[str, dict[str, Any]]], *, snapshot: bool = False
 ) -> list[bytes]:
-    from deltamirror.mirror.events import EnvelopeEncoder
+    from deltamirror.mirror.records.events import EnvelopeEncoder
 
     encoder = EnvelopeEncoder(
         table_id="t",

@@ -1,5 +1,5 @@
 """docs/spark.md's recipe: Spark's own Kafka source (spark-sql-kafka from Maven Central) with
-``from_json`` and the shipped DDL (deltamirror.mirror.spark_ddl) reads what the watcher published.
+``from_json`` and the shipped DDL (deltamirror.mirror.records.spark_ddl) reads what the watcher published.
 
 The watcher mirrors a table with row changes on (plain JSON, key ``id``) to the session's broker;
 Spark reads the actions, changes and transaction topics with ``format("kafka")`` and
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from deltamirror.mirror.spark_ddl import (
+from deltamirror.mirror.records.spark_ddl import (
     ACTIONS_DDL,
     ADD_ACTION_DDL,
     TRANSACTION_DDL,
@@ -230,7 +230,7 @@ def test_row_changes_ddl_reads_every_type(spark: SparkSession) -> None:
     from pyspark.sql import functions as F
 
     from deltamirror.core.schema import parse_schema, to_arrow_schema
-    from deltamirror.mirror.row_changes import VersionRows, row_changes_options
+    from deltamirror.mirror.records.row_changes import VersionRows, row_changes_options
 
     arrow = to_arrow_schema(parse_schema(TYPES_SCHEMA)).append(pa.field("_change_type", pa.string()))
     row = {

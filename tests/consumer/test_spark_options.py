@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from deltamirror.consumer.mirror_changes import MirrorIndex, MirrorSettings, _VersionReader
-from deltamirror.consumer.spark_options import KNOWN, REFUSED, SourceOptions
-from deltamirror.consumer.spark_planning import initial_offset, next_offset, readable_runs
+from deltamirror.consumer.spark.options import KNOWN, REFUSED, SourceOptions
+from deltamirror.consumer.spark.planning import initial_offset, next_offset, readable_runs
 from deltamirror.core.changes import ReadSchema
 from deltamirror.core.changes.read_schema import is_read_compatible, is_widening
 from deltamirror.core.errors import (
@@ -27,7 +27,7 @@ from deltamirror.core.errors import (
 from deltamirror.core.schema import parse_schema
 from deltamirror.core.table import open_table
 from deltamirror.mirror.errors import EventStreamError
-from deltamirror.mirror.events import SCHEMA_VERSION, ActionEvent, CommitSummary
+from deltamirror.mirror.records.events import SCHEMA_VERSION, ActionEvent, CommitSummary
 from support.tables import copy_table
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "spark.md"
@@ -386,7 +386,7 @@ def test_a_missing_data_file_fails_naming_it_or_its_rows_are_skipped(tmp_path: P
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from deltamirror.consumer.spark_rows import change_rows
+    from deltamirror.consumer.spark.rows import change_rows
     from deltamirror.core.changes import VersionActions
     from deltamirror.core.errors import DataFileNotFoundError
 
@@ -413,7 +413,7 @@ def test_a_missing_data_file_fails_naming_it_or_its_rows_are_skipped(tmp_path: P
 
 
 def test_a_refused_record_stops_the_stream_once_the_versions_before_it_are_planned() -> None:
-    from deltamirror.mirror.boundary import BadRecordError
+    from deltamirror.mirror.records.boundary import BadRecordError
 
     index = _index(*(_summary(v) for v in range(3)))
     index.refused = BadRecordError("forged", topic="t.commits", partition=0, offset=3)

@@ -177,7 +177,7 @@ def test_the_readme_spark_program_runs_as_written_on_a_fresh_machine(
 REGISTER_SCRIPT = r"""
 import json, os, sys
 from pyspark.sql import SparkSession
-from deltamirror.consumer.spark_source import register
+from deltamirror.consumer.spark.source import register
 from deltamirror.core.errors import DeltaMirrorError
 
 wrong_python, missing_python = sys.argv[1], sys.argv[2]

@@ -64,7 +64,7 @@ class Mirror:
     """A delta-spark table, its topics, and both streams over it."""
 
     def __init__(self, session: Any, bootstrap: str, root: Path) -> None:
-        from deltamirror.consumer.spark_source import register
+        from deltamirror.consumer.spark.source import register
 
         register(session)
         self.spark = session
@@ -313,7 +313,7 @@ def test_a_shallow_clone_reads_through_the_source_with_allow_path_prefixes(
     kafka_bootstrap: str,
     tmp_path: Path,
 ) -> None:
-    from deltamirror.consumer.spark_source import register
+    from deltamirror.consumer.spark.source import register
     from deltamirror.core.table import open_table
     from support.tables import copy_table
 

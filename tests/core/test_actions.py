@@ -586,7 +586,7 @@ def test_findings_are_refused_by_snapshot_history_and_changes(
 
 @pytest.mark.parametrize(("line", "problem"), FINDINGS, ids=range(len(FINDINGS)))
 def test_findings_are_refused_by_the_watchers_scan(tmp_path: Path, line: bytes, problem: str) -> None:
-    from deltamirror.producer.offline_events import iter_event_values
+    from deltamirror.producer.publishing.offline_events import iter_event_values
 
     path = copy_table("krs__cdf-table", tmp_path)
     version = _append_commit(path, [line])
@@ -600,7 +600,7 @@ def test_a_partition_column_a_file_action_leaves_out_reads_as_null(tmp_path: Pat
     remove, and requires no key per column: delta-spark writes ``{}`` on the remove of a file whose
     partition value is null (``DELETE ... WHERE p IS NULL``) and reads a key a map lacks as null.
     Every reader takes such a commit, and the values read are null."""
-    from deltamirror.producer.offline_events import iter_event_values
+    from deltamirror.producer.publishing.offline_events import iter_event_values
 
     path = copy_table("krs__cdf-table-partitioned", tmp_path)
     table = open_table(str(path))

@@ -23,7 +23,7 @@ from deltamirror.core import errors
 from deltamirror.core.head import timestamp_of
 from deltamirror.core.table import open_table
 from deltamirror.core.timestamps import IctConfig, format_iso
-from deltamirror.producer.offline_events import iter_event_values
+from deltamirror.producer.publishing.offline_events import iter_event_values
 from support.tables import TABLES, copy_table
 
 BASE_S = 1_700_000_000  # whole seconds: no float rounding between os.utime and the listing

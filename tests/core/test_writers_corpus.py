@@ -102,7 +102,7 @@ def test_changes_are_the_writers_change_data_feed(table: CorpusTable) -> None:
 def test_events_are_given_for_every_version(table: CorpusTable) -> None:
     import orjson
 
-    from deltamirror.producer.offline_events import iter_event_values
+    from deltamirror.producer.publishing.offline_events import iter_event_values
 
     location, prefixes = table_location(table)
     versions = {

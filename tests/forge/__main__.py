@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         base = mirror_base(bootstrap, TABLE_ID, Path(tmp) / "table")
         runner = Runner(bootstrap, base, Path(tmp), timeout_s=args.timeout)
         if args.spark:
-            from deltamirror.consumer.spark_source import register
+            from deltamirror.consumer.spark.source import register
             from support.spark import get_spark_session, use_this_python_for_workers
 
             use_this_python_for_workers()
@@ -97,7 +97,7 @@ class _broker:
         configured = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
         if configured:
             return configured
-        from deltamirror.producer.local_kafka import LocalKafka
+        from deltamirror.devkafka.broker import LocalKafka
         from support.kafka import free_port_pair
 
         self.local = LocalKafka(port=free_port_pair(), data_dir=self.tmp / "kafka")

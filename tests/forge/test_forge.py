@@ -54,7 +54,7 @@ SPARK_CASES = [c for c in CASES if "spark" in c.tags]
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("case", SPARK_CASES, ids=[c.id for c in SPARK_CASES])
 def test_forged_records_through_the_spark_source(case: Case, runner: Runner, spark: Any) -> None:  # noqa: F811
-    from deltamirror.consumer.spark_source import register
+    from deltamirror.consumer.spark.source import register
 
     register(spark)
     runner.spark = spark

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from deltamirror.mirror.boundary import BadRecordError, RecordLimits, RecordRules, TablePins
-from deltamirror.mirror.event_batches import decode_action_events
-from deltamirror.mirror.events import decode_action_event, decode_commits_record
+from deltamirror.mirror.records.boundary import BadRecordError, RecordLimits, RecordRules, TablePins
+from deltamirror.mirror.records.event_batches import decode_action_events
+from deltamirror.mirror.records.events import decode_action_event, decode_commits_record
 
 
 def _event(**overrides: Any) -> bytes:

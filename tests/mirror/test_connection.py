@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 from deltamirror.core.errors import ConfigError
-from deltamirror.mirror.connection import (
+from deltamirror.mirror.kafka.connection import (
     KafkaConnectionReporter,
     bootstrap_servers_problem,
     check_bootstrap_servers,

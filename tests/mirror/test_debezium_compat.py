@@ -29,7 +29,12 @@ import pytest
 from deltamirror.core import open_table
 from deltamirror.core.changes import read_changes
 from deltamirror.core.errors import EnvironmentMissingError
-from deltamirror.mirror.row_changes import RowChangesFormat, RowRecord, VersionRows, row_changes_options
+from deltamirror.mirror.records.row_changes import (
+    RowChangesFormat,
+    RowRecord,
+    VersionRows,
+    row_changes_options,
+)
 from support.debezium_jvm import FLATTEN, JvmRecord, load_pins, run_checks, run_flink
 from support.row_change_expectations import Event, expected_events, table_columns, text
 from support.watching import watch_until
@@ -379,7 +384,7 @@ def image(case: Case, columns: list[str], row: dict[str, Any] | None) -> tuple[s
 
 def test_pins_match_the_broker_kafka() -> None:
     """connect-json and kafka-clients are the project's Kafka version (the broker's jars)."""
-    from deltamirror.producer.kafka_jars import load_distribution
+    from deltamirror.devkafka.jars import load_distribution
 
     doc, pins = load_pins()
     kafka = load_distribution().kafka_version

@@ -14,7 +14,7 @@ import pytest
 from pydantic.alias_generators import to_camel
 
 from deltamirror.mirror.errors import EventStreamError
-from deltamirror.mirror.events import (
+from deltamirror.mirror.records.events import (
     ActionEvent,
     CommitSummary,
     Heartbeat,

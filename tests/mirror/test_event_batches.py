@@ -19,13 +19,13 @@ from hypothesis import strategies as st
 
 from deltamirror.core.accumulator import FILE_ROWS, ORDER
 from deltamirror.core.table import open_table
-from deltamirror.mirror.boundary import DEFAULT_RULES, RecordRules
 from deltamirror.mirror.errors import EventStreamError
-from deltamirror.mirror.event_batches import ActionEventBatch, decode_action_events
-from deltamirror.mirror.events import decode_action_event
-from deltamirror.producer.offline_events import iter_event_values
-from deltamirror.producer.snapshot_events import SnapshotWork
-from deltamirror.producer.transactions import encoder_for
+from deltamirror.mirror.records.boundary import DEFAULT_RULES, RecordRules
+from deltamirror.mirror.records.event_batches import ActionEventBatch, decode_action_events
+from deltamirror.mirror.records.events import decode_action_event
+from deltamirror.producer.publishing.offline_events import iter_event_values
+from deltamirror.producer.publishing.transactions import encoder_for
+from deltamirror.producer.tailing.snapshot_events import SnapshotWork
 from support.tables import TABLES
 
 TABLES_WITH_FILES = [

@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 
 from deltamirror.cli.main import main
-from deltamirror.mirror import events
+from deltamirror.mirror.records import events
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_FILE = ROOT / "schemas" / "event.schema.json"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from deltamirror.mirror.boundary import RecordLimits
 from deltamirror.mirror.errors import EventStreamError, RecordTooLargeError
-from deltamirror.mirror.fragments import FragmentAssembler, FragmentError, split_oversize
-from deltamirror.mirror.headers import HEADER_FRAGMENT, Headers, action_headers, header_value
+from deltamirror.mirror.records.boundary import RecordLimits
+from deltamirror.mirror.records.fragments import FragmentAssembler, FragmentError, split_oversize
+from deltamirror.mirror.records.headers import HEADER_FRAGMENT, Headers, action_headers, header_value
 
 
 def _split(value: bytes, size: int) -> list[tuple[bytes, list[tuple[str, bytes]]]]:

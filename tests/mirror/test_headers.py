@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from deltamirror.mirror.errors import EventStreamError
-from deltamirror.mirror.headers import action_headers, header_value
+from deltamirror.mirror.records.headers import action_headers, header_value
 
 VERSION_7 = ("version", b"7")
 

@@ -18,9 +18,9 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from deltamirror.mirror.errors import EventStreamError, KafkaError, StopRequested, TopicNotFoundError
-from deltamirror.mirror.fragments import split_oversize
-from deltamirror.mirror.headers import HEADER_FRAGMENT, Headers
-from deltamirror.mirror.kafka_consumer import BEGINNING, MirrorConsumer, Record
+from deltamirror.mirror.kafka.consumer import BEGINNING, MirrorConsumer, Record
+from deltamirror.mirror.records.fragments import split_oversize
+from deltamirror.mirror.records.headers import HEADER_FRAGMENT, Headers
 from support.kafka import new_topic
 
 pytestmark = pytest.mark.kafka

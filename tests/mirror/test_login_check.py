@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import pytest
 
 from deltamirror.core.errors import ConfigError
-from deltamirror.mirror.connection import KafkaConnectionReporter
-from deltamirror.mirror.login_check import check_login, needs_login_check, refuse_wrong_credentials
+from deltamirror.mirror.kafka.connection import KafkaConnectionReporter
+from deltamirror.mirror.kafka.login_check import check_login, needs_login_check, refuse_wrong_credentials
 
 
 @dataclass

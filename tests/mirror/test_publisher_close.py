@@ -26,7 +26,7 @@ def test_a_fenced_publisher_in_a_transaction_is_closed(
     """Fenced while its transaction is open (the error comes from the commit, not the error
     callback): close must still close the client, which ends at once (the fence is fatal)."""
     from deltamirror.mirror.errors import ProducerFencedError
-    from deltamirror.mirror.kafka_producer import TransactionalPublisher
+    from deltamirror.mirror.kafka.producer import TransactionalPublisher
 
     topic = new_topic(kafka_bootstrap, f"close-{uuid.uuid4().hex[:8]}")
     kafka = {"bootstrap.servers": kafka_bootstrap}
@@ -59,8 +59,8 @@ def test_a_publisher_whose_broker_froze_mid_transaction_closes_at_once_and_its_c
     would abort the transaction and wait for the broker without a bound (seen: still waiting after
     40 s). close(1.0) returns within a bound, and the client is destroyed even though the publisher
     is still referenced: the broker aborts the transaction after transaction.timeout.ms."""
-    from deltamirror.mirror.kafka_producer import TransactionalPublisher
-    from deltamirror.producer.local_kafka import LocalKafka
+    from deltamirror.devkafka.broker import LocalKafka
+    from deltamirror.mirror.kafka.producer import TransactionalPublisher
 
     broker = LocalKafka(port=free_port_pair(), data_dir=tmp_path / "kafka")
     bootstrap = broker.start()

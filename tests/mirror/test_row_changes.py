@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from deltamirror.mirror.errors import UnrepresentableValueError
-from deltamirror.mirror.row_changes import (
+from deltamirror.mirror.records.row_changes import (
     RowChangesOptions,
     RowRecord,
     VersionRows,

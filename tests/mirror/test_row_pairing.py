@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from deltamirror.mirror.errors import RecordTooLargeError
-from deltamirror.mirror.row_changes import RowChangesOptions, RowRecord, VersionRows, skip_records
+from deltamirror.mirror.records.row_changes import RowChangesOptions, RowRecord, VersionRows, skip_records
 
 PAIRS = 6000
 

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from deltamirror.mirror import events
-from deltamirror.mirror.spark_ddl import (
+from deltamirror.mirror.records import events
+from deltamirror.mirror.records.spark_ddl import (
     ACTIONS_DDL,
     COMMITS_DDL,
     TRANSACTION_DDL,

@@ -734,7 +734,7 @@ _NOT_DEFAULT: dict[str, Any] = {
 
 
 def _found(prefix: dict[str, Any]) -> TableConfig:
-    from deltamirror.producer.discovery import DiscoveredTable, discovered_config
+    from deltamirror.producer.discovery.scan import DiscoveredTable, discovered_config
     from deltamirror.producer.settings import DiscoverConfig
 
     source = DiscoverConfig.model_validate(prefix)
@@ -742,7 +742,7 @@ def _found(prefix: dict[str, Any]) -> TableConfig:
 
 
 def test_every_setting_of_a_table_is_inherited_from_its_prefix_or_refused_on_one() -> None:
-    from deltamirror.producer.discovery import INHERITED
+    from deltamirror.producer.discovery.scan import INHERITED
     from deltamirror.producer.settings import TABLE_ONLY, DiscoverConfig
 
     table_settings = set(TableConfig.model_fields) - {"uri"}

@@ -15,8 +15,8 @@ import fsspec
 import pytest
 
 from deltamirror.core.errors import ConfigError
-from deltamirror.mirror.events import TableDropped, decode_commits_record, json_schema
-from deltamirror.producer.discovery import (
+from deltamirror.mirror.records.events import TableDropped, decode_commits_record, json_schema
+from deltamirror.producer.discovery.scan import (
     GONE_TABLES,
     DiscoveryLoop,
     GoneTables,
@@ -212,7 +212,7 @@ def test_discovery_metrics_per_prefix_without_secrets(
     from prometheus_client import generate_latest
 
     from deltamirror.core.errors import StorageError
-    from deltamirror.producer import discovery
+    from deltamirror.producer.discovery import scan as discovery
     from deltamirror.producer.metrics import WatcherMetrics
 
     _local_table(tmp_path / "one")
@@ -300,8 +300,8 @@ def test_settings_allow_discover_without_tables() -> None:
 
 
 def test_watcher_ends_a_gone_table_with_table_dropped_work(tmp_path: Path) -> None:
-    from deltamirror.producer.watcher import TableWatcher
-    from deltamirror.producer.work import TableDroppedWork
+    from deltamirror.producer.tailing.watcher import TableWatcher
+    from deltamirror.producer.tailing.work import TableDroppedWork
 
     watchers = {}
     for name, drop in (("t", True), ("u", False)):
@@ -328,8 +328,8 @@ def test_watcher_ends_a_gone_table_with_table_dropped_work(tmp_path: Path) -> No
 def test_a_gone_marked_table_whose_log_remains_costs_stats_not_listings(tmp_path: Path) -> None:
     from collections import Counter
 
-    from deltamirror.producer.watcher import TableWatcher
-    from deltamirror.producer.work import TableDroppedWork
+    from deltamirror.producer.tailing.watcher import TableWatcher
+    from deltamirror.producer.tailing.work import TableDroppedWork
 
     _local_table(tmp_path / "t")
     (tmp_path / "t" / "_delta_log" / "00000000000000000001.json").write_text(
@@ -500,8 +500,8 @@ def test_watch_takes_repeated_discover_flags(tmp_path: Path, monkeypatch: pytest
 
 def test_a_configured_table_with_when_deleted_drop_ends_without_discovery(tmp_path: Path) -> None:
     from deltamirror.core.errors import TableNotFoundError
-    from deltamirror.producer.watcher import TableWatcher
-    from deltamirror.producer.work import Position, TableDroppedWork
+    from deltamirror.producer.tailing.watcher import TableWatcher
+    from deltamirror.producer.tailing.work import Position, TableDroppedWork
 
     now = [0.0]
     table = tmp_path / "t"

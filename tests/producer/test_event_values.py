@@ -11,8 +11,8 @@ import pytest
 from deltamirror.core.errors import LogGapError
 from deltamirror.core.log import read_commit
 from deltamirror.core.table import open_table
-from deltamirror.mirror import events
-from deltamirror.producer.offline_events import iter_event_values
+from deltamirror.mirror.records import events
+from deltamirror.producer.publishing.offline_events import iter_event_values
 from support.tables import TABLES, table_cases
 
 VALIDATOR = jsonschema.Draft202012Validator(events.json_schema())

@@ -357,7 +357,7 @@ def test_a_table_fenced_while_its_shard_is_still_here_is_started_again(
     """A zombie that wakes up may start a table it just discovered before it learns that it lost
     the shard: its producer fences the owner's. The owner still holds the shard, so the table must
     run there again (the group's assignment decides), not stay unmirrored until the next rebalance."""
-    from deltamirror.mirror.kafka_producer import TransactionalPublisher
+    from deltamirror.mirror.kafka.producer import TransactionalPublisher
     from deltamirror.producer.service import WatchService
     from deltamirror.producer.settings import WatchConfig
 

@@ -16,8 +16,8 @@ import fsspec
 import pytest
 
 from deltamirror.core.errors import LogGapError
-from deltamirror.producer.watcher import TableWatcher
-from deltamirror.producer.work import CommitWork, PositionWork
+from deltamirror.producer.tailing.watcher import TableWatcher
+from deltamirror.producer.tailing.work import CommitWork, PositionWork
 
 SCHEMA = {"type": "struct", "fields": [{"name": "id", "type": "long", "nullable": True, "metadata": {}}]}
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from deltamirror.core.table import open_table
-from deltamirror.mirror.events import ActionEvent, CommitSummary, ProgressRecord, TableReplaced
+from deltamirror.mirror.records.events import ActionEvent, CommitSummary, ProgressRecord, TableReplaced
 from deltamirror.producer.config import WatchConfig
 from deltamirror.producer.pipeline import transactional_id
 from deltamirror.producer.service import WatchService
@@ -221,7 +221,7 @@ def test_a_second_watcher_fences_the_first_which_exits_non_zero(
 def test_broker_stopped_and_restarted_mid_stream_loses_nothing(
     kafka_bootstrap: str, tmp_path: Path, kit: Any, watch_setup: Any
 ) -> None:
-    from deltamirror.producer.local_kafka import LocalKafka
+    from deltamirror.devkafka.broker import LocalKafka
 
     broker = LocalKafka(port=free_port_pair(), data_dir=tmp_path / "kafka")
     bootstrap = broker.start()
@@ -355,7 +355,7 @@ def test_storage_errors_are_retried_and_never_skip_a_version(
     import fsspec
     from fsspec.implementations.local import LocalFileSystem
 
-    from deltamirror.producer.offline_events import iter_event_values
+    from deltamirror.producer.publishing.offline_events import iter_event_values
 
     class FlakyFileSystem(LocalFileSystem):
         """Local files where one call in ten times out (a listing counts as one call)."""
@@ -462,7 +462,7 @@ def test_a_record_over_the_size_limit_is_split_never_dropped(
     _run_until(service, lambda: _last_summary_version(kit, setup) >= 0, timeout_s=60)
     expected = kit.events_output(table)
     records = setup.actions_records()
-    from deltamirror.mirror.fragments import FragmentAssembler
+    from deltamirror.mirror.records.fragments import FragmentAssembler
 
     assembler = FragmentAssembler()
     rebuilt: list[bytes] = []
@@ -497,7 +497,7 @@ def test_an_idle_table_gets_heartbeats_even_with_liveness_rewrites_in_between(
     kafka_bootstrap: str, tmp_path: Path, kit: Any, watch_setup: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The periodic progress re-write is not activity: heartbeats must still come at their interval."""
-    from deltamirror.producer import transactions as service_module
+    from deltamirror.producer.publishing import transactions as service_module
 
     monkeypatch.setattr(service_module, "LIVENESS_INTERVAL_S", 0.3)  # re-writes far more often than beats
     table = kit.make_table(tmp_path / "t", versions=2)

@@ -10,7 +10,12 @@ import pytest
 from deltamirror.mirror.topics import TopicManager
 from deltamirror.producer.liveness import NAMED_TABLES, BrokerWatch, StatusLog
 from deltamirror.producer.metrics import WatcherMetrics
-from deltamirror.producer.retention import DEFAULT_RETENTION_S, RetentionWatch, parse_interval, retention_of
+from deltamirror.producer.tailing.retention import (
+    DEFAULT_RETENTION_S,
+    RetentionWatch,
+    parse_interval,
+    retention_of,
+)
 
 
 def test_the_status_line_says_what_was_published_and_what_is_behind() -> None:

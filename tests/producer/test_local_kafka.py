@@ -17,10 +17,11 @@ import pytest
 
 from deltamirror.cli.local_kafka_cmd import register
 from deltamirror.core.errors import ConfigError, EnvironmentMissingError
+from deltamirror.devkafka import broker as local_kafka
+from deltamirror.devkafka import jars as kafka_jars
+from deltamirror.devkafka.broker import LocalKafka
+from deltamirror.devkafka.jars import ArtifactPin, ensure_jars, verify_jar
 from deltamirror.mirror.errors import KafkaError
-from deltamirror.producer import kafka_jars, local_kafka
-from deltamirror.producer.kafka_jars import ArtifactPin, ensure_jars, verify_jar
-from deltamirror.producer.local_kafka import LocalKafka
 from support.kafka import new_topic
 
 

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from deltamirror.mirror.settings import KafkaSettings
-from deltamirror.producer.config_file import load_kafka_settings
-from deltamirror.producer.local_kafka_security import (
+from deltamirror.devkafka.security import (
     SecureClientSettings,
     kafka_section_yaml,
     write_client_config,
 )
+from deltamirror.mirror.settings import KafkaSettings
+from deltamirror.producer.config_file import load_kafka_settings
 
 AWKWARD = "it's: a #secret, {x} [y] 'z' \"q\" & *anchor ~ null"
 

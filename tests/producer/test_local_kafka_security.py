@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from deltamirror.core.errors import ConfigError
-from deltamirror.producer.local_kafka import SERVER_PROPERTIES, LocalKafka, _read_properties
-from deltamirror.producer.local_kafka_security import ensure_tls_material
+from deltamirror.devkafka.broker import SERVER_PROPERTIES, LocalKafka, _read_properties
+from deltamirror.devkafka.security import ensure_tls_material
 
 
 def _openssl(*args: str) -> str:

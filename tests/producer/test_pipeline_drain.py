@@ -16,7 +16,7 @@ from deltamirror.producer import pipeline as pipeline_module
 from deltamirror.producer.config import KafkaSettings, TableConfig, WatchConfig
 from deltamirror.producer.metrics import WatcherMetrics
 from deltamirror.producer.pipeline import TablePipeline
-from deltamirror.producer.work import CommitWork
+from deltamirror.producer.tailing.work import CommitWork
 from support.tables import TABLES
 
 

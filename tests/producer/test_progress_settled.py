@@ -23,8 +23,8 @@ pytestmark = pytest.mark.kafka
 
 def progress_value(uri: str, version: int) -> bytes:
     from deltamirror.core.timestamps import CommitTimestamp, TimestampSource
-    from deltamirror.producer.progress import progress_record
-    from deltamirror.producer.work import Position
+    from deltamirror.producer.publishing.progress import progress_record
+    from deltamirror.producer.tailing.work import Position
 
     ts = CommitTimestamp(version, 1_700_000_000_000 + version, TimestampSource.FILE_TIME)
     return progress_record(Position("tid", version, 0, 1, ts, False, None), uri, "t").to_json_bytes()
@@ -87,7 +87,7 @@ def test_a_read_waits_for_the_open_transaction_below_the_last_record(
     kafka_bootstrap: str, progress_topic: str, how: str
 ) -> None:
     from deltamirror.mirror.topics import TopicManager
-    from deltamirror.producer.progress import ProgressBoard, read_progress
+    from deltamirror.producer.publishing.progress import ProgressBoard, read_progress
 
     kafka = {"bootstrap.servers": kafka_bootstrap}
     run = f"settle-{uuid.uuid4().hex[:8]}"
@@ -118,7 +118,7 @@ def test_a_transaction_opened_after_the_read_began_does_not_hold_it(
     kafka_bootstrap: str, progress_topic: str
 ) -> None:
     from deltamirror.mirror.topics import TopicManager
-    from deltamirror.producer.progress import settled_ends
+    from deltamirror.producer.publishing.progress import settled_ends
 
     kafka = {"bootstrap.servers": kafka_bootstrap}
     run = f"settle-{uuid.uuid4().hex[:8]}"
@@ -150,7 +150,7 @@ def test_the_table_that_opened_a_round_stops_at_once_while_the_others_get_the_re
     their positions."""
     from deltamirror.mirror.errors import StopRequested
     from deltamirror.mirror.topics import TopicManager
-    from deltamirror.producer.progress import ProgressBoard
+    from deltamirror.producer.publishing.progress import ProgressBoard
 
     kafka = {"bootstrap.servers": kafka_bootstrap}
     run = f"settle-{uuid.uuid4().hex[:8]}"

@@ -13,13 +13,13 @@ import pytest
 from deltamirror.core.changes import read_changes
 from deltamirror.core.errors import ChangeDataNotEnabledError, ConfigError, CorruptDataFileError
 from deltamirror.core.table import open_table
-from deltamirror.mirror.row_changes import RowRecord
+from deltamirror.mirror.records.row_changes import RowRecord
 from deltamirror.mirror.topics import default_topics
-from deltamirror.producer.row_events import RowChangesSource
+from deltamirror.producer.publishing.row_events import RowChangesSource
 from deltamirror.producer.settings import RowChangesConfig, TableConfig, WatchConfig, merge_overrides
-from deltamirror.producer.snapshot_events import SnapshotWork
-from deltamirror.producer.watcher import TableWatcher
-from deltamirror.producer.work import CommitWork
+from deltamirror.producer.tailing.snapshot_events import SnapshotWork
+from deltamirror.producer.tailing.watcher import TableWatcher
+from deltamirror.producer.tailing.work import CommitWork
 from support.spark_scenarios import normalize_cdf_rows
 from support.tables import TABLES
 

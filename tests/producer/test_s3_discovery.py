@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from deltamirror.producer.discovery import DiscoveryLoop, GoneTables, find_tables
+from deltamirror.producer.discovery.scan import DiscoveryLoop, GoneTables, find_tables
 from deltamirror.producer.settings import DiscoverConfig, TableConfig, WatchConfig
 from support.s3proxy import S3Proxy
 

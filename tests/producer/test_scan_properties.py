@@ -21,8 +21,8 @@ from deltamirror.core import actions as actions_module
 from deltamirror.core.errors import CorruptLogError
 from deltamirror.core.storage import TableStorage
 from deltamirror.core.timestamps import CommitTimestamp, TimestampSource
-from deltamirror.producer import work as watcher_module
-from deltamirror.producer.work import CommitWork, scan_version
+from deltamirror.producer.tailing import work as watcher_module
+from deltamirror.producer.tailing.work import CommitWork, scan_version
 
 # --- generated lines: (text, valid) -------------------------------------------------------------
 

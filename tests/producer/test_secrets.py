@@ -388,7 +388,7 @@ def test_cli_refuses_a_broker_list_with_credentials(args: list[str]) -> None:
 
 def test_spark_option_refuses_a_broker_list_with_credentials() -> None:
     pytest.importorskip("pyspark")
-    from deltamirror.consumer.spark_source import _Options
+    from deltamirror.consumer.spark.source import _Options
 
     with pytest.raises(ConfigError) as err:
         _Options.parse({"path": "/tmp/t", "kafka.bootstrap.servers": f"svc:{KAFKA_SECRET}@b:9092"})

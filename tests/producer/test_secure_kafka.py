@@ -183,7 +183,7 @@ def test_the_spark_source_reads_the_mirror_over_sasl_ssl(
     from deltalake import DeltaTable
     from pyspark.errors import StreamingQueryException
 
-    from deltamirror.consumer.spark_source import register
+    from deltamirror.consumer.spark.source import register
 
     register(spark)
     kafka = published.broker.kafka

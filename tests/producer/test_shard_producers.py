@@ -91,7 +91,7 @@ def stop(service: Any) -> None:
 def test_tables_of_a_shard_share_one_producer_and_a_bad_table_does_not_stop_the_others(
     kafka_bootstrap: str, tmp_path: Path, kit: Any
 ) -> None:
-    from deltamirror.mirror.group import shard_of
+    from deltamirror.mirror.kafka.group import shard_of
     from deltamirror.producer.service import WatchService
 
     run = f"sp{uuid.uuid4().hex[:6]}"
@@ -144,7 +144,7 @@ def test_a_new_owner_of_a_shard_fences_every_table_of_it_and_each_version_stays_
     """Another owner's init on the shard's id fences all its tables at once here. The shard is still
     assigned here, so they start again (a new producer generation, which fences the other one),
     and every version reaches a read_committed reader exactly once."""
-    from deltamirror.mirror.kafka_producer import TransactionalPublisher
+    from deltamirror.mirror.kafka.producer import TransactionalPublisher
     from deltamirror.producer.service import WatchService
 
     run = f"sf{uuid.uuid4().hex[:6]}"
@@ -182,9 +182,9 @@ def test_a_replaced_producer_is_a_reconnect_for_the_other_tables_of_the_shard_no
     import threading
 
     from deltamirror.mirror.errors import KafkaError, ProducerFencedError
-    from deltamirror.mirror.kafka_producer import TransactionalPublisher
+    from deltamirror.mirror.kafka.producer import TransactionalPublisher
     from deltamirror.mirror.topics import TopicManager
-    from deltamirror.producer.shard_producers import ShardProducers
+    from deltamirror.producer.group.shard_producers import ShardProducers
 
     run = f"sr{uuid.uuid4().hex[:6]}"
     topic = f"deltamirror.{run}.actions"
@@ -233,9 +233,9 @@ def test_a_fenced_producer_is_renewed_only_by_the_assignment_never_by_a_reconnec
     import threading
 
     from deltamirror.mirror.errors import ProducerFencedError
-    from deltamirror.mirror.kafka_producer import TransactionalPublisher
+    from deltamirror.mirror.kafka.producer import TransactionalPublisher
     from deltamirror.mirror.topics import TopicManager
-    from deltamirror.producer.shard_producers import ShardProducers
+    from deltamirror.producer.group.shard_producers import ShardProducers
 
     run = f"sf{uuid.uuid4().hex[:6]}"
     topic = f"deltamirror.{run}.actions"

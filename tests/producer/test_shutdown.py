@@ -111,7 +111,7 @@ def test_sigterm_with_the_broker_frozen_mid_transaction_stops_within_10_s_and_lo
 ) -> None:
     """A broker that stops answering (SIGSTOP: connections hang, nothing is refused) while a
     transaction is open: the hardest case, every Kafka call waits for its whole timeout."""
-    from deltamirror.producer.local_kafka import LocalKafka
+    from deltamirror.devkafka.broker import LocalKafka
 
     broker = LocalKafka(port=free_port_pair(), data_dir=tmp_path / "kafka")
     bootstrap = broker.start()

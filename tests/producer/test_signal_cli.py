@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from deltamirror.producer.signals import Signal
+from deltamirror.producer.discovery.signals import Signal
 
 DEAD = "127.0.0.1:1"  # nothing listens there: connections are refused at once
 

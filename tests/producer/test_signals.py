@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from deltamirror.producer.settings import WatchConfig
-from deltamirror.producer.signals import (
+from deltamirror.producer.discovery.signals import (
     MAX_PENDING,
     MAX_SNAPSHOTS_PER_INTERVAL,
     SNAPSHOT_INTERVAL_S,
     Signal,
     SignalListener,
 )
+from deltamirror.producer.settings import WatchConfig
 
 pytestmark = [pytest.mark.kafka]
 
@@ -92,9 +92,9 @@ def test_signal_snapshot_republishes_the_table_between_two_versions(
 def test_a_signal_sent_before_the_table_runs_here_is_acted_on_when_it_starts(
     kafka_bootstrap: str, tmp_path: Path, kit: Any
 ) -> None:
+    from deltamirror.producer.discovery.signals import send_signal
     from deltamirror.producer.service import WatchService
     from deltamirror.producer.settings import TableConfig
-    from deltamirror.producer.signals import send_signal
 
     first, later = kit.unique("sigfirst"), kit.unique("siglater")
     kit.make_table(tmp_path / first, versions=1)
@@ -214,7 +214,7 @@ def test_every_member_keeps_a_signal_and_only_the_one_that_starts_the_table_acts
     when the table later moves there."""
     import threading
 
-    from deltamirror.producer.signals import send_signal
+    from deltamirror.producer.discovery.signals import send_signal
 
     topic, table = kit.unique("signals"), "file:///moving-table"
     stop = threading.Event()
@@ -329,7 +329,7 @@ def test_a_signal_topic_created_here_refuses_records_larger_than_a_signal(
     from confluent_kafka import Producer
 
     from deltamirror.mirror.topics import TopicManager
-    from deltamirror.producer.signals import SIGNAL_MAX_BYTES, SIGNAL_TOPIC_MAX_BYTES
+    from deltamirror.producer.discovery.signals import SIGNAL_MAX_BYTES, SIGNAL_TOPIC_MAX_BYTES
 
     topic = kit.unique("signals")
     TopicManager(

@@ -12,8 +12,8 @@ import pytest
 
 from deltamirror.core.partitions import distinct_partitions
 from deltamirror.core.table import open_table
-from deltamirror.producer import snapshot_events
-from deltamirror.producer.snapshot_events import SnapshotWork
+from deltamirror.producer.tailing import snapshot_events
+from deltamirror.producer.tailing.snapshot_events import SnapshotWork
 
 STRING_MAP = pa.map_(pa.string(), pa.string())
 

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from deltamirror.core.errors import ConfigError
+from deltamirror.producer.discovery.topic_claims import TopicClaims, published_topics
 from deltamirror.producer.pipeline import table_topics
 from deltamirror.producer.service import WatchService
 from deltamirror.producer.settings import TableConfig, WatchConfig
-from deltamirror.producer.topic_claims import TopicClaims, published_topics
 
 
 def _cfg(*tables: dict[str, Any]) -> WatchConfig:

@@ -13,9 +13,15 @@ from typing import Any
 import pytest
 
 from deltamirror.core.storage import TableStorage
-from deltamirror.producer import waker as waker_module
-from deltamirror.producer.waker import NOTIFIER, LogNotifier, LogWaker, WatchdogObserver, default_observer
-from deltamirror.producer.watcher import TableWatcher
+from deltamirror.producer.tailing import waker as waker_module
+from deltamirror.producer.tailing.waker import (
+    NOTIFIER,
+    LogNotifier,
+    LogWaker,
+    WatchdogObserver,
+    default_observer,
+)
+from deltamirror.producer.tailing.watcher import TableWatcher
 
 TABLES = 200  # above the 128 inotify instances a default Linux gives a user
 

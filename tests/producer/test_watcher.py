@@ -17,9 +17,9 @@ from deltamirror.core.errors import (
 )
 from deltamirror.core.log import read_commit
 from deltamirror.core.table import open_table
-from deltamirror.producer.snapshot_events import SnapshotWork
-from deltamirror.producer.watcher import TableWatcher
-from deltamirror.producer.work import (
+from deltamirror.producer.tailing.snapshot_events import SnapshotWork
+from deltamirror.producer.tailing.watcher import TableWatcher
+from deltamirror.producer.tailing.work import (
     CommitWork,
     Position,
     PositionWork,
@@ -334,7 +334,7 @@ def test_log_waker_returns_early_when_a_commit_file_appears(tmp_path: Path) -> N
     import time
 
     from deltamirror.core.storage import TableStorage
-    from deltamirror.producer.waker import LogWaker
+    from deltamirror.producer.tailing.waker import LogWaker
 
     (tmp_path / "_delta_log").mkdir()
     waker = LogWaker(TableStorage(str(tmp_path)))
@@ -354,7 +354,7 @@ def test_log_waker_without_notifications_waits_the_poll_or_the_stop(tmp_path: Pa
     import time
 
     from deltamirror.core.storage import TableStorage
-    from deltamirror.producer.waker import LogWaker
+    from deltamirror.producer.tailing.waker import LogWaker
 
     no_log_yet = LogWaker(TableStorage(str(tmp_path / "missing")))
     memory = LogWaker(TableStorage("memory://t"))
@@ -390,7 +390,7 @@ def test_odd_but_valid_lines_publish_what_a_json_parser_reads(
 ) -> None:
     """Whitespace, blank lines, an unknown action beside a known one, escapes: the fast path for
     plain add/remove lines and the general one agree with a plain JSON parser, and so does the summary."""
-    from deltamirror.producer import work as watcher_module
+    from deltamirror.producer.tailing import work as watcher_module
 
     if streamed:
         monkeypatch.setattr(watcher_module, "SMALL_COMMIT_BYTES", 0)
@@ -434,7 +434,7 @@ _ADD = '{"add":{"path":"a","partitionValues":{},"size":1,"modificationTime":1,"d
 def test_an_invalid_line_stops_the_version_before_anything_is_published(
     tmp_path: Path, kit: Any, monkeypatch: pytest.MonkeyPatch, streamed: bool, line: str, problem: str
 ) -> None:
-    from deltamirror.producer import work as watcher_module
+    from deltamirror.producer.tailing import work as watcher_module
 
     if streamed:
         monkeypatch.setattr(watcher_module, "SMALL_COMMIT_BYTES", 0)

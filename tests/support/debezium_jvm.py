@@ -3,7 +3,7 @@
 The row-change records claim to be Debezium's envelope: the proof is that the components Debezium
 users run accept them. Two small Java programs feed records through the real classes, from Maven
 Central, pinned by SHA-256 in ``tests/jvm/*_artifacts.json`` and fetched and verified by the same
-code as the broker's jars (:func:`deltamirror.producer.kafka_jars.ensure_jars`):
+code as the broker's jars (:func:`deltamirror.devkafka.jars.ensure_jars`):
 
 - ``tests/jvm/DebeziumCheck.java``: Kafka Connect's ``JsonConverter`` then Debezium's
   ``ExtractNewRecordState`` (:func:`run_checks`): what a Connect sink receives;
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from deltamirror.core.errors import EnvironmentMissingError
-from deltamirror.producer import kafka_jars
+from deltamirror.devkafka import jars as kafka_jars
 
 JVM_DIR = Path(__file__).resolve().parents[1] / "jvm"
 

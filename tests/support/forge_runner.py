@@ -316,8 +316,8 @@ class Runner:
 
     def _mirror_feed(self, case: Case, topics: Topics) -> Outcome:
         from deltamirror.core.errors import DeltaMirrorError
-        from deltamirror.mirror.boundary import BadRecordError
         from deltamirror.mirror.errors import EventStreamError
+        from deltamirror.mirror.records.boundary import BadRecordError
 
         if self._feed_baseline is None:
             self._feed_baseline = self._feed(write_case(self.bootstrap, self.base))

@@ -2,7 +2,7 @@
 
 1. ``KAFKA_BOOTSTRAP_SERVERS`` if set (CI services, a broker you already run);
 2. a testcontainers ``KafkaContainer`` when a Docker engine answers;
-3. :class:`deltamirror.producer.local_kafka.LocalKafka` on a free port in a temp dir (needs Java 17+).
+3. :class:`deltamirror.devkafka.broker.LocalKafka` on a free port in a temp dir (needs Java 17+).
 
 Loaded by ``tests/conftest.py`` via ``pytest_plugins = ["support.kafka"]``.
 """
@@ -201,7 +201,7 @@ def _kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             yield container.get_bootstrap_server()
         return
     from deltamirror.core.errors import EnvironmentMissingError
-    from deltamirror.producer.local_kafka import LocalKafka
+    from deltamirror.devkafka.broker import LocalKafka
 
     broker = LocalKafka(port=free_port_pair(), data_dir=tmp_path_factory.mktemp("kafka"))
     try:
@@ -319,8 +319,8 @@ def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBro
     import sys
 
     from deltamirror.core.errors import EnvironmentMissingError
-    from deltamirror.producer.kafka_jars import find_java
-    from deltamirror.producer.local_kafka import LocalKafka
+    from deltamirror.devkafka.broker import LocalKafka
+    from deltamirror.devkafka.jars import find_java
 
     try:
         find_java()

@@ -2,7 +2,7 @@
 
 Not a mock: s3fs signs and sends real requests to a server on 127.0.0.1 that stores objects in a
 temp folder (its filesystem blobstore). The jar is fetched once into the same verified cache as the
-broker's jars (:func:`deltamirror.producer.kafka_jars.ensure_jars`: pinned size and SHA-256, any
+broker's jars (:func:`deltamirror.devkafka.jars.ensure_jars`: pinned size and SHA-256, any
 other bytes refused). The server logs every request it receives (``LOG_LEVEL=debug``), so a test
 can count what a watcher really costs per poll (:meth:`S3Proxy.requests`).
 
@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from deltamirror.producer.kafka_jars import ArtifactPin, cache_root, ensure_jars, find_java
+from deltamirror.devkafka.jars import ArtifactPin, cache_root, ensure_jars, find_java
 
 S3PROXY_VERSION = "4.1.0"
 START_TIMEOUT_S = 60.0

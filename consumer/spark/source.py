@@ -1,0 +1,282 @@
+"""A Spark Structured Streaming source: a table's change data feed, read from its Kafka mirror.
+
+The only module that imports pyspark. It is a Python data source (``pyspark.sql.datasource``) over
+:mod:`deltamirror.consumer.mirror_changes`: the planner reads the commits topic to learn which
+versions are wholly mirrored (:mod:`.spark_planning` decides where the stream starts and how far
+each micro-batch reads); each task reads a range of versions from the actions topic and turns them
+into change rows from the table's data files (:mod:`.spark_rows`). The rows are those delta-spark's
+``readChangeFeed`` stream gives, with ``_change_type``, ``_commit_version`` and ``_commit_timestamp``.
+
+>>> from deltamirror.consumer.spark.source import register
+>>> register(spark)  # checks, on a worker, that Spark's Python workers can import deltamirror
+>>> stream = (spark.readStream.format("deltamirror")
+...           .option("kafka.bootstrap.servers", "127.0.0.1:9092")
+...           .option("startingVersion", 0)
+...           .load("s3://bucket/events"))
+
+Options (``load(path)`` gives the table location; :mod:`.spark_options` checks them, and refuses
+by name any it does not read; docs/spark.md has the table of delta-spark's options):
+
+``kafka.bootstrap.servers`` (required), ``kafka.<librdkafka setting>``
+    The broker, and any other librdkafka consumer setting (``kafka.security.protocol``, ...),
+    checked as the watcher's ``kafka:`` settings are.
+``actionsTopic``, ``commitsTopic``
+    The table's topics; default: the watcher's default names for the location.
+``startingVersion``, ``startingTimestamp``
+    Where the stream starts, as in delta-spark: a version (``latest``: only what is committed after
+    the query starts), or the first commit at or after a timestamp. Without either, as in
+    delta-spark, the first micro-batch is the table at the latest mirrored version, as inserts.
+``maxFilesPerTrigger``, ``maxBytesPerTrigger``
+    How much a micro-batch reads (default 1000 files, as delta-spark), in whole versions, at least
+    one. Trigger.AvailableNow reads what was mirrored when the query started, in such batches.
+``failOnDataLoss``
+    ``false`` skips, with a warning, data files that are gone and versions gone from the mirror.
+``versionsPerPartition``
+    Versions read by one task (default 64).
+``storage.<option>``
+    fsspec storage options for reading the data files (credentials, endpoints).
+``allowPathPrefixes``
+    Locations outside the table root whose files the log names (a shallow clone's source),
+    comma-separated, as ``--allow-path-prefix`` gives them to the CLI.
+``onBadRecord``
+    A record of the mirror the consumers' boundary refuses: ``stop`` (default: the query fails
+    naming topic, partition and offset) or ``skip`` (a warning, and on).
+
+A schema change after the stream started fails the query (DELTA_SCHEMA_CHANGED_WITH_VERSION), as
+delta-spark's does: restart it to read with the new schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxFiles,
+    SupportsTriggerAvailableNow,
+)
+
+from deltamirror.core.changes import ReadSchema
+from deltamirror.core.errors import InvalidArgumentError
+from deltamirror.core.models import Metadata
+from deltamirror.mirror.kafka.login_check import refuse_wrong_credentials
+
+from ..mirror_changes import MirrorIndex, read_mirror_versions
+from . import planning, workers
+from .options import SourceOptions
+from .rows import change_rows, feed_schema, snapshot_rows
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType as SparkStructType
+
+FORMAT = "deltamirror"
+#: the name tests/producer/test_secrets.py imports (the options now live in spark_options.py)
+_Options = SourceOptions
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``spark.readStream.format("deltamirror")`` available in ``spark``.
+
+    First checks that Spark's Python workers can import this module (see :func:`check_workers`):
+    otherwise every micro-batch would fail later, deep inside a task, with a worker traceback.
+    """
+    check_workers(spark)
+    spark.dataSource.register(DeltaMirrorSource)
+
+
+def check_workers(spark: SparkSession) -> None:
+    """Fail with one line unless Spark's Python workers can import what the source's tasks import.
+
+    Runs a one-task job once per SparkContext (see :mod:`deltamirror.consumer.spark.workers`).
+    """
+    workers.check_workers(spark, _probe_with_udf)
+
+
+def _probe_with_udf(spark: SparkSession, probe: workers.Probe) -> workers.ProbeResult:
+    """The probe in a one-row query: with Spark Connect, only the DataFrame API reaches the workers."""
+    import json
+
+    from pyspark.sql.functions import lit, udf
+
+    as_json = udf(lambda x: json.dumps(probe(x)), "string", useArrow=False)
+    row = spark.range(1, numPartitions=1).select(as_json(lit(0)).alias("probe")).first()
+    assert row is not None
+    interpreter, module, error = json.loads(row["probe"])
+    return interpreter, module, error
+
+
+class DeltaMirrorSource(DataSource):
+    """``format("deltamirror")``: the change data feed of a table, from its Kafka mirror (streaming only)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self._parsed = SourceOptions.parse(options)
+        # the read schema is the table's latest when the query starts, as delta-spark's
+        snapshot = self._parsed.table().snapshot()
+        snapshot.check_readable()
+        self._read = ReadSchema(snapshot.metadata, snapshot.version)
+
+    def schema(self) -> SparkStructType:
+        return from_arrow_schema(feed_schema(self._parsed.table(), self._read))
+
+    def streamReader(self, schema: SparkStructType) -> DataSourceStreamReader:
+        return MirrorChangeStreamReader(self._parsed, self._read)
+
+
+@dataclass(frozen=True)
+class _SnapshotPartition(InputPartition):
+    version: int
+    timestamp_ms: int
+
+
+@dataclass(frozen=True)
+class _VersionsPartition(InputPartition):
+    start: int
+    end: int
+    start_timestamp_ms: int
+    table_id: str
+    kafka_partition: int
+
+
+class MirrorChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Plans micro-batches from the commits topic (driver) and reads them (tasks).
+
+    Only the options and the read schema travel to the tasks; the commits-topic index stays in the
+    planner process, where Spark keeps this object between micro-batches.
+    """
+
+    def __init__(self, options: SourceOptions, read: ReadSchema) -> None:
+        self._options = options
+        self._read_metadata = read.metadata.model_dump_json(by_alias=True, exclude_none=True)
+        self._read_version = read.version
+        self._index: MirrorIndex | None = None
+        #: with Trigger.AvailableNow: the last version the query reads, fixed when it starts
+        self._target: int | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_index"] = None
+        return state
+
+    @property
+    def _uri(self) -> str:
+        return self._options.settings.table_uri
+
+    def _mirror(self) -> MirrorIndex:
+        if self._index is None:
+            settings = self._options.settings
+            # a wrong password: the query fails now with one line, not after a 30 s metadata timeout
+            refuse_wrong_credentials(
+                {**settings.kafka_config, "bootstrap.servers": settings.bootstrap_servers}
+            )
+            self._index = MirrorIndex(settings)
+        self._index.refresh()
+        return self._index
+
+    def _read_schema(self) -> ReadSchema:
+        return ReadSchema(Metadata.model_validate_json(self._read_metadata), self._read_version)
+
+    # --- planning (driver) ---
+
+    def initialOffset(self) -> dict[str, Any]:
+        return planning.initial_offset(self._options, self._mirror(), self._read_schema())
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """delta-spark's: maxFilesPerTrigger (1000 unless only maxBytesPerTrigger is set), else the bytes.
+
+        Spark's Python API takes one limit; with both options, latestOffset applies the other too.
+        """
+        files, size = self._options.read_limit()
+        if files is not None:
+            return ReadMaxFiles(files)
+        assert size is not None
+        return ReadMaxBytes(size)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._mirror().latest
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit | None = None) -> dict[str, Any]:
+        """The end of the next micro-batch: whole versions up to the limit (delta-spark's admission
+        control); ReadAllAvailable (Trigger.Once) reads everything there is."""
+        bounds: planning.Limit | None
+        if limit is None or isinstance(limit, ReadAllAvailable):
+            bounds = None
+        elif isinstance(limit, ReadMaxFiles):
+            bounds = (limit.max_files, self._options.max_bytes_per_trigger)
+        elif isinstance(limit, ReadMaxBytes):
+            bounds = (self._options.max_files_per_trigger, limit.max_bytes)
+        else:
+            raise InvalidArgumentError(
+                f"[DELTA_UNKNOWN_READ_LIMIT] read limit {limit!r} is not supported", table=self._uri
+            )
+        return planning.next_offset(self._mirror(), start, target=self._target, limit=bounds)
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        latest = self._index.latest if self._index is not None else None
+        return None if latest is None else {"version": latest + 1}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        index = self._mirror()
+        parts: list[InputPartition] = []
+        first = int(start["version"])
+        if start.get("snapshot"):
+            parts.append(_SnapshotPartition(first, index.timestamp(first)))
+            first += 1
+        last = int(end["version"]) - 1
+        if first > last:
+            return parts
+        runs = planning.readable_runs(index, first, last, fail_on_data_loss=self._options.fail_on_data_loss)
+        if not runs:
+            return parts
+        assert index.table_id is not None
+        kafka_partition = index.actions_partition()
+        step = self._options.versions_per_partition
+        for run_first, run_last in runs:
+            for lo in range(run_first, run_last + 1, step):
+                hi = min(lo + step - 1, run_last)
+                parts.append(_VersionsPartition(lo, hi, index.timestamp(lo), index.table_id, kafka_partition))
+        return parts
+
+    def commit(self, end: dict[str, Any]) -> None:
+        if self._index is not None:
+            self._index.forget_before(int(end["version"]))
+
+    def stop(self) -> None:
+        if self._index is not None:
+            self._index.close()
+            self._index = None
+
+    # --- reading (tasks) ---
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        table = self._options.table()
+        read = self._read_schema()
+        if isinstance(partition, _SnapshotPartition):
+            yield from snapshot_rows(table, read, partition.version, partition.timestamp_ms)
+            return
+        assert isinstance(partition, _VersionsPartition)
+        versions = read_mirror_versions(
+            self._options.settings,
+            table_id=partition.table_id,
+            partition=partition.kafka_partition,
+            start=partition.start,
+            end=partition.end,
+            start_timestamp_ms=partition.start_timestamp_ms,
+            skip_lost=not self._options.fail_on_data_loss,
+        )
+        yield from change_rows(table, read, versions, fail_on_data_loss=self._options.fail_on_data_loss)
+
+
+__all__ = ["FORMAT", "DeltaMirrorSource", "MirrorChangeStreamReader", "check_workers", "register"]

@@ -1,0 +1,86 @@
+"""The records of row changes and Debezium's transaction metadata (BEGIN/END), apart from the
+row encoder (:mod:`deltamirror.mirror.records.row_changes`) so that both stay small."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .connect_types import TXN_KEY_SCHEMA, TXN_VALUE_SCHEMA, RowChangesFormat
+
+_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+@dataclass(frozen=True, slots=True)
+class RowRecord:
+    """One record of a version's row changes: on the changes topic, or (BEGIN/END) the transaction topic."""
+
+    topic: str
+    key: bytes
+    #: None: a tombstone
+    value: bytes | None
+
+
+@dataclass(frozen=True)
+class RowChangesOptions:
+    """What the encoder needs to know of a table; ``key_columns`` empty: the whole row is the key."""
+
+    changes_topic: str
+    transaction_topic: str
+    table_name: str
+    table_id: str
+    key_columns: tuple[str, ...] = ()
+    format: RowChangesFormat = "json"
+    tombstones: bool = False
+
+
+def transaction_id(table_id: str, version: int) -> str:
+    return f"{table_id}:{version}"
+
+
+# --- transaction metadata ---------------------------------------------------------------------
+
+
+def transaction_record(
+    options: RowChangesOptions, version: int, ts_ms: int, event_count: int | None
+) -> RowRecord:
+    """Debezium's transaction metadata: BEGIN (``event_count`` None) or END with the per-topic counts."""
+    tid = transaction_id(options.table_id, version)
+    payload: dict[str, Any] = {
+        "status": "BEGIN" if event_count is None else "END",
+        "id": tid,
+        "event_count": event_count,
+        "data_collections": None
+        if event_count is None
+        else [{"data_collection": options.changes_topic, "event_count": event_count}],
+        "ts_ms": ts_ms,
+    }
+    key: dict[str, Any] = {"id": tid}
+    if options.format == "json-schema":
+        return RowRecord(
+            options.transaction_topic,
+            _JSON.encode({"schema": TXN_KEY_SCHEMA, "payload": key}).encode(),
+            _JSON.encode({"schema": TXN_VALUE_SCHEMA, "payload": payload}).encode(),
+        )
+    return RowRecord(options.transaction_topic, _JSON.encode(key).encode(), _JSON.encode(payload).encode())
+
+
+def row_changes_options(
+    *,
+    changes_topic: str,
+    transaction_topic: str,
+    table_name: str,
+    table_id: str,
+    key_columns: Sequence[str] = (),
+    format: RowChangesFormat = "json",
+    tombstones: bool = False,
+) -> RowChangesOptions:
+    """:class:`RowChangesOptions` by keyword (``key_columns`` any sequence)."""
+    return RowChangesOptions(
+        changes_topic, transaction_topic, table_name, table_id, tuple(key_columns), format, tombstones
+    )
+
+
+__all__ = ["RowChangesOptions", "RowRecord", "row_changes_options", "transaction_id", "transaction_record"]

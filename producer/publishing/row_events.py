@@ -1,0 +1,163 @@
+"""The row changes of what the watcher publishes: a version's change rows, or a snapshot's rows.
+
+Rows come from core's readers only: a version's through :func:`~deltamirror.core.changes.changes_from_actions`
+(the same per-version rules as ``read_changes``, with the actions the watcher validated and the
+commit timestamp it resolved), a snapshot's through :meth:`Snapshot.iter_batches`; both open data
+files through the table's storage, with its path containment. A version that changes files while
+its metaData does not record the change data feed stops the table (its row changes cannot be told
+apart from file rewrites: never guessed, never skipped).
+
+The rows of a unit are read in Arrow batches; the records of a version are a deterministic stream
+(:class:`~deltamirror.mirror.records.row_changes.VersionRows`), so a transaction can end in its middle and
+a restart skip the records the committed progress counts (``Position.row_offset``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from deltamirror.core.changes import (
+    ReadSchema,
+    VersionActions,
+    changes_from_actions,
+    check_change_metadata,
+)
+from deltamirror.core.errors import ConfigError
+from deltamirror.mirror.records.row_changes import RowChangesOptions, VersionRows
+from deltamirror.mirror.topics import TableTopics
+
+from ..settings import RowChangesConfig, TableConfig
+from ..tailing.snapshot_events import SnapshotWork
+from ..tailing.work import CommitWork, PublishUnit, iter_raw_actions
+
+if TYPE_CHECKING:
+    from deltamirror.core.table import DeltaTable
+
+#: change rows read (and encoded) at a time: what a version's row changes hold in memory
+ROWS_PER_BATCH = 8192
+#: about how many bytes of spilled update images a byte of change data files makes (Parquet is
+#: compressed, the images are JSON text): only the first guess of the bucket count
+IMAGE_BYTES_PER_CDC_BYTE = 4
+#: actions that decide a version's change rows (the others are not decoded)
+_ROW_ACTIONS = frozenset({"add", "remove", "cdc", "commitInfo", "metaData", "protocol"})
+
+
+class RowChangesSource:
+    """One table's row changes: which rows each unit of work has, and the options they are encoded with."""
+
+    def __init__(
+        self,
+        table: DeltaTable,
+        config: RowChangesConfig,
+        topics: TableTopics,
+        table_name: str,
+        *,
+        batch_size: int = ROWS_PER_BATCH,
+    ) -> None:
+        self.table = table
+        self.config = config
+        self.topics = topics
+        self.table_name = table_name
+        self.batch_size = batch_size
+        #: where pairing spills update images (None: the system's temporary directory)
+        self.spill_dir: str | None = None
+
+    @classmethod
+    def of_table(cls, config: TableConfig, table: DeltaTable, topics: TableTopics) -> RowChangesSource | None:
+        """The row changes a table's configuration asks for (None: off)."""
+        if config.row_changes is None or not config.row_changes.enabled:
+            return None
+        name = config.topic_name or config.normalized_uri.rstrip("/").rsplit("/", 1)[-1] or "table"
+        return cls(table, config.row_changes, topics, name)
+
+    def options(self, table_id: str) -> RowChangesOptions:
+        return RowChangesOptions(
+            changes_topic=self.topics.changes,
+            transaction_topic=self.topics.transaction,
+            table_name=self.table_name,
+            table_id=table_id,
+            key_columns=tuple(self.config.key_columns),
+            format=self.config.format,
+            tombstones=self.config.tombstones,
+        )
+
+    def rows_of(self, unit: PublishUnit) -> VersionRows:
+        """The records of ``unit``'s row changes (a version's change feed, or a snapshot as ``"r"``)."""
+        options = self.options(unit.table_id)
+        if isinstance(unit, SnapshotWork):
+            snap = unit.snap
+            self._check_key(options, list(snap.schema.names), unit.version)
+
+            def snapshot_batches() -> Iterator[pa.RecordBatch]:
+                for batch in snap.iter_batches():
+                    if batch.num_rows:
+                        yield batch.append_column("_change_type", pa.array(["insert"] * batch.num_rows))
+
+            return VersionRows(
+                options,
+                snapshot_batches,
+                version=unit.version,
+                ts_ms=unit.timestamp.timestamp,
+                op_override="r",
+                snapshot=lambda last: "last" if last else "true",
+                may_have_updates=False,
+            )
+        metadata = unit.metadata
+        if metadata is None:  # the watcher always knows it; a unit built elsewhere must say it
+            raise ConfigError("row changes need the metaData in force at each version", table=self.table.uri)
+        summary = unit.scan.summary
+        self._check_key(options, metadata.table_schema.names, unit.version)
+        has_rows = summary.adds + summary.removes + summary.cdc > 0
+        if has_rows:  # a version that changes no file (a property set, the feed turned on) has no rows
+            read = ReadSchema(metadata, unit.version)
+            check_change_metadata(read, metadata, unit.version, table=self.table.uri, start=unit.version)
+
+        decoded: list[VersionActions] = []
+
+        def version_batches() -> Iterator[pa.RecordBatch]:
+            if not has_rows:
+                return iter(())
+            if not decoded:  # once: a keyed version's rows are read twice (to pair its updates)
+                actions = _decoded_actions(self.table, unit)
+                decoded.append(VersionActions(unit.version, unit.timestamp.timestamp, actions))
+            feed = changes_from_actions(
+                self.table, metadata, unit.version, decoded, batch_size=self.batch_size
+            )
+            return iter(feed)
+
+        return VersionRows(
+            options,
+            version_batches,
+            version=unit.version,
+            ts_ms=unit.timestamp.timestamp,
+            may_have_updates=summary.cdc > 0,  # update images only come from change data files
+            pairing_memory_bytes=self.config.pairing_memory_mb * 1024 * 1024,
+            expected_image_bytes=summary.bytes_cdc * IMAGE_BYTES_PER_CDC_BYTE,
+            spill_dir=self.spill_dir,
+        )
+
+    def _check_key(self, options: RowChangesOptions, columns: list[str], version: int) -> None:
+        missing = [c for c in options.key_columns if c not in columns]
+        if missing:
+            raise ConfigError(
+                f"row_changes.key_columns names {', '.join(map(repr, missing))}, not a column of the table "
+                f"(columns: {', '.join(columns)})",
+                table=self.table.uri,
+                version=version,
+            )
+
+
+def _decoded_actions(table: DeltaTable, unit: CommitWork) -> list[tuple[str, dict[str, object]]]:
+    """The version's actions that decide its rows, decoded (their lines were validated by the scan)."""
+    out: list[tuple[str, dict[str, object]]] = []
+    for name, body in iter_raw_actions(table.storage, unit.version, unit.scan):
+        if name in _ROW_ACTIONS:
+            out.append((name, json.loads(body) if isinstance(body, bytes | bytearray) else body))
+    return out
+
+
+__all__ = ["ROWS_PER_BATCH", "RowChangesSource"]

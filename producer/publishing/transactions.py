@@ -1,0 +1,450 @@
+"""The records of one table and the Kafka transactions that carry them.
+
+A transaction holds whole versions until ``txn_max_records``/``txn_max_bytes``/``txn_max_ms`` is
+reached or the table has nothing more to publish; a larger version is split at batch boundaries
+into several transactions. Each transaction ends with the table's progress record, and a version's
+summary goes to the commits topic in the transaction of its last chunk: a subscriber that reads
+``read_committed`` sees a version's summary only once all its actions are there, and a restart
+resumes exactly after the last committed progress record.
+
+An idle table still writes: a heartbeat on the commits topic every ``heartbeat_interval_s`` (if
+set), and its progress again every ``LIVENESS_INTERVAL_S`` in a transaction, which is how a
+watcher fenced by a newer one learns it even when its table never changes. Tables sharing a
+shard's producer share that duty: a fence shows at any commit of the producer, so an idle table
+re-writes its progress only when no table of its shard committed for ``LIVENESS_INTERVAL_S``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from contextlib import closing
+from typing import TYPE_CHECKING
+
+from deltamirror.mirror.kafka.producer import TransactionalPublisher
+from deltamirror.mirror.records.events import (
+    SCHEMA_VERSION,
+    EnvelopeEncoder,
+    Heartbeat,
+    TableDropped,
+    TableReplaced,
+)
+from deltamirror.mirror.records.fragments import split_oversize
+from deltamirror.mirror.records.headers import (
+    HEADER_CLAMPED_FROM,
+    HEADER_KIND,
+    HEADER_VERSION,
+    Headers,
+    action_headers,
+)
+from deltamirror.mirror.records.row_changes import skip_records
+from deltamirror.mirror.topics import TableTopics, TopicLimits
+
+from ..group.shard_producers import ProducerLease
+from ..settings import WatchConfig
+from ..tailing.snapshot_events import ProgressBar, SnapshotWork
+from ..tailing.work import (
+    CommitWork,
+    Position,
+    PublishUnit,
+    TableDroppedWork,
+    TableReplacedWork,
+    position_after,
+)
+from .progress import progress_record
+
+if TYPE_CHECKING:  # for the type checker only: importing it loads prometheus_client
+    from ..metrics import Metrics
+    from .row_events import RowChangesSource
+
+log = logging.getLogger("deltamirror.watch")
+
+#: records encoded and produced in one call; a transaction ends only between two batches
+BATCH = 1000
+#: a version whose change data files are larger is paired (a first read) with no records pending:
+#: the pass must not run inside an open transaction that could outlive ``transaction.timeout.ms``
+#: (a 142 MB pass took over 60 s on a loaded 2-core machine); below this it takes a second or two
+PAIRING_PASS_COMMIT_BYTES = 8 * 1024 * 1024
+#: an idle table re-writes its progress this often, in a transaction: a fenced watcher learns it
+LIVENESS_INTERVAL_S = 15.0
+
+
+def encoder_for(unit: PublishUnit) -> EnvelopeEncoder:
+    """The action-record encoder of one version (or snapshot): the envelope fields they all share."""
+    return EnvelopeEncoder(
+        table_id=unit.table_id,
+        table_uri=unit.table_uri,
+        version=unit.version,
+        commit_timestamp=unit.timestamp.timestamp,
+        commit_timestamp_source=str(unit.timestamp.source),
+        count=unit.count,
+        snapshot=unit.snapshot,
+    )
+
+
+class TableTransactions:
+    """One table's open transaction: what it holds, and the records that go into it.
+
+    ``committed`` is where the last committed progress record stands (a restart resumes there);
+    ``produced`` is how far the open transaction reaches. ``time_left`` says how long a stop
+    still allows a broker call to take (infinite while no stop is requested).
+    """
+
+    def __init__(
+        self,
+        cfg: WatchConfig,
+        uri: str,
+        topics: TableTopics,
+        txn_id: str,
+        *,
+        metrics: Metrics,
+        stop: threading.Event,
+        time_left: Callable[[], float],
+        batch_size: int,
+    ) -> None:
+        self.cfg = cfg
+        self.uri = uri
+        self.topics = topics
+        self.txn_id = txn_id
+        self.metrics = metrics
+        self.stop = stop
+        self.time_left = time_left
+        self.batch_size = batch_size
+        #: the producer of the current session (None between sessions)
+        self.pub: TransactionalPublisher | ProducerLease | None = None
+        #: what each event topic accepts, learnt when the session opened
+        self.limits: dict[str, TopicLimits] = {}
+        self.committed: Position | None = None
+        self.produced: Position | None = None
+        self._log_extra = {"table": uri}
+        #: versions whose last chunk is in the open transaction: (version, commit timestamp)
+        self._completed: list[tuple[int, int]] = []
+        self._events_in_txn = 0
+        self._last_txn_end = time.monotonic()
+        #: last transaction that published events, or last heartbeat: heartbeats count from it
+        self._last_activity = self._last_txn_end
+        #: first version with records in the open transaction (for the report of an abandoned one)
+        self._txn_first_version: int | None = None
+        #: called before a transaction that reached its bounds commits, while its records are
+        #: still on their way to the broker (the pipeline reads the next versions meanwhile)
+        self.before_bounded_commit: Callable[[], None] = lambda: None
+        #: the table's row changes (None: not published); their records go in the same
+        #: transactions as the version's actions, after them and before its summary
+        self.rows: RowChangesSource | None = None
+
+    def resume(self, committed: Position | None) -> None:
+        """A new session starts from the committed progress: nothing is open."""
+        self.committed = committed
+        self.produced = committed
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.pub is not None and self.pub.in_transaction
+
+    def begin(self) -> None:
+        assert self.pub is not None
+        self.pub.begin()
+
+    def describe_open(self) -> str | None:
+        """The open transaction in words (None when there is none), for the report of a stop."""
+        pub = self.pub
+        if pub is None or not pub.in_transaction:
+            return None
+        first = self._txn_first_version
+        last = self.produced.version if self.produced is not None else None
+        if first is None or last is None or last < first:
+            versions = ""
+        elif first == last:
+            versions = f" version {first}"
+        else:
+            versions = f" versions {first} to {last}"
+        return f"the open transaction of table {self.uri}{versions}"
+
+    def bounds_reached(self) -> bool:
+        pub = self.pub
+        assert pub is not None
+        return (
+            pub.records >= self.cfg.txn_max_records
+            or pub.bytes >= self.cfg.txn_max_bytes
+            or (time.monotonic() - pub.started_at) * 1000 >= self.cfg.txn_max_ms
+        )
+
+    # --- records ------------------------------------------------------------------------------
+
+    def _record_timestamp(self, topic: str, ts: int) -> tuple[int, Headers]:
+        """The Kafka timestamp for a commit timestamp, clamped (and said so) if the topic refuses it."""
+        limits = self.limits.get(topic)
+        now = int(time.time() * 1000)
+        clamped = limits.clamp(ts, now) if limits is not None else None
+        if clamped is None and ts <= 0:
+            clamped = now  # librdkafka reads 0 as "now"; say it
+        if clamped is None:
+            return ts, []
+        return clamped, [(HEADER_CLAMPED_FROM, str(ts).encode())]
+
+    def _expand_oversize(
+        self, topic: str, values: list[bytes], headers: Iterable[Headers], where: tuple[int, int]
+    ) -> tuple[list[bytes], Iterable[Headers]]:
+        limit = self.limits[topic].max_value_bytes if topic in self.limits else self.cfg.max_record_bytes
+        version, first_index = where
+        return split_oversize(
+            values,
+            headers,
+            limit,
+            self.cfg.oversize_policy,
+            topic=topic,
+            table=self.uri,
+            version=version,
+            index=first_index,
+        )
+
+    def publish(self, unit: PublishUnit) -> None:
+        """A version's (or snapshot's) action records, then its summary, into the open transaction.
+
+        A version larger than a transaction is committed in chunks; a stop commits the chunk
+        published so far and returns (the rest is published after the restart).
+        """
+        pub = self.pub
+        assert pub is not None
+        topic = self.topics.actions
+        encoder = encoder_for(unit)
+        key = unit.table_id.encode()
+        version_b = str(unit.version).encode()
+        version_header = (HEADER_VERSION, version_b)
+        ts, ts_headers = self._record_timestamp(topic, unit.timestamp.timestamp)
+        if ts_headers:
+            log.warning(
+                "topic %s refuses the commit timestamp %d: records carry %d and a %s header",
+                topic,
+                unit.timestamp.timestamp,
+                ts,
+                HEADER_CLAMPED_FROM,
+                extra={**self._log_extra, "version": unit.version},
+            )
+        bar = (
+            ProgressBar(f"snapshot v{unit.version} of {self.uri}", unit.count - unit.start)
+            if isinstance(unit, SnapshotWork)
+            else None
+        )
+        index = unit.start
+        if self._txn_first_version is None:
+            self._txn_first_version = unit.version
+        try:
+            for batch in unit.batches(self.batch_size):
+                values, headers = self._expand_oversize(
+                    topic,
+                    encoder.encode_many(index, batch),
+                    action_headers(version_header, index, batch, ts_headers),
+                    (unit.version, index),
+                )
+                pub.produce_many(topic, values, key, headers, ts)
+                index += len(batch)
+                self._events_in_txn += len(batch)
+                self.produced = position_after(unit, index - 1)
+                if bar is not None:
+                    bar.advance(len(batch))
+                if index < unit.count and (self.bounds_reached() or self.stop.is_set()):
+                    if not self.stop.is_set():
+                        self.before_bounded_commit()
+                    self.commit()  # a chunk of a version larger than a transaction
+                    if self.stop.is_set():
+                        return
+                    pub.begin()
+                    self._txn_first_version = unit.version
+        finally:
+            if bar is not None:
+                bar.close()
+        if self.rows is not None and not self._publish_rows(unit):
+            return  # a stop committed part of the version's row changes
+        summary = unit.summary().to_json_bytes()
+        ts_c, hdr_c = self._record_timestamp(self.topics.commits, unit.timestamp.timestamp)
+        values_c, headers_c = self._expand_oversize(
+            self.topics.commits,
+            [summary],
+            [[(HEADER_KIND, b"commit"), (HEADER_VERSION, version_b), *hdr_c]],
+            (unit.version, -1),
+        )
+        pub.produce_many(self.topics.commits, values_c, key, headers_c, ts_c)
+        self.produced = position_after(unit, unit.count - 1)
+        self._completed.append((unit.version, unit.timestamp.timestamp))
+
+    def _publish_rows(self, unit: PublishUnit) -> bool:
+        """The row changes of ``unit`` (its actions are in), from the record the progress counts.
+
+        Streamed a batch at a time; a transaction that reaches its bounds ends between two batches
+        with a progress record counting the row-change records in it (``row_offset``), as an action
+        chunk does. False when a stop ended the publishing (what was produced is committed).
+        """
+        pub, rows = self.pub, self.rows
+        assert pub is not None and rows is not None
+        last = unit.count - 1
+        done = unit.row_offset
+        self.produced = position_after(unit, last, done)
+        stream = rows.rows_of(unit)
+        changes = rows.topics.changes
+        limits = self.limits.get(changes)
+        stream.max_record_bytes = limits.max_value_bytes if limits is not None else self.cfg.max_record_bytes
+        if (
+            stream.pairing_pass
+            and isinstance(unit, CommitWork)
+            and unit.scan.summary.bytes_cdc > PAIRING_PASS_COMMIT_BYTES
+            and pub.records
+        ):
+            # reading the change data twice may outlast transaction.timeout.ms: end the open one
+            self.commit()
+            pub.begin()
+            self._txn_first_version = unit.version
+        timestamps: dict[str, int] = {}
+        headers: Headers = []
+        for topic in (rows.topics.changes, rows.topics.transaction):
+            timestamps[topic], clamped = self._record_timestamp(topic, unit.timestamp.timestamp)
+            headers = headers or clamped
+        with closing(skip_records(stream.records(), done)) as chunks:  # closed: its spill files go
+            for chunk in chunks:
+                for i in range(0, len(chunk), self.batch_size):
+                    part = chunk[i : i + self.batch_size]
+                    pub.produce_keyed([(r.topic, r.key, r.value) for r in part], timestamps, headers or None)
+                    done += len(part)
+                    self.produced = position_after(unit, last, done)
+                    if self.bounds_reached() or self.stop.is_set():
+                        if not self.stop.is_set():
+                            self.before_bounded_commit()
+                        self.commit()  # row changes larger than a transaction
+                        if self.stop.is_set():
+                            return False
+                        pub.begin()
+                        self._txn_first_version = unit.version
+        return True
+
+    def announce_replaced(self, work: TableReplacedWork) -> None:
+        assert self.pub is not None
+        now = int(time.time() * 1000)
+        record = TableReplaced(
+            schema_version=SCHEMA_VERSION,
+            table_uri=self.uri,
+            table_id=work.table_id,
+            previous_table_id=work.previous_table_id,
+            previous_version=work.previous_version,
+            reason=work.reason,
+            detected_at=now,
+        )
+        self.pub.produce(
+            self.topics.commits,
+            record.to_json_bytes(),
+            work.table_id.encode(),
+            [(HEADER_KIND, b"tableReplaced")],
+            now,
+        )
+        log.warning(
+            "table re-created: now mirroring table %s (was %s up to version %d)",
+            work.table_id,
+            work.previous_table_id,
+            work.previous_version,
+            extra={**self._log_extra, "reason": work.reason},
+        )
+
+    def announce_dropped(self, work: TableDroppedWork) -> None:
+        """The table's last transaction: ``tableDropped`` and a tombstone of its progress record.
+
+        Committed here; the table is not published again (a table created later at the location
+        starts afresh, as its snapshot mode says). Aborted, it is announced again on the restart.
+        """
+        assert self.pub is not None
+        now = int(time.time() * 1000)
+        if work.table_id is not None:
+            record = TableDropped(
+                schema_version=SCHEMA_VERSION,
+                table_uri=self.uri,
+                table_id=work.table_id,
+                last_version=work.last_version,
+                reason=work.reason,
+                detected_at=now,
+            )
+            key = work.table_id.encode()
+            headers: Headers = [(HEADER_KIND, b"tableDropped")]
+            self.pub.produce(self.topics.commits, record.to_json_bytes(), key, headers, now)
+        self.pub.produce(self.cfg.progress_topic, None, self.uri.encode(), None, 0)
+        self.produced = None  # no progress record: the tombstone above is the last word
+        self.commit()
+        log.warning(
+            "table dropped: %s; no longer mirrored (last version published: %d)",
+            work.reason,
+            work.last_version,
+            extra=self._log_extra,
+        )
+
+    def idle_duties(self) -> None:
+        """Heartbeats, and the periodic progress re-write that makes a fenced idle watcher notice."""
+        if self.committed is None or self.pub is None:
+            return
+        now_s = time.monotonic()
+        heartbeat = self.cfg.heartbeat_interval_s
+        # the liveness re-write is not activity: it must not postpone a heartbeat forever
+        due_heartbeat = heartbeat is not None and now_s - self._last_activity >= heartbeat
+        last_end = self._last_txn_end
+        if isinstance(self.pub, ProducerLease):  # a fence shows at any commit of the shard's producer
+            last_end = max(last_end, self.pub.last_commit)
+        if not due_heartbeat and now_s - last_end < LIVENESS_INTERVAL_S:
+            return
+        self.pub.begin()
+        if due_heartbeat:
+            self._last_activity = now_s
+            now = int(time.time() * 1000)
+            beat = Heartbeat(
+                schema_version=SCHEMA_VERSION,
+                table_id=self.committed.table_id,
+                table_uri=self.uri,
+                latest_version=self.committed.version,
+                commit_timestamp=self.committed.timestamp.timestamp,
+                commit_timestamp_source=str(self.committed.timestamp.source),  # type: ignore[arg-type]
+                heartbeat_timestamp=now,
+            )
+            self.pub.produce(
+                self.topics.commits,
+                beat.to_json_bytes(),
+                self.committed.table_id.encode(),
+                [(HEADER_KIND, b"heartbeat"), (HEADER_VERSION, str(self.committed.version).encode())],
+                now,
+            )
+        self.commit()
+
+    # --- ending a transaction -------------------------------------------------------------------
+
+    def commit(self, timeout_s: float | None = None) -> None:
+        """Commit the open transaction with its progress record (60 s at most, less when stopping)."""
+        pub = self.pub
+        assert pub is not None
+        if timeout_s is None:
+            timeout_s = max(0.0, min(60.0, self.time_left()))
+        if self.produced is not None:
+            record = progress_record(self.produced, self.uri, self.txn_id)
+            pub.produce(self.cfg.progress_topic, record.to_json_bytes(), self.uri.encode(), None, 0)
+        pub.commit(timeout_s)
+        self._txn_first_version = None
+        self.committed = self.produced
+        self._last_txn_end = time.monotonic()
+        self.metrics.transaction_committed(self.uri)
+        if self._events_in_txn:
+            self._last_activity = self._last_txn_end
+            self.metrics.event_published(self.uri, self._events_in_txn)
+        for version, ts in self._completed:
+            self.metrics.published_version(self.uri, version, ts)
+        self._completed.clear()
+        self._events_in_txn = 0
+
+    def abort(self, timeout_s: float | None = None) -> None:
+        """Abort the open transaction (30 s at most, less when stopping): back to the committed position."""
+        if timeout_s is None:
+            timeout_s = max(0.0, min(30.0, self.time_left()))
+        if self.pub is not None and self.pub.in_transaction:
+            self.metrics.transaction_aborted(self.uri)
+            self.pub.abort(timeout_s)
+        self._txn_first_version = None
+        self.produced = self.committed
+        self._completed.clear()
+        self._events_in_txn = 0
+
+
+__all__ = ["BATCH", "LIVENESS_INTERVAL_S", "TableTransactions", "encoder_for"]
