@@ -46,7 +46,7 @@ scale-test: install ## a group of 3 watchers over 200 tables: kill, stop, pause,
 lint: install ## ruff and mypy, as CI runs them
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy -p deltamirror.core -p deltamirror.mirror -p deltamirror.ops -p deltamirror.producer -p deltamirror.consumer -p deltamirror.devkafka -p deltamirror.cli
+	$(BIN)/mypy -p deltamirror
 
 format: install ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix .

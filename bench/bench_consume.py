@@ -63,7 +63,7 @@ def setup(clock: Any, params: dict[str, Any]) -> dict[str, Any]:
     from bench_producer import BenchMetrics
     from make_checkpoint_table import ensure_table
 
-    from deltamirror.producer.config import WatchConfig
+    from deltamirror.producer import WatchConfig
     from deltamirror.producer.service import WatchService
 
     clock.start()

@@ -340,7 +340,8 @@ def _names() -> tuple[str, str, str, str]:
 
 
 def _watch_config(bootstrap: str, table: str, **over: Any) -> tuple[Any, tuple[str, str, str]]:
-    from deltamirror.producer.config import KafkaSettings, TableConfig, WatchConfig
+    from deltamirror.mirror import KafkaSettings
+    from deltamirror.producer import TableConfig, WatchConfig
 
     actions, commits, progress, prefix = _names()
     table_over = {k: over.pop(k) for k in ("poll_interval_s",) if k in over}
@@ -630,7 +631,7 @@ def _records_file(table: dict[str, Any]) -> Path:
 
 
 def _watcher_bounds() -> tuple[int, int, int]:
-    from deltamirror.producer.config import WatchConfig
+    from deltamirror.producer import WatchConfig
 
     fields = WatchConfig.model_fields  # the watcher's default transaction bounds
     return (
@@ -1139,7 +1140,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit(
                     f"iter_event_values gave {len(work.values)} records, expected {table['actions']}"
                 )
-            from deltamirror.producer.config import WatchConfig
+            from deltamirror.producer import WatchConfig
 
             fields = WatchConfig.model_fields  # the watcher's default transaction bounds
             bounds = (

@@ -165,7 +165,8 @@ def _watch(
 ) -> dict[str, Any]:
     from bench_producer import BenchMetrics, _TimedEvent
 
-    from deltamirror.producer.config import KafkaSettings, TableConfig, WatchConfig
+    from deltamirror.mirror import KafkaSettings
+    from deltamirror.producer import TableConfig, WatchConfig
     from deltamirror.producer.service import WatchService
     from deltamirror.producer.settings import RowChangesConfig
 

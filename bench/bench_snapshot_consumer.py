@@ -369,7 +369,8 @@ def publish_table(bootstrap: str, manifest: dict[str, Any], data_dir: Path = DAT
     each later commit, linked into the table's log one by one once the snapshot is published (as
     bench/bench_consume.py builds its topic). Reused when a previous run of the bench left it
     complete on this broker (its commits topic holds the summary of the last version)."""
-    from deltamirror.producer.config import KafkaSettings, TableConfig, WatchConfig
+    from deltamirror.mirror import KafkaSettings
+    from deltamirror.producer import TableConfig, WatchConfig
     from deltamirror.producer.service import WatchService
 
     name = f"dmbench-snapcons-{manifest['checkpoint_files']}-{manifest['commits']}-staged"

@@ -15,10 +15,10 @@ Every error is a :class:`DeltaMirrorError`.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .errors import DeltaMirrorError
+from .faces import lazy_exports
 
 if TYPE_CHECKING:
     from .table import DeltaTable, HistoryEntry, Snapshot, open_table
@@ -26,28 +26,17 @@ if TYPE_CHECKING:
 
 #: names loaded on first use: importing the package does not load pyarrow, pydantic or fsspec, so
 #: a program (or the CLI's --help) that only names the package starts fast (PEP 562)
-_LAZY = {
-    "DeltaTable": ".table",
-    "HistoryEntry": ".table",
-    "Snapshot": ".table",
-    "open_table": ".table",
-    "CommitTimestamp": ".timestamps",
-    "TimestampSource": ".timestamps",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
-
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "DeltaTable": ".table",
+        "HistoryEntry": ".table",
+        "Snapshot": ".table",
+        "open_table": ".table",
+        "CommitTimestamp": ".timestamps",
+        "TimestampSource": ".timestamps",
+    },
+)
 
 __all__ = [
     "CommitTimestamp",

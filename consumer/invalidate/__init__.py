@@ -18,7 +18,7 @@ One job per module: :mod:`.payload` (the documents), :mod:`.targets` (command, w
 :mod:`.delivery` (retries, dead letters), :mod:`.consumer` (ordering and acknowledgement).
 Used by ``deltamirror invalidate`` and ``deltamirror consume-snapshot --format jsonl``::
 
-    from deltamirror.consumer.invalidate import InvalidationConsumer, Invalidator, WebhookTarget
+    from deltamirror.consumer import InvalidationConsumer, Invalidator, WebhookTarget
 
     send = Invalidator(WebhookTarget("https://cache.internal/invalidate"))
     InvalidationConsumer("kafka:9092", "deltamirror.sales.actions", on_payload=send).run()

@@ -20,8 +20,6 @@ Records are decoded by the mirror's one decoder (:mod:`deltamirror.mirror.record
 
 from __future__ import annotations
 
-from deltamirror.mirror.records.events import TableReplaced, decode_action_event, decode_commits_record
-
 from .loop import (
     DEFAULT_CHECKPOINT_INTERVAL_S,
     DEFAULT_CHECKPOINT_INTERVAL_VERSIONS,
@@ -42,20 +40,6 @@ from .state import (
 )
 from .store import Position, StateStore
 
-#: an actions-topic value as its model (the mirror's decoder; kept under its former name)
-parse_event = decode_action_event
-
-
-def parse_table_replaced(value: bytes | str) -> TableReplaced | None:
-    """A commits-topic value: its :class:`TableReplaced`, or None for any other ``kind``.
-
-    The mirror's decoder (kept under its former name): other kinds are ignored, as the contract
-    says; a ``tableReplaced`` that does not parse is an EventStreamError.
-    """
-    record = decode_commits_record(value, wanted={"tableReplaced"})
-    return record if isinstance(record, TableReplaced) else None
-
-
 __all__ = [
     "DEFAULT_CHECKPOINT_INTERVAL_S",
     "DEFAULT_CHECKPOINT_INTERVAL_VERSIONS",
@@ -73,6 +57,4 @@ __all__ = [
     "StateStore",
     "TableReplacement",
     "file_key",
-    "parse_event",
-    "parse_table_replaced",
 ]

@@ -78,8 +78,6 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType as SparkStructType
 
 FORMAT = "deltamirror"
-#: the name tests/producer/test_secrets.py imports (the options now live in spark_options.py)
-_Options = SourceOptions
 
 
 def register(spark: SparkSession) -> None:

@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 
 from deltamirror.cli.main import main
-from deltamirror.producer import service
-from deltamirror.producer.config import WatchConfig
+from deltamirror.producer import WatchConfig, service
 
 
 @pytest.fixture

@@ -22,13 +22,12 @@ from deltamirror.consumer.snapshot import (
     StateStore,
     TableReplacement,
     file_key,
-    parse_event,
 )
 from deltamirror.core.errors import ConfigError
 from deltamirror.core.replay import file_keys
 from deltamirror.core.table import open_table
 from deltamirror.mirror.errors import EventStreamError
-from deltamirror.mirror.records.events import ActionEvent, TableReplaced
+from deltamirror.mirror.records.events import ActionEvent, TableReplaced, decode_action_event
 from deltamirror.producer.publishing.offline_events import iter_event_values
 from deltamirror.producer.publishing.transactions import encoder_for
 from deltamirror.producer.tailing.snapshot_events import SnapshotWork
@@ -193,7 +192,7 @@ def test_versions_already_applied_are_skipped_and_gaps_and_disorder_are_errors()
     with pytest.raises(EventStreamError, match="starts while version 1 is incomplete"):
         IncrementalSnapshot(table_id).apply_values([*versions[0], versions[1][0], versions[2][0]])
     with pytest.raises(EventStreamError, match="not an action event"):
-        parse_event(b'{"tableId": "x"}')
+        decode_action_event(b'{"tableId": "x"}')
 
 
 def test_state_round_trips_through_json() -> None:
@@ -893,9 +892,9 @@ def test_a_consumer_stopped_while_waiting_for_its_topic_returns() -> None:
 
 
 def test_events_model_is_the_contract() -> None:
-    """parse_event accepts exactly what the encoder writes (guards a drift between the two)."""
+    """decode_action_event accepts exactly what the encoder writes (guards a drift between the two)."""
     value = next(iter(iter_event_values(str(TABLES / "golden__basic-with-inserts-updates"))))
-    assert parse_event(value) == ActionEvent.model_validate_json(value)
+    assert decode_action_event(value) == ActionEvent.model_validate_json(value)
 
 
 @pytest.mark.kafka

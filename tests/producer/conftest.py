@@ -176,7 +176,7 @@ class WatchSetup:
     config: Path
 
     def cfg(self) -> Any:
-        from deltamirror.producer.config import load_config
+        from deltamirror.producer import load_config
 
         return load_config(self.config)
 

@@ -663,14 +663,6 @@ def test_an_unknown_override_is_a_type_error(tmp_path: Path) -> None:
         merge_overrides(cfg, {"kafka": {"bootstrap_servers": "x:1"}})
 
 
-def test_the_old_module_still_exports_its_public_names() -> None:
-    from deltamirror.producer import config
-
-    assert config.load_config is load_config and config.redacted is redacted
-    assert config.WatchConfig is WatchConfig and config.TableConfig is TableConfig
-    assert config.KafkaSettings is KafkaSettings
-
-
 def test_flags_override_the_file(tmp_path: Path) -> None:
     path = write(
         tmp_path,

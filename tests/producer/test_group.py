@@ -217,7 +217,7 @@ def test_a_table_shard_is_kafkas_murmur2_partition_of_its_uri() -> None:
 
 def test_group_settings_from_the_file_and_the_flag(tmp_path: Path) -> None:
     from deltamirror.core.errors import ConfigError
-    from deltamirror.producer.config import load_config
+    from deltamirror.producer import load_config
     from deltamirror.producer.settings import merge_overrides
 
     path = tmp_path / "w.yaml"

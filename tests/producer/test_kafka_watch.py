@@ -12,7 +12,7 @@ import pytest
 
 from deltamirror.core.table import open_table
 from deltamirror.mirror.records.events import ActionEvent, CommitSummary, ProgressRecord, TableReplaced
-from deltamirror.producer.config import WatchConfig
+from deltamirror.producer import WatchConfig
 from deltamirror.producer.pipeline import transactional_id
 from deltamirror.producer.service import WatchService
 from support.kafka import free_port_pair

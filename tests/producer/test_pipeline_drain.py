@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from deltamirror.core.errors import CorruptLogError
+from deltamirror.mirror import KafkaSettings
+from deltamirror.producer import TableConfig, WatchConfig
 from deltamirror.producer import pipeline as pipeline_module
-from deltamirror.producer.config import KafkaSettings, TableConfig, WatchConfig
 from deltamirror.producer.metrics import WatcherMetrics
 from deltamirror.producer.pipeline import TablePipeline
 from deltamirror.producer.tailing.work import CommitWork

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from deltamirror.producer.config import WatchConfig
+from deltamirror.producer import WatchConfig
 from deltamirror.producer.service import WatchService
 from support.s3proxy import S3Proxy, S3Request
 

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from deltamirror.core.errors import ConfigError, TableNotFoundError
 from deltamirror.core.redact import MASK, RedactingFilter, is_secret_key, redact, redact_value
-from deltamirror.producer.config import load_config, redacted
+from deltamirror.producer import load_config, redacted
 from deltamirror.producer.log_format import configure_logging
 from deltamirror.producer.metrics import WatcherMetrics, serve
 
@@ -388,10 +388,10 @@ def test_cli_refuses_a_broker_list_with_credentials(args: list[str]) -> None:
 
 def test_spark_option_refuses_a_broker_list_with_credentials() -> None:
     pytest.importorskip("pyspark")
-    from deltamirror.consumer.spark.source import _Options
+    from deltamirror.consumer.spark.options import SourceOptions
 
     with pytest.raises(ConfigError) as err:
-        _Options.parse({"path": "/tmp/t", "kafka.bootstrap.servers": f"svc:{KAFKA_SECRET}@b:9092"})
+        SourceOptions.parse({"path": "/tmp/t", "kafka.bootstrap.servers": f"svc:{KAFKA_SECRET}@b:9092"})
     assert str(err.value).startswith("option kafka.bootstrap.servers: the entry holds credentials")
     assert_no_secret(str(err.value))
 

@@ -22,7 +22,7 @@ def watch_until(
     **table_settings: Any,
 ) -> None:
     """Mirror ``table`` to ``actions`` (and its ``.commits`` partner) until ``until_version`` is committed."""
-    from deltamirror.producer.config import WatchConfig
+    from deltamirror.producer import WatchConfig
     from deltamirror.producer.service import WatchService
 
     mode: dict[str, Any] = {"snapshot_mode": snapshot_mode}
