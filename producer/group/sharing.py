@@ -2,7 +2,7 @@
 
 ``watch --group NAME`` makes this instance a member of the Kafka consumer group
 ``<transactional_id_prefix>-<NAME>`` over the assignment topic ``deltamirror.<NAME>.shards``
-(:mod:`deltamirror.mirror.kafka.group`). A table runs here while its shard
+(:mod:`deltamirror.mirror.group`). A table runs here while its shard
 (``murmur2(normalized uri) % shards``) is assigned here:
 
 - assigned: the shard's tables start; the shard's producer (``init_transactions``) fences
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from deltamirror.core.errors import ConfigError
 from deltamirror.mirror.errors import KafkaError
-from deltamirror.mirror.kafka.group import GroupStatus, ShardGroup, assignment_topic, shard_of
+from deltamirror.mirror.group import GroupStatus, ShardGroup, assignment_topic, shard_of
 
 from ..settings import GroupSettings
 

@@ -207,7 +207,7 @@ def test_a_group_moves_tables_exactly_once_through_kill_term_pause_and_join(
 
 
 def test_a_table_shard_is_kafkas_murmur2_partition_of_its_uri() -> None:
-    from deltamirror.mirror.kafka.group import assignment_topic, shard_of
+    from deltamirror.mirror.group import assignment_topic, shard_of
 
     # Kafka's own test vectors (org.apache.kafka.common.utils.UtilsTest): murmur2("21") = -973932308
     assert shard_of("21", 64) == (-973932308 & 0x7FFFFFFF) % 64
@@ -271,7 +271,7 @@ def test_healthz_reports_the_group_state_and_forgets_a_table_that_moved() -> Non
 @pytest.mark.kafka
 def test_an_assignment_topic_with_another_shard_count_is_a_config_error(kafka_bootstrap: str) -> None:
     from deltamirror.core.errors import ConfigError
-    from deltamirror.mirror.kafka.group import ShardGroup
+    from deltamirror.mirror.group import ShardGroup
 
     def group(shards: int) -> ShardGroup:
         return ShardGroup(

@@ -91,7 +91,7 @@ def stop(service: Any) -> None:
 def test_tables_of_a_shard_share_one_producer_and_a_bad_table_does_not_stop_the_others(
     kafka_bootstrap: str, tmp_path: Path, kit: Any
 ) -> None:
-    from deltamirror.mirror.kafka.group import shard_of
+    from deltamirror.mirror.group import shard_of
     from deltamirror.producer.service import WatchService
 
     run = f"sp{uuid.uuid4().hex[:6]}"

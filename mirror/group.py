@@ -27,8 +27,8 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from deltamirror.core.errors import ConfigError
 
-from ..errors import KafkaError
-from ..topics import PREFIX, TopicManager, murmur2_partition
+from .errors import KafkaError
+from .topics import PREFIX, TopicManager, murmur2_partition
 
 log = logging.getLogger("deltamirror.group")
 
