@@ -125,7 +125,18 @@ class WatchService:
         self._failure: BaseException | None = None
         self._server: ServerHandle | None = None
         self._broker_watch: threading.Thread | None = None
-        self.sharing = TableSharing(self, cfg.group) if cfg.group is not None else None
+        self.sharing = (
+            TableSharing(
+                self,
+                cfg.group,
+                kafka={**cfg.kafka.librdkafka_config(), **self.reporter.client_config()},
+                transactional_id_prefix=cfg.transactional_id_prefix,
+                max_record_bytes=cfg.max_record_bytes,
+                metrics=self.group_metrics,
+            )
+            if cfg.group is not None
+            else None
+        )
         #: the prefixes of ``cfg.discover``, scanned on their own thread once started
         self.discovery = DiscoveryLoop(cfg, self, stop=self.stop_event) if cfg.discover else None
         #: operators' signals (``deltamirror signal``), read on their own thread once started
@@ -371,6 +382,19 @@ class WatchService:
             if self.clients.shards is not None:  # the assignment says the shard is ours: fence back
                 self.clients.shards.renew([self.sharing.shard(uri)], only_fenced=True)
             self.start_table(table)
+
+    def renew_shard_producers(self, shards: set[int]) -> None:
+        """A shard assigned here gets a new producer, not one left from before it went away."""
+        if self.clients.shards is not None:
+            self.clients.shards.renew(shards)
+
+    def group_ready(self) -> None:
+        """The tables of the group's first assignment resumed: healthy."""
+        self.metrics.set_healthy(True)
+
+    def fail(self, exc: BaseException) -> None:
+        """Stop the service for ``exc`` (the group's membership cannot go on)."""
+        self._fail(exc)
 
     def _fail(self, exc: BaseException, pipeline: TablePipeline | None = None) -> None:
         if self._failure is None:

@@ -24,17 +24,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 from deltamirror.core.errors import ConfigError
 from deltamirror.mirror.errors import KafkaError
 from deltamirror.mirror.group import GroupStatus, ShardGroup, assignment_topic, shard_of
 
-from ..settings import GroupSettings
-
-if TYPE_CHECKING:
-    from ..pipeline import TablePipeline
-    from ..service import WatchService
+from ..metrics import GroupMetrics
+from ..settings import GroupSettings, TableConfig
 
 log = logging.getLogger("deltamirror.group")
 
@@ -44,16 +42,59 @@ RESUME_REPORT_LIMIT_S = 300.0
 RETRY_S = 2.0
 
 
-class TableSharing:
-    """The group side of a :class:`~.service.WatchService`: one thread polls the membership."""
+class ResumingTable(Protocol):
+    """A table started here, as the group side watches it resume."""
 
-    def __init__(self, service: WatchService, settings: GroupSettings) -> None:
-        self.service = service
+    @property
+    def ready(self) -> threading.Event: ...
+
+    @property
+    def stop(self) -> threading.Event: ...
+
+
+class GroupHost(Protocol):
+    """What the group side asks of the service that runs the tables, and all it may use of it."""
+
+    @property
+    def stop_budget_s(self) -> float: ...
+
+    def tables(self) -> list[TableConfig]: ...
+
+    def start_table(self, table: TableConfig) -> ResumingTable | None: ...
+
+    def running_tables(self) -> set[str]: ...
+
+    def release_tables(self, uris: Iterable[str], reason: str, *, wait_s: float) -> list[str]: ...
+
+    def renew_shard_producers(self, shards: set[int]) -> None:
+        """Producers left from before a shard went away are not reused for it."""
+
+    def group_ready(self) -> None:
+        """The tables of the first assignment resumed: the member is healthy."""
+
+    def fail(self, exc: BaseException) -> None:
+        """The membership cannot go on (a configuration refused, a bug): the service stops."""
+
+
+class TableSharing:
+    """The group side of the service (a :class:`GroupHost`): one thread polls the membership."""
+
+    def __init__(
+        self,
+        host: GroupHost,
+        settings: GroupSettings,
+        *,
+        kafka: dict[str, Any],
+        transactional_id_prefix: str,
+        max_record_bytes: int,
+        metrics: GroupMetrics | None,
+    ) -> None:
+        self.host = host
         self.settings = settings
-        cfg = service.cfg
-        self.group_id = f"{cfg.transactional_id_prefix}-{settings.name}"
+        self.metrics = metrics
+        self.max_record_bytes = max_record_bytes
+        self.group_id = f"{transactional_id_prefix}-{settings.name}"
         self.topic = assignment_topic(settings.name)
-        kafka = {**cfg.kafka.librdkafka_config(), **service.reporter.client_config()}
         self.group = ShardGroup(
             kafka,
             group_id=self.group_id,
@@ -93,7 +134,7 @@ class TableSharing:
     def _run(self) -> None:
         while not self._leave.is_set():
             try:
-                self.group.ensure_topic(self.service.cfg.max_record_bytes)
+                self.group.ensure_topic(self.max_record_bytes)
                 log.info(
                     "joining group",
                     extra={"group": self.group_id, "topic": self.topic, "shards": self.settings.shards},
@@ -101,40 +142,37 @@ class TableSharing:
                 self.group.run(self._leave)
                 return
             except ConfigError as exc:
-                self.service._fail(exc)
+                self.host.fail(exc)
                 return
             except KafkaError as exc:
                 log.warning("cannot join group %s (retrying): %s", self.group_id, exc)
                 self._leave.wait(RETRY_S)
             except Exception as exc:  # a bug: the process must not go on without its membership
-                self.service._fail(exc)
+                self.host.fail(exc)
                 return
 
     # --- callbacks (on the membership thread) ---------------------------------------------------
 
     def _status(self, status: GroupStatus) -> None:
-        metrics = self.service.group_metrics
-        if metrics is not None:
-            metrics.group_status(status.group_id, status.state, status.assignments, status.shards)
+        if self.metrics is not None:
+            self.metrics.group_status(status.group_id, status.state, status.assignments, status.shards)
 
     def _assigned(self, shards: set[int]) -> None:
         started = time.monotonic()
-        registry = self.service.clients.shards
-        if registry is not None:  # a producer left from before the shard went away is not reused
-            registry.renew(shards)
-        tables = [t for t in self.service.tables() if self.shard(t.normalized_uri) in shards]
-        pipelines = [p for p in (self.service.start_table(t) for t in tables) if p is not None]
+        self.host.renew_shard_producers(shards)
+        tables = [t for t in self.host.tables() if self.shard(t.normalized_uri) in shards]
+        pipelines = [p for p in (self.host.start_table(t) for t in tables) if p is not None]
         log.info(
             "shards assigned",
             extra={"group": self.group_id, "shards": sorted(shards), "tables": len(pipelines)},
         )
-        if self.service.group_metrics is not None:
-            self.service.group_metrics.shards_moved(assigned=len(shards))
+        if self.metrics is not None:
+            self.metrics.shards_moved(assigned=len(shards))
         threading.Thread(
             target=self._report_resumed, args=(pipelines, started), name="watch-resumed", daemon=True
         ).start()
 
-    def _report_resumed(self, pipelines: list[TablePipeline], started: float) -> None:
+    def _report_resumed(self, pipelines: list[ResumingTable], started: float) -> None:
         """When every table of the new shards has resumed: the rebalance's duration, and health."""
         deadline = started + RESUME_REPORT_LIMIT_S
         for pipeline in pipelines:
@@ -142,36 +180,36 @@ class TableSharing:
                 if pipeline.stop.is_set() or time.monotonic() > deadline:
                     return
         took = time.monotonic() - started
-        if self.service.group_metrics is not None:
-            self.service.group_metrics.rebalance_took(took)
+        if self.metrics is not None:
+            self.metrics.rebalance_took(took)
         log.info(
             "tables of the assigned shards resumed",
             extra={"group": self.group_id, "tables": len(pipelines), "seconds": round(took, 3)},
         )
         if not self._first_ready:
             self._first_ready = True
-            self.service.metrics.set_healthy(True)
+            self.host.group_ready()
 
     def _released(self, shards: set[int], reason: str) -> None:
         started = time.monotonic()
-        uris = [u for u in self.service.running_tables() if self.shard(u) in shards]
+        uris = [u for u in self.host.running_tables() if self.shard(u) in shards]
         log.info(
             f"shards {reason}",
             extra={"group": self.group_id, "shards": sorted(shards), "tables": len(uris)},
         )
-        left = self.service.release_tables(uris, reason, wait_s=self.service.stop_budget_s)
+        left = self.host.release_tables(uris, reason, wait_s=self.host.stop_budget_s)
         took = time.monotonic() - started
-        if self.service.group_metrics is not None:
-            self.service.group_metrics.shards_moved(revoked=len(shards))
-            self.service.group_metrics.rebalance_took(took)
+        if self.metrics is not None:
+            self.metrics.shards_moved(revoked=len(shards))
+            self.metrics.rebalance_took(took)
         if left:
             log.warning(
                 "%d table(s) of the %s shards did not stop within %.0f s; their next owner fences them",
                 len(left),
                 reason,
-                self.service.stop_budget_s,
+                self.host.stop_budget_s,
                 extra={"group": self.group_id},
             )
 
 
-__all__ = ["TableSharing"]
+__all__ = ["GroupHost", "ResumingTable", "TableSharing"]
