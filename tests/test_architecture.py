@@ -7,12 +7,20 @@
 - confluent_kafka is imported only in mirror (and the local broker helper, for admin calls);
 - only consumer/spark/source.py imports pyspark;
 - the CLI imports the packages only inside functions (lazily), except its own modules;
-- no import cycle between modules at import time.
+- devkafka (the development broker) is a tool: no package of the product imports it;
+- no import cycle between modules at import time;
+- the faces: each package lists its API in ``__all__``, and README.md, docs/ and examples/ import
+  nothing else (every other module is private and may move);
+- the rooms: inside a package, which sub-packages and top modules may import which is declared
+  (``ROOMS``), and the declared graph has no cycle.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
+import importlib.metadata
+import re
 import sys
 from pathlib import Path
 
@@ -26,11 +34,12 @@ PACKAGES = {
     "producer": "deltamirror.producer",
     "consumer": "deltamirror.consumer",
     "cli": "deltamirror.cli",
+    "devkafka": "deltamirror.devkafka",
 }
 CORE_ALLOWED = {"pyarrow", "fsspec", "pydantic", "pydantic_core"}
 SPARK_MODULES = {"consumer/spark/source.py"}
-#: where confluent_kafka may be imported: the wire package, and the local broker's admin calls
-KAFKA_CLIENT_HOMES = ("mirror/", "devkafka/broker.py", "devkafka/security.py")
+#: where confluent_kafka may be imported: the wire package, and the development broker's admin calls
+KAFKA_CLIENT_HOMES = ("mirror/", "devkafka/")
 
 
 def _imports(path: Path, package: str) -> list[tuple[str, int, bool]]:
@@ -108,6 +117,23 @@ def test_producer_and_consumer_do_not_import_each_other(folder: str, forbidden: 
             assert not module.startswith("deltamirror.cli"), (
                 f"{path.relative_to(ROOT)}:{line} imports the CLI"
             )
+
+
+@pytest.mark.parametrize("folder", ["core", "mirror", "ops", "producer", "consumer"])
+def test_no_package_of_the_product_imports_the_development_broker(folder: str) -> None:
+    for path in _files(folder):
+        for module, line, _ in _imports(path, PACKAGES[folder]):
+            assert not module.startswith("deltamirror.devkafka"), (
+                f"{path.relative_to(ROOT)}:{line} imports {module}"
+            )
+
+
+@pytest.mark.parametrize("path", _files("devkafka"), ids=lambda p: p.name)
+def test_the_development_broker_stands_on_core_and_the_wire(path: Path) -> None:
+    for module, line, _ in _imports(path, "deltamirror.devkafka"):
+        assert not module.startswith(("deltamirror.producer", "deltamirror.consumer", "deltamirror.cli")), (
+            f"{path.relative_to(ROOT)}:{line} imports {module}"
+        )
 
 
 def test_only_the_wire_package_imports_confluent_kafka() -> None:
@@ -214,6 +240,7 @@ def test_cli_imports_the_packages_lazily() -> None:
                     "deltamirror.core",
                     "deltamirror.mirror",
                     "deltamirror.ops",
+                    "deltamirror.devkafka",
                 )
             ):
                 assert not top_level, f"{path.relative_to(ROOT)}:{line} imports {module} at module level"
@@ -376,3 +403,248 @@ def test_the_choke_point_itself_opens_files() -> None:
         for f in opens_outside_storage(path.read_text(), str(path.relative_to(ROOT)))
     ]
     assert any("os.open" in f for f in found) and any("open_input_file" in f for f in found)
+
+
+# --- the faces: each package's API is its __all__; README, docs and examples import nothing else ---
+
+#: the packages whose ``__init__`` is a face (deltamirror itself holds __version__ only)
+FACES = [PACKAGES[folder] for folder in PACKAGES]
+#: the text a user copies: README.md, docs/*.md (their python code blocks) and examples/
+USER_DOCS = ["README.md", "docs/*.md"]
+_CODE_BLOCK = re.compile(r"^```(?:python|py|pycon)[^\n]*\n(.*?)^```", re.M | re.S)
+
+
+def _face(package: str) -> list[str]:
+    names = getattr(importlib.import_module(package), "__all__", None)
+    assert isinstance(names, list), f"{package} has no __all__: its face must list its API"
+    return names
+
+
+@pytest.mark.parametrize("package", FACES)
+def test_each_face_lists_its_api_and_every_name_is_there(package: str) -> None:
+    names = _face(package)
+    assert len(names) == len(set(names)), f"{package}.__all__ names a name twice"
+    module = importlib.import_module(package)
+    missing = [n for n in names if not hasattr(module, n)]
+    assert missing == [], f"{package}.__all__ lists {missing}, which it does not have"
+
+
+def test_deltamirror_has_its_distribution_version() -> None:
+    import deltamirror
+
+    assert deltamirror.__version__ == importlib.metadata.version("deltamirror")
+
+
+def _code_imports(code: str) -> list[tuple[str, list[str], int]]:
+    """(module, names imported from it, line) of every import of deltamirror in ``code``."""
+    found = []
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            found += [(a.name, [], node.lineno) for a in node.names if a.name.split(".")[0] == "deltamirror"]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "deltamirror":
+            found.append((node.module or "", [a.name for a in node.names], node.lineno))
+    return found
+
+
+def _user_code() -> list[tuple[str, str]]:
+    """(where, python code) of every code block of the user docs, and every example file."""
+    out = []
+    for pattern in USER_DOCS:
+        for doc in sorted(ROOT.glob(pattern)):
+            text = doc.read_text()
+            for block in _CODE_BLOCK.finditer(text):
+                line = text[: block.start()].count("\n") + 2
+                out.append((f"{doc.relative_to(ROOT)}:{line}", block.group(1)))
+    out += [(str(p.relative_to(ROOT)), p.read_text()) for p in sorted((ROOT / "examples").rglob("*.py"))]
+    return out
+
+
+def private_imports(where: str, code: str) -> list[str]:
+    """The imports of ``code`` that reach past a face: a module, or a name no ``__all__`` lists."""
+    bad = []
+    for module, names, line in _code_imports(code):
+        if module == "deltamirror":
+            bad += [f"{where}+{line}: deltamirror.{n}" for n in names if n not in ("__version__", *PACKAGES)]
+        elif module not in FACES:
+            bad.append(f"{where}+{line}: {module} is not a face ({', '.join(FACES)})")
+        else:
+            exported = _face(module)
+            bad += [f"{where}+{line}: {module}.{n} is not in its __all__" for n in names if n not in exported]
+    return bad
+
+
+def test_the_docs_import_only_what_a_face_exports() -> None:
+    blocks = _user_code()
+    assert sum("deltamirror" in code for _, code in blocks) >= 5, "the doc scan found no code to check"
+    bad = [b for where, code in blocks for b in private_imports(where, code)]
+    assert bad == [], "\n".join(bad)
+
+
+def test_the_face_checker_sees_a_private_import() -> None:
+    code = (
+        "from deltamirror.producer.config_file import load_config\n"
+        "from deltamirror.consumer import register, SnapshotConsumer\n"
+        "from deltamirror.mirror import EnvelopeEncoder\n"
+        "import deltamirror.mirror.records.events\n"
+    )
+    bad = private_imports("planted", code)
+    assert len(bad) == 3 and "config_file" in bad[0] and "EnvelopeEncoder" in bad[1], bad
+    assert "records.events" in bad[2]
+    text = "intro\n```python\nfrom deltamirror.core import open_table\n```\n"
+    assert [b.group(1) for b in _CODE_BLOCK.finditer(text)] == ["from deltamirror.core import open_table\n"]
+
+
+# --- the rooms: a small declared graph inside each package --------------------------------------
+
+#: per package, the rooms (a sub-package ``name/`` or a module ``name.py`` at the package's top) and
+#: the rooms each may import; ``"*"`` lists the leaves every room may import (they import no room).
+#: The face (``__init__.py``) may import any room; no room imports its own package's face.
+ROOMS: dict[str, dict[str, set[str]]] = {
+    "mirror": {
+        "*": {"errors.py"},
+        "records/": set(),  # the records: encoders, decoders, headers, fragments, formats, the boundary
+        "kafka/": {"records/"},  # the typed confluent-kafka clients and the one read loop
+        "settings.py": {"kafka/"},
+        "topics.py": {"kafka/"},
+        "group.py": {"topics.py"},
+    },
+    "producer": {
+        "*": {"settings.py", "metrics.py"},
+        "discovery/": set(),  # tables found under a prefix, signals, topic claims, the start check
+        "tailing/": {"discovery/"},  # one table's log: watcher, work, wakers, retention
+        "group/": set(),  # the group's membership, the shards' producers
+        "publishing/": {"tailing/", "group/"},  # records, transactions, progress, sessions
+        "pipeline.py": {"tailing/", "publishing/", "group/", "discovery/"},
+        "service.py": {
+            "pipeline.py",
+            "publishing/",
+            "group/",
+            "discovery/",
+            "config_file.py",
+            "liveness.py",
+            "log_format.py",
+        },
+        "config_file.py": set(),
+        "liveness.py": set(),
+        "log_format.py": set(),
+    },
+    "consumer": {
+        "*": {"metrics.py", "settings.py"},
+        "snapshot/": set(),
+        "invalidate/": {"snapshot/"},
+        "bad_records.py": {"invalidate/"},
+        "mirror_changes.py": set(),
+        "spark/": {"mirror_changes.py"},
+    },
+    "devkafka": {
+        "*": set(),
+        "jars.py": set(),
+        "security.py": set(),
+        "broker.py": {"jars.py", "security.py"},
+    },
+    "ops": {"*": set(), "server.py": set(), "stopping.py": set()},
+    # core's rooms are its modules; declared here: storage/, the one choke point, stands below them
+    "core": {
+        "*": {"errors.py", "paths.py", "redact.py"},
+        "errors.py": {"redact.py"},
+        "paths.py": {"errors.py"},
+        "redact.py": set(),
+        "storage/": set(),
+    },
+}
+
+
+def _room(folder: str, module: str) -> str | None:
+    """The room of ``module`` (absolute) in package ``folder``: None for the face."""
+    parts = module.split(".")[2:]
+    if not parts:
+        return None
+    return f"{parts[0]}/" if (ROOT / folder / parts[0]).is_dir() else f"{parts[0]}.py"
+
+
+def _targets(path: Path, package: str) -> list[tuple[str, int]]:
+    """The modules ``path`` imports (any import: at import time, in functions, for the type checker);
+    ``from package import module`` counts as the module, not the package."""
+    rel_parts = path.relative_to(ROOT).with_suffix("").parts
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = [*package.split("."), *rel_parts[1:-1]]
+                parts = parts[: len(parts) - (node.level - 1)]
+                base = ".".join([*parts, node.module] if node.module else parts)
+            for a in node.names:
+                sub = ROOT.joinpath(*base.split(".")[1:], a.name)
+                is_module = sub.with_suffix(".py").exists() or sub.is_dir()
+                out.append((f"{base}.{a.name}" if is_module else base, node.lineno))
+    return out
+
+
+def room_edges(folder: str) -> set[tuple[str, str, str]]:
+    """(room, imported room, where) for every import between two rooms of one package."""
+    package = PACKAGES[folder]
+    edges = set()
+    for path in _files(folder):
+        rel = path.relative_to(ROOT / folder)
+        if rel == Path("__init__.py"):
+            continue
+        here = f"{rel.parts[0]}/" if len(rel.parts) > 1 else rel.name
+        for module, line in _targets(path, package):
+            if not module.startswith(f"{package}.") and module != package:
+                continue
+            there = _room(folder, module)
+            if there != here:
+                edges.add((here, there or "__init__.py", f"{folder}/{rel}:{line}"))
+    return edges
+
+
+@pytest.mark.parametrize("folder", sorted(ROOMS))
+def test_the_rooms_import_only_what_is_declared(folder: str) -> None:
+    declared = ROOMS[folder]
+    leaves = declared["*"]
+    bad = []
+    for here, there, where in sorted(room_edges(folder)):
+        if there == "__init__.py":
+            bad.append(f"{where}: {here} imports its package's face")
+        elif folder == "core" and here not in declared and here not in leaves:
+            continue  # core declares only its choke point: storage/ imports no other room
+        elif here not in declared and here not in leaves:
+            bad.append(f"{where}: {here} is not a declared room of {folder} (add it to ROOMS)")
+        elif there not in declared.get(here, set()) and (there not in leaves or here in leaves):
+            bad.append(f"{where}: {here} may not import {there} (ROOMS[{folder!r}])")
+    assert bad == [], "\n".join(bad)
+
+
+@pytest.mark.parametrize("folder", sorted(ROOMS))
+def test_the_declared_rooms_have_no_cycle(folder: str) -> None:
+    graph = {room: set(allowed) for room, allowed in ROOMS[folder].items() if room != "*"}
+    for leaf in ROOMS[folder]["*"]:
+        graph.setdefault(leaf, set())
+        for room in graph:
+            if room not in ROOMS[folder]["*"]:
+                graph[room].add(leaf)
+    cycle = _cycle(graph)
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_the_room_checker_sees_an_undeclared_import(tmp_path: Path) -> None:
+    """A planted import from the group back to publishing is an edge the declaration does not allow."""
+    planted = tmp_path / "producer" / "group" / "planted.py"
+    planted.parent.mkdir(parents=True)
+    planted.write_text(
+        "from ..publishing import transactions\nfrom deltamirror.producer import WatchService\n"
+    )
+    for room in ("publishing", "tailing"):
+        (tmp_path / "producer" / room).mkdir()
+        (tmp_path / "producer" / room / "transactions.py").write_text("")
+    global ROOT
+    real_root, ROOT = ROOT, tmp_path
+    try:
+        edges = {(here, there) for here, there, _ in room_edges("producer")}
+    finally:
+        ROOT = real_root
+    assert ("group/", "publishing/") in edges and ("group/", "__init__.py") in edges
+    assert "publishing/" not in ROOMS["producer"]["group/"]
