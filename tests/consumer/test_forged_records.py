@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from mutation.exec import Result, run_command
 from support.forge import (
     Base,
     Rec,
@@ -27,7 +28,6 @@ from support.forge import (
     state_uris,
     write_case,
 )
-from support.mutation_exec import Result, run_command
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
 

@@ -1,6 +1,6 @@
 """The Spark DDL strings: complete for the records they describe, quoted, and typed as the wire values.
 
-Whether Spark parses them is checked with Spark in tests/consumer/test_spark_kafka_recipe.py.
+Whether Spark parses them is checked with Spark in tests/consumer/spark/test_spark_kafka_recipe.py.
 """
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/: `support` as in pytest
 
-from support.mutation_runner import Runner
-from support.mutation_summary import Summary
-from support.mutations import check_expectations, generate
+from mutation.cases import check_expectations, generate
+from mutation.runner import Runner
+from mutation.summary import Summary
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from support import mutation_logs as ml
-from support.mutation_runner import Normaliser, OpenWatch, Outcome, Result, Runner, normaliser_for
-from support.mutations import CLASSES, CLI_COMMANDS, TABLE_SPECS, check_expectations, generate
+from mutation import logs as ml
+from mutation.cases import CLASSES, CLI_COMMANDS, TABLE_SPECS, check_expectations, generate
+from mutation.runner import Normaliser, OpenWatch, Outcome, Result, Runner, normaliser_for
 
 
 def test_same_seed_same_cases_other_seed_other_values() -> None:

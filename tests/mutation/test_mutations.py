@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from support.mutation_runner import Runner
-from support.mutations import Case, generate
+from mutation.cases import Case, generate
+from mutation.runner import Runner
 
 SEED = int(os.environ.get("DELTAMIRROR_MUTATION_SEED", "11"))
 CASES = generate(SEED, "ci")

@@ -1,6 +1,6 @@
 """Running a forged-record case through every consumer, and judging what each made of it.
 
-``consume-snapshot`` and ``invalidate`` run in-process as the CLI (:func:`support.mutation_exec.run_command`),
+``consume-snapshot`` and ``invalidate`` run in-process as the CLI (:func:`mutation.exec.run_command`),
 each with a state directory, ``invalidate`` into a real local HTTP receiver; the change feed read
 from the mirror runs as the library (:class:`MirrorIndex`, :func:`read_mirror_versions`); the Spark
 source as a streaming query (``maxFilesPerTrigger`` 1: a micro-batch per version). A flood case
@@ -24,9 +24,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from mutation.exec import Result, run_command
 from support.forge import Base, Topics, consume_snapshot_argv, state_paths, state_uris, write_case
 from support.forge_cases import Case
-from support.mutation_exec import Result, run_command
 
 
 @dataclass

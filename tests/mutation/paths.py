@@ -15,9 +15,9 @@ import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 
-from support import mutation_logs as ml
-from support.mutation_core import Env, Mutation, everywhere, mutation, replace_with
-from support.mutation_logs import Facts, Line
+from mutation import logs as ml
+from mutation.core import Env, Mutation, everywhere, mutation, replace_with
+from mutation.logs import Facts, Line
 
 # --- data and cdc paths -----------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from deltamirror.mirror.errors import EventStreamError
 from deltamirror.mirror.records.events import SCHEMA_VERSION, ActionEvent, CommitSummary
 from support.tables import copy_table
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "spark.md"
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "spark.md"
 BASE = {"path": "/data/t", "kafka.bootstrap.servers": "b1:9092"}
 
 

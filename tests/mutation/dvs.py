@@ -9,9 +9,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from support import mutation_logs as ml
-from support.mutation_core import Env, Mutation, everywhere, line_level, mutation, replace_with
-from support.mutation_logs import Facts, Line
+from mutation import logs as ml
+from mutation.core import Env, Mutation, everywhere, line_level, mutation, replace_with
+from mutation.logs import Facts, Line
 
 # --- deletion vectors: descriptors --------------------------------------------------------------
 

@@ -6,10 +6,10 @@ different seed mutates other lines, fields and numbers within the same classes, 
 gives the same cases. ``size="ci"`` draws two or three tables per class (from a small pool first);
 ``size="full"`` every applicable table with each class's instance count.
 
-The classes live in mutation_lines (single log lines), mutation_commits (commits, the log folder),
-mutation_checkpoints (checkpoints, sidecars, file times), mutation_dvs (deletion vectors) and
-mutation_paths (paths, data files, naming the table, secrets); the expectations are explained in
-mutation_core.
+The classes live in lines.py (single log lines), commits.py (commits, the log folder),
+checkpoints.py (checkpoints, sidecars, file times), dvs.py (deletion vectors) and
+paths.py (paths, data files, naming the table, secrets); the expectations are explained in
+core.py.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import re
 from dataclasses import asdict
 from typing import Literal
 
-from support import mutation_checkpoints, mutation_commits, mutation_dvs, mutation_lines, mutation_paths
-from support.mutation_core import (
+from mutation import checkpoints, commits, dvs, lines, paths
+from mutation.core import (
     CLASSES,
     CLI_COMMANDS,
     EXPECTATIONS,
@@ -29,11 +29,11 @@ from support.mutation_core import (
     Env,
     TableSpec,
 )
-from support.mutation_logs import facts
-from support.mutation_paths import secret_options
+from mutation.logs import facts
+from mutation.paths import secret_options
 
 __all__ = ["CLASSES", "CLI_COMMANDS", "TABLE_SPECS", "Case", "Env", "check_expectations", "generate"]
-_REGISTERED = (mutation_checkpoints, mutation_commits, mutation_dvs, mutation_lines, mutation_paths)
+_REGISTERED = (checkpoints, commits, dvs, lines, paths)
 
 TABLE_SPECS = (
     TableSpec("golden__snapshot-data2-deleted", "JSON-only, removes", ci=True),

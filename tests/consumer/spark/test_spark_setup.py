@@ -32,7 +32,7 @@ import pytest
 from support.spark import PYTHON_ENV, require_pyspark
 from support.watching import published_version
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 README = REPO / "README.md"
 #: the README's placeholders this test replaces, and only these
 README_TABLE = "/data/events"

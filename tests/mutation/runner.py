@@ -4,7 +4,7 @@ The CLI runs in-process (``deltamirror.cli.main.main(argv)`` with stdout/stderr 
 exit code taken from its return value or SystemExit), which is far cheaper than a process per
 command; ``subprocess_mismatches`` re-runs a sample as real processes to show the two agree.
 
-Each (case, command) is classified against the case's expectation (see mutation_core). Failures:
+Each (case, command) is classified against the case's expectation (see core.py). Failures:
 ``traceback`` (an exception that is not a DeltaMirrorError, exit 1 for bad input, any exit code
 other than 0/2), ``timeout``, ``wrong-output`` (exit 0 where a refusal was due, an output that
 differs where none should, a missing mutated value, output that is not strict JSON),
@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from support import mutation_logs as ml
-from support.mutation_core import CLI_COMMANDS, Case, Env
-from support.mutation_exec import LIB_COMMANDS, OpenWatch, Result, dump_json, run_command
+from mutation import logs as ml
+from mutation.core import CLI_COMMANDS, Case, Env
+from mutation.exec import LIB_COMMANDS, OpenWatch, Result, dump_json, run_command
 
 OK = ("refused", "unchanged", "faithful", "accepted", "consistent", "open")
 FAILURES = (

@@ -13,8 +13,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from support import mutation_logs as ml
-from support.mutation_core import (
+from mutation import logs as ml
+from mutation.core import (
     Env,
     Mutation,
     at_commit,
@@ -23,7 +23,7 @@ from support.mutation_core import (
     mutation,
     replace_with,
 )
-from support.mutation_logs import Facts, Line
+from mutation.logs import Facts, Line
 
 # --- whole commits ----------------------------------------------------------------------------
 

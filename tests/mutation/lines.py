@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from support import mutation_logs as ml
-from support.mutation_core import (
+from mutation import logs as ml
+from mutation.core import (
     SENTINEL,
     Env,
     Mutation,
@@ -26,7 +26,7 @@ from support.mutation_core import (
     nested,
     replace_with,
 )
-from support.mutation_logs import Facts, Line
+from mutation.logs import Facts, Line
 
 # --- syntax -----------------------------------------------------------------------
 

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from support import mutation_logs as ml
-from support.mutation_logs import Facts, Line
+from mutation import logs as ml
+from mutation.logs import Facts, Line
 
 CLI_COMMANDS = ("snapshot", "read", "history", "changes", "events")
 EXPECTATIONS = ("refused", "unchanged", "faithful", "accepted", "consistent", "open")

@@ -30,7 +30,7 @@ from support.watching import watch_until
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"
 TABLE = DATA / "tables" / "krs__cdf-table-non-partitioned"
 EXPECTED = DATA / "expected" / "cdf" / "krs__cdf-table-non-partitioned__cdf_non_partitioned__0-latest.json"
 LAST_VERSION = 4

@@ -6,8 +6,8 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from support.mutation_core import Case
-from support.mutation_runner import Outcome
+from mutation.core import Case
+from mutation.runner import Outcome
 
 # --- summary ----------------------------------------------------------------------------------
 

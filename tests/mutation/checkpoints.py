@@ -10,8 +10,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from support import mutation_logs as ml
-from support.mutation_core import (
+from mutation import logs as ml
+from mutation.core import (
     SENTINEL,
     Env,
     Mutation,
@@ -19,7 +19,7 @@ from support.mutation_core import (
     everywhere,
     mutation,
 )
-from support.mutation_logs import Facts, Line
+from mutation.logs import Facts, Line
 
 # --- checkpoints and sidecars -----------------------------------------------------------------
 
