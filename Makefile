@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install demo test test-fast test-kafka test-spark scale-test bench-scale lint format fuzz chaos forge bench bench-rows bench-quick bench-compare ci clean
+.PHONY: help install demo test test-fast test-kafka test-spark coverage test-pythons scale-test bench-scale lint format fuzz chaos forge bench bench-rows bench-quick bench-compare ci clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-11s %s\n", $$1, $$2}'
@@ -38,6 +38,24 @@ test-kafka: install ## only the tests that need a Kafka broker
 
 test-spark: install ## only the tests that need Spark
 	$(BIN)/python -m pytest -m spark
+
+coverage: install ## the suite with line and branch coverage of deltamirror (MARK= narrows it, e.g. MARK="not spark"); build/coverage/index.html
+	$(BIN)/python -m pytest $(if $(MARK),-m "$(MARK)") --cov=deltamirror --cov-branch \
+		--cov-report=term:skip-covered --cov-report=html:build/coverage
+
+#: the Python versions deltamirror supports (pyproject's classifiers); test-pythons runs each one found
+PYTHONS ?= 3.11 3.12 3.13
+
+test-pythons: ## the fast suite on every supported Python installed here (PYTHONS=), one venv each (.venv-3.X)
+	@ran=""; for v in $(PYTHONS); do \
+		if ! command -v python$$v >/dev/null 2>&1; then echo "test-pythons: python$$v is not installed: not tested"; continue; fi; \
+		test -x .venv-$$v/bin/python || python$$v -m venv .venv-$$v || exit 1; \
+		.venv-$$v/bin/python -m pip install -q -e ".[dev]" --config-settings editable_mode=strict || exit 1; \
+		echo "test-pythons: python$$v"; \
+		.venv-$$v/bin/python -m pytest -q -m "not kafka and not spark and not s3" || exit 1; \
+		ran="$$ran $$v"; \
+	done; test -n "$$ran" || { echo "test-pythons: none of $(PYTHONS) is installed" >&2; exit 1; }; \
+	echo "test-pythons: passed on$$ran"
 
 scale-test: install ## a group of 3 watchers over 200 tables: kill, stop, pause, join; prints resume times
 	DELTAMIRROR_GROUP_TABLES=$(or $(TABLES),200) DELTAMIRROR_GROUP_SESSION_MS=$(or $(SESSION_MS),10000) \
@@ -80,4 +98,4 @@ ci: ## what CI runs: a clean environment, install, lint, the README's commands
 	bash .ci/run
 
 clean: ## remove the venv and caches
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-3.* build *.egg-info .pytest_cache .mypy_cache .ruff_cache .coverage
