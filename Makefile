@@ -43,7 +43,7 @@ coverage: install ## the suite with line and branch coverage of deltamirror (MAR
 	$(BIN)/python -m pytest $(if $(MARK),-m "$(MARK)") --cov=deltamirror --cov-branch \
 		--cov-report=term:skip-covered --cov-report=html:build/coverage
 
-#: the Python versions deltamirror supports (pyproject's classifiers); test-pythons runs each one found
+#: the Python versions test-pythons runs the fast suite on, each one that is installed (requires-python >= 3.11)
 PYTHONS ?= 3.11 3.12 3.13
 
 test-pythons: ## the fast suite on every supported Python installed here (PYTHONS=), one venv each (.venv-3.X)
