@@ -188,7 +188,7 @@ class MirrorIndex:
                         self._next[record.partition] = record.offset + 1
         except BadRecordError as exc:
             # the versions before it stay readable: a planner plans them first, then raises it
-            # (spark_planning.next_offset), and a restart reads it again
+            # (spark/planning.py: next_offset), and a restart reads it again
             self.refused = exc
 
     def _skip(self, error: BadRecordError) -> None:

@@ -81,7 +81,7 @@ def load_distribution() -> KafkaDistribution:
 
 
 def cache_root() -> Path:
-    """Shared by the jar cache and the brokers' data dirs (see local_kafka)."""
+    """Shared by the jar cache and the brokers' data dirs (see broker.py)."""
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "deltamirror"
 

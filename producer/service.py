@@ -4,7 +4,7 @@ Each table runs in its own thread (:class:`~.pipeline.TablePipeline`). Alone, ea
 own transactional producer, whose ``transactional.id`` is ``<prefix>-<first 16 hex digits of
 sha1(normalized table URI)>``: one id per table, so a second watcher on the same table fences the
 first, whatever process or host it runs on, while tables never block each other. In a group the
-tables of a shard share one producer, ``<prefix>-<group>-shard-<n>`` (:mod:`.shard_producers`):
+tables of a shard share one producer, ``<prefix>-<group>-shard-<n>`` (:mod:`.group.shard_producers`):
 the shard is what moves between members, so it carries the fence, and a process holds one client
 per shard instead of one per table (librdkafka allows about 1,000 per process). The admin client
 and the progress reads are shared by every table (:class:`~.shared_clients.SharedClients`).
@@ -12,11 +12,11 @@ and the progress reads are shared by every table (:class:`~.shared_clients.Share
 Resume order, per table (see docs/events.md): ``init_transactions()`` first, which aborts or
 completes whatever an earlier incarnation left open; then the progress topic is read with
 ``read_committed`` to its end; only then does publishing start, after the recorded position
-(:mod:`.pipeline`). What a transaction holds: :mod:`.transactions`.
+(:mod:`.pipeline`). What a transaction holds: :mod:`.publishing.transactions`.
 
 The set of tables is dynamic: :meth:`WatchService.add_table` and :meth:`WatchService.remove_table`
 start and stop a table's thread while the others run (discovery calls them). With a ``group``
-(``watch --group NAME``, :mod:`.sharing`) only the tables of the shards Kafka's group protocol
+(``watch --group NAME``, :mod:`.group.sharing`) only the tables of the shards Kafka's group protocol
 assigns to this instance run here, and they start and stop as shards move (docs/scale-out.md).
 
 Alone, a fenced producer or a configuration error in any table stops every table, and the

@@ -259,7 +259,7 @@ TABLE_ONLY: dict[str, str] = {
 
 
 class DiscoverConfig(PerTableSettings):
-    """A prefix under which every Delta table is mirrored (:mod:`.discovery`).
+    """A prefix under which every Delta table is mirrored (:mod:`.discovery.scan`).
 
     ``include`` / ``exclude`` are ``fnmatch`` globs over the path relative to ``uri`` (``*`` also
     crosses ``/``); a table is excluded when its path or one of its parent folders matches an
@@ -328,7 +328,7 @@ class WatchConfig(SettingsModel):
 
     kafka: KafkaSettings
     tables: list[TableConfig] = Field(default_factory=list)
-    #: prefixes whose Delta tables are found and mirrored as they come and go (:mod:`.discovery`)
+    #: prefixes whose Delta tables are found and mirrored as they come and go (:mod:`.discovery.scan`)
     discover: list[DiscoverConfig] = Field(default_factory=list)
     progress_topic: str = "deltamirror.progress"
     transactional_id_prefix: str = Field(default="deltamirror", min_length=1, pattern=r"^\S+$")

@@ -1,6 +1,6 @@
 """Where the Spark source's stream starts, how far a micro-batch reads, and what it cannot read.
 
-The driver's half of ``format("deltamirror")``, without pyspark (spark_source.py turns Spark's calls
+The driver's half of ``format("deltamirror")``, without pyspark (source.py turns Spark's calls
 and its ReadLimit objects into these), with delta-spark's rules for its ``readChangeFeed`` stream:
 
 * ``startingVersion`` must exist: after the table's latest version it is DELTA_VERSION_NOT_FOUND,

@@ -2,9 +2,9 @@
 
 The only module that imports pyspark. It is a Python data source (``pyspark.sql.datasource``) over
 :mod:`deltamirror.consumer.mirror_changes`: the planner reads the commits topic to learn which
-versions are wholly mirrored (:mod:`.spark_planning` decides where the stream starts and how far
+versions are wholly mirrored (:mod:`.planning` decides where the stream starts and how far
 each micro-batch reads); each task reads a range of versions from the actions topic and turns them
-into change rows from the table's data files (:mod:`.spark_rows`). The rows are those delta-spark's
+into change rows from the table's data files (:mod:`.rows`). The rows are those delta-spark's
 ``readChangeFeed`` stream gives, with ``_change_type``, ``_commit_version`` and ``_commit_timestamp``.
 
 >>> from deltamirror.consumer.spark.source import register
@@ -14,7 +14,7 @@ into change rows from the table's data files (:mod:`.spark_rows`). The rows are 
 ...           .option("startingVersion", 0)
 ...           .load("s3://bucket/events"))
 
-Options (``load(path)`` gives the table location; :mod:`.spark_options` checks them, and refuses
+Options (``load(path)`` gives the table location; :mod:`.options` checks them, and refuses
 by name any it does not read; docs/spark.md has the table of delta-spark's options):
 
 ``kafka.bootstrap.servers`` (required), ``kafka.<librdkafka setting>``

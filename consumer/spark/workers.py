@@ -5,7 +5,7 @@ traceback that names neither the interpreter nor the setting to change. :func:`c
 runs a one-task job instead and turns its answer into one line: which interpreter the workers run,
 what it cannot import, and ``PYSPARK_PYTHON`` set to the driver's.
 
-No pyspark import here (spark_source.py is the one module that imports it): the session is used
+No pyspark import here (source.py is the one module that imports it): the session is used
 only through its own methods, and the Spark Connect fallback, which needs ``pyspark.sql.functions``,
 is handed in by the caller.
 """

@@ -1,1 +1,5 @@
-"""Private: kafka."""
+"""The typed confluent-kafka wrappers (private): the one producer, the one read loop, the connection.
+
+producer.py, consumer.py, connection.py, login_check.py. The only package that imports confluent_kafka
+(with devkafka's admin calls).
+"""

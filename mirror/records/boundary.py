@@ -3,7 +3,7 @@
 The topics are input like the log: whoever can write to them can write anything. Every reader of
 the mirror (``consume-snapshot``, ``invalidate``, the change feed read from the mirror, the Spark
 source) takes its records through the one decoder (:mod:`.events`, :mod:`.event_batches`) and the
-one read loop (:mod:`.kafka_consumer`, :mod:`.fragments`), which hold each record to these rules
+one read loop (:mod:`..kafka.consumer`, :mod:`.fragments`), which hold each record to these rules
 before anything is made of it:
 
 - **its shape and bounds** (the models of :mod:`.events`): a ``schemaVersion`` this deltamirror

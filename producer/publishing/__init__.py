@@ -1,1 +1,4 @@
-"""Private: publishing."""
+"""Publishing (private): a table's units of work as records in Kafka transactions, and its progress.
+
+transactions.py, progress.py, session.py, shared_clients.py, row_events.py, offline_events.py.
+"""

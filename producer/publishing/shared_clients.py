@@ -4,7 +4,7 @@ librdkafka allows about 1,000 clients per process. A running table would otherwi
 producer, and while it resumes an admin client (its topic checks) and a consumer (its progress).
 Shared here: one admin client for the process (each topic checked once), one read of the
 progress topic for the tables that resume together (:class:`~.progress.ProgressBoard`), and in a
-group one transactional producer per shard (:mod:`.shard_producers`).
+group one transactional producer per shard (:mod:`..group.shard_producers`).
 """
 
 from __future__ import annotations

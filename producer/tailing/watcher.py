@@ -415,7 +415,7 @@ class TableWatcher:
     def _gone_for_good(self, position: Position | None, *, seen_missing: bool = False) -> bool:
         """True (and TableDroppedWork queued) when the table is deleted for good (``drop_when_gone``).
 
-        Looked at when discovery no longer finds the table (:mod:`.discovery`: a set lookup per
+        Looked at when discovery no longer finds the table (:mod:`..discovery.scan`: a set lookup per
         idle poll), or when reading the log found no version (``seen_missing``, a table published
         before; a wrong location that never held a table is an error, not a drop); either way a
         listing must find no commit or checkpoint left. While a marked table's log still holds
