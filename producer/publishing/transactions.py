@@ -24,6 +24,7 @@ from contextlib import closing
 from typing import TYPE_CHECKING
 
 from deltamirror.mirror.kafka.producer import TransactionalPublisher
+from deltamirror.mirror.records.commits import encode_commits_record
 from deltamirror.mirror.records.events import (
     SCHEMA_VERSION,
     EnvelopeEncoder,
@@ -330,13 +331,8 @@ class TableTransactions:
             reason=work.reason,
             detected_at=now,
         )
-        self.pub.produce(
-            self.topics.commits,
-            record.to_json_bytes(),
-            work.table_id.encode(),
-            [(HEADER_KIND, b"tableReplaced")],
-            now,
-        )
+        finished = encode_commits_record(record)
+        self.pub.produce(self.topics.commits, finished.value, finished.key, finished.headers, now)
         log.warning(
             "table re-created: now mirroring table %s (was %s up to version %d)",
             work.table_id,
@@ -362,9 +358,8 @@ class TableTransactions:
                 reason=work.reason,
                 detected_at=now,
             )
-            key = work.table_id.encode()
-            headers: Headers = [(HEADER_KIND, b"tableDropped")]
-            self.pub.produce(self.topics.commits, record.to_json_bytes(), key, headers, now)
+            finished = encode_commits_record(record)
+            self.pub.produce(self.topics.commits, finished.value, finished.key, finished.headers, now)
         self.pub.produce(self.cfg.progress_topic, None, self.uri.encode(), None, 0)
         self.produced = None  # no progress record: the tombstone above is the last word
         self.commit()
@@ -401,13 +396,8 @@ class TableTransactions:
                 commit_timestamp_source=str(self.committed.timestamp.source),  # type: ignore[arg-type]
                 heartbeat_timestamp=now,
             )
-            self.pub.produce(
-                self.topics.commits,
-                beat.to_json_bytes(),
-                self.committed.table_id.encode(),
-                [(HEADER_KIND, b"heartbeat"), (HEADER_VERSION, str(self.committed.version).encode())],
-                now,
-            )
+            finished = encode_commits_record(beat)
+            self.pub.produce(self.topics.commits, finished.value, finished.key, finished.headers, now)
         self.commit()
 
     # --- ending a transaction -------------------------------------------------------------------
