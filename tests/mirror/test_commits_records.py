@@ -51,7 +51,12 @@ def test_table_replaced_and_dropped_carry_only_their_kind() -> None:
         detected_at=5,
     )
     dropped = TableDropped(
-        schema_version=SCHEMA_VERSION, table_uri=URI, table_id="t-2", last_version=3, reason="gone", detected_at=6
+        schema_version=SCHEMA_VERSION,
+        table_uri=URI,
+        table_id="t-2",
+        last_version=3,
+        reason="gone",
+        detected_at=6,
     )
     r, d = encode_commits_record(replaced), encode_commits_record(dropped)
     assert (r.key, r.headers) == (b"t-2", [("kind", b"tableReplaced")])
