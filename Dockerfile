@@ -17,6 +17,8 @@ COPY ops/ ops/
 COPY producer/ producer/
 COPY consumer/ consumer/
 COPY cli/ cli/
+COPY devkafka/ devkafka/
+COPY root/ root/
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 FROM python:3.11-slim

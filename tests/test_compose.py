@@ -86,7 +86,7 @@ def test_services(compose: dict[str, Any]) -> None:
 
 def test_kafka_is_apache_kafka_in_kraft_mode_at_the_pinned_version(compose: dict[str, Any]) -> None:
     kafka = _services(compose)["kafka"]
-    pinned = json.loads((ROOT / "producer" / "kafka_artifacts.json").read_text())["kafka_version"]
+    pinned = json.loads((ROOT / "devkafka" / "kafka_artifacts.json").read_text())["kafka_version"]
     assert kafka["image"] == f"apache/kafka:{pinned}"
     env = kafka["environment"]
     assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
@@ -342,7 +342,8 @@ def test_the_copied_files_are_enough_to_build_the_wheel(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     (wheel,) = (tmp_path / "wheels").glob("deltamirror-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert "deltamirror/producer/kafka_artifacts.json" in names
+    assert "deltamirror/devkafka/kafka_artifacts.json" in names
+    assert "deltamirror/__init__.py" in names  # the distribution root: __version__
     # every module of every package folder, sub-packages included (pyproject lists packages by name)
     import tomllib
 
