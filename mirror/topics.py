@@ -32,10 +32,11 @@ from typing import Any
 
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as _RdKafkaError
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
+from confluent_kafka.admin import ConfigResource, NewTopic, OffsetSpec, ResourceType
 
 from deltamirror.core.errors import ConfigError
 
+from . import clients
 from .errors import KafkaError
 from .kafka_producer import RECORD_OVERHEAD
 
@@ -256,7 +257,7 @@ class TopicManager:
         admin_conf: dict[str, str | int | float | bool] = {
             k: v for k, v in kafka.items() if not k.startswith(("linger", "compression"))
         }
-        self._admin = AdminClient(admin_conf)
+        self._admin = clients.admin(admin_conf)
         self.max_record_bytes = max_record_bytes
         self.timeout_s = timeout_s
         self.limits: dict[str, TopicLimits] = {}
