@@ -390,8 +390,9 @@ class TopicManager:
             if err.code() == _RdKafkaError.TOPIC_ALREADY_EXISTS:
                 return False
             raise KafkaError(f"cannot create topic {name}: {err.str()}", topic=name) from exc
-        except Exception as exc:  # a future timeout
-            raise KafkaError(f"cannot create topic {name}: {exc}", topic=name) from exc
+        except Exception as exc:  # a future timeout (whose text is empty)
+            reason = str(exc) or f"the brokers did not answer within {self.timeout_s:g} s"
+            raise KafkaError(f"cannot create topic {name}: {reason}", topic=name) from exc
         self._wait_for_leaders(name)
         log.info("created topic %s", name, extra={"topic": name})
         return True
