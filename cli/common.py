@@ -44,7 +44,8 @@ def add_table_argument(parser: argparse.ArgumentParser) -> None:
         "--storage-option",
         action="append",
         metavar="KEY=VALUE",
-        help="fsspec storage option (credentials, endpoint); repeatable",
+        help="fsspec storage option of an object store (credentials, endpoint); repeatable; a local "
+        "table takes none (refused)",
     )
     parser.add_argument(
         "--allow-path-prefix",

@@ -129,7 +129,8 @@ WATCH_FLAGS: tuple[WatchFlag, ...] = (
     WatchFlag(
         "storage_options",
         ("-S", "--storage-option"),
-        "fsspec storage option for every table (credentials, endpoint); repeatable",
+        "fsspec storage option for every table (credentials, endpoint); repeatable; refused with a "
+        "local table or prefix (it takes none)",
         "KEY=VALUE",
         repeatable=True,
         convert=parse_storage_options,
