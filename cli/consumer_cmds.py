@@ -526,8 +526,9 @@ def _outcome_line(outcome: Any) -> dict[str, Any]:
     line: dict[str, Any] = {"kind": payload["kind"], "tableId": payload["tableId"]}
     if payload["kind"] == "version":
         line.update(version=payload["version"], snapshot=payload["snapshot"])
-    else:
+    elif payload["kind"] == "tableReplaced":
         line["previousTableId"] = payload["previousTableId"]
+    # tableDropped: its tableId is the table dropped
     line.update(attempts=outcome.attempts, outcome="deadLettered" if outcome.dead_lettered else "delivered")
     return line
 
