@@ -29,7 +29,6 @@ import select
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -149,7 +148,9 @@ def sidecar_outside(root: Path, outside: Path) -> Path:
     sidecar = sorted((log / "_sidecars").iterdir())[0]
     shutil.move(sidecar, outside / sidecar.name)
     (checkpoint,) = log.glob("*.checkpoint.*.json")
-    text = checkpoint.read_text().replace(f'"path":"{sidecar.name}"', f'"path":"{(outside / sidecar.name).as_uri()}"')
+    text = checkpoint.read_text().replace(
+        f'"path":"{sidecar.name}"', f'"path":"{(outside / sidecar.name).as_uri()}"'
+    )
     assert (outside / sidecar.name).as_uri() in text
     checkpoint.write_text(text)
     return root
@@ -220,7 +221,9 @@ def _storage_options(ctx: Ctx) -> None:
     local = make_table(ctx.tmp / "t", 2)
     for command, extra in TABLE_COMMANDS.items():
         ctx.refused(command, str(local), *extra, "-S", "region=eu", naming="storage options (-S")
-    ctx.refused("watch", "--bootstrap-servers", "k:9092", str(local), "-S", "region=eu", naming="storage options")
+    ctx.refused(
+        "watch", "--bootstrap-servers", "k:9092", str(local), "-S", "region=eu", naming="storage options"
+    )
     s3 = ctx.fixture("s3")
     uri = s3.upload_table(local, s3.new_prefix("every-setting") + "/t")
     options = [f"-S{k}={v}" for k, v in s3.storage_options.items() if not isinstance(v, dict)]
@@ -353,7 +356,9 @@ def _event_range(ctx: Ctx) -> None:
     table = make_table(ctx.tmp / "t", 3)
 
     def versions(*argv: str) -> list[int]:
-        return sorted({json.loads(line)["version"] for line in ctx.ok("events", str(table), *argv).splitlines()})
+        return sorted(
+            {json.loads(line)["version"] for line in ctx.ok("events", str(table), *argv).splitlines()}
+        )
 
     assert versions() == [0, 1, 2]
     assert versions("--starting-version", "1") == [1, 2]
@@ -445,7 +450,9 @@ def _watch_flags(ctx: Ctx) -> None:
             assert _field(cfg, path) != _field(reference, path), (dest, path)
         # nothing else changed but what the flag sets (and what its mode implies)
         changed = {k for k in dumped if cfg.model_dump()[k] != reference.model_dump()[k]}
-        assert changed <= {k.removeprefix("WatchConfig.").split(".")[0].removesuffix("[]") for k in FLAG_FIELDS[dest]}, (
+        assert changed <= {
+            k.removeprefix("WatchConfig.").split(".")[0].removesuffix("[]") for k in FLAG_FIELDS[dest]
+        }, (
             dest,
             changed,
         )
@@ -456,7 +463,9 @@ def _watch_config(ctx: Ctx) -> None:
     handed = ctx.fixture("handed")
     table = make_table(ctx.tmp / "t", 1)
     path = ctx.tmp / "w.yaml"
-    path.write_text(f"kafka: {{bootstrap_servers: 'file:9092'}}\ntables: ['{table}']\nprogress_topic: from.file\n")
+    path.write_text(
+        f"kafka: {{bootstrap_servers: 'file:9092'}}\ntables: ['{table}']\nprogress_topic: from.file\n"
+    )
     ctx.refused("watch", str(table), naming="--bootstrap-servers is required without --config")
     ctx.ok("watch", "--config", str(path))
     assert handed[-1].progress_topic == "from.file" and handed[-1].kafka.bootstrap_servers == "file:9092"
@@ -534,7 +543,11 @@ def mirrored(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 def _versions(out: str) -> list[int]:
-    return [json.loads(line)["version"] for line in out.splitlines() if '"version"' in line and "kind" not in line or '"kind":"version"' in line]
+    return [
+        json.loads(line)["version"]
+        for line in out.splitlines()
+        if ('"version"' in line and "kind" not in line) or '"kind":"version"' in line
+    ]
 
 
 CONSUMERS = {"consume-snapshot": [], "invalidate": ["--exec", "true"]}
@@ -552,12 +565,37 @@ def _consumer_source(ctx: Ctx) -> None:
         flags = ctx.ok(command, *m.source("--once", *extra, *group))
         assert len(flags.splitlines()) == 3, (command, flags)
         ctx.refused(command, "--topic", m.actions, "--once", *extra, naming="--bootstrap-servers")
-        from_file = ctx.ok(command, "--config", str(config), "--topic", m.actions, "--once", *extra, "--group-id", ctx.unique("g"))
+        from_file = ctx.ok(
+            command,
+            "--config",
+            str(config),
+            "--topic",
+            m.actions,
+            "--once",
+            *extra,
+            "--group-id",
+            ctx.unique("g"),
+        )
         assert from_file == flags, command
-        ctx.refused(command, "--bootstrap-servers", m.bootstrap, "--topic", "absent.actions", "--once", *extra, naming="absent.actions")
+        ctx.refused(
+            command,
+            "--bootstrap-servers",
+            m.bootstrap,
+            "--topic",
+            "absent.actions",
+            "--once",
+            *extra,
+            naming="absent.actions",
+        )
         # without --once it keeps reading: still running once everything was printed; a SIGTERM stops it
         proc = subprocess.Popen(
-            [sys.executable, "-m", "deltamirror.cli.main", command, *m.source(*extra, "--group-id", ctx.unique("g"))],
+            [
+                sys.executable,
+                "-m",
+                "deltamirror.cli.main",
+                command,
+                *m.source(*extra, "--group-id", ctx.unique("g")),
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
@@ -580,7 +618,9 @@ def _committed(bootstrap: str, group: str, topic: str) -> list[int]:
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    future = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])])
+    future = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])]
+    )
     result = future[group].result(timeout=30)
     return [tp.offset for tp in result.topic_partitions if tp.offset >= 0]
 
@@ -592,9 +632,23 @@ def _group_id(ctx: Ctx) -> None:
     ctx.ok("consume-snapshot", *m.source("--once", "--group-id", group))
     assert _committed(m.bootstrap, group, m.actions)  # the reader's position, under that group
     acknowledged = ctx.unique("g")
-    assert len(ctx.ok("invalidate", *m.source("--once", "--exec", "true", "--group-id", acknowledged)).splitlines()) == 3
+    assert (
+        len(
+            ctx.ok(
+                "invalidate", *m.source("--once", "--exec", "true", "--group-id", acknowledged)
+            ).splitlines()
+        )
+        == 3
+    )
     assert ctx.ok("invalidate", *m.source("--once", "--exec", "true", "--group-id", acknowledged)) == ""
-    assert len(ctx.ok("invalidate", *m.source("--once", "--exec", "true", "--group-id", ctx.unique("g"))).splitlines()) == 3
+    assert (
+        len(
+            ctx.ok(
+                "invalidate", *m.source("--once", "--exec", "true", "--group-id", ctx.unique("g"))
+            ).splitlines()
+        )
+        == 3
+    )
 
 
 def _saved_version(state: Path) -> int | None:
@@ -605,12 +659,15 @@ def _saved_version(state: Path) -> int | None:
 
 
 #: an --exec command that holds version 2 until the file GO exists (AT2 says it is held)
-_HOLD_AT_2 = (
-    "sh -c 'grep -q \"\\\"version\\\":2\" && {{ touch {dir}/AT2; while [ ! -e {dir}/GO ]; do sleep 0.05; done; }}; true'"
+_HOLD_AT_2 = 'sh -c \'grep -q "\\"version\\":2" && {{ touch {dir}/AT2; while [ ! -e {dir}/GO ]; do sleep 0.05; done; }}; true\''
+
+
+@observes(
+    "consume-snapshot state_dir",
+    "invalidate state_dir",
+    *(f"{c} {d}" for c in CONSUMERS for d in ("checkpoint_interval_versions", "checkpoint_interval_s")),
+    kafka=True,
 )
-
-
-@observes("consume-snapshot state_dir", "invalidate state_dir", *(f"{c} {d}" for c in CONSUMERS for d in ("checkpoint_interval_versions", "checkpoint_interval_s")), kafka=True)
 def _state_dir(ctx: Ctx) -> None:
     from support.records import wait_for
 
@@ -631,8 +688,16 @@ def _state_dir(ctx: Ctx) -> None:
         hold = ctx.tmp / name.replace(" ", "-")
         hold.mkdir()
         state = hold / "state"
-        argv = [sys.executable, "-m", "deltamirror.cli.main", "invalidate", *m.source("--once", "--state-dir", str(state), *flags)]
-        proc = subprocess.Popen([*argv, "--exec", _HOLD_AT_2.format(dir=hold)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        argv = [
+            sys.executable,
+            "-m",
+            "deltamirror.cli.main",
+            "invalidate",
+            *m.source("--once", "--state-dir", str(state), *flags),
+        ]
+        proc = subprocess.Popen(
+            [*argv, "--exec", _HOLD_AT_2.format(dir=hold)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
         try:
             wait_for(lambda: (hold / "AT2").exists() or proc.poll() is not None, "version 2 held")  # noqa: B023
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
@@ -658,7 +723,18 @@ def _state_dir(ctx: Ctx) -> None:
     monkeypatch.setattr(SnapshotConsumer, "__init__", init)
     state = str(ctx.tmp / "cs-state")
     ctx.ok("consume-snapshot", *m.source("--once", "--state-dir", state))
-    ctx.ok("consume-snapshot", *m.source("--once", "--state-dir", state, "--checkpoint-interval-versions", "1", "--checkpoint-interval-s", "0"))
+    ctx.ok(
+        "consume-snapshot",
+        *m.source(
+            "--once",
+            "--state-dir",
+            state,
+            "--checkpoint-interval-versions",
+            "1",
+            "--checkpoint-interval-s",
+            "0",
+        ),
+    )
     assert taken[0] != taken[1] and taken[1] == (1, None)
 
 
@@ -673,7 +749,13 @@ def _consumer_metrics(ctx: Ctx) -> None:
             sock.bind(("127.0.0.2", 0))
             port = sock.getsockname()[1]
         proc = subprocess.Popen(
-            [sys.executable, "-m", "deltamirror.cli.main", command, *m.source(*extra, "--metrics-port", str(port), "--metrics-host", "127.0.0.2")],
+            [
+                sys.executable,
+                "-m",
+                "deltamirror.cli.main",
+                command,
+                *m.source(*extra, "--metrics-port", str(port), "--metrics-host", "127.0.0.2"),
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
@@ -694,10 +776,18 @@ def _consumer_metrics(ctx: Ctx) -> None:
 def _documents(ctx: Ctx) -> None:
     m: Mirrored = ctx.fixture("mirrored")
     counts = [json.loads(line) for line in ctx.ok("consume-snapshot", *m.source("--once")).splitlines()]
-    docs = [json.loads(line) for line in ctx.ok("consume-snapshot", *m.source("--once", "--format", "jsonl")).splitlines()]
+    docs = [
+        json.loads(line)
+        for line in ctx.ok("consume-snapshot", *m.source("--once", "--format", "jsonl")).splitlines()
+    ]
     assert "added" in docs[2] and isinstance(docs[2]["added"], list) and isinstance(counts[2]["added"], int)
     assert docs[2]["added"] and not docs[2].get("addedTruncated")
-    cut = [json.loads(line) for line in ctx.ok("consume-snapshot", *m.source("--once", "--format", "jsonl", "--max-items", "0")).splitlines()]
+    cut = [
+        json.loads(line)
+        for line in ctx.ok(
+            "consume-snapshot", *m.source("--once", "--format", "jsonl", "--max-items", "0")
+        ).splitlines()
+    ]
     assert cut[2]["added"] == [] and cut[2]["addedTruncated"]
     delivered = ctx.tmp / "delivered.jsonl"
     for max_items, name in ((None, "all"), ("0", "cut")):
@@ -711,7 +801,12 @@ def _documents(ctx: Ctx) -> None:
     del delivered
 
 
-@observes("consume-snapshot commits_topic", "invalidate commits_topic", "WatchConfig.tables[].when_deleted", kafka=True)
+@observes(
+    "consume-snapshot commits_topic",
+    "invalidate commits_topic",
+    "WatchConfig.tables[].when_deleted",
+    kafka=True,
+)
 def _commits_topic(ctx: Ctx) -> None:
     """The table was dropped (``when_deleted: drop`` published ``tableDropped``): read with the
     commits topic, the consumers say so; without it, they cannot know."""
@@ -724,7 +819,10 @@ def _commits_topic(ctx: Ctx) -> None:
     command = f"sh -c 'cat >> {target}; echo >> {target}'"
     ctx.ok("invalidate", *m.source("--once", "--exec", command, "--group-id", ctx.unique("g")))
     assert "tableDropped" not in target.read_text()
-    ctx.ok("invalidate", *m.source("--once", "--exec", command, "--group-id", ctx.unique("g"), "--commits-topic", m.commits))
+    ctx.ok(
+        "invalidate",
+        *m.source("--once", "--exec", command, "--group-id", ctx.unique("g"), "--commits-topic", m.commits),
+    )
     assert "tableDropped" in target.read_text()
     # the other setting, wait: the table deleted is waited for, nothing published
     from support.records import run_watcher
@@ -743,7 +841,14 @@ def _commits_topic(ctx: Ctx) -> None:
 
     cfg = {
         "kafka": {"bootstrap_servers": m.bootstrap},
-        "tables": [{"uri": str(table), "actions_topic": f"{name}.actions", "commits_topic": commits, "poll_interval_s": 0.2}],
+        "tables": [
+            {
+                "uri": str(table),
+                "actions_topic": f"{name}.actions",
+                "commits_topic": commits,
+                "poll_interval_s": 0.2,
+            }
+        ],
         "progress_topic": f"{name}.progress",
         "transactional_id_prefix": name,
         "signal_topic": None,
@@ -792,7 +897,11 @@ def _test_source(node_id: str) -> str:
 def test_settings_observed_elsewhere_are_observed_there() -> None:
     for key, node_id in ELSEWHERE.items():
         source = _test_source(node_id)
-        name = key.rsplit(".", 1)[-1].removesuffix("[]") if "Config." in key or "Section." in key else key.split()[-1]
+        name = (
+            key.rsplit(".", 1)[-1].removesuffix("[]")
+            if "Config." in key or "Section." in key
+            else key.split()[-1]
+        )
         spelled = {name, name.replace("_", "-"), "--" + name.replace("_", "-")}
         assert any(s in source for s in spelled), f"{node_id} does not speak of {key}"
 

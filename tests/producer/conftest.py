@@ -18,6 +18,8 @@ import pyarrow as pa
 import pytest
 import yaml
 
+from support.kafka import uncommitted_records
+
 
 @dataclass
 class Record:
@@ -148,28 +150,6 @@ def consume(
         return out
     finally:
         consumer.close()
-
-
-def uncommitted_records(bootstrap: str, topic: str) -> int:
-    """Records of ``topic``'s partition 0 in a transaction still open: high watermark minus LSO.
-
-    A read_committed client's high watermark is the last stable offset (where the first open
-    transaction begins), so the difference is what a kill now would leave for the broker to abort.
-    """
-    from confluent_kafka import Consumer, TopicPartition
-
-    offsets = []
-    for isolation in ("read_uncommitted", "read_committed"):
-        consumer = Consumer(
-            {"bootstrap.servers": bootstrap, "group.id": unique("wm"), "isolation.level": isolation}
-        )
-        try:
-            offsets.append(
-                consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)[1]
-            )
-        finally:
-            consumer.close()
-    return int(offsets[0] - offsets[1])
 
 
 def events_output(table: Path | str, *args: str) -> list[bytes]:

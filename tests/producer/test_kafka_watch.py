@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from deltamirror.mirror.events import ActionEvent, CommitSummary, ProgressRecord
 from deltamirror.producer.config import WatchConfig
 from deltamirror.producer.pipeline import transactional_id
 from deltamirror.producer.service import WatchService
+from support.kafka import free_port_pair
 from support.tables import copy_table
 
 pytestmark = [pytest.mark.kafka]
@@ -217,27 +217,13 @@ def test_a_second_watcher_fences_the_first_which_exits_non_zero(
     _assert_exactly(setup.actions_records(), kit.events_output(table))
 
 
-def _free_port_pair() -> int:
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port: int = s.getsockname()[1]
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no free ports")
-
-
 @pytest.mark.timeout(300)
 def test_broker_stopped_and_restarted_mid_stream_loses_nothing(
     kafka_bootstrap: str, tmp_path: Path, kit: Any, watch_setup: Any
 ) -> None:
     from deltamirror.producer.local_kafka import LocalKafka
 
-    broker = LocalKafka(port=_free_port_pair(), data_dir=tmp_path / "kafka")
+    broker = LocalKafka(port=free_port_pair(), data_dir=tmp_path / "kafka")
     bootstrap = broker.start()
     try:
         table = kit.make_table(tmp_path / "t", versions=1)

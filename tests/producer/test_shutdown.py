@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from support.kafka import _free_port_pair
+from support.kafka import free_port_pair
 
 #: what the issue asks: a SIGTERM stops the watcher within this, whatever the broker does
 STOP_LIMIT_S = 10.0
@@ -113,7 +113,7 @@ def test_sigterm_with_the_broker_frozen_mid_transaction_stops_within_10_s_and_lo
     transaction is open: the hardest case, every Kafka call waits for its whole timeout."""
     from deltamirror.producer.local_kafka import LocalKafka
 
-    broker = LocalKafka(port=_free_port_pair(), data_dir=tmp_path / "kafka")
+    broker = LocalKafka(port=free_port_pair(), data_dir=tmp_path / "kafka")
     bootstrap = broker.start()
     pid = broker.status()["pid"]
     assert pid is not None

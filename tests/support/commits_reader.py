@@ -23,11 +23,13 @@ class CommitsReader:
                 "isolation.level": "read_committed",
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
+                "log_level": 0,  # a broker restarted on purpose (the fault campaign) is no news
             }
         )
         self.topics = topics
         self.assigned: set[str] = set()
         self.latest: dict[str, int] = dict.fromkeys(topics, -1)
+        self._last_assign = 0.0
 
     def _assign_new(self) -> None:
         from confluent_kafka import TopicPartition
@@ -41,20 +43,28 @@ class CommitsReader:
             self.assigned.update(ready)
             self.consumer.assign([TopicPartition(t, 0, -2) for t in sorted(self.assigned)])
 
+    def _poll(self) -> None:
+        """Assign the topics that appeared (at most once a second), then read what is there."""
+        if time.monotonic() - self._last_assign > 1.0:
+            self._assign_new()
+            self._last_assign = time.monotonic()
+        for msg in self.consumer.consume(10_000, timeout=0.1):
+            value = msg.value() or b""
+            if msg.error() is None and value.startswith(b'{"kind":"commit"'):
+                topic = msg.topic() or ""
+                self.latest[topic] = max(self.latest[topic], json.loads(value)["version"])
+
     def wait_all(self, version: int, timeout_s: float) -> float | None:
         """Seconds until every commits topic summarized ``version``; None after ``timeout_s``."""
+        return self.wait_each(dict.fromkeys(self.topics, version), timeout_s)
+
+    def wait_each(self, versions: dict[str, int], timeout_s: float) -> float | None:
+        """Seconds until each commits topic summarized its version in ``versions``; None after
+        ``timeout_s``."""
         started = time.monotonic()
-        last_assign = 0.0
         while time.monotonic() - started < timeout_s:
-            if time.monotonic() - last_assign > 1.0:
-                self._assign_new()
-                last_assign = time.monotonic()
-            for msg in self.consumer.consume(10_000, timeout=0.1):
-                value = msg.value() or b""
-                if msg.error() is None and value.startswith(b'{"kind":"commit"'):
-                    topic = msg.topic() or ""
-                    self.latest[topic] = max(self.latest[topic], json.loads(value)["version"])
-            if all(v >= version for v in self.latest.values()):
+            self._poll()
+            if all(self.latest.get(t, -1) >= v for t, v in versions.items()):
                 return time.monotonic() - started
         return None
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ def _docker_answers() -> bool:
         return False
 
 
-def _free_port_pair() -> int:
+def free_port_pair() -> int:
     """A port whose successor is free too (LocalKafka puts its controller on port + 1)."""
     for _ in range(50):
         with socket.socket() as s:
@@ -202,7 +203,7 @@ def _kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     from deltamirror.core.errors import EnvironmentMissingError
     from deltamirror.producer.local_kafka import LocalKafka
 
-    broker = LocalKafka(port=_free_port_pair(), data_dir=tmp_path_factory.mktemp("kafka"))
+    broker = LocalKafka(port=free_port_pair(), data_dir=tmp_path_factory.mktemp("kafka"))
     try:
         bootstrap = broker.start()
     except EnvironmentMissingError as exc:
@@ -235,6 +236,57 @@ def new_topic(bootstrap: str, name: str, partitions: int = 1, config: Mapping[st
             return name
         time.sleep(0.1)
     raise TimeoutError(f"topic {name} has no leader after 30 s")
+
+
+class TransactionProbe:
+    """How many records of a partition sit in a transaction still open: high watermark minus LSO.
+
+    A read_committed client's high watermark is the last stable offset (where the first open
+    transaction begins), so the difference is what a kill now would leave for the broker to abort.
+    Two clients kept open, so that probing many times (the fault campaign) costs one round trip each.
+    """
+
+    def __init__(self, bootstrap: str) -> None:
+        from confluent_kafka import Consumer
+
+        self.clients = [
+            Consumer(
+                {
+                    "bootstrap.servers": bootstrap,
+                    "group.id": f"wm-{uuid.uuid4().hex[:10]}",
+                    "isolation.level": isolation,
+                    "log_level": 0,  # a broker away (the fault campaign) is no news
+                }
+            )
+            for isolation in ("read_uncommitted", "read_committed")
+        ]
+
+    def offsets(self, topic: str, partition: int = 0) -> tuple[int, int]:
+        """(high watermark, last stable offset) of ``topic``'s ``partition``."""
+        from confluent_kafka import TopicPartition
+
+        high, stable = (
+            c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)[1]
+            for c in self.clients
+        )
+        return int(high), int(stable)
+
+    def open_records(self, topic: str, partition: int = 0) -> int:
+        high, stable = self.offsets(topic, partition)
+        return high - stable
+
+    def close(self) -> None:
+        for c in self.clients:
+            c.close()
+
+
+def uncommitted_records(bootstrap: str, topic: str) -> int:
+    """Records of ``topic``'s partition 0 in a transaction still open (see :class:`TransactionProbe`)."""
+    probe = TransactionProbe(bootstrap)
+    try:
+        return probe.open_records(topic)
+    finally:
+        probe.close()
 
 
 class SecureBroker:
@@ -279,7 +331,7 @@ def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBro
         if os.environ.get("DELTAMIRROR_REQUIRE_ALL"):
             pytest.fail(reason)
         pytest.skip(reason)
-    port = _free_port_pair()
+    port = free_port_pair()
     data_dir = tmp_path_factory.mktemp("secure-kafka")
     command = [sys.executable, "-m", "deltamirror.cli.main", "local", "kafka", "start"]
     command += ["--port", str(port), "--data-dir", str(data_dir), "--security", "scram-tls"]
