@@ -18,9 +18,13 @@ from collections.abc import Iterator
 
 from pydantic import BaseModel
 
-#: the models whose keys a user writes (a configuration file, a library caller); KafkaSection is
-#: what the consumer commands read of a file (its ``kafka:`` section)
-SETTINGS_MODELS = ("deltamirror.producer.settings:WatchConfig", "deltamirror.mirror.settings:KafkaSection")
+#: the models whose keys a user writes (a configuration file, a library caller); KafkaSection and
+#: ConsumerSection are what the consumer commands read of a file (its ``kafka:`` and ``consumer:``)
+SETTINGS_MODELS = (
+    "deltamirror.producer.settings:WatchConfig",
+    "deltamirror.mirror.settings:KafkaSection",
+    "deltamirror.consumer.settings:ConsumerSection",
+)
 
 
 def flags(parser: argparse.ArgumentParser | None = None, path: tuple[str, ...] = ()) -> Iterator[str]:
