@@ -918,10 +918,10 @@ ELSEWHERE: dict[str, str] = {
 #: ``test_every_setting_has_an_observer`` unless it has an observer; one of these that gets one must be
 #: struck from here (the same test fails until it is)
 NOT_YET_OBSERVED: dict[str, str] = {
-    "consume-snapshot checkpoint_interval_versions": "an observer holding invalidate at version 2 saw no state saved after version 1 with --checkpoint-interval-versions 1 (or -s 0.000001); not yet told apart from a defect",
-    "consume-snapshot checkpoint_interval_s": "an observer holding invalidate at version 2 saw no state saved after version 1 with --checkpoint-interval-versions 1 (or -s 0.000001); not yet told apart from a defect",
-    "invalidate checkpoint_interval_versions": "an observer holding invalidate at version 2 saw no state saved after version 1 with --checkpoint-interval-versions 1 (or -s 0.000001); not yet told apart from a defect",
-    "invalidate checkpoint_interval_s": "an observer holding invalidate at version 2 saw no state saved after version 1 with --checkpoint-interval-versions 1 (or -s 0.000001); not yet told apart from a defect",
+    "consume-snapshot checkpoint_interval_versions": "no observer of an intermediate save yet (the end's is observed with state_dir)",
+    "consume-snapshot checkpoint_interval_s": "no observer of an intermediate save yet (the end's is observed with state_dir)",
+    "invalidate checkpoint_interval_versions": "no observer yet: the save falls due after the deliveries of one read batch (SnapshotConsumer.checkpoint), and an observer holding a version in the same batch sees none",
+    "invalidate checkpoint_interval_s": "no observer yet: the save falls due after the deliveries of one read batch (SnapshotConsumer.checkpoint), and an observer holding a version in the same batch sees none",
     "WatchConfig.discover[].allowed_path_prefixes": "inherited by each table found; the table's own has no observer yet",
     "WatchConfig.discover[].poll_interval_s": "inherited by each table found; the table's own has no observer yet",
     "WatchConfig.discover[].storage_options": "inherited by each table found; the table's own has no observer yet",
