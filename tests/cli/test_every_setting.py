@@ -29,6 +29,7 @@ import select
 import shutil
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -230,8 +231,9 @@ def _storage_options(ctx: Ctx) -> None:
     for command, extra in TABLE_COMMANDS.items():
         with_options = ctx.ok(command, uri, *extra, *options)
         assert with_options.strip(), command
-        code, _, err = ctx.cli(command, uri, *extra, "-Sendpoint_url=http://127.0.0.1:9", "-Sanon=true")
-        assert code != 0 and err, command  # the options chose where to go: nothing is there
+        wrong = [o if not o.startswith("-Ssecret=") else "-Ssecret=not-the-secret" for o in options]
+        code, _, err = ctx.cli(command, uri, *extra, *wrong)
+        assert code != 0 and err, command  # the options are how it is reached: a wrong secret is refused
 
 
 @observes("snapshot allow_path_prefix")
@@ -688,15 +690,18 @@ def _consumer_metrics(ctx: Ctx) -> None:
                 "deltamirror.cli.main",
                 command,
                 *m.source(*extra, "--metrics-port", str(port), "--metrics-host", "127.0.0.2"),
+                *("--group-id", ctx.unique("g")),  # the default group has acknowledged everything
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
+        bound = threading.Timer(60, proc.kill)  # a reader that prints nothing must not hang the test
+        bound.start()
         try:
             assert proc.stdout is not None
-            assert all(proc.stdout.readline() for _ in range(3))
+            assert all(proc.stdout.readline() for _ in range(3)), command
             with urllib.request.urlopen(f"http://127.0.0.2:{port}/metrics", timeout=10) as resp:
                 assert b"deltamirror_consumer_versions_applied_total" in resp.read()
             with pytest.raises(OSError):  # on the host given, not on the default one
@@ -704,6 +709,7 @@ def _consumer_metrics(ctx: Ctx) -> None:
         finally:
             proc.send_signal(subprocess.signal.SIGTERM)  # type: ignore[attr-defined]
             proc.wait(30)
+            bound.cancel()
 
 
 @observes("consume-snapshot format", "consume-snapshot max_items", "invalidate max_items", kafka=True)
