@@ -27,6 +27,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from deltamirror.core.errors import ConfigError
 
+from . import clients
 from .errors import KafkaError
 from .topics import PREFIX, TopicManager, murmur2_partition
 
@@ -166,7 +167,7 @@ class ShardGroup:
         tables already) and lets the others take them at once, without waiting for a timeout.
         """
         try:
-            consumer = Consumer(self.consumer_config())
+            consumer = clients.consumer(self.consumer_config())
         except KafkaException as exc:
             raise KafkaError(f"cannot create the group consumer: {exc.args[0]}") from None
         self._consumer = consumer

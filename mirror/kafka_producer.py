@@ -34,6 +34,7 @@ from confluent_kafka import KafkaException, Producer
 
 from deltamirror.core.errors import ConfigError
 
+from . import clients
 from .errors import (
     KafkaError,
     ProducerFencedError,
@@ -55,7 +56,7 @@ def new_producer(config: dict[str, Any]) -> Producer:
     local storage``): one producer per running table makes that a limit on tables per process.
     """
     try:
-        return Producer(config)
+        return clients.producer(config)
     except KafkaException as exc:
         raise KafkaError(f"cannot create a Kafka producer: {exc}") from None
     except RuntimeError as exc:
