@@ -93,6 +93,11 @@ def classify(exc: BaseException, what: str, transactional_id: str) -> KafkaError
     return KafkaError(reason, transactional_id=transactional_id, fatal=err.fatal() or None)
 
 
+#: the error callback's codes for a lost connection: the brokers were away (or restarted) meanwhile
+DISCONNECT_CODES = frozenset({_RdKafkaError._TRANSPORT, _RdKafkaError._ALL_BROKERS_DOWN})
+#: ``transaction.timeout.ms`` unless the user's settings say otherwise (see :func:`producer_config`)
+DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+
 #: how long librdkafka waits to fill a batch. Versions end with a commit, which flushes at once, so
 #: this never delays a tailing watcher; while catching up it lets batches fill to batch.size: at
 #: 5 ms the broker spent 2-3x the CPU per record (many small produce requests) and the watcher
@@ -114,7 +119,7 @@ def producer_config(
         "queue.buffering.max.kbytes": 65536,
         "queue.buffering.max.messages": 500_000,
         "batch.size": 1_000_000,
-        "transaction.timeout.ms": 60_000,
+        "transaction.timeout.ms": DEFAULT_TRANSACTION_TIMEOUT_MS,
         **kafka,
         # the watcher's own: exactly-once and Java-compatible partitioning depend on them
         "transactional.id": transactional_id,
@@ -124,6 +129,11 @@ def producer_config(
         "message.max.bytes": max(1_000_000, max_message_bytes + RECORD_OVERHEAD),
         "delivery.report.only.error": True,
     }
+
+
+def transaction_timeout_s(kafka: Mapping[str, Any]) -> float:
+    """The ``transaction.timeout.ms`` a publisher made from these settings runs with, in seconds."""
+    return int(kafka.get("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS)) / 1000
 
 
 def _let_frames_go(exc: BaseException) -> None:
@@ -177,6 +187,9 @@ class TransactionalPublisher:
         self.records = 0
         self.bytes = 0
         self.started_at = 0.0
+        #: connections to the brokers lost so far: a broker may have restarted meanwhile, and one
+        #: killed mid-commit can leave a committed transaction's records without their markers
+        self.disconnects = 0
 
     # --- callbacks --------------------------------------------------------------------------
 
@@ -218,6 +231,8 @@ class TransactionalPublisher:
         return None
 
     def _on_client_error(self, err: _RdKafkaError) -> None:
+        if err.code() in DISCONNECT_CODES:
+            self.disconnects += 1
         if err.fatal() and self._fatal is None:
             self._fatal = err
         if self._outer_error_cb is not None:
@@ -262,6 +277,15 @@ class TransactionalPublisher:
         finally:
             self._producer.poll(0)  # error_cb and logger calls are served by poll
         return True
+
+    def partition_leader(self, topic: str, partition: int, timeout_s: float = 5.0) -> int | None:
+        """The broker id leading ``topic[partition]`` now (None: unknown or no leader)."""
+        try:
+            found = self._producer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        except KafkaException:
+            return None
+        meta = found.partitions.get(partition) if found is not None and found.error is None else None
+        return meta.leader if meta is not None and meta.leader >= 0 else None
 
     def init(self, timeout_s: float = 60.0, *, slice_s: float = 1.0) -> None:
         """``init_transactions``: fences older producers of this id and completes their transaction.
@@ -586,4 +610,5 @@ __all__ = [
     "TransactionalPublisher",
     "classify",
     "producer_config",
+    "transaction_timeout_s",
 ]
