@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install demo test test-fast test-kafka test-spark scale-test bench-scale lint format fuzz chaos bench bench-rows bench-quick bench-compare ci clean
+.PHONY: help install demo test test-fast test-kafka test-spark scale-test bench-scale lint format fuzz chaos forge bench bench-rows bench-quick bench-compare ci clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-11s %s\n", $$1, $$2}'
@@ -57,6 +57,9 @@ fuzz: install ## the full mutation campaign over real tables (SEED=11; failures 
 
 chaos: install ## the seeded fault campaign on a local broker (SEED=7, DURATION= s of faults per class); build/chaos-report.md
 	$(BIN)/python tests/chaos --seed $(or $(SEED),7) $(if $(DURATION),--duration $(DURATION)) --report build/chaos-report.md
+
+forge: install ## the forged-record campaign: hostile records on a real broker through every consumer (SEED=11; SPARK=1 adds the Spark source; build/forge-report.md)
+	$(BIN)/python tests/forge --size full --seed $(or $(SEED),11) $(if $(SPARK),--spark) --report build/forge-report.md
 
 bench: install ## every performance goal beside its peers, 7 rounds (ROUNDS=, ONLY=group); bench/results (about an hour)
 	$(BIN)/python bench/run.py $(if $(ROUNDS),--rounds $(ROUNDS)) $(foreach g,$(ONLY),--only $(g))

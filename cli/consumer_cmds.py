@@ -131,6 +131,42 @@ def _add_source_arguments(p: argparse.ArgumentParser, group_default: str) -> Non
         help=f"longest list of paths or partitions in a document (default {MAX_ITEMS}; consume-snapshot: "
         "with --format jsonl, the documents it prints)",
     )
+    _add_record_arguments(p)
+
+
+#: what a consumer does with a record it refuses (deltamirror.mirror.boundary.BAD_RECORD_CHOICES)
+ON_BAD_RECORD = ("stop", "skip", "dead-letter")
+
+
+def _add_record_arguments(p: argparse.ArgumentParser) -> None:
+    """Which records a consumer takes: the topics are checked like the log (docs/events.md)."""
+    p.add_argument(
+        "--allow-table-location",
+        action="append",
+        metavar="URI",
+        help="take tables only at or under URI (a table location or a folder of them, e.g. s3://lake/sales); "
+        "repeatable; replaces the config's allow_table_locations. Without it any location is taken, each "
+        "table held to the location it was first seen at",
+    )
+    p.add_argument(
+        "--allow-path-prefix",
+        action="append",
+        metavar="URI",
+        help="also take files named outside a table's root under URI (a shallow clone's source, as given "
+        "to the watcher); repeatable; replaces the config's allow_path_prefixes",
+    )
+    p.add_argument(
+        "--on-bad-record",
+        choices=ON_BAD_RECORD,
+        help="a record that breaks the contract or the log's rules (forged, corrupt): stop (default: "
+        "everything before it is delivered and saved, then exit 2 naming topic, partition and offset), "
+        "skip (a log line and a metric, then on), dead-letter (skip, and copy it to --bad-record-topic)",
+    )
+    p.add_argument(
+        "--bad-record-topic",
+        metavar="T",
+        help="with --on-bad-record dead-letter: the topic refused records are copied to (must exist)",
+    )
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -321,6 +357,7 @@ class _Source:
         )
         install_redaction(logging.getLogger())
         self.consumer: Any = None  # the SnapshotConsumer, once built
+        self.producer: Any = None  # the RecordProducer of --bad-record-topic, if any
         # librdkafka's lines go to logging (DEBUG), its errors become one warning now and then;
         # wrong credentials stop the consumer
         self.reporter = KafkaConnectionReporter(self.servers, on_fatal=self._fatal)
@@ -349,6 +386,7 @@ class _Source:
             "checkpoint_interval_versions": versions or None,
             "checkpoint_interval_s": seconds or None,
             "metrics": self.metrics,
+            **self._record_options(args),
         }
 
     def group_id(self, args: argparse.Namespace, default: str) -> str:
@@ -382,6 +420,36 @@ class _Source:
             message = f"{message}: Kafka at {self.servers} unreachable ({reason})"
         return KafkaError(message, **({"topic": exc.context["topic"]} if "topic" in exc.context else {}))
 
+    def _record_options(self, args: argparse.Namespace) -> dict[str, Any]:
+        """Which records the consumer takes (flags over the config's ``consumer:`` section)."""
+        from deltamirror.consumer.settings import consumer_settings
+        from deltamirror.mirror.boundary import RecordRules
+
+        section = None
+        if args.config:
+            from deltamirror.producer.config_file import load_section
+
+            section = load_section(args.config, "consumer")
+        flags = {
+            "allow_table_locations": args.allow_table_location,
+            "allow_path_prefixes": args.allow_path_prefix,
+            "on_bad_record": args.on_bad_record,
+            "bad_record_topic": args.bad_record_topic,
+        }
+        settings = consumer_settings(section, flags, args.config)
+        rules = RecordRules(
+            table_locations=settings.allow_table_locations, allowed_path_prefixes=settings.allow_path_prefixes
+        )
+        options: dict[str, Any] = {"rules": rules, "on_bad_record": settings.on_bad_record}
+        if settings.bad_record_topic is not None:
+            from deltamirror.consumer.bad_records import BadRecordTopic
+            from deltamirror.mirror.kafka_producer import RecordProducer
+
+            self.producer = RecordProducer(self.kafka)
+            self.producer.check_topic(settings.bad_record_topic)  # now, not at the first refusal
+            options["dead_letters"] = BadRecordTopic(self.producer, settings.bad_record_topic)
+        return options
+
     def _fatal(self, error: Exception) -> None:
         if self.consumer is not None:
             self.consumer.request_stop()
@@ -412,6 +480,8 @@ class _Source:
         finally:
             if server is not None:
                 server.stop()
+            if self.producer is not None:
+                self.producer.close()
         self.reporter.check()
 
 
@@ -524,8 +594,10 @@ def _outcome_line(outcome: Any) -> dict[str, Any]:
     line: dict[str, Any] = {"kind": payload["kind"], "tableId": payload["tableId"]}
     if payload["kind"] == "version":
         line.update(version=payload["version"], snapshot=payload["snapshot"])
-    else:
+    elif payload["kind"] == "tableReplaced":
         line["previousTableId"] = payload["previousTableId"]
+    else:  # tableDropped: the table is tableId
+        line["lastVersion"] = payload.get("lastVersion")
     line.update(attempts=outcome.attempts, outcome="deadLettered" if outcome.dead_lettered else "delivered")
     return line
 

@@ -30,6 +30,12 @@ redacted, as the watcher labels it), per-partition ones by ``topic`` and ``parti
 ``deltamirror_consumer_records_read_total``                    records read from Kafka, every topic
 ``deltamirror_consumer_last_broker_contact_timestamp_seconds`` last time the broker answered (epoch seconds)
 ``deltamirror_consumer_errors_total``                          times the consumer stopped on an error
+``deltamirror_consumer_records_skipped_total``                 records passed over, by ``topic`` and
+                                                               ``reason``: ``refused`` (a record the
+                                                               boundary refused, with ``on_bad_record``
+                                                               skip or dead-letter), ``unknown-kind`` (a
+                                                               commits-topic kind this version does not
+                                                               know, skipped as the contract says)
 ``deltamirror_consumer_healthy``                               1 when ``/healthz`` answers 200
 ============================================================== =============================================
 
@@ -84,6 +90,8 @@ class MetricsSink(Protocol):
     def version_applied(self, table: str, version: int, commit_ts_ms: int, actions: int) -> None: ...
 
     def version_published(self, table: str, version: int) -> None: ...
+
+    def records_skipped(self, topic: str, reason: str, records: int = 1) -> None: ...
 
     def batch_read(self, records: int, reader: LagSource | None = None) -> None: ...
 
@@ -162,6 +170,11 @@ class ConsumerMetrics:
             "last_broker_contact_timestamp_seconds", "Last time the broker answered (epoch s).", ()
         )
         self._errors = counter("errors", "Times the consumer stopped on an error.", ())
+        self._skipped = counter(
+            "records_skipped",
+            "Records passed over: refused (skipped by choice) or of an unknown kind.",
+            ("topic", "reason"),
+        )
         healthy = gauge("healthy", "1 when /healthz answers 200.", ())
         healthy.set_function(lambda: 1.0 if self.health()[0] else 0.0)
 
@@ -205,6 +218,10 @@ class ConsumerMetrics:
             state.published = version
             applied = state.version
         self._versions_behind.labels(state.label).set(max(0, version - (-1 if applied is None else applied)))
+
+    def records_skipped(self, topic: str, reason: str, records: int = 1) -> None:
+        """``records`` of ``topic`` were passed over: ``refused`` or ``unknown-kind``."""
+        self._skipped.labels(topic, reason).inc(records)
 
     def batch_read(self, records: int, reader: LagSource | None = None) -> None:
         """A batch (maybe empty) was read and taken; ``reader`` is asked for the lag now and then."""

@@ -19,6 +19,15 @@ Two halves, because the Spark source runs them in different processes:
   an :class:`EventStreamError`, never a skipped row (unless the caller asks to skip versions that
   retention deleted from the topic: the Spark source's failOnDataLoss=false).
 
+Both take every record through the consumers' boundary (:mod:`deltamirror.mirror.boundary`): the
+contract, core's rules for each action and its paths (``allowed_path_prefixes`` for a shallow
+clone), and the table's own location: a record keyed by the table's id that says another id or
+location is refused (no record moves the table). A refused record is a
+:class:`~deltamirror.mirror.boundary.BadRecordError` naming topic, partition and offset; with
+``on_bad_record="skip"`` it is logged, counted and passed over. The index stops at a refused record
+(:attr:`MirrorIndex.refused`) and keeps the versions before it: a planner plans them first, then
+raises it.
+
 Neither imports pyspark: both are plain library code, usable without Spark.
 """
 
@@ -31,16 +40,23 @@ from typing import Any
 
 from deltamirror.core.changes import VersionActions
 from deltamirror.core.storage import normalize_table_uri
+from deltamirror.mirror.boundary import BadRecordError, OnBadRecord, RecordRules, shown
 from deltamirror.mirror.errors import EventStreamError, KafkaError, TopicNotFoundError
-from deltamirror.mirror.events import CommitSummary, TableReplaced, decode_action_event, decode_commits_record
+from deltamirror.mirror.events import (
+    COMMITS_KINDS,
+    CommitSummary,
+    TableReplaced,
+    decode_action_event,
+    decode_commits_record,
+)
 from deltamirror.mirror.headers import HEADER_KIND
 from deltamirror.mirror.kafka_consumer import MirrorConsumer
 from deltamirror.mirror.topics import murmur2_partition
 
 log = logging.getLogger(__name__)
 
-#: the commits-topic kinds the index reads; heartbeats, and kinds a newer watcher may add, are not
-_INDEX_KINDS = frozenset({"commit", "tableReplaced"})
+#: versions skipped by a watcher (gaps) the index remembers at most (a real mirror has a few)
+MAX_GAPS = 10_000
 
 
 @dataclass(frozen=True)
@@ -56,15 +72,31 @@ class MirrorSettings:
     kafka_config: Mapping[str, str] = field(default_factory=dict, repr=False)
     #: a read fails when the broker sends nothing for this long (it should never wait on a committed range)
     idle_timeout_s: float = 60.0
+    #: locations outside the table root whose files an action may name (a shallow clone's source)
+    allowed_path_prefixes: tuple[str, ...] = ()
+    #: a record the boundary refuses: ``stop`` (raise) or ``skip`` (log, count, pass over)
+    on_bad_record: OnBadRecord = "stop"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "table_uri", normalize_table_uri(self.table_uri))
+        object.__setattr__(self, "allowed_path_prefixes", tuple(self.allowed_path_prefixes))
+        if self.on_bad_record not in ("stop", "skip"):
+            raise ValueError(f"on_bad_record must be stop or skip here, not {self.on_bad_record!r}")
+
+    def rules(self) -> RecordRules:
+        return RecordRules(allowed_path_prefixes=self.allowed_path_prefixes)
 
     def consumer(self) -> MirrorConsumer:
         """A consumer of its own (assign() only, nothing committed): a fresh one per read."""
         return MirrorConsumer(
             {**self.kafka_config, "bootstrap.servers": self.bootstrap_servers}, purpose="changes"
         )
+
+    def refused(self, error: BadRecordError) -> None:
+        """A refused record: raised (stop) or logged and passed over (skip)."""
+        if self.on_bad_record == "stop":
+            raise error
+        log.warning("record skipped (onBadRecord skip): %s", error)
 
 
 @dataclass(frozen=True)
@@ -100,6 +132,13 @@ class MirrorIndex:
         #: where the next refresh starts reading, per commits-topic partition: after the last whole
         #: record taken (a run of fragments not yet complete is read again from its first fragment)
         self._next: dict[int, int] = {}
+        self._rules = settings.rules()
+        #: records of a kind this version does not know (skipped), and records refused and skipped
+        self.unknown_kinds = 0
+        self.skipped_records = 0
+        #: the record that stopped the index (on_bad_record stop): nothing after it is read; the
+        #: versions before it stay readable, and a reader that has read them raises it
+        self.refused: BadRecordError | None = None
 
     def close(self) -> None:
         """Nothing stays open between refreshes; kept so that callers need not know."""
@@ -121,28 +160,74 @@ class MirrorIndex:
         included, which a consumer that already reported the end would not report again.
         """
         topic = self.settings.commits_topic
-        with self.settings.consumer() as consumer:
-            partitions = _partitions(consumer, topic, self.settings.table_uri)
-            consumer.assign((topic, p, self._next.get(p)) for p in partitions)
-            for batch in consumer.batches(until_end=True, idle_timeout_s=self.settings.idle_timeout_s):
-                for record in batch:
-                    self._next[record.partition] = record.offset + 1
-                    self._take(record.value, record.header(HEADER_KIND), offset=record.offset)
+        if self.refused is not None:
+            return  # nothing past a refused record is read
+        try:
+            with self.settings.consumer() as consumer:
+                partitions = _partitions(consumer, topic, self.settings.table_uri)
+                consumer.assign((topic, p, self._next.get(p)) for p in partitions)
+                for batch in consumer.batches(
+                    until_end=True,
+                    idle_timeout_s=self.settings.idle_timeout_s,
+                    on_bad_record=self._skip if self.settings.on_bad_record == "skip" else None,
+                ):
+                    for record in batch:
+                        try:
+                            self._take(
+                                record.value,
+                                record.header(HEADER_KIND),
+                                offset=record.offset,
+                                partition=record.partition,
+                                key=record.key,
+                            )
+                        except BadRecordError as exc:
+                            self._next[record.partition] = record.first_offset  # read again next time
+                            if self.settings.on_bad_record == "stop":
+                                raise
+                            self._skip(exc)
+                        self._next[record.partition] = record.offset + 1
+        except BadRecordError as exc:
+            # the versions before it stay readable: a planner plans them first, then raises it
+            # (spark_planning.next_offset), and a restart reads it again
+            self.refused = exc
 
-    def _take(self, value: bytes, kind: bytes | str | None, *, offset: int | None = None) -> None:
+    def _skip(self, error: BadRecordError) -> None:
+        self.skipped_records += 1
+        self.settings.refused(error)
+
+    def _take(
+        self,
+        value: bytes,
+        kind: bytes | str | None,
+        *,
+        offset: int | None = None,
+        partition: int | None = None,
+        key: bytes | bool | None = False,
+    ) -> None:
+        """One commits-topic record (``key``: its key, when read from Kafka)."""
         kind = kind.decode() if isinstance(kind, bytes) else kind
+        where: dict[str, Any] = {
+            "topic": self.settings.commits_topic,
+            "partition": partition,
+            "offset": offset,
+        }
         record = decode_commits_record(
-            value,
-            kind,
-            wanted=_INDEX_KINDS,
-            table=self.settings.table_uri,
-            topic=self.settings.commits_topic,
-            offset=offset,
+            value, kind, wanted=COMMITS_KINDS, rules=self._rules, table=self.settings.table_uri, **where
         )
-        if not isinstance(record, CommitSummary | TableReplaced):
-            return  # heartbeats, and kinds a newer producer may add
-        if record.table_uri != self.settings.table_uri:  # the watcher publishes normalized locations
+        if record is None:
+            self.unknown_kinds += 1  # a kind a newer watcher may write: skipped, as the contract says
             return
+        if not isinstance(record, CommitSummary | TableReplaced):
+            return  # heartbeats, dropped tables: not the feed's
+        if record.table_uri != self.settings.table_uri:  # the watcher publishes normalized locations
+            return  # another table's (the same id at another location is another table too)
+        if key is not False and key != record.table_id.encode():
+            raise BadRecordError(
+                f"a {record.kind} record of table {shown(record.table_id)} is keyed otherwise: its key is its "
+                "table id",
+                table=self.settings.table_uri,
+                **where,
+            )
         if isinstance(record, TableReplaced):
             if self.table_id is not None:
                 raise EventStreamError(
@@ -164,6 +249,13 @@ class MirrorIndex:
         if self._last is not None and v <= self._last:
             return  # a re-published snapshot of a version already seen adds nothing to the feed
         if self._last is not None and v != self._last + 1:
+            if len(self._gaps) >= MAX_GAPS:
+                raise BadRecordError(
+                    f"version {v} would be gap {len(self._gaps) + 1} in the mirror of the table, more than a "
+                    f"reader takes ({MAX_GAPS})",
+                    table=self.settings.table_uri,
+                    **where,
+                )
             self._gaps.append((self._last + 1, v))
         if record.snapshot:
             # a snapshot stands for the table at v, not for commit v's actions: no change rows from it
@@ -258,6 +350,7 @@ class MirrorIndex:
         """Drop what is known of versions before ``version`` (a stream never goes back)."""
         for v in [v for v in self._versions if v < version]:
             del self._versions[v]
+        self._snapshots = {v for v in self._snapshots if v >= version}
 
     def actions_partition(self) -> int:
         """The actions-topic partition that holds this table's records."""
@@ -362,6 +455,9 @@ class _VersionReader:
         self.partition = -1
         self._actions: list[tuple[str, Mapping[str, Any]]] = []
         self._timestamp = 0
+        self._rules = settings.rules()
+        #: records refused and skipped (onBadRecord skip)
+        self.skipped_records = 0
 
     def read(self, consumer: MirrorConsumer, partition: int, offset: int | None) -> Iterator[VersionActions]:
         """Versions from ``offset`` (None: the partition's start) until the end version, an overshoot
@@ -371,11 +467,22 @@ class _VersionReader:
         key = self.table_id.encode()
         self.partition = partition
         consumer.assign([(topic, partition, offset)])
-        for batch in consumer.batches(until_end=True, idle_timeout_s=self.settings.idle_timeout_s):
+        skip = self.settings.on_bad_record == "skip"
+        for batch in consumer.batches(
+            until_end=True,
+            idle_timeout_s=self.settings.idle_timeout_s,
+            on_bad_record=self._skip if skip else None,
+        ):
             for record in batch:
                 if record.key != key:
                     continue  # another table's records share the partition
-                version = self._take(record.value, record.offset)
+                try:
+                    version = self._take(record.value, record.first_offset, partition)
+                except BadRecordError as exc:
+                    if not skip:
+                        raise
+                    self._skip(exc)
+                    continue
                 if self.overshot:
                     return
                 if version is not None:
@@ -383,10 +490,25 @@ class _VersionReader:
                 if self.done:
                     return
 
-    def _take(self, value: bytes, offset: int) -> VersionActions | None:
-        event = decode_action_event(
-            value, table=self.settings.table_uri, topic=self.settings.actions_topic, offset=offset
-        )
+    def _skip(self, error: BadRecordError) -> None:
+        self.skipped_records += 1
+        self.settings.refused(error)
+
+    def _take(self, value: bytes, offset: int, partition: int | None = None) -> VersionActions | None:
+        where: dict[str, Any] = {
+            "topic": self.settings.actions_topic,
+            "partition": partition,
+            "offset": offset,
+        }
+        event = decode_action_event(value, rules=self._rules, table=self.settings.table_uri, **where)
+        if event.table_id != self.table_id or event.table_uri != self.settings.table_uri:
+            raise BadRecordError(
+                f"a record keyed by table {shown(self.table_id)} says it is table {shown(event.table_id)} at "
+                f"{shown(event.table_uri)!r}, not at {self.settings.table_uri}: records never move a table",
+                table=self.settings.table_uri,
+                version=event.version,
+                **where,
+            )
         if event.snapshot or (event.version < self.version and not self.started):
             return None
         out_of_place = event.version != self.version or event.index != self.next_index

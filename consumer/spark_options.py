@@ -22,9 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deltamirror.core.errors import InvalidArgumentError, StartingVersionAndTimestampError
+from deltamirror.core.paths import PathRules
 from deltamirror.core.storage import normalize_table_uri
 from deltamirror.core.table import DeltaTable, open_table
 from deltamirror.core.timestamps import parse_timestamp
+from deltamirror.mirror.boundary import OnBadRecord
 from deltamirror.mirror.settings import RESERVED_KAFKA_KEYS, KafkaSettings
 from deltamirror.mirror.topics import default_topics
 
@@ -51,6 +53,8 @@ KNOWN = {
         "maxFilesPerTrigger",
         "maxBytesPerTrigger",
         "failOnDataLoss",
+        "allowPathPrefixes",
+        "onBadRecord",
         "readChangeFeed",
         "readChangeData",
         "skipChangeCommits",
@@ -92,10 +96,10 @@ _KAFKA_FIELDS = {
     "metadata.broker.list": "bootstrap_servers",
     "sasl.mechanisms": "sasl_mechanism",
 }
-#: Spark's (JavaUtils.byteStringAs) size suffixes, powers of 1024
+#: Spark's (JavaUtils.byteStringAs) size suffixes, powers of 1024 (no suffix: bytes)
 _BYTE_UNITS = {
-    "": 1,
-    "b": 1,
+    "": 0,
+    "b": 0,
     "k": 1,
     "kb": 1,
     "m": 2,
@@ -123,6 +127,8 @@ class SourceOptions:
     max_files_per_trigger: int | None = None
     max_bytes_per_trigger: int | None = None
     fail_on_data_loss: bool = True
+    #: locations outside the table root whose files its log (and the mirror) may name
+    allowed_path_prefixes: tuple[str, ...] = ()
 
     @classmethod
     def parse(cls, given: Mapping[str, str]) -> SourceOptions:
@@ -146,12 +152,15 @@ class SourceOptions:
         assert per_partition is not None
         client = kafka.librdkafka_config()  # plain strings, secrets revealed: for the tasks' consumers
         del client["bootstrap.servers"]
+        prefixes = path_prefixes(options.get("allowpathprefixes"), uri)
         settings = MirrorSettings(
             bootstrap_servers=kafka.bootstrap_servers,
             actions_topic=options.get("actionstopic") or defaults.actions,
             commits_topic=options.get("commitstopic") or defaults.commits,
             table_uri=uri,
             kafka_config={**client, **passed_on},
+            allowed_path_prefixes=prefixes,
+            on_bad_record=bad_record_choice(options.get("onbadrecord"), uri),
         )
         return cls(
             settings,
@@ -162,10 +171,15 @@ class SourceOptions:
             max_files_per_trigger=positive_int("maxFilesPerTrigger", options, None, uri),
             max_bytes_per_trigger=byte_size("maxBytesPerTrigger", options.get("maxbytespertrigger"), uri),
             fail_on_data_loss=boolean("failOnDataLoss", options.get("failondataloss"), True, uri),
+            allowed_path_prefixes=prefixes,
         )
 
     def table(self) -> DeltaTable:
-        return open_table(self.settings.table_uri, dict(self.storage_options))
+        return open_table(
+            self.settings.table_uri,
+            dict(self.storage_options),
+            allowed_path_prefixes=self.allowed_path_prefixes,
+        )
 
     def read_limit(self) -> tuple[int | None, int | None]:
         """(maxFiles, maxBytes) of a micro-batch by default: delta-spark's 1000 files if neither is set."""
@@ -290,6 +304,39 @@ def byte_size(name: str, value: str | None, table: str) -> int | None:
             f"option {name} must be a size such as '10g' or '1048576', got {value!r}", table=table
         )
     return int(found.group(1)) << (10 * _BYTE_UNITS[found.group(2)])
+
+
+def path_prefixes(value: str | None, table: str) -> tuple[str, ...]:
+    """``allowPathPrefixes``: locations, comma-separated (a comma inside one is written ``%2C``),
+    each checked as core checks ``allowed_path_prefixes`` (on the table's storage)."""
+    if value is None:
+        return ()
+    prefixes = tuple(p.strip() for p in value.split(","))
+    if not all(prefixes):
+        raise InvalidArgumentError(
+            f"option allowPathPrefixes must be locations separated by commas, got {value!r}", table=table
+        )
+    try:
+        PathRules(normalize_table_uri(table), prefixes)
+    except InvalidArgumentError as exc:
+        raise InvalidArgumentError(f"option allowPathPrefixes: {exc.message}", table=table) from None
+    return prefixes
+
+
+#: what the stream does with a record of the mirror the boundary refuses (no dead-letter topic here)
+SPARK_BAD_RECORD_CHOICES = ("stop", "skip")
+
+
+def bad_record_choice(value: str | None, table: str) -> OnBadRecord:
+    """``onBadRecord``: ``stop`` (the default: the query fails, naming the record) or ``skip``."""
+    if value is None:
+        return "stop"
+    text = value.strip().lower()
+    if text == "stop":
+        return "stop"
+    if text == "skip":
+        return "skip"
+    raise InvalidArgumentError(f"option onBadRecord must be 'stop' or 'skip', got {value!r}", table=table)
 
 
 def boolean(name: str, value: str | None, default: bool, table: str) -> bool:

@@ -49,6 +49,8 @@ def initial_offset(options: SourceOptions, index: MirrorIndex, read: ReadSchema)
     """Where a new query starts (a restarted one starts from its checkpoint, never here)."""
     uri = options.settings.table_uri
     mirrored = index.latest
+    if mirrored is None and index.refused is not None:
+        raise index.refused
     if mirrored is None:
         raise EventStreamError(
             f"nothing of the table is on {options.settings.commits_topic} yet: start the watcher first",
@@ -124,6 +126,8 @@ def next_offset(index: MirrorIndex, start: Offset, *, target: int | None, limit:
         latest = min(latest, target)
     first = int(start["version"])
     if latest is None or latest < first:
+        if index.refused is not None:  # every version before the refused record was read
+            raise index.refused
         return start
     if start.get("snapshot"):
         return {"version": (first if limit is not None else latest) + 1}

@@ -35,6 +35,12 @@ by name any it does not read; docs/spark.md has the table of delta-spark's optio
     Versions read by one task (default 64).
 ``storage.<option>``
     fsspec storage options for reading the data files (credentials, endpoints).
+``allowPathPrefixes``
+    Locations outside the table root whose files the log names (a shallow clone's source),
+    comma-separated, as ``--allow-path-prefix`` gives them to the CLI.
+``onBadRecord``
+    A record of the mirror the consumers' boundary refuses: ``stop`` (default: the query fails
+    naming topic, partition and offset) or ``skip`` (a warning, and on).
 
 A schema change after the stream started fails the query (DELTA_SCHEMA_CHANGED_WITH_VERSION), as
 delta-spark's does: restart it to read with the new schema.

@@ -37,6 +37,7 @@ from pydantic_core import from_json
 
 from deltamirror.core.accumulator import FILE_ROWS, ORDER
 
+from .boundary import DEFAULT_RULES, BadRecordError, RecordRules
 from .errors import EventStreamError
 from .events import SCHEMA_VERSION, ActionEvent, EnvelopeEncoder, decode_action_event
 
@@ -86,12 +87,16 @@ class Segment:
 
 @dataclass(slots=True)
 class ActionEventBatch:
-    """Decoded values, as consecutive :class:`Segment` s covering them all in order."""
+    """Decoded values, as consecutive :class:`Segment` s covering them all in order (or, with
+    ``refused``, those before the first refused value)."""
 
     size: int
     segments: list[Segment]
     #: True when every value went through the fast path
     columnar: bool
+    #: (position, error) of the first value the boundary refused, when the caller asked for the
+    #: values before it (``partial``); the segments end before it
+    refused: tuple[int, BadRecordError] | None = None
 
 
 def _envelope(event: ActionEvent) -> Envelope:
@@ -111,12 +116,20 @@ def _envelope(event: ActionEvent) -> Envelope:
 
 
 def _per_record(
-    values: Sequence[bytes | str], where: Callable[[int], Mapping[str, Any]] | None
+    values: Sequence[bytes | str],
+    where: Callable[[int], Mapping[str, Any]] | None,
+    rules: RecordRules,
+    partial: bool,
 ) -> ActionEventBatch:
     segments: list[Segment] = []
     last: Segment | None = None
     for i, value in enumerate(values):
-        event = decode_action_event(value, **(where(i) if where is not None else {}))
+        try:
+            event = decode_action_event(value, rules=rules, **(where(i) if where is not None else {}))
+        except BadRecordError as exc:
+            if not partial:
+                raise
+            return ActionEventBatch(i, segments, columnar=False, refused=(i, exc))
         env = _envelope(event)
         if (
             last is not None
@@ -285,9 +298,12 @@ def _heads(heads: list[bytes]) -> tuple[pa.Array, pa.DictionaryArray, pa.Array]:
     return index, kinds, pa.array(ends, pa.bool_()).take(coded.indices)
 
 
-def _prefix_of(value: bytes) -> tuple[bytes, Envelope] | None:
-    """The encoder's prefix of this value and its envelope, when the value has the encoder's layout."""
-    event = decode_action_event(value)  # a refused value sends the batch to the per-record path
+def _prefix_of(value: bytes, rules: RecordRules) -> tuple[bytes, Envelope] | None:
+    """The encoder's prefix of this value and its envelope, when the value has the encoder's layout.
+
+    The value is decoded whole, so the envelope every value with its prefix shares is held to the
+    boundary once (its location, bounds and schema version)."""
+    event = decode_action_event(value, rules=rules)  # a refused value sends the batch to the per-record path
     if event.schema_version != SCHEMA_VERSION:
         return None
     env = _envelope(event)
@@ -303,12 +319,12 @@ def _prefix_of(value: bytes) -> tuple[bytes, Envelope] | None:
     return (prefix, env) if value.startswith(prefix) else None
 
 
-def _groups(values: Sequence[bytes]) -> list[tuple[int, int, bytes, Envelope]]:
+def _groups(values: Sequence[bytes], rules: RecordRules) -> list[tuple[int, int, bytes, Envelope]]:
     """Runs of values sharing one encoder prefix."""
     out = []
     i, n = 0, len(values)
     while i < n:
-        found = _prefix_of(values[i])
+        found = _prefix_of(values[i], rules)
         if found is None:
             raise _NotColumnar("not the encoder's layout")
         prefix, env = found
@@ -323,20 +339,27 @@ def _groups(values: Sequence[bytes]) -> list[tuple[int, int, bytes, Envelope]]:
     return out
 
 
-def _columnar(values: Sequence[bytes]) -> ActionEventBatch:
+def _columnar(values: Sequence[bytes], rules: RecordRules) -> ActionEventBatch:
     if not all(type(v) is bytes for v in values):
         raise _NotColumnar("text values")
+    limit = rules.limits.max_record_bytes
+    if max(map(len, values)) > limit:
+        raise _NotColumnar("a value too large")
     segments: list[Segment] = []
-    for start, stop, prefix, env in _groups(values):
-        segments.extend(_group_segments(values[start:stop], start, len(prefix), env))
+    for start, stop, prefix, env in _groups(values, rules):
+        segments.extend(_group_segments(values[start:stop], start, len(prefix), env, rules))
     return ActionEventBatch(len(values), segments, columnar=True)
 
 
-def _group_segments(values: Sequence[bytes], start: int, skip: int, env: Envelope) -> list[Segment]:
+def _group_segments(
+    values: Sequence[bytes], start: int, skip: int, env: Envelope, rules: RecordRules
+) -> list[Segment]:
     cuts = list(map(bytes.find, values, repeat(_ACTION_KEY), repeat(skip)))
     if min(cuts) < 0 or not all(map(bytes.endswith, values, repeat(b"}"))):
         raise _NotColumnar("no action")
     index, types, ends = _heads([v[skip:c] for v, c in zip(values, cuts, strict=True)])
+    if pc.max(index).as_py() >= env.count:
+        raise _NotColumnar("an index not below count")
     tables: dict[str, pa.Table] = {}
     kinds: dict[str, pa.Array] = {}
     for name in FILE_TYPES:
@@ -355,8 +378,11 @@ def _group_segments(values: Sequence[bytes], start: int, skip: int, env: Envelop
         else:
             bodies = [v[c + offset : -1] for v, c in zip(picked, cuts_of, strict=True)]
         tables[name] = _bodies_table(bodies, orders, name)
+        # core's rules for file rows, and its path rules: a refusal is named by the per-record path
+        if rules.file_rows_problem(env.table_uri, name, tables[name]) is not None:
+            raise _NotColumnar(f"an {name} the boundary refuses")
     other = pc.invert(pc.or_(kinds["add"], kinds["remove"]))
-    others = {r: decode_action_event(values[r]) for r in pc.indices_nonzero(other).to_pylist()}
+    others = {r: decode_action_event(values[r], rules=rules) for r in pc.indices_nonzero(other).to_pylist()}
     return _split(env, start, index, ends, tables, kinds, others)
 
 
@@ -398,14 +424,21 @@ def _split(
 
 
 def decode_action_events(
-    values: Sequence[bytes | str], where: Callable[[int], Mapping[str, Any]] | None = None
+    values: Sequence[bytes | str],
+    where: Callable[[int], Mapping[str, Any]] | None = None,
+    *,
+    rules: RecordRules | None = None,
+    partial: bool = False,
 ) -> ActionEventBatch:
-    """Actions-topic values as consecutive :class:`Segment` s; a value that is not an action event
-    is an :class:`EventStreamError` (the first one's, with ``where(position)`` in it), exactly as
-    :func:`~.events.decode_action_event` refuses it."""
+    """Actions-topic values as consecutive :class:`Segment` s, held to the consumers' boundary
+    (``rules``, :mod:`.boundary`); a value it refuses is a :class:`~.boundary.BadRecordError`
+    (the first one's, with ``where(position)`` in it), exactly as
+    :func:`~.events.decode_action_event` refuses it. With ``partial``, the values before the first
+    refused one are returned instead, the refusal in :attr:`ActionEventBatch.refused`."""
+    rules = DEFAULT_RULES if rules is None else rules
     if not values:
         return ActionEventBatch(0, [], columnar=True)
     try:
-        return _columnar(values)  # type: ignore[arg-type]  # checked: bytes only
+        return _columnar(values, rules)  # type: ignore[arg-type]  # checked: bytes only
     except (_NotColumnar, EventStreamError):
-        return _per_record(values, where)
+        return _per_record(values, where, rules, partial)

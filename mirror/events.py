@@ -33,14 +33,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import repeat
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
-from pydantic_core import from_json, to_json
+from pydantic_core import PydanticCustomError, from_json, to_json
 
 from deltamirror.core import models
+from deltamirror.core.action_rules import I32_MAX, I64_MAX, I64_MIN
 
+from .boundary import DEFAULT_RULES, BadRecordError, RecordRules, shown
 from .errors import EventStreamError
 from .headers import INDEX_TEXT
 
@@ -49,11 +51,49 @@ SCHEMA_ID = "https://github.com/deltamirror/deltamirror/schemas/event.schema.jso
 
 TimestampSourceName = Literal["ict", "file-time", "adjusted-file-time"]
 
+# --- bounds of every field: a reader never holds more than these say, whoever wrote the record ---
+#: a table id (``metaData.id``: writers write a UUID)
+MAX_ID_CHARS = 1024
+#: a table location
+MAX_URI_CHARS = 8192
+#: free text (an operation, a reason)
+MAX_TEXT_CHARS = 65_536
+#: an action type's name
+MAX_TYPE_CHARS = 256
+#: the partitions a commit summary lists (the watcher lists at most 1000)
+MAX_PARTITIONS_LISTED = 1000
+
+TableId = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)]
+TableUri = Annotated[str, Field(min_length=1, max_length=MAX_URI_CHARS)]
+Text = Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
+#: a Delta version (a 64-bit integer, as the protocol has it)
+Version = Annotated[int, Field(ge=0, le=I64_MAX)]
+#: epoch milliseconds, a size in bytes, a count: 64-bit integers
+Long = Annotated[int, Field(ge=I64_MIN, le=I64_MAX)]
+Size = Annotated[int, Field(ge=0, le=I64_MAX)]
+#: the actions of one version (or snapshot), and an action's place among them (32-bit, as Spark's
+#: arrays and the protocol's Int)
+ActionCount = Annotated[int, Field(ge=1, le=I32_MAX)]
+ActionIndex = Annotated[int, Field(ge=0, le=I32_MAX - 1)]
+
 
 class _Record(BaseModel):
     """Frozen, camelCase on the wire, unknown fields kept (a newer producer may add some)."""
 
     model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True, extra="allow")
+
+    @field_validator("schema_version", mode="after", check_fields=False)
+    @classmethod
+    def _known_schema_version(cls, value: int) -> int:
+        """Records of another contract are refused by name: their fields may mean other things."""
+        if value != SCHEMA_VERSION:
+            raise PydanticCustomError(
+                "schema_version",
+                "schemaVersion {found} is not one this deltamirror reads (it reads {known}): "
+                "records of another contract are never read as this one",
+                {"found": value, "known": SCHEMA_VERSION},
+            )
+        return value
 
     def to_json_bytes(self) -> bytes:
         return self.model_dump_json(by_alias=True, exclude_none=True).encode()
@@ -63,16 +103,20 @@ class ActionEvent(_Record):
     """One Delta action of one version (value of an actions-topic record; key = ``tableId``)."""
 
     schema_version: int = Field(description="Version of this contract; see the compatibility policy.")
-    table_id: str = Field(description="metaData.id of the table: a re-created table gets a new one.")
-    table_uri: str = Field(description="Normalized table location (absolute file:// for local paths).")
-    version: int = Field(ge=0, description="The Delta version the action belongs to.")
-    commit_timestamp: int = Field(description="Resolved commit timestamp of the version, epoch ms.")
+    table_id: TableId = Field(description="metaData.id of the table: a re-created table gets a new one.")
+    table_uri: TableUri = Field(description="Normalized table location (absolute file:// for local paths).")
+    version: Version = Field(description="The Delta version the action belongs to.")
+    commit_timestamp: Long = Field(description="Resolved commit timestamp of the version, epoch ms.")
     commit_timestamp_source: TimestampSourceName = Field(
         description="ict (inCommitTimestamp), file-time, or adjusted-file-time (made monotonic)."
     )
-    index: int = Field(ge=0, description="Position of the action within its version (0-based).")
-    count: int = Field(ge=1, description="Number of actions of the version (of the snapshot).")
-    type: str = Field(description="The action type: add, remove, metaData, protocol, commitInfo, ...")
+    index: ActionIndex = Field(description="Position of the action within its version (0-based), < count.")
+    count: ActionCount = Field(description="Number of actions of the version (of the snapshot).")
+    type: str = Field(
+        min_length=1,
+        max_length=MAX_TYPE_CHARS,
+        description="The action type: add, remove, metaData, protocol, commitInfo, ...",
+    )
     snapshot: bool = Field(description="True for the events of a snapshot (the table's state at version).")
     snapshot_end: bool | None = Field(
         default=None, description="On snapshot events only: true on the last one (the snapshot is complete)."
@@ -82,33 +126,46 @@ class ActionEvent(_Record):
         "every action type Delta defines; an unknown type's value is kept whatever it is)."
     )
 
+    @model_validator(mode="after")
+    def _index_within_count(self) -> ActionEvent:
+        if self.index >= self.count:
+            raise PydanticCustomError(
+                "index_count",
+                "index {index} is not below count {count}",
+                {"index": self.index, "count": self.count},
+            )
+        return self
+
 
 class CommitSummary(_Record):
     """One per published version (or snapshot), on the commits topic, in the version's last transaction."""
 
     kind: Literal["commit"] = "commit"
     schema_version: int
-    table_id: str
-    table_uri: str
-    version: int = Field(ge=0)
-    commit_timestamp: int
+    table_id: TableId
+    table_uri: TableUri
+    version: Version
+    commit_timestamp: Long
     commit_timestamp_source: TimestampSourceName
     snapshot: bool = Field(description="True when this summarizes a snapshot rather than a commit.")
     action_count: int = Field(
         ge=0,
+        le=I32_MAX,
         description="Actions of the version, one actions-topic record each (a record split by the "
         "oversize policy counts once).",
     )
-    operation: str | None = Field(default=None, description="commitInfo.operation (SNAPSHOT for snapshots).")
-    read_version: int | None = None
+    operation: Text | None = Field(default=None, description="commitInfo.operation (SNAPSHOT for snapshots).")
+    read_version: Long | None = None
     is_blind_append: bool | None = None
-    adds: int = Field(ge=0, description="add actions (active files for a snapshot).")
-    removes: int = Field(ge=0)
-    cdc_files: int = Field(ge=0, description="cdc actions.")
-    bytes_added: int = Field(ge=0)
-    bytes_removed: int = Field(ge=0, description="Sum of remove.size where the writer recorded it.")
+    adds: Size = Field(description="add actions (active files for a snapshot).")
+    removes: Size
+    cdc_files: Size = Field(description="cdc actions.")
+    bytes_added: Size
+    bytes_removed: Size = Field(description="Sum of remove.size where the writer recorded it.")
     partitions_touched: list[dict[str, str | None]] = Field(
-        default_factory=list, description="Distinct partitionValues of the files added, removed or cdc."
+        default_factory=list,
+        max_length=MAX_PARTITIONS_LISTED,
+        description="Distinct partitionValues of the files added, removed or cdc.",
     )
     partitions_touched_truncated: bool = Field(
         default=False, description="True when more partitions were touched than listed (limit 1000)."
@@ -122,16 +179,15 @@ class Heartbeat(_Record):
 
     kind: Literal["heartbeat"] = "heartbeat"
     schema_version: int
-    table_id: str
-    table_uri: str
-    latest_version: int = Field(
-        ge=0,
+    table_id: TableId
+    table_uri: TableUri
+    latest_version: Version = Field(
         description="The latest version the watcher has handled: published, or the version it started "
         "after (snapshot mode latest) while nothing newer has been committed.",
     )
-    commit_timestamp: int = Field(description="Commit timestamp of latest_version, epoch ms.")
+    commit_timestamp: Long = Field(description="Commit timestamp of latest_version, epoch ms.")
     commit_timestamp_source: TimestampSourceName
-    heartbeat_timestamp: int = Field(description="Wall-clock time of the heartbeat, epoch ms.")
+    heartbeat_timestamp: Long = Field(description="Wall-clock time of the heartbeat, epoch ms.")
 
 
 class TableReplaced(_Record):
@@ -139,12 +195,12 @@ class TableReplaced(_Record):
 
     kind: Literal["tableReplaced"] = "tableReplaced"
     schema_version: int
-    table_uri: str
-    table_id: str = Field(description="metaData.id of the new table.")
-    previous_table_id: str
-    previous_version: int = Field(description="Last version published for the previous table.")
-    reason: str
-    detected_at: int = Field(description="Wall-clock time of the detection, epoch ms.")
+    table_uri: TableUri
+    table_id: TableId = Field(description="metaData.id of the new table.")
+    previous_table_id: TableId
+    previous_version: Version = Field(description="Last version published for the previous table.")
+    reason: Text
+    detected_at: Long = Field(description="Wall-clock time of the detection, epoch ms.")
 
 
 class TableDropped(_Record):
@@ -156,11 +212,11 @@ class TableDropped(_Record):
 
     kind: Literal["tableDropped"] = "tableDropped"
     schema_version: int
-    table_uri: str
-    table_id: str = Field(description="metaData.id of the dropped table.")
-    last_version: int = Field(description="Last version published for it.")
-    reason: str
-    detected_at: int = Field(description="Wall-clock time of the detection, epoch ms.")
+    table_uri: TableUri
+    table_id: TableId = Field(description="metaData.id of the dropped table.")
+    last_version: Version = Field(description="Last version published for it.")
+    reason: Text
+    detected_at: Long = Field(description="Wall-clock time of the detection, epoch ms.")
 
 
 class ProgressRecord(_Record):
@@ -217,21 +273,48 @@ def parse_commits_record(value: bytes | str) -> CommitsTopicRecord:
 # --- the one decoder of what readers take from the topics -------------------------------------------
 
 
+_OWN_MESSAGE = frozenset({"schema_version", "index_count"})
+
+
 def _first_error(exc: ValidationError) -> str:
-    first = exc.errors()[0]
+    first = exc.errors(include_url=False, include_input=False)[0]
+    if first["type"] in _OWN_MESSAGE:
+        return str(first["msg"])
     where = ".".join(str(p) for p in first["loc"])
     return f"{where}: {first['msg']}" if where else str(first["msg"])
 
 
-def decode_action_event(value: bytes | str, **where: Any) -> ActionEvent:
-    """An actions-topic value as its model; a value that is not one is an :class:`EventStreamError`.
+def _refuse(message: str, where: Mapping[str, Any], **about: Any) -> BadRecordError:
+    return BadRecordError(message, **{**about, **where})
 
-    ``where`` (topic, offset, table...) goes into the error so that the record can be found.
+
+def _too_large(value: bytes | str, rules: RecordRules, where: Mapping[str, Any]) -> None:
+    limit = rules.limits.max_record_bytes
+    if len(value) > limit:
+        raise _refuse(f"a record of {len(value)} bytes is larger than a reader takes ({limit})", where)
+
+
+def decode_action_event(value: bytes | str, *, rules: RecordRules | None = None, **where: Any) -> ActionEvent:
+    """An actions-topic value as its model, held to the consumers' boundary (:mod:`.boundary`:
+    the contract, core's rules for its action, its paths inside the table, its location); a value
+    that is not one is a :class:`~.boundary.BadRecordError`.
+
+    ``where`` (topic, partition, offset...) goes into the error so that the record can be found.
     """
+    rules = DEFAULT_RULES if rules is None else rules
+    _too_large(value, rules, where)
     try:
-        return ActionEvent.model_validate_json(value, strict=True)
+        event = ActionEvent.model_validate_json(value, strict=True)
     except ValidationError as exc:
-        raise EventStreamError(f"not an action event: {_first_error(exc)}", **where) from None
+        raise _refuse(f"not an action event: {_first_error(exc)}", where) from None
+    problem = (
+        rules.location_problem(event.table_uri)
+        or rules.count_problem(event.count)
+        or rules.action_problem(event.table_uri, event.type, event.action)
+    )
+    if problem is not None:
+        raise _refuse(f"action {event.index} ({shown(event.type)}): {problem}", where, version=event.version)
+    return event
 
 
 _COMMITS_MODELS: dict[str, type[CommitsTopicRecord]] = {
@@ -240,42 +323,58 @@ _COMMITS_MODELS: dict[str, type[CommitsTopicRecord]] = {
     "tableReplaced": TableReplaced,
     "tableDropped": TableDropped,
 }
+#: the record kinds this version knows on the commits topic (a newer watcher may add others)
+COMMITS_KINDS = frozenset(_COMMITS_MODELS)
 
 
 def decode_commits_record(
-    value: bytes | str, kind: str | None = None, *, wanted: Iterable[str] | None = None, **where: Any
+    value: bytes | str,
+    kind: str | None = None,
+    *,
+    wanted: Iterable[str] | None = None,
+    rules: RecordRules | None = None,
+    **where: Any,
 ) -> CommitsTopicRecord | None:
     """A commits-topic value as its model, or None for a kind the reader does not want.
 
     ``kind`` is the record's ``kind`` header when the reader has it (the value is then parsed only
     for the kinds in ``wanted``, all known kinds by default); kinds a newer watcher may add are
-    None, as the contract says to ignore them. A value of a wanted kind that does not fit its
-    model is an :class:`EventStreamError`.
+    None, as the contract says to ignore them (:data:`COMMITS_KINDS` tells them from the kinds a
+    reader did not want). A value of a wanted kind is held to the consumers' boundary (the
+    contract, its location): one that fails is a :class:`~.boundary.BadRecordError`.
     """
+    rules = DEFAULT_RULES if rules is None else rules
     wanted = _COMMITS_MODELS.keys() if wanted is None else frozenset(wanted)
     if kind is not None and kind not in wanted:
         return None
+    _too_large(value, rules, where)
+    record: CommitsTopicRecord
     if kind is None:
         try:
             data = from_json(value)
         except ValueError as exc:  # not JSON, or nested beyond jiter's limit
-            raise EventStreamError(f"a commits-topic record is not JSON: {exc}", **where) from None
+            raise _refuse(f"a commits-topic record is not JSON: {exc}", where) from None
         if not isinstance(data, dict) or not isinstance(data.get("kind", ""), str):
-            raise EventStreamError("a commits-topic record is not an object with a text kind", **where)
+            raise _refuse("a commits-topic record is not an object with a text kind", where)
         kind = data.get("kind")
         if kind not in wanted or kind not in _COMMITS_MODELS:
             return None
         try:
-            return _COMMITS_MODELS[kind].model_validate(data)
+            record = _COMMITS_MODELS[kind].model_validate(data)
         except ValidationError as exc:
-            raise EventStreamError(f"not a {kind} record: {_first_error(exc)}", **where) from None
-    model = _COMMITS_MODELS.get(kind)
-    if model is None:
-        return None
-    try:
-        return model.model_validate_json(value)
-    except ValidationError as exc:
-        raise EventStreamError(f"not a {kind} record: {_first_error(exc)}", **where) from None
+            raise _refuse(f"not a {kind} record: {_first_error(exc)}", where) from None
+    else:
+        model = _COMMITS_MODELS.get(kind)
+        if model is None:
+            return None
+        try:
+            record = model.model_validate_json(value)
+        except ValidationError as exc:
+            raise _refuse(f"not a {shown(kind)} record: {_first_error(exc)}", where) from None
+    problem = rules.location_problem(record.table_uri)
+    if problem is not None:
+        raise _refuse(f"a {kind} record: {problem}", where)
+    return record
 
 
 def decode_progress(value: bytes | str, **where: Any) -> ProgressRecord:
@@ -444,6 +543,7 @@ def json_schema_text() -> str:
 
 
 __all__: Sequence[str] = [
+    "COMMITS_KINDS",
     "SCHEMA_VERSION",
     "ActionEvent",
     "CommitSummary",

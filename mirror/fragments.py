@@ -8,9 +8,11 @@ records of one partition (same key, same transaction), each with a ``fragment`` 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
+from .boundary import BadRecordError, RecordLimits
 from .errors import EventStreamError, RecordTooLargeError
 from .headers import HEADER_FRAGMENT, Headers
 
@@ -54,37 +56,102 @@ def split_oversize(
     return out_v, out_h
 
 
+class FragmentError(BadRecordError):
+    """Fragments that do not make a record a reader takes: missing, out of order, too many, too
+    large, or waiting too long for their last. ``keeps_current``: the record being fed was not
+    part of the refused ones (a whole record, or the first fragment of another) and may be fed
+    again once the assembler was reset (what a reader that skips refused records does)."""
+
+    def __init__(self, message: str, *, keeps_current: bool = False, **context: Any) -> None:
+        super().__init__(message, **context)
+        self.keeps_current = keeps_current
+
+
 class FragmentAssembler:
     """Joins the fragment records of the ``split`` oversize policy back into one value.
 
     Fragments of one value are consecutive records of one partition (same key, same transaction),
     each with a ``fragment`` header ``"<i>/<n>"``. Feed every record of a partition in order;
     :meth:`feed` returns a whole value, or ``None`` while a value is still incomplete. A fragment
-    out of order means records were lost or reordered: that is an error, never a guess.
+    out of order means records were lost or reordered: that is an error, never a guess. What one
+    value may take is bounded (``limits``: :class:`~.boundary.RecordLimits`): at most
+    ``max_fragments`` fragments, ``max_record_bytes`` bytes joined, and ``fragment_wait_s`` from
+    its first fragment to its last (:meth:`overdue`); past a bound the fragments are refused at
+    once, not gathered. After a :class:`FragmentError` the assembler holds nothing.
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self, limits: RecordLimits | None = None, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.limits = limits if limits is not None else RecordLimits()
+        self._clock = clock
         self._parts: list[bytes] = []
         self._total = 0
+        self._bytes = 0
+        self._since = 0.0
+
+    @property
+    def pending(self) -> bool:
+        """True while a value has come only in part."""
+        return bool(self._parts)
+
+    def describe(self) -> str:
+        """What is held: ``fragments 0-4 of 999999 (5000000 bytes)``."""
+        return f"fragments 0-{len(self._parts) - 1} of {self._total} ({self._bytes} bytes)"
+
+    def reset(self) -> None:
+        self._parts, self._total, self._bytes = [], 0, 0
+
+    def overdue(self) -> bool:
+        """True when the value held waits for its last fragment longer than ``fragment_wait_s``."""
+        return bool(self._parts) and self._clock() - self._since > self.limits.fragment_wait_s
 
     def feed(self, value: bytes, headers: Sequence[tuple[str, bytes | str | None]] | None) -> bytes | None:
         fragment = next((v for k, v in headers or () if k == HEADER_FRAGMENT), None)
         if fragment is None:
             if self._parts:
-                raise EventStreamError(
-                    f"fragment {len(self._parts)}/{self._total} missing: a whole record came next"
+                held = self.describe()
+                self.reset()
+                raise FragmentError(
+                    f"a record cut short: {held} held, a whole record came next", keeps_current=True
                 )
             return value
-        index, total, text = _fragment_of(fragment)
+        try:
+            index, total, text = _fragment_of(fragment)
+        except EventStreamError as exc:
+            had_parts = bool(self._parts)
+            self.reset()
+            raise FragmentError(
+                exc.message + (" (after a record's first fragments)" if had_parts else "")
+            ) from None
         if index != len(self._parts) or (self._parts and total != self._total):
-            raise EventStreamError(
-                f"fragment {text} out of order (expected {len(self._parts)}/{self._total or total})"
+            expected = f"{len(self._parts)}/{self._total or total}"
+            restarts = index == 0 and bool(self._parts)
+            self.reset()
+            raise FragmentError(f"fragment {text} out of order (expected {expected})", keeps_current=restarts)
+        limits = self.limits
+        if total > limits.max_fragments:
+            self.reset()
+            raise FragmentError(
+                f"fragment {text}: a record of {total} fragments is more than a reader takes "
+                f"({limits.max_fragments})"
             )
+        if self._bytes + len(value) > limits.max_record_bytes:
+            size = self._bytes + len(value)
+            self.reset()
+            raise FragmentError(
+                f"fragment {text}: the record's fragments hold {size} bytes so far, more than a reader "
+                f"takes ({limits.max_record_bytes})"
+            )
+        if not self._parts:
+            self._since = self._clock()
         self._parts.append(value)
         self._total = total
+        self._bytes += len(value)
         if index + 1 < total:
             return None
-        whole, self._parts, self._total = b"".join(self._parts), [], 0
+        whole = b"".join(self._parts)
+        self.reset()
         return whole
 
 
@@ -103,4 +170,4 @@ def _fragment_of(header: bytes | str) -> tuple[int, int, str]:
     return int(match[1]), int(match[2]), text
 
 
-__all__ = ["FragmentAssembler", "OversizePolicy", "split_oversize"]
+__all__ = ["FragmentAssembler", "FragmentError", "OversizePolicy", "split_oversize"]

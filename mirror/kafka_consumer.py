@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, overload
@@ -28,8 +28,9 @@ from typing import Any, overload
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as _RdKafkaError
 
+from .boundary import BadRecordError, RecordLimits
 from .errors import KafkaError, StopRequested, TopicNotFoundError
-from .fragments import FragmentAssembler
+from .fragments import FragmentAssembler, FragmentError
 from .headers import HEADER_FRAGMENT, Headers, header_value
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,9 @@ CLOSE_TIMEOUT_S = 5.0
 #: how long a partition may stay quiet before its end is asked of the broker (the end of a
 #: partition assigned exactly at its last stable offset is reported by no fetch)
 END_CHECK_AFTER_S = 0.5
+
+#: what a reader that handles refused records itself does with one (``batches(on_bad_record=...)``)
+BadRecordHandler = Callable[[BadRecordError], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +127,9 @@ class RecordBatch(Sequence[Record]):
     def values(self) -> list[bytes]:
         return [i.value if type(i) is Record else i.value() or b"" for i in self._items]
 
+    def keys(self) -> list[bytes | None]:
+        return [i.key if type(i) is Record else i.key() for i in self._items]
+
 
 class MirrorConsumer:
     """A confluent-kafka consumer that reads assigned partitions of the mirror, ``read_committed``.
@@ -133,6 +140,7 @@ class MirrorConsumer:
     is called (auto-commit of stored offsets: what was processed, never what was only fetched);
     otherwise the group id is a throw-away one and nothing is committed. ``purpose`` names the
     throw-away group (``deltamirror-<purpose>-<random>``) so that an operator can tell readers apart.
+    ``limits`` bound the fragments of one record (:class:`~.boundary.RecordLimits`).
     """
 
     def __init__(
@@ -142,9 +150,11 @@ class MirrorConsumer:
         group_id: str | None = None,
         purpose: str = "reader",
         fetch_wait_max_ms: int | None = 10,
+        limits: RecordLimits | None = None,
     ) -> None:
         self._commits = group_id is not None
         self._group_id = group_id or f"deltamirror-{purpose}-{uuid.uuid4().hex[:12]}"
+        self.limits = limits if limits is not None else RecordLimits()
         config: dict[str, Any] = {
             # the end of a partition is known only when a fetch returns, and the broker holds a fetch
             # that finds nothing new for fetch.wait.max.ms (500 ms by default): a reader that reads
@@ -294,6 +304,7 @@ class MirrorConsumer:
         idle_timeout_s: float | None = None,
         max_records: int = 1000,
         poll_s: float = 0.05,
+        on_bad_record: BadRecordHandler | None = None,
     ) -> Iterator[RecordBatch]:
         """Whole records of the assigned partitions, in batches, each partition in order.
 
@@ -302,6 +313,13 @@ class MirrorConsumer:
         also yields empty batches while the topics are quiet, so that a caller can checkpoint.
         ``timeout_s`` bounds the whole read to the end and ``idle_timeout_s`` a silence of the
         broker while the end is not reached: both raise a KafkaError.
+
+        Fragments that do not make a record (missing, out of order, beyond the ``limits``, or cut
+        short: a partition that ends, or waits ``fragment_wait_s``, with a record's last fragment
+        still to come, when the watcher writes every fragment of a record in one transaction) are
+        a :class:`~.fragments.FragmentError` naming the offset of their first fragment. The records
+        before them are yielded first; then the error is raised, or with ``on_bad_record`` handed
+        to it (which may raise it) and the read goes on after them.
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         pending = set(self._assigned)
@@ -328,6 +346,7 @@ class MirrorConsumer:
             items = batch._items
             last: tuple[str, int] | None = None
             assembling = self._first  # partitions with a record's first fragments taken
+            refused: BadRecordError | None = None
             for msg in messages:
                 where = (msg.topic() or "", msg.partition() or 0)
                 err = msg.error()
@@ -335,6 +354,12 @@ class MirrorConsumer:
                     last = None
                     if err.code() == _RdKafkaError._PARTITION_EOF:
                         pending.discard(where)
+                        if where in assembling:  # the end came before a record's last fragment
+                            refused = self._cut_short(where, "the partition ends")
+                            if on_bad_record is None:
+                                break
+                            on_bad_record(refused)
+                            refused = None
                         continue
                     if err.fatal() or not err.retriable():
                         raise KafkaError(f"consuming failed: {err.str()}", topic=where[0], partition=where[1])
@@ -351,9 +376,20 @@ class MirrorConsumer:
                     else:  # a whole record (the common case): kept as the client's message
                         items.append(msg)
                         continue
-                record = self._whole(where, msg)
+                try:
+                    record = self._whole(where, msg)
+                except FragmentError as exc:
+                    if on_bad_record is None:
+                        refused = exc
+                        break
+                    on_bad_record(exc)
+                    # the record fed was not one of the refused (a whole one, another's first
+                    # fragment): taken as it comes, by an assembler that holds nothing now
+                    record = self._whole_after_refusal(where, msg, exc, on_bad_record)
                 if record is not None:
                     items.append(record)
+            if refused is None and assembling:
+                refused = self._overdue(on_bad_record)
             if messages:
                 quiet_since = time.monotonic()
             elif until_end and pending:
@@ -361,22 +397,33 @@ class MirrorConsumer:
                 if quiet >= END_CHECK_AFTER_S and time.monotonic() - last_end_check >= END_CHECK_AFTER_S:
                     last_end_check = time.monotonic()
                     pending = {w for w in pending if not self._at_end(*w)}
+                    for where in [w for w in assembling if w not in pending and refused is None]:
+                        refused = self._cut_short(where, "the partition ends")
+                        if on_bad_record is not None:
+                            on_bad_record(refused)
+                            refused = None
                 if pending and idle_timeout_s is not None and quiet >= idle_timeout_s:
                     raise KafkaError(
                         f"{_names(pending)} did not reach their end: the broker sent nothing for "
                         f"{idle_timeout_s:.0f} s",
                         topic=sorted(pending)[0][0],
                     )
-            if batch or not until_end:
+            if batch or (not until_end and refused is None):
                 yield batch
+            if refused is not None:
+                raise refused
 
     def _whole(self, where: tuple[str, int], msg: Any) -> Record | None:
         offset: int = msg.offset() or 0
         headers: Headers = msg.headers() or []
         assembler = self._assemblers.get(where)
         if assembler is None:
-            assembler = self._assemblers[where] = FragmentAssembler()
-        value = assembler.feed(msg.value() or b"", headers)
+            assembler = self._assemblers[where] = FragmentAssembler(self.limits)
+        try:
+            value = assembler.feed(msg.value() or b"", headers)
+        except FragmentError as exc:
+            exc.context.update(topic=where[0], partition=where[1], offset=self._first.pop(where, offset))
+            raise
         if value is None:
             self._first.setdefault(where, offset)
             return None
@@ -386,6 +433,41 @@ class MirrorConsumer:
         else:  # joined: the record's headers are its own, without the last fragment's mark
             headers = [h for h in headers if h[0] != HEADER_FRAGMENT]
         return Record(where[0], where[1], offset, first, msg.key(), value, headers, msg.timestamp()[1])
+
+    def _whole_after_refusal(
+        self, where: tuple[str, int], msg: Any, refused: FragmentError, on_bad_record: BadRecordHandler
+    ) -> Record | None:
+        """``msg`` again, after the fragments before it were refused (when it was not one of them)."""
+        if not refused.keeps_current:
+            return None
+        try:
+            return self._whole(where, msg)
+        except FragmentError as exc:  # refused on its own account (a first fragment of too many)
+            on_bad_record(exc)
+            return None
+
+    def _cut_short(self, where: tuple[str, int], why: str) -> FragmentError:
+        """The fragments held for ``where`` as a refusal: the record's last fragment never came."""
+        assembler = self._assemblers[where]
+        held = assembler.describe()
+        assembler.reset()
+        first = self._first.pop(where)
+        return FragmentError(
+            f"a record cut short: {held} held, {why} before its last fragment (the watcher writes a "
+            "record's fragments in one transaction)",
+            topic=where[0],
+            partition=where[1],
+            offset=first,
+        )
+
+    def _overdue(self, on_bad_record: BadRecordHandler | None) -> FragmentError | None:
+        for where in [w for w, a in self._assemblers.items() if w in self._first and a.overdue()]:
+            wait = self.limits.fragment_wait_s
+            refused = self._cut_short(where, f"its first fragment waited {wait:.0f} s")
+            if on_bad_record is None:
+                return refused
+            on_bad_record(refused)
+        return None
 
     def _at_end(self, topic: str, partition: int) -> bool:
         tp = TopicPartition(topic, partition)

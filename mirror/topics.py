@@ -356,9 +356,13 @@ class TopicManager:
             )
         return self._limits(name, config)
 
-    def ensure_signal_topic(self, name: str) -> None:
-        """Create the operators' signal topic if needed: one partition, signals kept a day."""
-        self._create(name, 1, {"cleanup.policy": "delete", "retention.ms": str(24 * 3600 * 1000)})
+    def ensure_signal_topic(self, name: str, max_message_bytes: int | None = None) -> None:
+        """Create the operators' signal topic if needed: one partition, signals kept a day, and
+        records up to ``max_message_bytes`` (the broker refuses larger ones; None: its default)."""
+        config = {"cleanup.policy": "delete", "retention.ms": str(24 * 3600 * 1000)}
+        if max_message_bytes is not None:
+            config["max.message.bytes"] = str(max_message_bytes)
+        self._create(name, 1, config)
 
     def ensure_assignment_topic(self, name: str, partitions: int) -> int:
         """Create a group's assignment topic (nothing is written to it); its partition count."""

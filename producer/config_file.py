@@ -179,6 +179,7 @@ def load_config_data(path: str | Path, environ: Mapping[str, str] | None = None)
     (the file need not be whole on its own: the flags may give the brokers or the tables)."""
     path = Path(path)
     raw = _read_mapping(path)
+    raw.pop("consumer", None)  # the consumer commands' section (consumer/settings.py)
     data: dict[str, Any] = _interpolate(raw, [], str(path), os.environ if environ is None else environ)
     _resolve_relative_paths(data, path.resolve().parent)
     return data
@@ -257,11 +258,22 @@ def redacted(cfg: WatchConfig) -> dict[str, Any]:
     return data
 
 
+def load_section(path: str | Path, name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """The ``name`` section of a configuration file (None when it has none), read as :func:`load_config`
+    reads the file (``${VAR}`` interpolated); for the consumer commands' ``consumer:`` section."""
+    path = Path(path)
+    raw = _read_mapping(path)
+    if name not in raw:
+        return None
+    return _interpolate(raw[name], [name], str(path), os.environ if environ is None else environ)
+
+
 __all__ = [
     "SignalConfig",
     "load_config",
     "load_config_data",
     "load_kafka_settings",
+    "load_section",
     "load_signal_config",
     "redacted",
 ]

@@ -20,6 +20,14 @@ start the table within the moment it takes to read it; a repeated snapshot is ha
 consumer that has its version skips it). A signal is lost when the TTL passes before the table
 starts anywhere, when every instance that kept it stops, or when the table moves away between
 the signal and its snapshot.
+
+The topic is input anyone with write access can fill, so what it can cost is bounded: a record
+larger than :data:`MAX_SIGNAL_BYTES` is skipped unread (one warning line), at most
+:data:`MAX_PENDING` signals are kept (each with a location of at most 8192 characters), a log line
+quotes at most 200 characters of a location, and signals start at most one snapshot per table per
+:data:`SNAPSHOT_INTERVAL_S`, and at most :data:`MAX_SNAPSHOTS_PER_INTERVAL` over the instance in
+that time: a signal over the limit is kept (coalesced with later ones for its table) and acted on
+once the limit allows, within its TTL.
 """
 
 from __future__ import annotations
@@ -28,13 +36,16 @@ import logging
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
+from deltamirror.mirror.boundary import BadRecordError, RecordLimits, shown
 from deltamirror.mirror.errors import KafkaError, StopRequested
+from deltamirror.mirror.events import MAX_URI_CHARS
 
 log = logging.getLogger("deltamirror.signals")
 
@@ -46,7 +57,16 @@ RETRY_S = 5.0
 #: how long a signal for a table that does not run here is kept, waiting for the table to start
 PENDING_TTL_S = 600.0
 #: at most this many tables with a kept signal (the oldest is dropped first, with a warning)
-MAX_PENDING = 10_000
+MAX_PENDING = 1000
+#: a signal is a few hundred bytes: a larger record is skipped unread
+MAX_SIGNAL_BYTES = 16_384
+#: a signal topic created here refuses records larger than this at the broker (an existing one
+#: keeps its own limit: the listener then skips them unread)
+SIGNAL_TOPIC_MAX_BYTES = MAX_SIGNAL_BYTES + 4096
+#: a table is snapshotted on signals at most once in this many seconds ...
+SNAPSHOT_INTERVAL_S = 60.0
+#: ... and the instance starts at most this many such snapshots in that time
+MAX_SNAPSHOTS_PER_INTERVAL = 10
 
 
 class Signal(BaseModel):
@@ -55,12 +75,12 @@ class Signal(BaseModel):
     ``done`` is written by the instance that acted on the signal of the same ``id``.
     """
 
-    model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True, extra="allow")
+    model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True, extra="ignore")
 
     kind: Literal["snapshot", "done"]
-    table_uri: str
-    id: str
-    requested_at: int
+    table_uri: str = Field(min_length=1, max_length=MAX_URI_CHARS)
+    id: str = Field(min_length=1, max_length=128)
+    requested_at: int = Field(ge=0, le=2**63 - 1)
 
     def to_json_bytes(self) -> bytes:
         return self.model_dump_json(by_alias=True).encode()
@@ -71,7 +91,7 @@ def send_signal(kafka: dict[str, Any], topic: str, table_uri: str, kind: Literal
     from deltamirror.mirror.kafka_producer import RecordProducer
     from deltamirror.mirror.topics import TopicManager
 
-    TopicManager(kafka, max_record_bytes=SIGNAL_MAX_BYTES).ensure_signal_topic(topic)
+    TopicManager(kafka, max_record_bytes=SIGNAL_MAX_BYTES).ensure_signal_topic(topic, SIGNAL_TOPIC_MAX_BYTES)
     signal = Signal(kind=kind, table_uri=table_uri, id=uuid.uuid4().hex, requested_at=int(time.time() * 1000))
     producer = RecordProducer(kafka)
     try:
@@ -100,6 +120,8 @@ class SignalListener:
         stop: threading.Event,
         pending_ttl_s: float = PENDING_TTL_S,
         clock: Callable[[], float] = time.monotonic,
+        snapshot_interval_s: float = SNAPSHOT_INTERVAL_S,
+        max_snapshots_per_interval: int = MAX_SNAPSHOTS_PER_INTERVAL,
     ) -> None:
         self.kafka = kafka
         self.topic = topic
@@ -112,6 +134,11 @@ class SignalListener:
         self.listening = threading.Event()
         #: signals not acted on yet, by table: (the signal, when it expires on ``clock``)
         self.pending: dict[str, tuple[Signal, float]] = {}
+        self.snapshot_interval_s = snapshot_interval_s
+        self.max_snapshots_per_interval = max_snapshots_per_interval
+        #: when each table was last snapshotted on a signal, and the instance's recent such snapshots
+        self._acted_at: dict[str, float] = {}
+        self._recent: deque[float] = deque()
         #: where the next read of each partition starts (after a failure: no signal taken twice)
         self._next_offsets: dict[int, int] = {}
         self._producer: Any = None
@@ -144,79 +171,132 @@ class SignalListener:
         from deltamirror.mirror.kafka_consumer import MirrorConsumer
         from deltamirror.mirror.topics import TopicManager
 
-        TopicManager(self.kafka, max_record_bytes=SIGNAL_MAX_BYTES).ensure_signal_topic(self.topic)
-        with MirrorConsumer(self.kafka, purpose="signals", fetch_wait_max_ms=None) as consumer:
+        TopicManager(self.kafka, max_record_bytes=SIGNAL_MAX_BYTES).ensure_signal_topic(
+            self.topic, SIGNAL_TOPIC_MAX_BYTES
+        )
+        limits = RecordLimits(max_record_bytes=MAX_SIGNAL_BYTES, max_fragments=2)
+        # signals are small: the client queues a few MB of them, not the 64 MB it queues by default
+        small = {**self.kafka, "queued.max.messages.kbytes": "4096", "fetch.max.bytes": "4194304"}
+        with MirrorConsumer(small, purpose="signals", fetch_wait_max_ms=None, limits=limits) as consumer:
             partitions = consumer.partitions(self.topic, wait_for_topic=True, stop=self.stop)
             if partitions is None:
                 return
             consumer.assign((self.topic, p, self._next_offsets.get(p)) for p in partitions)
             self.listening.set()
-            for batch in consumer.batches(until_end=False, stop=self.stop, poll_s=0.2):
+            for batch in consumer.batches(
+                until_end=False, stop=self.stop, poll_s=0.2, on_bad_record=self._not_a_signal
+            ):
                 for record in batch:
                     self._take(record.value, record.offset)
                     self._next_offsets[record.partition] = record.offset + 1
                 self.offer_pending()
 
+    def _not_a_signal(self, error: BadRecordError) -> None:
+        log.warning("signal topic %s: %s; skipped", self.topic, error)
+
     def _take(self, value: bytes | None, offset: int) -> None:
+        if value is not None and len(value) > MAX_SIGNAL_BYTES:
+            log.warning(
+                "signal topic %s: record at offset %d is not a signal (%d bytes; a signal has at most %d); skipped",
+                self.topic,
+                offset,
+                len(value),
+                MAX_SIGNAL_BYTES,
+            )
+            return
         try:
             signal = Signal.model_validate_json(value or b"")
         except ValidationError as exc:
-            first = exc.errors()[0]
+            first = exc.errors(include_url=False, include_input=False)[0]
+            where = ".".join(map(str, first["loc"]))
             log.warning(
                 "signal topic %s: record at offset %d is not a signal (%s); skipped",
                 self.topic,
                 offset,
-                first["msg"],
+                f"{where}: {first['msg']}" if where else first["msg"],
             )
             return
         if signal.requested_at < self.started_ms:
             return  # meant for the watchers that ran then
+        uri = signal.table_uri
         if signal.kind == "done":
-            kept = self.pending.get(signal.table_uri)
+            kept = self.pending.get(uri)
             if kept is not None and kept[0].id == signal.id:
-                del self.pending[signal.table_uri]
-                log.info(
-                    "signal snapshot for table %s: acted on by another instance",
-                    signal.table_uri,
-                    extra={"table": signal.table_uri, "signalId": signal.id},
-                )
+                del self.pending[uri]
+                log.info("signal snapshot for table %s: acted on by another instance", *self._said(signal))
             return
-        if self._offer(signal):
-            self.pending.pop(signal.table_uri, None)  # an older one is covered by this one
+        self.pending.pop(uri, None)  # an older one is covered by this one (re-inserted last)
+        later = self._later(uri)
+        if later is None and self._offer(signal):
             return
-        self.pending.pop(signal.table_uri, None)  # re-inserted last: the oldest stays first
         if len(self.pending) >= MAX_PENDING:
-            oldest = next(iter(self.pending))
-            log.warning(
-                "signal snapshot for table %s: dropped, too many kept", oldest, extra={"table": oldest}
-            )
+            oldest, (dropped, _) = next(iter(self.pending.items()))
+            log.warning("signal snapshot for table %s: dropped, too many kept", *self._said(dropped)[:1])
             del self.pending[oldest]
-        self.pending[signal.table_uri] = (signal, self._clock() + self.pending_ttl_s)
-        log.info(
-            "signal %s for table %s: the table does not run here; kept for %.0f s until it does",
-            signal.kind,
-            signal.table_uri,
-            self.pending_ttl_s,
-            extra={"table": signal.table_uri, "signalId": signal.id},
-        )
+        self.pending[uri] = (signal, self._clock() + self.pending_ttl_s)
+        if later is None:
+            log.info(
+                "signal %s for table %s: the table does not run here; kept for %.0f s until it does",
+                signal.kind,
+                shown(uri),
+                self.pending_ttl_s,
+                extra=self._extra(signal),
+            )
+        else:
+            log.info(
+                "signal %s for table %s: %s; kept, acted on once allowed (within %.0f s)",
+                signal.kind,
+                shown(uri),
+                later,
+                self.pending_ttl_s,
+                extra=self._extra(signal),
+            )
+
+    @staticmethod
+    def _extra(signal: Signal) -> dict[str, Any]:
+        return {"table": shown(signal.table_uri), "signalId": shown(signal.id)}
+
+    def _said(self, signal: Signal) -> tuple[str, ...]:
+        return (shown(signal.table_uri),)
+
+    def _later(self, uri: str) -> str | None:
+        """Why a snapshot of ``uri`` on a signal must wait now (the rate limit), or None."""
+        now = self._clock()
+        interval = self.snapshot_interval_s
+        last = self._acted_at.get(uri)
+        if last is not None and now - last < interval:
+            return f"a signal snapshotted it {now - last:.0f} s ago (at most one in {interval:.0f} s)"
+        while self._recent and now - self._recent[0] >= interval:
+            self._recent.popleft()
+        if len(self._recent) >= self.max_snapshots_per_interval:
+            return (
+                f"signals started {len(self._recent)} snapshots within {interval:.0f} s (at most "
+                f"{self.max_snapshots_per_interval})"
+            )
+        return None
 
     def offer_pending(self) -> None:
-        """Offer the kept signals again (their table may run here now); forget the expired ones."""
+        """Offer the kept signals again (their table may run here now, the rate limit may allow
+        them); forget the expired ones."""
         if not self.pending:
             return
         now = self._clock()
         for uri, (signal, expires) in list(self.pending.items()):
-            if self._offer(signal):
+            if self._later(uri) is None and self._offer(signal):
                 del self.pending[uri]
             elif now >= expires:
                 del self.pending[uri]
                 log.info(
-                    "signal %s for table %s: not acted on, the table did not start here within %.0f s",
+                    "signal %s for table %s: not acted on within %.0f s (the table did not start here, "
+                    "or the rate limit did not allow it)",
                     signal.kind,
-                    uri,
+                    shown(uri),
                     self.pending_ttl_s,
-                    extra={"table": uri, "signalId": signal.id},
+                    extra=self._extra(signal),
                 )
+        # the acted-on times of tables past their interval are not needed any more
+        if len(self._acted_at) > MAX_PENDING:
+            self._acted_at = {u: t for u, t in self._acted_at.items() if now - t < self.snapshot_interval_s}
 
     def announce(self, done: Signal) -> None:
         """Write ``done`` to the topic (keyed as its signal, so it follows it): the others drop it."""
@@ -230,11 +310,14 @@ class SignalListener:
         """Hand the signal over; when this instance acted on it, tell the others (``done``)."""
         if not self.on_signal(signal):
             return False
+        now = self._clock()
+        self._acted_at[signal.table_uri] = now
+        self._recent.append(now)
         log.info(
             "signal %s for table %s: acting on it",
             signal.kind,
-            signal.table_uri,
-            extra={"table": signal.table_uri, "signalId": signal.id},
+            shown(signal.table_uri),
+            extra=self._extra(signal),
         )
         done = Signal(
             kind="done", table_uri=signal.table_uri, id=signal.id, requested_at=int(time.time() * 1000)
@@ -245,11 +328,21 @@ class SignalListener:
             log.warning(
                 "signal %s for table %s: acted on, but the others could not be told (%s)",
                 signal.kind,
-                signal.table_uri,
+                shown(signal.table_uri),
                 exc,
-                extra={"table": signal.table_uri, "signalId": signal.id},
+                extra=self._extra(signal),
             )
         return True
 
 
-__all__ = ["MAX_PENDING", "PENDING_TTL_S", "SIGNAL_TOPIC", "Signal", "SignalListener", "send_signal"]
+__all__ = [
+    "MAX_PENDING",
+    "MAX_SIGNAL_BYTES",
+    "MAX_SNAPSHOTS_PER_INTERVAL",
+    "PENDING_TTL_S",
+    "SIGNAL_TOPIC",
+    "SNAPSHOT_INTERVAL_S",
+    "Signal",
+    "SignalListener",
+    "send_signal",
+]

@@ -33,7 +33,9 @@ from ..snapshot import IncrementalSnapshot, Invalidation, SnapshotConsumer, Tabl
 from .payload import DEFAULT_MAX_ITEMS, Payload, replacement_payload, version_payload
 
 if TYPE_CHECKING:
-    from deltamirror.mirror.event_batches import Segment
+    from deltamirror.mirror.event_batches import Envelope, Segment
+    from deltamirror.mirror.events import ActionEvent
+    from deltamirror.mirror.kafka_consumer import Record
 
 DEFAULT_GROUP_ID = "deltamirror-invalidate"
 
@@ -146,17 +148,14 @@ class InvalidationConsumer(SnapshotConsumer):
 
     # --- what the state does not keep ------------------------------------------------------------
 
-    def _take_commits(self, partition: int, offset: int, value: bytes, kind: str | None) -> None:
+    def _take_commits(
+        self, partition: int, offset: int, value: bytes, kind: str | None, record: Record | None = None
+    ) -> None:
         self._commits_at = (partition, offset)
         try:
-            super()._take_commits(partition, offset, value, kind)
+            super()._take_commits(partition, offset, value, kind, record)
         finally:
             self._commits_at = None
-
-    def _take_action(self, partition: int, first: int, offset: int, value: bytes) -> None:
-        """One record at a time (``take``, ``handle``): a batch of one, so that every record is
-        seen by :meth:`_segment_read`."""
-        self._take_actions(partition, [value], [offset], [first])
 
     def _segment_read(self, segment: Segment, partition: int, offsets: list[int]) -> None:
         """A version's first record opens its unit, its ``commitInfo`` names the operation, its
@@ -177,6 +176,21 @@ class InvalidationConsumer(SnapshotConsumer):
             unit.end = (partition, offsets[segment.stop - 1])
             self._done[(env.table_id, unit.version, unit.snapshot)] = unit
             del self._open[env.table_id]
+
+    def _after_apply(
+        self,
+        state: IncrementalSnapshot,
+        head: ActionEvent | Envelope,
+        applied: Invalidation | None,
+        starts: dict[str, int],
+        starts_version: bool,
+        first: int,
+    ) -> None:
+        super()._after_apply(state, head, applied, starts, starts_version, first)
+        if applied is None and not state.in_progress:
+            # read whole but not applied (the state had it: a re-read, or a republished one):
+            # never reported, so not kept either
+            self._done.pop((head.table_id, head.version, head.snapshot), None)
 
     def replace(self, record: TableReplaced | TableDropped) -> TableReplacement:
         notice = super().replace(record)

@@ -41,6 +41,18 @@ both orders end with its state dropped. Without ``commits_topic`` a re-created t
 appears under its new ``tableId`` and the previous one's state stays. A ``tableDropped`` record (a
 table deleted for good) is handled the same way, without a new table: its state is dropped, its id
 retired, and the :class:`TableReplacement` reported says ``dropped``.
+
+Records are untrusted input (:mod:`deltamirror.mirror.boundary`): each is held to the consumers'
+boundary once, by the mirror's decoder (``rules``: the locations tables may be at, the prefixes
+their files may be under, the limits), and to the state's own rules (versions in order, each
+table at the location it was first seen at, at most ``limits.max_tables`` tables). A record that
+fails is a :class:`~deltamirror.mirror.boundary.BadRecordError` naming topic, partition and
+offset. With ``on_bad_record="stop"`` (the default) the consumer applies, reports and stores the
+offsets of everything before it, saves the state, and raises it: a restart reads from it again.
+With ``"skip"`` it is logged (one line), counted, and passed over; with ``"dead-letter"`` also
+handed to ``dead_letters`` (a copy on a topic). A skipped record that belonged to a real version
+leaves that version incomplete: the table waits for its next snapshot (a new version starting
+while one is incomplete supersedes it, in these modes).
 """
 
 from __future__ import annotations
@@ -52,18 +64,26 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from deltamirror.core.errors import ConfigError
+from deltamirror.mirror.boundary import (
+    BAD_RECORD_CHOICES,
+    BadRecordError,
+    OnBadRecord,
+    RecordRules,
+    TablePins,
+    shown,
+)
 from deltamirror.mirror.errors import EventStreamError, StopRequested
-from deltamirror.mirror.event_batches import Envelope, Segment, decode_action_events
+from deltamirror.mirror.event_batches import ActionEventBatch, Envelope, Segment, decode_action_events
 from deltamirror.mirror.events import (
+    COMMITS_KINDS,
     ActionEvent,
+    CommitsTopicRecord,
     CommitSummary,
-    Heartbeat,
     TableDropped,
     TableReplaced,
-    decode_action_event,
     decode_commits_record,
 )
 from deltamirror.mirror.fragments import FragmentAssembler
@@ -76,6 +96,10 @@ if TYPE_CHECKING:
     from deltamirror.mirror.kafka_consumer import MirrorConsumer, Record
 
     from ..metrics import MetricsSink
+
+#: what a consumer that copies refused records somewhere (``on_bad_record="dead-letter"``) calls
+#: with each: the refusal, and the record when it is at hand (not for fragments cut short)
+BadRecordSink = Callable[[BadRecordError, "Record | None"], None]
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +147,7 @@ class _Columns(Protocol):
     def offsets(self) -> list[int]: ...
     def first_offsets(self) -> list[int]: ...
     def values(self) -> list[bytes]: ...
+    def keys(self) -> list[bytes | None]: ...
 
 
 class OffsetStore(Protocol):
@@ -159,9 +184,20 @@ class SnapshotConsumer:
         metrics: MetricsSink | None = None,
         checkpoint_interval_versions: int | None = DEFAULT_CHECKPOINT_INTERVAL_VERSIONS,
         checkpoint_interval_s: float | None = DEFAULT_CHECKPOINT_INTERVAL_S,
+        rules: RecordRules | None = None,
+        on_bad_record: OnBadRecord = "stop",
+        dead_letters: BadRecordSink | None = None,
     ) -> None:
         if commits_topic == topic:
             raise ConfigError(f"the commits topic is the actions topic ({topic})")
+        if on_bad_record not in BAD_RECORD_CHOICES:
+            raise ConfigError(
+                f"on_bad_record must be one of {', '.join(BAD_RECORD_CHOICES)}, not {on_bad_record!r}"
+            )
+        if (on_bad_record == "dead-letter") != (dead_letters is not None):
+            raise ConfigError(
+                "on_bad_record dead-letter goes with dead_letters (where refused records go), and only it"
+            )
         if checkpoint_interval_versions is not None and (
             type(checkpoint_interval_versions) is not int or checkpoint_interval_versions < 1
         ):
@@ -180,14 +216,25 @@ class SnapshotConsumer:
         self.store = (
             StateStore(state_dir, topic, commits_topic, group_id=group_id) if state_dir is not None else None
         )
+        #: what a record must hold besides the contract (locations, path prefixes, limits)
+        self.rules = rules if rules is not None else RecordRules()
+        self.on_bad_record: OnBadRecord = on_bad_record
+        self.dead_letters = dead_letters
         self.tables: dict[str, IncrementalSnapshot] = {}
         position = Position()
         if self.store is not None:
             self.tables, position = self.store.load_all()
+        #: each table's location, pinned when first seen (the saved states' included)
+        self.pins = TablePins(
+            self.rules.limits, {t: s.table_uri for t, s in self.tables.items() if s.table_uri is not None}
+        )
         self._offsets = position.offsets
         self._commits_offsets = position.commits_offsets
         #: table ids dropped on tableReplaced (-> last version published for them); their events are skipped
         self.retired = position.retired
+        #: where the tables retired since the start were (their events elsewhere are refused: a
+        #: tableDropped or tableReplaced read before a table's events cannot move it either)
+        self._retired_at: dict[str, str] = {}
         self.on_applied = on_applied
         self.on_replaced = on_replaced
         #: what operators see (consumer/metrics.py: ConsumerMetrics); None measures nothing
@@ -204,6 +251,10 @@ class SnapshotConsumer:
         self._notices: list[tuple[Invalidation, IncrementalSnapshot] | TableReplacement] = []
         #: events of retired tables that were skipped
         self.skipped_retired_events = 0
+        #: records refused and passed over (on_bad_record skip or dead-letter), and records of a
+        #: commits-topic kind this version does not know (skipped, as the contract says)
+        self.skipped_records = 0
+        self.unknown_kinds = 0
         #: versions applied since the last save, and when the first change since it was reported
         self._unsaved_versions = 0
         self._unsaved_since: float | None = None
@@ -234,18 +285,27 @@ class SnapshotConsumer:
 
         # one that reads to the end asks the broker not to hold an empty fetch (MirrorConsumer's
         # default); a long-running one keeps librdkafka's fetch wait
+        limits = self.rules.limits
         consumer = (
-            MirrorConsumer(self.config, group_id=self.group_id)
+            MirrorConsumer(self.config, group_id=self.group_id, limits=limits)
             if once
-            else MirrorConsumer(self.config, group_id=self.group_id, fetch_wait_max_ms=None)
+            else MirrorConsumer(self.config, group_id=self.group_id, fetch_wait_max_ms=None, limits=limits)
         )
         with consumer:
-            with contextlib.suppress(StopRequested):  # stopped: what was taken is still saved
-                self._consume(consumer, once=once, topic_timeout_s=topic_timeout_s)
-            self.checkpoint(consumer)
-            if self.unsaved:  # the loop's end always saves
-                self.save()
+            try:
+                with contextlib.suppress(StopRequested):  # stopped: what was taken is still saved
+                    self._consume(consumer, once=once, topic_timeout_s=topic_timeout_s)
+            except BadRecordError:
+                # stopped at a refused record: what came before it is delivered and saved first
+                self._end(consumer)
+                raise
+            self._end(consumer)
         # closing the consumer commits the stored offsets (within a bound: MirrorConsumer.close)
+
+    def _end(self, consumer: MirrorConsumer) -> None:
+        self.checkpoint(consumer)
+        if self.unsaved:  # the loop's end always saves
+            self.save()
 
     def _consume(self, consumer: MirrorConsumer, *, once: bool, topic_timeout_s: float) -> None:
         wanted = {self.topic: self._offsets}
@@ -260,12 +320,38 @@ class SnapshotConsumer:
                 return
             starts.extend((topic, p, offsets.get(p)) for p in partitions)
         consumer.assign(starts)
-        # without once, empty batches come too while the topics are quiet: each is a checkpoint
-        for batch in consumer.batches(until_end=once, stop=self.stop_event, max_records=self.batch_size):
+        # without once, empty batches come too while the topics are quiet: each is a checkpoint;
+        # fragments refused by the read loop come to _fragments_refused (which raises them to stop)
+        for batch in consumer.batches(
+            until_end=once,
+            stop=self.stop_event,
+            max_records=self.batch_size,
+            on_bad_record=None if self.on_bad_record == "stop" else self._fragments_refused,
+        ):
             self.take_batch(batch)
             self.checkpoint(consumer)
             if self.metrics is not None:
                 self.metrics.batch_read(len(batch), consumer)
+
+    # --- refused records -----------------------------------------------------------------------
+
+    def _refused(self, error: BadRecordError, record: Record | None = None) -> None:
+        """A record the boundary refused: raised (stop), or logged, counted and passed over."""
+        if self.on_bad_record == "stop":
+            raise error
+        self.skipped_records += 1
+        log.warning("record skipped (on_bad_record %s): %s", self.on_bad_record, error)
+        if self.metrics is not None:
+            self.metrics.records_skipped(str(error.context.get("topic") or self.topic), "refused")
+        if self.dead_letters is not None:
+            self.dead_letters(error, record)
+
+    def _fragments_refused(self, error: BadRecordError) -> None:
+        self._refused(error, None)
+
+    @staticmethod
+    def _where(topic: str | None, partition: int, offset: int) -> dict[str, Any]:
+        return {"topic": topic, "partition": partition, "offset": offset}
 
     # --- records -------------------------------------------------------------------------------
 
@@ -283,10 +369,12 @@ class SnapshotConsumer:
         if isinstance(records, _Columns):  # a MirrorConsumer's RecordBatch
             topics, partitions = records.topics(), records.partitions()
             values, offsets, firsts = records.values(), records.offsets(), records.first_offsets()
+            keys = records.keys()
         else:
             topics, partitions = [r.topic for r in records], [r.partition for r in records]
             values, offsets = [r.value for r in records], [r.offset for r in records]
             firsts = [r.first_offset for r in records]
+            keys = [r.key for r in records]
         start, n = 0, len(topics)
         while start < n:
             if topics[start] != self.topic:
@@ -296,27 +384,152 @@ class SnapshotConsumer:
             stop, partition = start + 1, partitions[start]
             while stop < n and partitions[stop] == partition and topics[stop] == self.topic:
                 stop += 1
-            self._take_actions(partition, values[start:stop], offsets[start:stop], firsts[start:stop])
+            self._take_actions(
+                partition,
+                values[start:stop],
+                offsets[start:stop],
+                firsts[start:stop],
+                lambda i, first=start: records[first + i],  # type: ignore[misc]
+                keys[start:stop],
+            )
             start = stop
 
     def _take_actions(
-        self, partition: int, values: list[bytes], offsets: list[int], firsts: list[int]
+        self,
+        partition: int,
+        values: list[bytes],
+        offsets: list[int],
+        firsts: list[int],
+        record_at: Callable[[int], Record | None] | None = None,
+        keys: list[bytes | None] | None = None,
     ) -> None:
-        """Actions-topic records of one partition, in order (``firsts``: their first fragments)."""
-        batch = decode_action_events(
-            values, lambda i: {"topic": self.topic, "partition": partition, "offset": offsets[i]}
-        )
-        starts = self._starts.setdefault(partition, {})
-        for segment in batch.segments:
-            env = segment.envelope
-            if env.table_id in self.retired:
-                self.skipped_retired_events += segment.stop - segment.start
-                continue
-            self._segment_read(segment, partition, offsets)
-            state = self._state_of(env)
-            applied = state.apply_segment(segment)
-            self._after_apply(state, env, applied, starts, segment.first_index == 0, firsts[segment.start])
+        """Actions-topic records of one partition, in order (``firsts``: their first fragments;
+        ``keys``: their keys, when known, each the table id of its record as the contract says).
+
+        Decoded in columns up to the first record the boundary refuses: the versions before it
+        are applied, then it is refused (:meth:`_refused`), and, when it is passed over, the
+        records after it are taken the same way."""
+        at = 0
+        while at < len(values):
+            batch = decode_action_events(
+                values[at:],
+                lambda i, at=at: self._where(self.topic, partition, firsts[at + i]),  # type: ignore[misc]
+                rules=self.rules,
+                partial=True,
+            )
+            if keys is not None:
+                batch = self._keyed(batch, values, keys, at, partition, firsts)
+            for segment in batch.segments:
+                self._take_segment(segment, partition, at, offsets, firsts, record_at)
+            if batch.refused is None:
+                break
+            bad = at + batch.refused[0]
+            if self.on_bad_record == "stop":
+                self._offsets[partition] = firsts[bad]  # a restart reads from the refused record
+            self._refused(batch.refused[1], record_at(bad) if record_at is not None else None)
+            at = bad + 1
         self._offsets[partition] = offsets[-1] + 1
+
+    def _keyed(
+        self,
+        batch: ActionEventBatch,
+        values: list[bytes],
+        keys: list[bytes | None],
+        at: int,
+        partition: int,
+        firsts: list[int],
+    ) -> ActionEventBatch:
+        """``batch``, or the part of it before the first record whose key is not its table id."""
+        for segment in batch.segments:
+            expected = segment.envelope.table_id.encode()
+            lo, hi = at + segment.start, at + segment.stop
+            if keys[lo:hi].count(expected) == hi - lo:
+                continue
+            bad = next(i for i in range(lo, hi) if keys[i] != expected)
+            key = keys[bad]
+            error = BadRecordError(
+                f"a record of table {shown(segment.envelope.table_id)} is keyed "
+                f"{shown(key.decode(errors='replace')) if key is not None else 'by nothing'}: the key of "
+                "an action event is its table id",
+                version=segment.envelope.version,
+                **self._where(self.topic, partition, firsts[bad]),
+            )
+            before = decode_action_events(values[at:bad], rules=self.rules)  # accepted just now
+            before.refused = (bad - at, error)
+            return before
+        return batch
+
+    def _take_segment(
+        self,
+        segment: Segment,
+        partition: int,
+        at: int,
+        offsets: list[int],
+        firsts: list[int],
+        record_at: Callable[[int], Record | None] | None,
+    ) -> None:
+        """One decoded run of a version's records (positions from ``at`` on), checked against the
+        state's own rules (its table's location and count, versions in order), then applied."""
+        env = segment.envelope
+        first = at + segment.start
+        where = self._where(self.topic, partition, firsts[first])
+        if env.table_id in self.retired:
+            retired_at = self._retired_at.get(env.table_id)
+            if retired_at is None or retired_at == env.table_uri:
+                self.skipped_retired_events += segment.stop - segment.start
+                return
+            moved = (
+                f"table {shown(env.table_id)} was dropped or replaced at {shown(retired_at)!r}, but its "
+                f"events say it is at {shown(env.table_uri)!r}: one of those records is not the watcher's"
+            )
+            self._segment_refused(
+                BadRecordError(moved, version=env.version, **where), partition, firsts, first, record_at
+            )
+            return
+        problem = self.pins.problem(env.table_id, env.table_uri)
+        if problem is not None:
+            self._segment_refused(
+                BadRecordError(problem, version=env.version, **where), partition, firsts, first, record_at
+            )
+            return
+        state = self._state_of(env)
+        starts = self._starts.setdefault(partition, {})
+        try:
+            applied = self._apply(state, segment)
+        except EventStreamError as exc:
+            error = BadRecordError(exc.message, table=env.table_id, version=env.version, **where)
+            self._segment_refused(error, partition, firsts, first, record_at)
+            return
+        self._segment_read(segment, partition, offsets[at:] if at else offsets)
+        self._after_apply(state, env, applied, starts, segment.first_index == 0, firsts[first])
+
+    def _apply(self, state: IncrementalSnapshot, segment: Segment) -> Invalidation | None:
+        """``segment`` applied to ``state``; when skipping refused records, a version that starts
+        while another is incomplete supersedes it (that one lost a record: it can never end)."""
+        try:
+            return state.apply_segment(segment)
+        except EventStreamError:
+            if self.on_bad_record == "stop" or segment.first_index != 0 or not state.in_progress:
+                raise
+        log.warning(
+            "table %s: an incomplete version is given up, superseded by version %d",
+            shown(state.table_id),
+            segment.envelope.version,
+        )
+        state.abandon_pending()
+        return state.apply_segment(segment)
+
+    def _segment_refused(
+        self,
+        error: BadRecordError,
+        partition: int,
+        firsts: list[int],
+        first: int,
+        record_at: Callable[[int], Record | None] | None,
+    ) -> None:
+        if self.on_bad_record == "stop":
+            self._offsets[partition] = firsts[first]
+        self._refused(error, record_at(first) if record_at is not None else None)
 
     def _segment_read(self, segment: Segment, partition: int, offsets: list[int]) -> None:
         """A subclass's look at a run of one version's records before it is applied (``offsets``:
@@ -331,6 +544,7 @@ class SnapshotConsumer:
             record.offset,
             record.value,
             record.header(HEADER_KIND),
+            record,
         )
 
     def handle(
@@ -349,40 +563,49 @@ class SnapshotConsumer:
         if topic != self.topic and topic != self.commits_topic:
             raise ConfigError(f"a record of topic {topic}, which this consumer does not read")
         where = (topic, partition)
-        whole = self._assemblers.setdefault(where, FragmentAssembler()).feed(value, headers)
+        assembler = self._assemblers.get(where)
+        if assembler is None:
+            assembler = self._assemblers[where] = FragmentAssembler(self.rules.limits)
+        try:
+            whole = assembler.feed(value, headers)
+        except BadRecordError as exc:
+            exc.context.update(self._where(topic, partition, self._fragment_start.pop(where, offset)))
+            self._refused(exc)
+            return
         if whole is None:
             self._fragment_start.setdefault(where, offset)
             return
         first = self._fragment_start.pop(where, offset)
-        self._take(topic, partition, first, offset, whole, header_value(headers, HEADER_KIND))
+        self._take(topic, partition, first, offset, whole, header_value(headers, HEADER_KIND), None)
 
     def _take(
-        self, topic: str, partition: int, first: int, offset: int, value: bytes, kind: str | None
+        self,
+        topic: str,
+        partition: int,
+        first: int,
+        offset: int,
+        value: bytes,
+        kind: str | None,
+        record: Record | None,
     ) -> None:
         if topic == self.topic:
-            self._take_action(partition, first, offset, value)
+            self._take_action(partition, first, offset, value, record)
         elif topic == self.commits_topic:
-            self._take_commits(partition, offset, value, kind)
+            self._take_commits(partition, offset, value, kind, record)
         else:
             raise ConfigError(f"a record of topic {topic}, which this consumer does not read")
 
-    def _take_action(self, partition: int, first: int, offset: int, value: bytes) -> None:
+    def _take_action(
+        self, partition: int, first: int, offset: int, value: bytes, record: Record | None = None
+    ) -> None:
         """One actions-topic record; ``first`` is the offset of its first fragment."""
-        event = decode_action_event(value, topic=self.topic, partition=partition, offset=offset)
-        self._offsets[partition] = offset + 1
-        if event.table_id in self.retired:
-            self.skipped_retired_events += 1
-            return
-        state = self._state_of(event)
-        applied = state.apply(event)
-        self._after_apply(
-            state, event, applied, self._starts.setdefault(partition, {}), event.index == 0, first
-        )
+        self._take_actions(partition, [value], [offset], [first], lambda _: record)
 
     def _state_of(self, head: ActionEvent | Envelope) -> IncrementalSnapshot:
         state = self.tables.get(head.table_id)
         if state is None:
             state = self.tables[head.table_id] = IncrementalSnapshot(head.table_id, head.table_uri)
+            self.pins.pin(head.table_id, head.table_uri)
         return state
 
     def _after_apply(
@@ -411,26 +634,65 @@ class SnapshotConsumer:
                     head.table_uri or head.table_id, head.version, head.commit_timestamp, head.count
                 )
 
-    def _take_commits(self, partition: int, offset: int, value: bytes, kind: str | None) -> None:
-        """One commits-topic record: ``tableReplaced``; with metrics, commits and heartbeats too."""
-        self._commits_offsets[partition] = offset + 1
-        where = {"topic": self.commits_topic, "partition": partition, "offset": offset}
-        record = decode_commits_record(value, kind, wanted={"tableReplaced", "tableDropped"}, **where)
-        if isinstance(record, TableReplaced | TableDropped):
-            self.replace(record)
-            return
-        if self.metrics is None:
-            return
-        # read for the metrics only: a summary that breaks the contract must not stop a consumer
-        # that would not have read it without metrics
+    def _take_commits(
+        self, partition: int, offset: int, value: bytes, kind: str | None, record: Record | None = None
+    ) -> None:
+        """One commits-topic record: ``tableReplaced`` and ``tableDropped``; summaries and
+        heartbeats are checked and, with metrics, counted; a kind this version does not know is
+        skipped, as the contract says (counted too)."""
+        where = self._where(self.commits_topic, partition, offset)
         try:
-            seen = decode_commits_record(value, kind, wanted={"commit", "heartbeat"}, **where)
-        except EventStreamError as exc:
-            log.warning("a commits-topic record read for metrics only is skipped: %s", exc)
+            seen = decode_commits_record(value, kind, wanted=COMMITS_KINDS, rules=self.rules, **where)
+            if seen is not None:
+                problem = self._commits_problem(seen, record)
+                if problem is not None:
+                    raise BadRecordError(problem, table=seen.table_id, **where)
+        except BadRecordError as exc:
+            self._commits_offsets[partition] = offset
+            self._refused(exc, record)
+            self._commits_offsets[partition] = offset + 1
             return
-        if isinstance(seen, CommitSummary | Heartbeat) and seen.table_id not in self.retired:
+        self._commits_offsets[partition] = offset + 1
+        if seen is None:
+            self.unknown_kinds += 1
+            if self.metrics is not None:
+                self.metrics.records_skipped(self.commits_topic or "", "unknown-kind")
+            return
+        if isinstance(seen, TableReplaced | TableDropped):
+            self.replace(seen)
+            return
+        if self.metrics is not None and seen.table_id not in self.retired:
             published = seen.version if isinstance(seen, CommitSummary) else seen.latest_version
             self.metrics.version_published(seen.table_uri or seen.table_id, published)
+
+    def _commits_problem(self, seen: CommitsTopicRecord, record: Record | None) -> str | None:
+        """Why a commits-topic record cannot be true of the tables this consumer knows: keyed by
+        another id than its table's, or naming a known table at another location."""
+        if record is not None and record.key != seen.table_id.encode():
+            return f"a {seen.kind} record of table {shown(seen.table_id)} is keyed otherwise: its key is its table id"
+        if isinstance(seen, TableReplaced | TableDropped):
+            return self._replacement_problem(seen)
+        pinned = self.pins.get(seen.table_id)
+        if pinned is not None and pinned != seen.table_uri:
+            return (
+                f"a {seen.kind} record of table {shown(seen.table_id)} says it is at {shown(seen.table_uri)!r}, "
+                f"not at {shown(pinned)}: records never move a table"
+            )
+        return None
+
+    def _replacement_problem(self, record: TableReplaced | TableDropped) -> str | None:
+        """Why a ``tableReplaced``/``tableDropped`` cannot be true of the tables this consumer
+        knows: it names a known table at another location (no record moves a table)."""
+        gone = record.table_id if isinstance(record, TableDropped) else record.previous_table_id
+        pinned = self.pins.get(gone)
+        if pinned is not None and pinned != record.table_uri:
+            return (
+                f"a {record.kind} record at {shown(record.table_uri)!r} names table {shown(gone)}, which is at "
+                f"{shown(pinned)}: records never move a table"
+            )
+        if isinstance(record, TableReplaced):
+            return self.pins.problem(record.table_id, record.table_uri) if record.table_id != gone else None
+        return None
 
     def replace(self, record: TableReplaced | TableDropped) -> TableReplacement:
         """Drop the state of ``record.previous_table_id`` (of ``record.table_id`` for a dropped
@@ -440,10 +702,19 @@ class SnapshotConsumer:
             previous, previous_version = record.table_id, record.last_version
         else:
             previous, previous_version = record.previous_table_id, record.previous_version
-        self.retired[previous] = previous_version
+        self.retired.pop(previous, None)
+        self.retired[previous] = previous_version  # the newest last: the oldest is forgotten first
+        self._retired_at[previous] = self.pins.get(previous) or record.table_uri
+        while len(self.retired) > self.rules.limits.max_retired:
+            oldest = next(iter(self.retired))
+            del self.retired[oldest]
+            self._retired_at.pop(oldest, None)
+            log.info("retired table id %s forgotten (more than %d retired)", shown(oldest), len(self.retired))
         if not dropped:
             self.retired.pop(record.table_id, None)  # an id can come back (a table restored elsewhere)
+            self._retired_at.pop(record.table_id, None)
         state = self.tables.pop(previous, None)
+        self.pins.forget(previous)
         for starts in self._starts.values():
             starts.pop(previous, None)  # its unfinished version no longer holds the offset back
         self._dirty.discard(previous)
@@ -460,10 +731,10 @@ class SnapshotConsumer:
         )
         log.info(
             "table %s at %s was %s (%s): dropped its state (%s files)",
-            previous,
-            record.table_uri,
-            "dropped" if dropped else f"replaced by {record.table_id}",
-            record.reason,
+            shown(previous),
+            shown(record.table_uri),
+            "dropped" if dropped else f"replaced by {shown(record.table_id)}",
+            shown(record.reason),
             notice.dropped_files,
         )
         self._notices.append(notice)

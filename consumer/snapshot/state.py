@@ -34,7 +34,7 @@ from deltamirror.core.deletion_vectors import dv_unique_id
 from deltamirror.core.errors import ConfigError
 from deltamirror.core.replay import canonical_paths, file_keys, reconcile
 from deltamirror.mirror.errors import EventStreamError
-from deltamirror.mirror.events import ActionEvent, decode_action_event
+from deltamirror.mirror.events import ActionEvent
 
 from .files import (
     PathIndex,
@@ -50,6 +50,7 @@ from .invalidation import Invalidation, Partitions, Paths
 from .pending import PendingVersion
 
 if TYPE_CHECKING:
+    from deltamirror.mirror.boundary import RecordRules
     from deltamirror.mirror.event_batches import Envelope, Segment
 
 #: a Delta checkpoint per table (:mod:`.delta_checkpoint`)
@@ -153,6 +154,10 @@ class IncrementalSnapshot:
         """True while a version or snapshot has arrived only in part."""
         return self._pending is not None
 
+    def abandon_pending(self) -> None:
+        """Give up the version (or snapshot) that arrived only in part: it changes nothing."""
+        self._pending = None
+
     def invalidations(self) -> list[Invalidation]:
         """The versions applied since the last call, oldest first (the list is then emptied)."""
         out, self._invalidations = self._invalidations, []
@@ -192,10 +197,16 @@ class IncrementalSnapshot:
         if self._already_applied(head.version, head.snapshot):
             self.skipped_events += events
             return None
-        pending = self._pending_for(head.version, head.snapshot, head.count, index, head.commit_timestamp)
-        if head.table_uri:
+        if self.table_uri is None:
             self.table_uri = head.table_uri
-        return pending
+        elif head.table_uri != self.table_uri:
+            raise EventStreamError(
+                f"an event of table {self.table_id} says it is at {head.table_uri}, not at "
+                f"{self.table_uri}: events never move a table",
+                table=self.table_id,
+                version=head.version,
+            )
+        return self._pending_for(head.version, head.snapshot, head.count, index, head.commit_timestamp)
 
     def _pending_for(
         self, version: int, snapshot: bool, count: int, index: int, commit_timestamp: int
@@ -353,26 +364,25 @@ class IncrementalSnapshot:
                     self.domains[str(action["domain"])] = action
             # commitInfo, cdc and types this version does not know change no state
 
-    def apply_values(self, values: Iterable[bytes | str]) -> list[Invalidation]:
-        """Apply serialized action events (e.g. the lines ``deltamirror events`` prints).
+    def apply_values(
+        self, values: Iterable[bytes | str], *, rules: RecordRules | None = None
+    ) -> list[Invalidation]:
+        """Apply serialized action events (e.g. the lines ``deltamirror events`` prints), held to
+        the consumers' boundary (``rules``: :class:`~deltamirror.mirror.boundary.RecordRules`).
 
         Decoded in columns (:func:`~deltamirror.mirror.event_batches.decode_action_events`); when a
-        value is refused, the events before it are applied one by one first, as :meth:`apply` would.
+        value is refused, the events before it are applied first, as :meth:`apply` would.
         """
         from deltamirror.mirror.event_batches import decode_action_events
 
-        values = list(values)
-        try:
-            batch = decode_action_events(values)
-        except EventStreamError:
-            for value in values:  # raises at the refused value, the events before it applied
-                self.apply(decode_action_event(value))
-            raise
+        batch = decode_action_events(list(values), rules=rules, partial=True)
         out = []
         for segment in batch.segments:
             applied = self.apply_segment(segment)
             if applied is not None:
                 out.append(applied)
+        if batch.refused is not None:
+            raise batch.refused[1]
         return out
 
     # --- serialized forms ----------------------------------------------------------------------

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from support.kafka import _free_port_pair, new_topic
+from support.kafka import free_port_pair, new_topic
 
 #: the issue's bound: a SIGTERM stops every long-running command within this
 STOP_LIMIT_S = 10.0
@@ -75,7 +75,7 @@ def _versions(log: Path) -> list[int]:
 def test_sigterm_with_the_broker_frozen_stops_both_consumers_within_10_s(tmp_path: Path) -> None:
     from deltamirror.producer.local_kafka import LocalKafka
 
-    broker = LocalKafka(port=_free_port_pair(), data_dir=tmp_path / "kafka")
+    broker = LocalKafka(port=free_port_pair(), data_dir=tmp_path / "kafka")
     bootstrap = broker.start()
     pid = broker.status()["pid"]
     assert pid is not None

@@ -514,3 +514,20 @@ def test_a_state_dir_written_before_groups_were_recorded_takes_the_group_it_was_
     again = _invalidate(mirrored, group, "--webhook", receiver.url, "--state-dir", str(state))
     assert again.returncode == 0 and _lines(again) == []
     assert json.loads((state / "offsets.json").read_text())["groupId"] == group
+
+
+def test_the_line_of_a_dropped_tables_document_is_printed() -> None:
+    """A tableDropped document has no previousTableId: its outcome line once raised a KeyError."""
+    from deltamirror.cli.consumer_cmds import _outcome_line
+    from deltamirror.consumer.invalidate import Outcome, replacement_payload
+    from deltamirror.consumer.snapshot import TableReplacement
+
+    notice = TableReplacement("file:///t", "id-1", "id-1", 4, "gone", None, 0, dropped=True)
+    line = _outcome_line(Outcome(replacement_payload(notice), 1))
+    assert line == {
+        "kind": "tableDropped",
+        "tableId": "id-1",
+        "lastVersion": 4,
+        "attempts": 1,
+        "outcome": "delivered",
+    }

@@ -13,7 +13,7 @@ from deltamirror.consumer.mirror_changes import MirrorIndex, MirrorSettings, rea
 from deltamirror.core.changes import changes_from_actions
 from deltamirror.core.table import open_table
 from deltamirror.mirror.errors import EventStreamError
-from deltamirror.mirror.events import SCHEMA_VERSION, CommitSummary, TableReplaced
+from deltamirror.mirror.events import SCHEMA_VERSION, CommitSummary, Heartbeat, TableReplaced
 from support.tables import copy_table
 from support.watching import watch_until
 
@@ -38,6 +38,18 @@ def _summary(
     ).to_json_bytes()
 
 
+def _heartbeat(version: int) -> bytes:
+    return Heartbeat(
+        schema_version=SCHEMA_VERSION,
+        table_id="id-1",
+        table_uri="file:///data/t",
+        latest_version=version,
+        commit_timestamp=1_000 + version,
+        commit_timestamp_source="file-time",
+        heartbeat_timestamp=5_000,
+    ).to_json_bytes()
+
+
 def _index(*records: tuple[bytes, str]) -> MirrorIndex:
     index = MirrorIndex(MirrorSettings("unused:1", "t.actions", "t.commits", "/data/t"))
     for value, kind in records:
@@ -50,9 +62,11 @@ def test_the_index_knows_which_versions_are_wholly_mirrored() -> None:
         (_summary(3), "commit"),
         (_summary(4), "commit"),
         (_summary(4, uri="file:///data/other"), "commit"),  # another table on the same topic
-        (b'{"kind":"heartbeat"}', "heartbeat"),
+        (_heartbeat(4), "heartbeat"),
+        (b'{"kind":"aNewKind","schemaVersion":1}', "aNewKind"),  # a kind a newer watcher may write
     )
     assert (index.first, index.latest, index.table_id) == (3, 4, "id-1")
+    assert index.unknown_kinds == 1
     index.check_available(3, 4)
     with pytest.raises(EventStreamError, match="its commits start at version 3"):
         index.check_available(2, 4)

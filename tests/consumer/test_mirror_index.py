@@ -101,9 +101,12 @@ def test_parsed_options_are_plain_strings_for_the_consumer_and_keep_secrets_out_
 
 
 @pytest.mark.kafka
-def test_a_refresh_resumes_after_the_last_whole_record_and_rereads_an_unfinished_one(
+def test_a_refresh_resumes_after_the_last_whole_record_and_refuses_one_cut_short(
     kafka_bootstrap: str,
 ) -> None:
+    """The watcher writes a record's fragments in one transaction: a reader never sees part of one
+    at the end of a partition, so a record cut short there is refused (naming its first fragment),
+    the versions before it kept; a refresh after it reads it again."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -127,10 +130,14 @@ def test_a_refresh_resumes_after_the_last_whole_record_and_rereads_an_unfinished
     send(parts[0], ("fragment", b"0/3"))
     send(parts[1], ("fragment", b"1/3"))
     index.refresh()
+    assert index.refused is not None and "cut short" in str(index.refused)
+    assert "offset=1)" in str(index.refused) and index.latest == 0  # what came before it is kept
+    index.refresh()  # nothing past it is read
     assert index.latest == 0
     send(parts[2], ("fragment", b"2/3"))
     send(_summary(2))
-    index.refresh()  # from the first fragment again: version 1 whole, then version 2
+    index = MirrorIndex(MirrorSettings(kafka_bootstrap, "unused.actions", commits, URI, idle_timeout_s=30))
+    index.refresh()  # a new index (a restart): version 1 whole from its first fragment, then version 2
     assert (index.first, index.latest) == (0, 2)
     assert [index.timestamp(v) for v in (0, 1, 2)] == [1_000, 1_001, 1_002]
     index.refresh()  # nothing new: nothing read twice (a repeat of version 2 would be ignored anyway)

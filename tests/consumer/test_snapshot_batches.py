@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -12,7 +13,7 @@ from deltamirror.mirror.errors import EventStreamError
 from deltamirror.mirror.event_batches import decode_action_events
 from deltamirror.mirror.events import decode_action_event
 from deltamirror.producer.offline_events import iter_event_values
-from support.tables import TABLES
+from support.tables import TABLES, record_rules
 
 TABLES_FROM_ZERO = [
     "golden__basic-with-inserts-updates",
@@ -24,11 +25,13 @@ TABLES_FROM_ZERO = [
 ]
 
 
-def _one_by_one(table_id: str, values: list[bytes]) -> tuple[IncrementalSnapshot, list[Invalidation]]:
+def _one_by_one(
+    table_id: str, values: list[bytes], rules: Any = None
+) -> tuple[IncrementalSnapshot, list[Invalidation]]:
     state = IncrementalSnapshot(table_id)
     out = []
     for value in values:
-        applied = state.apply(decode_action_event(value))
+        applied = state.apply(decode_action_event(value, rules=rules))
         if applied is not None:
             out.append(applied)
     return state, out
@@ -45,11 +48,12 @@ def _same(a: Invalidation, b: Invalidation) -> None:
 def test_batches_of_any_size_apply_as_events_one_by_one(table_id: str, size: int) -> None:
     values = list(iter_event_values(str(TABLES / table_id)))
     table = json.loads(values[0])["tableId"]
-    expected, expected_invalidations = _one_by_one(table, values)
+    rules: Any = record_rules(table_id)
+    expected, expected_invalidations = _one_by_one(table, values, rules)
     state = IncrementalSnapshot(table)
     got = []
     for start in range(0, len(values), size):
-        batch = decode_action_events(values[start : start + size])
+        batch = decode_action_events(values[start : start + size], rules=rules)
         assert batch.columnar
         for segment in batch.segments:
             applied = state.apply_segment(segment)

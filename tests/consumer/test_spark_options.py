@@ -72,8 +72,40 @@ def test_delta_spark_options_parse_with_its_meanings_in_any_case() -> None:
 
 
 @pytest.mark.parametrize(
+    ("given", "size"),
+    [
+        ("1048576", 1048576),
+        ("1048576b", 1048576),
+        ("  512 ", 512),
+        ("1k", 1024),
+        ("1kb", 1024),
+        ("2m", 2 << 20),
+    ],
+)
+def test_max_bytes_per_trigger_without_a_unit_or_with_b_is_bytes(given: str, size: int) -> None:
+    """As delta-spark documents it: ``1048576`` is one MiB, not one GiB."""
+    assert _parse(maxBytesPerTrigger=given).max_bytes_per_trigger == size
+
+
+def test_allow_path_prefixes_reach_the_table_and_the_mirror_reader(tmp_path: Path) -> None:
+    """A shallow clone's files live under its source: allowed as the CLI's --allow-path-prefix."""
+    parsed = _parse(allowPathPrefixes=f"{tmp_path}/src, file:///data/other")
+    assert parsed.allowed_path_prefixes == (f"{tmp_path}/src", "file:///data/other")
+    assert parsed.settings.allowed_path_prefixes == parsed.allowed_path_prefixes
+    assert parsed.settings.rules().allowed_path_prefixes == parsed.allowed_path_prefixes
+    assert _parse(onBadRecord="SKIP").settings.on_bad_record == "skip"
+    assert _parse().settings.on_bad_record == "stop"
+
+
+@pytest.mark.parametrize(
     ("options", "message"),
     [
+        ({"allowPathPrefixes": "a,,b"}, r"^option allowPathPrefixes must be locations separated by commas"),
+        (
+            {"allowPathPrefixes": "s3://bucket/src"},
+            r"^option allowPathPrefixes: allowed path prefix 's3://bucket/src' is not on",
+        ),
+        ({"onBadRecord": "ignore"}, r"^option onBadRecord must be 'stop' or 'skip', got 'ignore'"),
         ({"startingversion": "soon"}, r"^option startingVersion must be a version number, got 'soon'"),
         ({"startingTimestamp": "yesterday"}, r"^option startingTimestamp: invalid timestamp 'yesterday'"),
         ({"maxFilesPerTrigger": "0"}, r"^option maxFilesPerTrigger must be a positive integer, got '0'"),
@@ -378,3 +410,14 @@ def test_a_missing_data_file_fails_naming_it_or_its_rows_are_skipped(tmp_path: P
     assert lost_rows > 0 and skipped.num_rows == everything.num_rows - lost_rows
     later = everything.filter(pc.greater(everything["_commit_version"], 0))
     assert skipped.filter(pc.greater(skipped["_commit_version"], 0)).equals(later)
+
+
+def test_a_refused_record_stops_the_stream_once_the_versions_before_it_are_planned() -> None:
+    from deltamirror.mirror.boundary import BadRecordError
+
+    index = _index(*(_summary(v) for v in range(3)))
+    index.refused = BadRecordError("forged", topic="t.commits", partition=0, offset=3)
+    assert next_offset(index, {"version": 0}, target=None, limit=(1, None)) == {"version": 1}
+    assert next_offset(index, {"version": 1}, target=None, limit=None) == {"version": 3}
+    with pytest.raises(BadRecordError, match="offset=3"):
+        next_offset(index, {"version": 3}, target=None, limit=None)

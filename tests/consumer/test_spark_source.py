@@ -9,6 +9,7 @@ twice with the same trigger: by ``format("deltamirror")`` from Kafka, and by del
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import uuid
 from pathlib import Path
@@ -290,3 +291,68 @@ def test_a_vacuumed_data_file_fails_the_stream_or_is_skipped_with_fail_on_data_l
     ours = normalize_cdf_rows(_run(mirror.ours(startingVersion=0, failOnDataLoss="false"), mirror.root / "s"))
     theirs = normalize_cdf_rows(_run(mirror.theirs(startingVersion=1), mirror.root / "s-theirs"))
     assert ours == theirs and {r["_commit_version"] for r in ours} == {1, last}
+
+
+def _shallow_clone(source: Path, clone: Path) -> None:
+    """``clone``: a table whose log is ``source``'s, its file actions naming ``source``'s files by
+    absolute URI, as a shallow clone's log names its source's files."""
+    (clone / "_delta_log").mkdir(parents=True)
+    for commit in sorted((source / "_delta_log").glob("*.json")):
+        lines = []
+        for line in commit.read_text().splitlines():
+            action = json.loads(line)
+            for kind in ("add", "remove", "cdc"):
+                if kind in action:
+                    action[kind]["path"] = f"file://{source}/{action[kind]['path']}"
+            lines.append(json.dumps(action))
+        (clone / "_delta_log" / commit.name).write_text("\n".join(lines) + "\n")
+
+
+def test_a_shallow_clone_reads_through_the_source_with_allow_path_prefixes(
+    spark: Any,  # noqa: F811
+    kafka_bootstrap: str,
+    tmp_path: Path,
+) -> None:
+    from deltamirror.consumer.spark_source import register
+    from deltamirror.core.table import open_table
+    from support.tables import copy_table
+
+    source = copy_table("krs__cdf-table-partitioned", tmp_path / "src")
+    clone = tmp_path / "clone"
+    _shallow_clone(source, clone)
+    latest = open_table(str(source)).latest_version()
+    actions = f"clone-{uuid.uuid4().hex[:10]}.actions"
+    watch_until(
+        kafka_bootstrap,
+        clone,
+        actions,
+        latest,
+        f"dm-{actions}",
+        snapshot_mode="from-version",
+        from_version=0,
+        allowed_path_prefixes=[str(source)],
+    )
+    register(spark)
+
+    def stream(**options: str) -> Any:
+        reader = (
+            spark.readStream.format("deltamirror")
+            .option("kafka.bootstrap.servers", kafka_bootstrap)
+            .option("actionsTopic", actions)
+            .option("commitsTopic", actions.replace(".actions", ".commits"))
+            .option("startingVersion", "0")
+        )
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        return reader.load(str(clone))
+
+    def rows(found: list[dict[str, Any]]) -> list[str]:
+        return sorted(
+            json.dumps({k: v for k, v in r.items() if k != "_commit_timestamp"}, default=str) for r in found
+        )
+
+    expected = open_table(str(source)).changes(starting_version=0).to_arrow().to_pylist()
+    got = _run(stream(allowPathPrefixes=str(source)), tmp_path / "with")
+    assert expected and rows(got) == rows(expected)
+    with pytest.raises(Exception, match="outside the table root"):  # the query's error, as Spark raises it
+        _run(stream(), tmp_path / "without")

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from deltamirror.core.accumulator import FILE_ROWS, ORDER
 from deltamirror.core.table import open_table
+from deltamirror.mirror.boundary import DEFAULT_RULES, RecordRules
 from deltamirror.mirror.errors import EventStreamError
 from deltamirror.mirror.event_batches import ActionEventBatch, decode_action_events
 from deltamirror.mirror.events import decode_action_event
@@ -33,6 +34,9 @@ TABLES_WITH_FILES = [
     "golden__canonicalized-paths-normal-a",  # file: paths
     "golden__basic-with-inserts-deletes-checkpoint",
 ]
+#: what a reader of each table allows outside its root (golden__canonicalized-paths-normal-a's log
+#: names /some/unqualified/absolute/path, which a reader takes only under an allowed prefix)
+RULES = {"golden__canonicalized-paths-normal-a": RecordRules(allowed_path_prefixes=["/some"])}
 
 
 def _row(name: str, action: Any, index: int) -> tuple[str, Any]:
@@ -46,11 +50,11 @@ def _row(name: str, action: Any, index: int) -> tuple[str, Any]:
     return ("row", table.to_pylist()[0])
 
 
-def _expected(values: list[bytes]) -> list[tuple[Any, ...]]:
+def _expected(values: list[bytes], rules: RecordRules = DEFAULT_RULES) -> list[tuple[Any, ...]]:
     """Per value: its envelope, index and action, file actions as their Arrow row (per-record decoder)."""
     out = []
     for value in values:
-        e = decode_action_event(value)
+        e = decode_action_event(value, rules=rules)
         envelope = (e.table_id, e.table_uri, e.version, e.commit_timestamp, e.commit_timestamp_source)
         envelope += (e.count, e.snapshot, e.schema_version)
         action = _row(e.type, e.action, e.index) if e.type in ("add", "remove") else e.action
@@ -91,24 +95,28 @@ def _values(table_id: str) -> list[bytes]:
     return values + snapshot
 
 
-def _assert_same(values: list[bytes]) -> ActionEventBatch | None:
+def _assert_same(values: list[bytes], rules: RecordRules = DEFAULT_RULES) -> ActionEventBatch | None:
     """Both decoders accept ``values`` with the same content, or both refuse the same value alike."""
     try:
-        expected = _expected(values)
+        expected = _expected(values, rules)
     except EventStreamError as exc:
         with pytest.raises(EventStreamError) as refused:
-            decode_action_events(values, lambda i: {"offset": i})
-        first = next(i for i, v in enumerate(values) if _refused(v))
-        assert str(refused.value) == str(EventStreamError(exc.message, offset=first))
+            decode_action_events(values, lambda i: {"offset": i}, rules=rules)
+        first = next(i for i, v in enumerate(values) if _refused(v, rules))
+        assert str(refused.value) == str(EventStreamError(exc.message, version=exc.version, offset=first))
+        partial = decode_action_events(values, lambda i: {"offset": i}, rules=rules, partial=True)
+        assert partial.refused is not None and partial.refused[0] == first
+        assert str(partial.refused[1]) == str(refused.value)
+        assert _got(partial) == _expected(values[:first], rules)  # the values before it, decoded
         return None
-    batch = decode_action_events(values, lambda i: {"offset": i})
+    batch = decode_action_events(values, lambda i: {"offset": i}, rules=rules)
     assert _got(batch) == expected
     return batch
 
 
-def _refused(value: bytes) -> bool:
+def _refused(value: bytes, rules: RecordRules = DEFAULT_RULES) -> bool:
     try:
-        decode_action_event(value)
+        decode_action_event(value, rules=rules)
     except EventStreamError:
         return True
     return False
@@ -117,7 +125,7 @@ def _refused(value: bytes) -> bool:
 @pytest.mark.parametrize("table_id", TABLES_WITH_FILES)
 def test_the_watchers_events_take_the_columnar_path_and_decode_as_one_by_one(table_id: str) -> None:
     values = _values(table_id)
-    batch = _assert_same(values)
+    batch = _assert_same(values, RULES.get(table_id, DEFAULT_RULES))
     assert batch is not None and batch.columnar
     assert any(s.adds is not None for s in batch.segments)
 
@@ -148,7 +156,8 @@ def _event(index: int = 0, count: int = 1, action_type: str = "add", **body: Any
         "snapshot": False,
         "index": index,
         "type": action_type,
-        "action": body or {"path": "a", "partitionValues": {"p": "1"}, "size": 1, "dataChange": True},
+        "action": body
+        or {"path": "a", "partitionValues": {"p": "1"}, "size": 1, "modificationTime": 0, "dataChange": True},
     }
 
 
@@ -158,7 +167,19 @@ def _encoded(event: dict[str, Any]) -> bytes:
 
 def _base() -> list[bytes]:
     return [
-        _encoded(_event(i, 4, "add", path=f"p{i}", partitionValues={"p": str(i)}, size=i)) for i in range(4)
+        _encoded(
+            _event(
+                i,
+                4,
+                "add",
+                path=f"p{i}",
+                partitionValues={"p": str(i)},
+                size=i,
+                modificationTime=0,
+                dataChange=True,
+            )
+        )
+        for i in range(4)
     ]
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from deltamirror.mirror.boundary import RecordLimits
 from deltamirror.mirror.errors import EventStreamError, RecordTooLargeError
-from deltamirror.mirror.fragments import FragmentAssembler, split_oversize
+from deltamirror.mirror.fragments import FragmentAssembler, FragmentError, split_oversize
 from deltamirror.mirror.headers import HEADER_FRAGMENT, Headers, action_headers, header_value
 
 
@@ -34,8 +35,49 @@ def test_a_missing_fragment_is_an_error() -> None:
         assembler.feed(*parts[2])
     assembler = FragmentAssembler()
     assembler.feed(*parts[0])
-    with pytest.raises(EventStreamError, match="missing"):
+    with pytest.raises(FragmentError, match="cut short") as cut:
         assembler.feed(b"{}", [])
+    assert cut.value.keeps_current  # the whole record itself was not refused
+    assert not assembler.pending and assembler.feed(b"{}", []) == b"{}"
+
+
+def test_a_record_of_more_fragments_than_a_reader_takes_is_refused_at_its_first() -> None:
+    """``fragment: 0/999999``: refused at once, not gathered until memory runs out."""
+    assembler = FragmentAssembler(RecordLimits(max_fragments=1000))
+    with pytest.raises(FragmentError, match="999999 fragments"):
+        assembler.feed(b"x" * 1000, [(HEADER_FRAGMENT, b"0/999999")])
+    assert not assembler.pending
+    assert [assembler.feed(v, h) for v, h in _split(b"0123456789", 5)] == [None, b"0123456789"]
+
+
+def test_fragments_holding_more_bytes_than_a_reader_takes_are_refused_as_they_come() -> None:
+    assembler = FragmentAssembler(RecordLimits(max_record_bytes=2500))
+    parts = _split(b"y" * 5000, 1000)
+    assert assembler.feed(*parts[0]) is None and assembler.feed(*parts[1]) is None
+    with pytest.raises(FragmentError, match="3000 bytes"):
+        assembler.feed(*parts[2])
+    assert not assembler.pending
+
+
+def test_fragments_waiting_longer_than_the_limit_are_overdue() -> None:
+    now = [100.0]
+    assembler = FragmentAssembler(RecordLimits(fragment_wait_s=5.0), clock=lambda: now[0])
+    parts = _split(b"0123456789", 3)
+    assembler.feed(*parts[0])
+    now[0] += 5.0
+    assert not assembler.overdue()
+    now[0] += 0.1
+    assert assembler.overdue()
+
+
+def test_a_first_fragment_after_a_broken_one_may_start_again() -> None:
+    assembler = FragmentAssembler()
+    parts = _split(b"0123456789", 3)
+    assembler.feed(*parts[0])
+    with pytest.raises(FragmentError) as broken:
+        assembler.feed(*parts[0])
+    assert broken.value.keeps_current
+    assert [assembler.feed(v, h) for v, h in parts] == [None, None, None, b"0123456789"]
 
 
 @pytest.mark.parametrize("header", [b"garbage", b"1", b"x/2", b"0/x", b"\xff/2", b"0/0", b""])

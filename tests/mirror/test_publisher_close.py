@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from support.kafka import _free_port_pair, live_clients, new_topic
+from support.kafka import free_port_pair, live_clients, new_topic
 
 pytestmark = pytest.mark.kafka
 
@@ -62,7 +62,7 @@ def test_a_publisher_whose_broker_froze_mid_transaction_closes_at_once_and_its_c
     from deltamirror.mirror.kafka_producer import TransactionalPublisher
     from deltamirror.producer.local_kafka import LocalKafka
 
-    broker = LocalKafka(port=_free_port_pair(), data_dir=tmp_path / "kafka")
+    broker = LocalKafka(port=free_port_pair(), data_dir=tmp_path / "kafka")
     bootstrap = broker.start()
     pid = broker.status()["pid"]
     assert pid is not None

@@ -4,6 +4,7 @@ versions, without a restart (real broker)."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,13 @@ from typing import Any
 import pytest
 
 from deltamirror.producer.settings import WatchConfig
-from deltamirror.producer.signals import Signal, SignalListener
+from deltamirror.producer.signals import (
+    MAX_PENDING,
+    MAX_SNAPSHOTS_PER_INTERVAL,
+    SNAPSHOT_INTERVAL_S,
+    Signal,
+    SignalListener,
+)
 
 pytestmark = [pytest.mark.kafka]
 
@@ -246,3 +253,92 @@ def _wait(condition: Any, what: str, timeout_s: float = 30.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, f"timed out: {what}"
         time.sleep(0.05)
+
+
+# --- the topic is operators' input, and anyone who can write to it: bounded -------------------------
+
+
+def test_signals_with_huge_table_uris_are_neither_kept_nor_logged_whole(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """400 signals with a 900 KB tableUri once took 500 MB and logged each URI twice; a signal is a
+    few hundred bytes: a larger record is skipped with one short line, never kept."""
+    now = [0.0]
+    listener, taken, _ = _listener(set(), now)
+    huge = "file:///" + "x" * 900_000
+    caplog.set_level(logging.INFO, logger="deltamirror.signals")
+    for i in range(40):
+        raw = {
+            "kind": "snapshot",
+            "tableUri": huge + str(i),
+            "id": f"s{i}",
+            "requestedAt": listener.started_ms + 1,
+        }
+        listener._take(json.dumps(raw).encode(), i)
+    assert taken == [] and listener.pending == {}
+    logged = sum(len(r.getMessage()) for r in caplog.records)
+    assert logged < 40 * 1000, logged
+    assert all(len(str(getattr(r, "table", ""))) <= 300 for r in caplog.records)
+
+
+def test_kept_signals_are_bounded_in_count_and_their_logs_cut_short(caplog: pytest.LogCaptureFixture) -> None:
+    now = [0.0]
+    listener, _, _ = _listener(set(), now)
+    caplog.set_level(logging.INFO, logger="deltamirror.signals")
+    long_uri = "file:///" + "y" * 5000
+    for i in range(MAX_PENDING + 50):
+        listener._take(_signal(listener, f"{long_uri}/{i}", f"s{i}"), i)
+    assert len(listener.pending) == MAX_PENDING
+    assert MAX_PENDING <= 1000
+    assert max(len(r.getMessage()) for r in caplog.records) < 1000
+
+
+def test_signals_for_a_running_table_snapshot_it_at_most_once_per_interval() -> None:
+    """Every signal used to trigger a full snapshot: now one per table per interval, the signals
+    in between coalesced into one acted on once the interval has passed."""
+    now = [1000.0]
+    listener, taken, _ = _listener({"file:///a", "file:///b"}, now)
+    for i in range(5):
+        listener._take(_signal(listener, "file:///a", f"a{i}"), i)
+    assert [s.id for s in taken] == ["a0"] and "file:///a" in listener.pending
+    listener._take(_signal(listener, "file:///b", "b0"), 9)  # another table: its own interval
+    assert [s.id for s in taken] == ["a0", "b0"]
+    now[0] += SNAPSHOT_INTERVAL_S - 1
+    listener.offer_pending()
+    assert len(taken) == 2
+    now[0] += 2
+    listener.offer_pending()
+    assert [s.id for s in taken] == ["a0", "b0", "a4"] and listener.pending == {}
+
+
+def test_signals_for_many_running_tables_are_bounded_over_the_instance() -> None:
+    now = [1000.0]
+    tables = {f"file:///t{i}" for i in range(3 * MAX_SNAPSHOTS_PER_INTERVAL)}
+    listener, taken, _ = _listener(tables, now)
+    for i, table in enumerate(sorted(tables)):
+        listener._take(_signal(listener, table, f"s{i}"), i)
+    assert len(taken) == MAX_SNAPSHOTS_PER_INTERVAL
+    now[0] += SNAPSHOT_INTERVAL_S + 1
+    listener.offer_pending()
+    assert len(taken) == 2 * MAX_SNAPSHOTS_PER_INTERVAL
+
+
+def test_a_signal_topic_created_here_refuses_records_larger_than_a_signal(
+    kafka_bootstrap: str, kit: Any
+) -> None:
+    from confluent_kafka import Producer
+
+    from deltamirror.mirror.topics import TopicManager
+    from deltamirror.producer.signals import SIGNAL_MAX_BYTES, SIGNAL_TOPIC_MAX_BYTES
+
+    topic = kit.unique("signals")
+    TopicManager(
+        {"bootstrap.servers": kafka_bootstrap}, max_record_bytes=SIGNAL_MAX_BYTES
+    ).ensure_signal_topic(topic, SIGNAL_TOPIC_MAX_BYTES)
+    errors: list[Any] = []
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "message.max.bytes": 2_000_000})
+    producer.produce(topic, b"x" * 900_000, on_delivery=lambda err, msg: errors.append(err))
+    producer.produce(topic, b"y" * 1000, on_delivery=lambda err, msg: errors.append(err))
+    assert producer.flush(30) == 0
+    assert errors[0] is not None and errors[0].name() == "MSG_SIZE_TOO_LARGE", errors
+    assert errors[1] is None  # a signal-sized record is taken

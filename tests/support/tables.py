@@ -58,3 +58,14 @@ def copy_table(table_id: str, dest: Path) -> Path:
     target = dest / table_id
     shutil.copytree(TABLES / table_id, target)
     return target
+
+
+def record_rules(table_id: str) -> object:
+    """What a consumer of ``table_id``'s mirror must allow (a deltamirror.mirror.boundary.RecordRules):
+    golden__canonicalized-paths-normal-a's log names /some/unqualified/absolute/path, outside its
+    root, which a reader takes only under an allowed prefix (as core reads its data only then)."""
+    from deltamirror.mirror.boundary import RecordRules
+
+    if table_id == "golden__canonicalized-paths-normal-a":
+        return RecordRules(allowed_path_prefixes=["/some"])
+    return RecordRules()
