@@ -187,6 +187,7 @@ class TransactionalPublisher:
         self.records = 0
         self.bytes = 0
         self.started_at = 0.0
+        self.transaction_timeout_s = transaction_timeout_s(config)
         #: connections to the brokers lost so far: a broker may have restarted meanwhile, and one
         #: killed mid-commit can leave a committed transaction's records without their markers
         self.disconnects = 0
@@ -207,7 +208,24 @@ class TransactionalPublisher:
         err = exc.args[0] if exc.args and isinstance(exc.args[0], _RdKafkaError) else None
         if err is not None and err.code() == _RdKafkaError._FATAL:
             exc = self._fatal_cause() or exc
-        return classify(exc, what, self.transactional_id)
+        found = classify(exc, what, self.transactional_id)
+        return self._expired(found, what) if isinstance(found, ProducerFencedError) else found
+
+    def _expired(self, fenced: ProducerFencedError, what: str) -> KafkaError:
+        """A fence of a producer whose own transaction outlived ``transaction.timeout.ms`` (a broker
+        away meanwhile) is the coordinator's doing: it aborted the expired transaction and bumped the
+        producer's epoch. Not another watcher: a fatal KafkaError (a new producer session), not
+        ProducerFencedError (which ends the watcher)."""
+        age = time.monotonic() - self.started_at
+        if not self.in_transaction or age < self.transaction_timeout_s:
+            return fenced
+        return KafkaError(
+            f"{what} failed: the transaction coordinator aborted this producer's transaction, open for "
+            f"{age:.0f} s (transaction.timeout.ms {self.transaction_timeout_s:.0f} s), and fenced its "
+            f"epoch ({fenced})",
+            transactional_id=self.transactional_id,
+            fatal=True,
+        )
 
     def _fatal_cause(self) -> KafkaException | None:
         """The client's fatal error: latched by the error callback, or returned by the next call."""
@@ -246,9 +264,12 @@ class TransactionalPublisher:
         self._error_topic = None
         reason = f"delivery to {topic} failed: {err.str()} ({err.name()})"
         if err.code() in FENCED_CODES:
-            raise ProducerFencedError(
-                f"fenced: another watcher now publishes this table ({err.str()})",
-                transactional_id=self.transactional_id,
+            raise self._expired(
+                ProducerFencedError(
+                    f"fenced: another watcher now publishes this table ({err.str()})",
+                    transactional_id=self.transactional_id,
+                ),
+                f"delivery to {topic}",
             )
         if err.code() == _RdKafkaError.INVALID_TIMESTAMP:
             raise TimestampRefusedError(reason, topic=topic, transactional_id=self.transactional_id)
