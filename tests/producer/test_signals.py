@@ -337,7 +337,9 @@ def test_a_signal_topic_created_here_refuses_records_larger_than_a_signal(
     ).ensure_signal_topic(topic, SIGNAL_TOPIC_MAX_BYTES)
     errors: list[Any] = []
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "message.max.bytes": 2_000_000})
+    # one batch each: the broker's limit is on a batch, and both in one batch would both be refused
     producer.produce(topic, b"x" * 900_000, on_delivery=lambda err, msg: errors.append(err))
+    assert producer.flush(30) == 0
     producer.produce(topic, b"y" * 1000, on_delivery=lambda err, msg: errors.append(err))
     assert producer.flush(30) == 0
     assert errors[0] is not None and errors[0].name() == "MSG_SIZE_TOO_LARGE", errors

@@ -245,7 +245,8 @@ def consume_snapshot_argv(bootstrap: str, topics: Topics, state_dir: Path, *extr
         "--format",
         "jsonl",
         "--group-id",
-        f"forge-{uuid.uuid4().hex[:8]}",
+        # one group per state directory: a state directory records its group and refuses another
+        f"forge-{uuid.uuid5(uuid.NAMESPACE_URL, str(state_dir)).hex[:8]}",
         *extra,
     ]
 
