@@ -45,7 +45,13 @@ def _publish(bootstrap: str, topic: str) -> None:
                 commit_timestamp_source="ict",
                 count=1,
             )
-            add = {"path": f"f{version}", "partitionValues": {}, "size": 1, "modificationTime": 1, "dataChange": True}
+            add = {
+                "path": f"f{version}",
+                "partitionValues": {},
+                "size": 1,
+                "modificationTime": 1,
+                "dataChange": True,
+            }
             for value in encoder.encode_many(0, [("add", add)]):
                 producer.produce(topic, value, b"t")
         assert producer.flush(30) == 0
