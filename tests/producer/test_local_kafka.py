@@ -73,6 +73,14 @@ def test_pinned_artifacts_are_well_formed() -> None:
     assert ("org.slf4j", "slf4j-api") in coordinates
     assert ("org.apache.logging.log4j", "log4j-slf4j-impl") in coordinates, "no slf4j log backend"
     assert doc["broker_main_class"] and doc["storage_tool_main_class"]
+    # the admin tools' own jar, on top of the broker's classpath, fetched only when a tool runs
+    tools = doc["tool_artifacts"]
+    assert [(t["group"], t["artifact"], t["version"]) for t in tools] == [
+        ("org.apache.kafka", "kafka-tools", version)
+    ]
+    assert all(re.fullmatch(r"[0-9a-f]{64}", t["sha256"]) and t["size"] > 0 for t in tools)
+    assert not {(t["group"], t["artifact"]) for t in tools} & set(coordinates)
+    assert doc["transactions_tool_main_class"] == "org.apache.kafka.tools.TransactionsCommand"
 
 
 def test_verify_jar_rejects_and_deletes_a_corrupt_file(tmp_path: Path) -> None:
