@@ -881,6 +881,8 @@ ELSEWHERE: dict[str, str] = {
     "invalidate header": "tests/cli/test_invalidate_cli.py::test_given_up_with_a_dead_letter_topic_each_version_is_a_record_there_and_secrets_stay_hidden",
     "local kafka start data_dir": "tests/producer/test_local_kafka.py::test_local_kafka_lifecycle_through_the_cli",
     "local kafka start port": "tests/producer/test_local_kafka.py::test_local_kafka_lifecycle_through_the_cli",
+    "local kafka abort-hanging data_dir": "tests/producer/test_local_kafka.py::test_local_kafka_lifecycle_through_the_cli",
+    "local kafka abort-hanging port": "tests/producer/test_local_kafka.py::test_local_kafka_lifecycle_through_the_cli",
     "local kafka status data_dir": "tests/producer/test_local_kafka.py::test_local_kafka_lifecycle_through_the_cli",
     "local kafka status port": "tests/producer/test_local_kafka.py::test_local_kafka_lifecycle_through_the_cli",
     "local kafka stop data_dir": "tests/producer/test_local_kafka.py::test_local_kafka_lifecycle_through_the_cli",
@@ -924,6 +926,8 @@ ELSEWHERE: dict[str, str] = {
 #: ``test_every_setting_has_an_observer`` unless it has an observer; one of these that gets one must be
 #: struck from here (the same test fails until it is)
 NOT_YET_OBSERVED: dict[str, str] = {
+    "local kafka abort-hanging dry_run": "needs a hanging transaction (a broker killed mid-commit): tests/producer/test_broker_kill.py reaches the remedy through the library, not the flag",
+    "local kafka abort-hanging max_transaction_timeout": "needs a hanging transaction younger than the bound; only its refusal of a negative value and 0 in the lifecycle test are run",
     "consume-snapshot checkpoint_interval_versions": "no observer of an intermediate save yet (the end's is observed with state_dir)",
     "consume-snapshot checkpoint_interval_s": "no observer of an intermediate save yet (the end's is observed with state_dir)",
     "invalidate checkpoint_interval_versions": "no observer yet: the save falls due after the deliveries of one read batch (SnapshotConsumer.checkpoint), and an observer holding a version in the same batch sees none",

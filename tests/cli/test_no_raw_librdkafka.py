@@ -101,6 +101,9 @@ def runs(tmp_path: Path) -> dict[tuple[str, ...], DeadBrokerRun]:
             ["signal", "snapshot", str(table), "--bootstrap-servers", dead, "--timeout", "2"], None
         ),
         ("local", "kafka", "status"): DeadBrokerRun(["local", "kafka", "status", "--port", port], None),
+        ("local", "kafka", "abort-hanging"): DeadBrokerRun(
+            ["local", "kafka", "abort-hanging", "--port", port, "--data-dir", str(tmp_path / "kafka")], None
+        ),
     }
 
 
@@ -160,6 +163,7 @@ COMMANDS = [
     ("invalidate",),
     ("signal", "snapshot"),
     ("local", "kafka", "status"),
+    ("local", "kafka", "abort-hanging"),
 ]
 
 

@@ -291,6 +291,9 @@ def test_local_kafka_lifecycle_through_the_cli(tmp_path: Path, capsys: pytest.Ca
         assert _cli("local", "kafka", "status", *opts) == 0
         assert f"(pid {pid}, Kafka " in capsys.readouterr().out
         new_topic(f"127.0.0.1:{port}", "lifecycle")
+        # the remedy for a hanging transaction reaches the broker named by --port and --data-dir
+        assert _cli("local", "kafka", "abort-hanging", *opts, "--max-transaction-timeout", "0") == 0
+        assert capsys.readouterr().out == f"no hanging transaction on the broker at 127.0.0.1:{port}\n"
     finally:
         assert _cli("local", "kafka", "stop", *opts) == 0
     assert f"kafka stopped (pid {pid}" in capsys.readouterr().out
