@@ -326,7 +326,9 @@ def test_metrics_and_health_never_show_credentials() -> None:
     assert health["tables"]["memory://***@bucket/events"]["reason"] == (
         "cannot read memory://***@bucket/events: token=***"
     )
-    assert health["reason"] == "fenced on memory://***@bucket/events"
+    assert health["reason"] == (  # the watcher's reason, then the tables stopped on an error
+        "fenced on memory://***@bucket/events; 1 table(s) stopped on an error: memory://***@bucket/events"
+    )
 
 
 # --- the command line ------------------------------------------------------------------------------
