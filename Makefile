@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install demo test test-fast test-kafka test-spark coverage test-pythons scale-test bench-scale lint format fuzz chaos forge bench bench-rows bench-quick bench-compare ci clean
+.PHONY: help install demo test test-fast test-kafka test-spark e2e coverage test-pythons scale-test bench-scale lint format fuzz chaos forge bench bench-rows bench-quick bench-compare ci clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-11s %s\n", $$1, $$2}'
@@ -34,10 +34,14 @@ test-fast: install ## the suite without Kafka, Spark and S3 (no Java needed)
 	$(BIN)/python -m pytest -m "not kafka and not spark and not s3"
 
 test-kafka: install ## only the tests that need a Kafka broker
-	$(BIN)/python -m pytest -m kafka
+	$(BIN)/python -m pytest -m "kafka and not e2e"
 
 test-spark: install ## only the tests that need Spark
 	$(BIN)/python -m pytest -m spark
+
+e2e: install ## the whole scenario matrix on a real broker (tests/e2e); its table in build/e2e-matrix.md
+	mkdir -p build
+	DELTAMIRROR_MATRIX_REPORT=build/e2e-matrix.md $(BIN)/python -m pytest tests/e2e -m "" -p no:cacheprovider
 
 coverage: install ## the suite with line and branch coverage of deltamirror (MARK= narrows it, e.g. MARK="not spark"); build/coverage/index.html
 	$(BIN)/python -m pytest $(if $(MARK),-m "$(MARK)") --cov=deltamirror --cov-branch \

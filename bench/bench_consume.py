@@ -157,9 +157,14 @@ def _consume_snapshot(
     from deltamirror.cli.main import main
 
     argv = ["consume-snapshot", "--bootstrap-servers", bootstrap, "--topic", topic, "--once"]
-    argv += ["--group-id", group or f"dmbench-{uuid.uuid4().hex[:10]}"]
     if state_dir is not None:
+        # a state directory records the group that filled it (a new one gets a group of its own)
+        # and refuses another: a restart over it must name none, or the same
         argv += ["--state-dir", str(state_dir)]
+        if group is not None:
+            argv += ["--group-id", group]
+    else:
+        argv += ["--group-id", group or f"dmbench-{uuid.uuid4().hex[:10]}"]
     out = _Lines(on_line)
     with contextlib.redirect_stdout(out):
         code = main(argv)

@@ -35,7 +35,10 @@ def parse_columns(text: str | None) -> list[str] | None:
     return names
 
 
-def add_table_argument(parser: argparse.ArgumentParser) -> None:
+def add_table_argument(parser: argparse.ArgumentParser, *, reads_named_files: bool = True) -> None:
+    """The table and its storage options; ``--allow-path-prefix`` too for a command that reads
+    files the log names (data files, deletion vectors, checkpoint sidecars): one that reads only
+    commit files has nothing to allow, and refuses the flag as unknown."""
     parser.add_argument(
         "table", metavar="TABLE", help="table location: a path or an fsspec URL (s3://, gs://, abfs://)"
     )
@@ -44,8 +47,11 @@ def add_table_argument(parser: argparse.ArgumentParser) -> None:
         "--storage-option",
         action="append",
         metavar="KEY=VALUE",
-        help="fsspec storage option (credentials, endpoint); repeatable",
+        help="fsspec storage option of an object store (credentials, endpoint); repeatable; a local "
+        "table takes none (refused)",
     )
+    if not reads_named_files:
+        return
     parser.add_argument(
         "--allow-path-prefix",
         action="append",
@@ -85,7 +91,7 @@ def open_table_from_args(args: argparse.Namespace) -> Any:
     return open_table(
         args.table,
         parse_storage_options(args.storage_option),
-        allowed_path_prefixes=args.allow_path_prefix or (),
+        allowed_path_prefixes=getattr(args, "allow_path_prefix", None) or (),
     )
 
 

@@ -24,9 +24,10 @@ and hand every committed version, in order, to a command or an HTTP endpoint:
                  a whole 2xx answer accepts it; a redirect, or an answer cut
                  short or not HTTP, does not.
 
---timeout S is the deadline of one attempt, all of it: a webhook still
-answering then (however steadily) fails it, a command still running is
-killed with every process it started.
+--timeout S is the deadline of one attempt, all of it: a webhook whose host
+name is still being looked up, or still answering then (however steadily),
+fails it; a command still running is killed with every process it
+started.
 
 A failed attempt is tried again after 0.5, 1, 2, 4 s... (--backoff, doubling up
 to --max-backoff), --max-attempts times in all (default 5); then the version goes
@@ -255,7 +256,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=float,
         default=30.0,
         metavar="S",
-        help="deadline of one attempt, all of it (default 30 s): a webhook's whole answer must have "
+        help="deadline of one attempt, all of it (default 30 s): a webhook's host name looked up and "
+        "its whole answer must have "
         "come by then (a complete HTTP response: one cut short fails the attempt), a command must "
         "have exited (else it is killed, with every process it started)",
     )

@@ -1,8 +1,9 @@
-"""`deltamirror local kafka start|stop|status`: a throwaway broker for trying deltamirror out.
+"""`deltamirror local kafka start|stop|status|abort-hanging`: a throwaway broker for trying deltamirror out.
 
-Each handler prints one line on stdout and returns the exit code; deltamirror errors propagate so
-that the main CLI reports them the same way as every other command. ``status`` exits 3 when no
-broker runs, like an LSB init script, so shell scripts can test it.
+Each handler prints one line on stdout (``abort-hanging``: one per transaction) and returns the
+exit code; deltamirror errors propagate so that the main CLI reports them the same way as every
+other command. ``status`` and ``abort-hanging`` exit 3 when no broker runs, like an LSB init
+script, so shell scripts can test it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ("start", _start, "start the broker (no-op if it already runs) and wait until it answers"),
         ("stop", _stop, "stop the broker cleanly (SIGTERM, then SIGKILL after 30 s)"),
         ("status", _status, "tell whether the broker runs (exit 3 if not)"),
+        (
+            "abort-hanging",
+            _abort_hanging,
+            "abort the transactions Kafka left hanging on the broker (kafka-transactions.sh find-hanging, "
+            "then abort for each); a single broker killed mid-commit can leave one (exit 3 if no broker runs)",
+        ),
     ):
         action = actions.add_parser(name, help=help_text)
         action.add_argument("--port", type=int, default=9092, help="client port (default 9092)")
@@ -55,6 +62,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                 default=None,
                 metavar="PORT",
                 help="port of the SASL_SSL listener (default: the data dir's previous one, else port + 2)",
+            )
+        if name == "abort-hanging":
+            action.add_argument(
+                "--max-transaction-timeout",
+                type=int,
+                default=0,
+                metavar="MINUTES",
+                help="pass over transactions open for less than this many minutes (find-hanging's "
+                "--max-transaction-timeout; default 0: every transaction whose producer the coordinator "
+                "no longer has in a transaction)",
+            )
+            action.add_argument(
+                "--dry-run", action="store_true", help="name the hanging transactions, abort none"
             )
         action.set_defaults(handler=handler)
 
@@ -116,6 +136,27 @@ def _stop(args: argparse.Namespace) -> int:
         print(f"kafka stopped (pid {state['pid']}, data {state['data_dir']})")
     else:
         print(f"kafka was not running (data {state['data_dir']})")
+    return 0
+
+
+def _abort_hanging(args: argparse.Namespace) -> int:
+    from deltamirror.core.errors import InvalidArgumentError
+    from deltamirror.devkafka.tools import abort_hanging
+
+    if args.max_transaction_timeout < 0:
+        raise InvalidArgumentError("--max-transaction-timeout must be 0 or more (minutes)")
+    state = _broker(args).status()
+    if not state["running"]:
+        print(f"kafka not running (port {state['port']}, data {state['data_dir']})")
+        return EXIT_NOT_RUNNING
+    bootstrap = state["bootstrap_servers"]
+    found = abort_hanging(
+        bootstrap, max_transaction_timeout_min=args.max_transaction_timeout, dry_run=args.dry_run
+    )
+    if not found:
+        print(f"no hanging transaction on the broker at {bootstrap}")
+    for txn in found:
+        print(f"{'hanging (not aborted: --dry-run)' if args.dry_run else 'aborted'}: {txn}")
     return 0
 
 

@@ -129,7 +129,8 @@ WATCH_FLAGS: tuple[WatchFlag, ...] = (
     WatchFlag(
         "storage_options",
         ("-S", "--storage-option"),
-        "fsspec storage option for every table (credentials, endpoint); repeatable",
+        "fsspec storage option for every table (credentials, endpoint); repeatable; refused with a "
+        "local table or prefix (it takes none)",
         "KEY=VALUE",
         repeatable=True,
         convert=parse_storage_options,
@@ -159,7 +160,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Print, as JSON lines, exactly the action envelopes `deltamirror watch` publishes "
         "for the versions in range (no snapshot, no summaries, no heartbeats).",
     )
-    add_table_argument(p)
+    add_table_argument(p, reads_named_files=False)  # commit files only: nothing outside to allow
     p.add_argument("--starting-version", type=int, metavar="N", help="first version (default: the earliest)")
     p.add_argument("--ending-version", type=int, metavar="M", help="last version (default: the latest)")
     p.add_argument("-o", "--output", metavar="PATH", help=OUTPUT_HELP)
@@ -214,7 +215,6 @@ def cmd_events(args: argparse.Namespace) -> int:
             parse_storage_options(args.storage_option),
             starting_version=args.starting_version,
             ending_version=args.ending_version,
-            allowed_path_prefixes=args.allow_path_prefix or (),
         ):
             out.write(value)
             out.write(b"\n")

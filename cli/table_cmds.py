@@ -55,7 +55,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "commit missing between the first and the last, or an empty one, is an error (exit 2), as "
         "is a table whose protocol `read` refuses.",
     )
-    add_table_argument(p)
+    add_table_argument(p, reads_named_files=False)  # commit files only: nothing outside to allow
     p.add_argument(
         "--format", choices=["table", "jsonl"], default="table", help="output format (default table)"
     )

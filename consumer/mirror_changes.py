@@ -452,6 +452,8 @@ class _VersionReader:
         self.done = False
         self.overshot = False
         self.started = False
+        #: the last version seen whole before the range's start: after it comes the start, or a gap
+        self.before_start = -1
         self.partition = -1
         self._actions: list[tuple[str, Mapping[str, Any]]] = []
         self._timestamp = 0
@@ -509,7 +511,11 @@ class _VersionReader:
                 version=event.version,
                 **where,
             )
-        if event.snapshot or (event.version < self.version and not self.started):
+        if event.snapshot:
+            return None
+        if event.version < self.version and not self.started:
+            if event.index == event.count - 1:
+                self.before_start = event.version
             return None
         out_of_place = event.version != self.version or event.index != self.next_index
         if out_of_place and not self.started and self.skip_lost:
@@ -522,6 +528,16 @@ class _VersionReader:
             if event.index != 0 or self.done:
                 return None
         elif out_of_place:
+            if not self.started and self.before_start == self.version - 1 and event.version > self.version:
+                # the version before the start was read whole, and the next record skips versions:
+                # retention removes a partition's oldest records, never ones between two it kept
+                raise BadRecordError(
+                    f"version {event.version} follows version {self.before_start} on the actions topic, "
+                    f"whose commits topic announces version {self.version}: versions are never skipped",
+                    table=self.settings.table_uri,
+                    version=event.version,
+                    **where,
+                )
             if not self.started:
                 self.overshot = True  # the seek landed past the start: the caller reads from the beginning
                 return None

@@ -475,7 +475,7 @@ def _wait_until_ready(
     bootstrap: str, timeout: float, process: subprocess.Popen[bytes] | None, data_dir: Path
 ) -> None:
     """Poll until the broker serves metadata naming itself (it is then registered and unfenced)."""
-    from confluent_kafka.admin import AdminClient  # heavy import, only needed here
+    from deltamirror.mirror.kafka import clients  # heavy import, only needed here
 
     port = int(bootstrap.rsplit(":", 1)[1])
     deadline = time.monotonic() + timeout
@@ -491,7 +491,7 @@ def _wait_until_ready(
         # Probe TCP first: librdkafka would print a line per refused connection.
         if _accepts_connections(port):
             if admin is None:
-                admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+                admin = clients.admin({"bootstrap.servers": bootstrap, "log_level": 0})
             try:
                 metadata = admin.list_topics(timeout=2.0)
                 if metadata.brokers:

@@ -3,7 +3,8 @@
 Why not Docker: many developer machines and CI runners have a JDK but no container engine. Why not
 a Kafka tarball: the jars are what matter, and Maven Central serves each one at a stable address
 with a published checksum. ``kafka_artifacts.json`` (written by ``scripts/pin_kafka_artifacts.py``)
-pins the broker's runtime classpath by SHA-256; jars are fetched once into
+pins the broker's runtime classpath by SHA-256 (and, as ``tool_artifacts``, the jar Kafka's admin
+tools need on top of it, fetched only when a tool runs); jars are fetched once into
 ``${XDG_CACHE_HOME:-~/.cache}/deltamirror/kafka/<version>/`` and any other bytes are refused.
 
 POSIX only (``fcntl`` locks).
@@ -66,7 +67,11 @@ class KafkaDistribution:
     kafka_version: str
     broker_main_class: str
     storage_tool_main_class: str
+    #: ``kafka-transactions.sh``'s class (in ``tool_artifacts``)
+    transactions_tool_main_class: str
     artifacts: tuple[ArtifactPin, ...]
+    #: what the admin tools need besides ``artifacts`` (not on the broker's classpath)
+    tool_artifacts: tuple[ArtifactPin, ...]
 
 
 def load_distribution() -> KafkaDistribution:
@@ -76,7 +81,9 @@ def load_distribution() -> KafkaDistribution:
         kafka_version=doc["kafka_version"],
         broker_main_class=doc["broker_main_class"],
         storage_tool_main_class=doc["storage_tool_main_class"],
+        transactions_tool_main_class=doc["transactions_tool_main_class"],
         artifacts=tuple(ArtifactPin(**a) for a in doc["artifacts"]),
+        tool_artifacts=tuple(ArtifactPin(**a) for a in doc["tool_artifacts"]),
     )
 
 
@@ -189,6 +196,12 @@ def ensure_jars(
                 _download(f"{base}/{pin.repo_path}", path, pin)
             paths.append(path)
     return paths
+
+
+def ensure_tool_jars() -> list[Path]:
+    """The verified classpath of Kafka's admin tools: the broker's jars and the tools' own."""
+    dist = load_distribution()
+    return ensure_jars((*dist.artifacts, *dist.tool_artifacts))
 
 
 # --- java -----------------------------------------------------------------------------------------

@@ -243,14 +243,15 @@ def upsert_scram_user(plaintext_bootstrap: str, settings: SecureClientSettings) 
     the broker applies a credential from the metadata log a moment after the controller took it.
     """
     from confluent_kafka.admin import (  # heavy import, only needed here
-        AdminClient,
         ScramCredentialInfo,
         ScramMechanism,
         UserScramCredentialUpsertion,
     )
 
+    from deltamirror.mirror.kafka import clients
+
     password = _read_or_create_secret(settings.password_file)
-    admin = AdminClient({"bootstrap.servers": plaintext_bootstrap, "log_level": 0})
+    admin = clients.admin({"bootstrap.servers": plaintext_bootstrap, "log_level": 0})
     upsert = UserScramCredentialUpsertion(
         settings.username,
         ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS),
@@ -267,7 +268,7 @@ def upsert_scram_user(plaintext_bootstrap: str, settings: SecureClientSettings) 
 
 
 def _wait_for_login(settings: SecureClientSettings, timeout: float = SECURE_READY_TIMEOUT_S) -> None:
-    from confluent_kafka.admin import AdminClient
+    from deltamirror.mirror.kafka import clients
 
     errors: list[str] = []
 
@@ -275,7 +276,7 @@ def _wait_for_login(settings: SecureClientSettings, timeout: float = SECURE_READ
         errors.append(str(getattr(err, "str", lambda: err)()))
 
     config: dict[str, Any] = {**settings.librdkafka_config(), "log_level": 0, "error_cb": on_error}
-    admin = AdminClient(config)
+    admin = clients.admin(config)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with contextlib.suppress(Exception):  # authentication not applied yet, timeouts

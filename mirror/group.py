@@ -28,6 +28,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from deltamirror.core.errors import ConfigError
 
 from .errors import KafkaError
+from .kafka import clients
 from .topics import PREFIX, TopicManager, murmur2_partition
 
 log = logging.getLogger("deltamirror.group")
@@ -166,7 +167,7 @@ class ShardGroup:
         tables already) and lets the others take them at once, without waiting for a timeout.
         """
         try:
-            consumer = Consumer(self.consumer_config())
+            consumer = clients.consumer(self.consumer_config())
         except KafkaException as exc:
             raise KafkaError(f"cannot create the group consumer: {exc.args[0]}") from None
         self._consumer = consumer

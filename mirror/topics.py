@@ -32,11 +32,12 @@ from typing import Any
 
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as _RdKafkaError
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec, ResourceType
+from confluent_kafka.admin import ConfigResource, NewTopic, OffsetSpec, ResourceType
 
 from deltamirror.core.errors import ConfigError
 
 from .errors import KafkaError
+from .kafka import clients
 from .kafka.producer import RECORD_OVERHEAD
 
 PREFIX = "deltamirror."
@@ -256,7 +257,7 @@ class TopicManager:
         admin_conf: dict[str, str | int | float | bool] = {
             k: v for k, v in kafka.items() if not k.startswith(("linger", "compression"))
         }
-        self._admin = AdminClient(admin_conf)
+        self._admin = clients.admin(admin_conf)
         self.max_record_bytes = max_record_bytes
         self.timeout_s = timeout_s
         self.limits: dict[str, TopicLimits] = {}
@@ -393,8 +394,9 @@ class TopicManager:
             if err.code() == _RdKafkaError.TOPIC_ALREADY_EXISTS:
                 return False
             raise KafkaError(f"cannot create topic {name}: {err.str()}", topic=name) from exc
-        except Exception as exc:  # a future timeout
-            raise KafkaError(f"cannot create topic {name}: {exc}", topic=name) from exc
+        except Exception as exc:  # a future timeout (whose text is empty)
+            reason = str(exc) or f"the brokers did not answer within {self.timeout_s:g} s"
+            raise KafkaError(f"cannot create topic {name}: {reason}", topic=name) from exc
         self._wait_for_leaders(name)
         log.info("created topic %s", name, extra={"topic": name})
         return True

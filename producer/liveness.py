@@ -93,6 +93,9 @@ class StatusLog:
     def retention_headroom(self, table: str, seconds: float) -> None:
         pass
 
+    def hanging_transactions(self, table: str, partitions: int) -> None:
+        pass
+
     def set_healthy(self, ok: bool, reason: str = "") -> None:
         pass
 

@@ -25,6 +25,9 @@ table's normalized URI) and prefixed ``deltamirror_``:
                                                 (the whole retention when caught up): near 0, log
                                                 cleanup may delete versions before they are published
 ``deltamirror_kafka_reachable``                 0 once no broker answered for ``broker_timeout_s``
+``deltamirror_hanging_transactions``            partitions the table needs that a transaction nobody
+                                                ends holds (``producer/publishing/hanging.py``): the
+                                                table publishes nothing until an operator aborts it
 =============================================== =====================================================
 
 In a group of watchers (``watch --group``), per instance and without a ``table`` label:
@@ -114,6 +117,8 @@ class Metrics(Protocol):
 
     def retention_headroom(self, table: str, seconds: float) -> None: ...
 
+    def hanging_transactions(self, table: str, partitions: int) -> None: ...
+
     def set_healthy(self, ok: bool, reason: str = "") -> None: ...
 
 
@@ -174,6 +179,9 @@ class NullMetrics:
         pass
 
     def retention_headroom(self, table: str, seconds: float) -> None:
+        pass
+
+    def hanging_transactions(self, table: str, partitions: int) -> None:
         pass
 
     def set_healthy(self, ok: bool, reason: str = "") -> None:
@@ -239,6 +247,10 @@ class WatcherMetrics:
             "log_retention_headroom_seconds",
             "Log retention left before the oldest unpublished version may be cleaned up.",
         )
+        self._hanging = gauge(
+            "hanging_transactions",
+            "Partitions the table needs that a transaction nobody ends holds (an operator must abort it).",
+        )
         self._kafka_reachable = gauge("kafka_reachable", "0 while the brokers do not answer.", ())
         self._kafka_reachable.set(1)
         #: why the brokers count as unreachable (None: they answer)
@@ -289,6 +301,7 @@ class WatcherMetrics:
                     for counter in (self._events, self._commits, self._aborts, self._table_errors):
                         counter.labels(label)
                     self._table_up.labels(label).set(1)
+                    self._hanging.labels(label).set(0)
                     state = self._tables[table] = _TableHealth(label=label)
         return state
 
@@ -344,6 +357,9 @@ class WatcherMetrics:
 
     def retention_headroom(self, table: str, seconds: float) -> None:
         self._headroom.labels(self._table(table).label).set(seconds)
+
+    def hanging_transactions(self, table: str, partitions: int) -> None:
+        self._hanging.labels(self._table(table).label).set(partitions)
 
     def kafka_unreachable(self, reason: str | None) -> None:
         """The brokers have not answered for too long (``reason``), or answer again (None)."""
@@ -418,8 +434,9 @@ class WatcherMetrics:
             healthy, reason = False, kafka_problem
         if group is not None and healthy and group["state"] == "not joined":
             healthy, reason = False, f"not joined to group {group['id']}"
-        if healthy and failing:
-            reason = f"{len(failing)} table(s) stopped on an error: {', '.join(failing)}"
+        if failing:  # said while starting too: a table may be held up before the watcher is healthy
+            stopped = f"{len(failing)} table(s) stopped on an error: {', '.join(failing)}"
+            reason = stopped if healthy else f"{reason}; {stopped}"
         ok = healthy and not failing
         if ok:
             status = "ok"

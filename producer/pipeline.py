@@ -12,6 +12,15 @@ aborted transaction is published again from the committed position; a broken pro
 replaced (a new session); a fenced producer or a configuration error ends the table (the service
 stops everything, or in a group releases only this table when fenced).
 
+The committed position is what the topics hold, never what the table remembers: after an aborted
+transaction, a new session, or a connection lost to the brokers (one restarted meanwhile), the
+table waits until no transaction is left open on its topics and the progress topic, then reads its
+progress back before it publishes again. Kafka can acknowledge a commit and then not write its
+markers on some partitions (a broker killed mid-commit skips them at its restart); the producer's
+next marker there decides their fate, and an abort makes them read as aborted. The topic then says
+less than memory, and the table publishes those records again (it says so). A transaction that
+never ends is reported, not waited out in silence (:mod:`.hanging`).
+
 Stopping: the open transaction is finished at the next batch boundary, within the stop budget.
 Every broker call made while stopping is bounded by the time left, and what cannot be finished
 in time (the broker is gone) is abandoned with one line saying what was left, e.g. ``stopping:
@@ -38,22 +47,24 @@ from deltamirror.mirror.errors import (
     TransactionAbortableError,
 )
 from deltamirror.mirror.kafka.connection import KafkaConnectionReporter
-from deltamirror.mirror.kafka.producer import TransactionalPublisher
+from deltamirror.mirror.kafka.producer import TransactionalPublisher, transaction_timeout_s
 from deltamirror.mirror.topics import TableTopics, TopicManager
 
 from .discovery.scan import GONE_TABLES
 from .group.shard_producers import ProducerLease
+from .publishing.hanging import HANG_MARGIN_S, EndOffsets, OpenTransaction, remedy, wait_until_settled
 from .publishing.progress import read_progress
 from .publishing.row_events import RowChangesSource
 from .publishing.session import close_publisher, transactional_id, wait_for_brokers
 from .publishing.shared_clients import SharedClients, check_topics
+from .publishing.tails import AlreadyPublished, read_tails
 from .publishing.transactions import BATCH, TableTransactions
 from .settings import TableConfig, WatchConfig
 from .tailing.retention import RetentionWatch
 from .tailing.snapshot_events import SnapshotWork
 from .tailing.waker import LogWaker
 from .tailing.watcher import TableWatcher
-from .tailing.work import CommitWork, PositionWork, TableDroppedWork, TableReplacedWork, Work
+from .tailing.work import CommitWork, Position, PositionWork, TableDroppedWork, TableReplacedWork, Work
 
 if TYPE_CHECKING:  # for the type checker only: importing it loads prometheus_client
     from .metrics import Metrics
@@ -174,6 +185,13 @@ class TablePipeline:
         self._drained: deque[Work] = deque()
         #: what the watcher raised while a transaction drained: raised once the work before it is out
         self._drained_error: Exception | None = None
+        #: why the table must read its position back from the topics before it publishes again
+        #: (None: what it committed in this session is what the topics hold)
+        self._resync: str | None = None
+        #: the producer's lost connections when the table last read its position back
+        self._disconnects_seen = 0
+        #: when the table began waiting for the transactions open on its topics (for the report)
+        self._settle_started = 0.0
 
     # --- stopping -----------------------------------------------------------------------------
 
@@ -273,11 +291,20 @@ class TablePipeline:
         )
         del manager  # a table's own admin client goes now, not at its next session
         pub.init()  # fences older producers of this table (or its shard) before the progress is read
-        if self.clients is not None:  # one read for the tables resuming with it (after their inits)
-            committed = self.clients.progress.committed(self.uri, stop=self.stop)
-        else:
-            committed = read_progress(self.kafka, self.cfg.progress_topic, self.uri, stop=self.stop)
-        self.txns.resume(committed)
+        end_offsets = self._end_offsets()
+        held = self._settle(end_offsets)
+        committed = self._read_committed()
+        # a transaction was left open, or this session follows one that failed: what the topics
+        # hold past the progress position (a transaction committed on some partitions only)
+        already = (
+            read_tails(self.kafka, end_offsets, self.topics.actions, self.topics.commits, committed)
+            if held or not fresh
+            else None
+        )
+        self.txns.resume(committed, already)
+        self._say_already(committed, already)
+        self._resync = None
+        self._disconnects_seen = pub.disconnects
         self.phase = "publishing"
         self._needs_start = True
         log.info(
@@ -297,6 +324,119 @@ class TablePipeline:
     def _close_publisher(self) -> None:
         close_publisher(self.txns, time_left=self.time_left, stop=self.stop, say_abandoned=self.say_abandoned)
 
+    # --- the position the topics hold --------------------------------------------------------
+
+    def _read_committed(self) -> Position | None:
+        """The table's last committed progress, read back from the progress topic (read_committed)."""
+        if self.clients is not None:  # one read for the tables resuming with it (after their inits)
+            return self.clients.progress.committed(self.uri, stop=self.stop)
+        return read_progress(self.kafka, self.cfg.progress_topic, self.uri, stop=self.stop)
+
+    def _settled_topics(self) -> list[str]:
+        """The topics a resume waits on: the table's own (only its producer writes them) and the
+        progress topic."""
+        topics = [self.topics.actions, self.topics.commits]
+        rows = self.txns.rows
+        if rows is not None:
+            topics += [rows.topics.changes, rows.topics.transaction]
+        return [*topics, self.cfg.progress_topic]
+
+    def _end_offsets(self) -> EndOffsets:
+        """Each partition's end now (admin calls): the shared admin client, or one of the table's own."""
+        manager = (
+            self.clients.topics()
+            if self.clients is not None
+            else TopicManager(self.kafka, max_record_bytes=self.cfg.max_record_bytes)
+        )
+        return lambda topic, committed: manager.end_offsets(topic, committed=committed)
+
+    def _settle(self, end_offsets: EndOffsets) -> bool:
+        """Wait until every transaction open now on the table's topics has ended (True if one was);
+        one that does not end within ``transaction.timeout.ms`` + :data:`HANG_MARGIN_S` is reported
+        (and waited for)."""
+        self._settle_started = time.monotonic()
+        return wait_until_settled(
+            end_offsets,
+            self._settled_topics(),
+            hang_after_s=transaction_timeout_s(self.kafka) + HANG_MARGIN_S,
+            stop=self.stop,
+            on_hang=self._report_hanging,
+            on_clear=self._hanging_ended,
+        )
+
+    def _report_hanging(self, held: list[OpenTransaction]) -> None:
+        """One error line per partition held by a transaction nobody ends, with Kafka's remedy."""
+        waited = time.monotonic() - self._settle_started
+        pub = self.txns.pub
+        for h in held:
+            leader = pub.partition_leader(h.topic, h.partition) if pub is not None else None
+            log.error(
+                "transaction hanging on %s[%d]: its records from offset %d (high watermark %d) are still "
+                "uncommitted after %.0f s with no transaction of this table open; read_committed readers "
+                "stop there and the table publishes nothing until it ends (a broker killed mid-commit "
+                "that skipped its markers when it came back leaves one); abort it: %s",
+                h.topic,
+                h.partition,
+                h.offset,
+                h.end,
+                waited,
+                remedy(self.cfg.kafka.bootstrap_servers, h, leader),
+                extra={**self._log_extra, "topic": h.topic, "partition": h.partition, "offset": h.offset},
+            )
+        self.metrics.hanging_transactions(self.uri, len(held))
+        self.metrics.table_error(self.uri, f"a transaction hangs on {', '.join(str(h) for h in held)}")
+
+    def _hanging_ended(self, held: list[OpenTransaction]) -> None:
+        log.info(
+            "the transaction hanging on %s ended; resuming from the progress topic",
+            ", ".join(str(h) for h in held),
+            extra=self._log_extra,
+        )
+        self.metrics.hanging_transactions(self.uri, 0)
+        self.metrics.table_ok(self.uri)
+
+    def _say_already(self, committed: Position | None, already: AlreadyPublished | None) -> None:
+        if not already:
+            return
+        there = [
+            f"{what} v{tail.version}{' (snapshot)' if tail.snapshot else ''}"
+            + (f"#{tail.index}" if tail.index >= 0 else "")
+            for what, tail in (("actions to", already.actions), ("summaries to", already.summary))
+            if tail is not None
+        ]
+        log.warning(
+            "the topics hold records committed past the progress position %s (%s): a transaction Kafka "
+            "committed on some partitions only; they are not published again",
+            _describe(committed),
+            ", ".join(there),
+            extra=self._log_extra,
+        )
+
+    def _resume_from_topics(self, why: str) -> None:
+        """Read the table's position back from the topics (not memory) before publishing again."""
+        self.phase = "resuming"
+        remembered = self.txns.committed
+        end_offsets = self._end_offsets()
+        self._settle(end_offsets)
+        committed = self._read_committed()
+        already = read_tails(self.kafka, end_offsets, self.topics.actions, self.topics.commits, committed)
+        self.txns.resume(committed, already)
+        self._say_already(committed, already)
+        if self.txns.pub is not None:
+            self._disconnects_seen = self.txns.pub.disconnects
+        self.phase = "publishing"
+        if committed != remembered:
+            log.warning(
+                "the progress topic holds %s where this table had committed %s (%s): a transaction "
+                "Kafka acknowledged as committed reads as aborted; publishing again from the topic's position",
+                _describe(committed),
+                _describe(remembered),
+                why,
+                extra=self._log_extra,
+            )
+        else:
+            log.info("position read back from the progress topic (%s)", why, extra=self._log_extra)
+
     # --- the inner loop: one unit of work at a time --------------------------------------------
 
     def _loop(self) -> None:
@@ -306,6 +446,9 @@ class TablePipeline:
                 if self._needs_start:
                     self._drained.clear()
                     self._drained_error = None
+                    if self._resync is not None:
+                        self._resume_from_topics(self._resync)
+                        self._resync = None
                     self.watcher.start(self.txns.committed)
                     self._needs_start = False
                 self._step()
@@ -343,9 +486,15 @@ class TablePipeline:
         self._finish()
 
     def _abort(self, timeout_s: float | None = None) -> None:
-        """Abort the open transaction; the watcher starts again from the committed position."""
+        """Abort the open transaction; the watcher starts again from the position the topics hold.
+
+        The abort's markers close whatever the producer left open on those partitions, records of
+        a transaction Kafka acknowledged as committed included (see the module docstring).
+        """
         self.txns.abort(timeout_s)
         self._needs_start = True
+        if not self.stop.is_set():
+            self._resync = "after an aborted transaction"
 
     def _table_error(self, exc: BaseException) -> None:
         """Keep what was published before the error, stop the table, retry later from there."""
@@ -450,6 +599,15 @@ class TablePipeline:
             raise ProducerFencedError(
                 "fenced: another watcher now publishes this table's shard", transactional_id=self.txn_id
             )
+        if (
+            not txns.in_transaction
+            and txns.pub is not None
+            and txns.pub.disconnects != self._disconnects_seen
+        ):
+            # a broker may have restarted meanwhile, leaving the last commit's markers unwritten
+            self._resync = "the connection to the brokers was lost"
+            self._needs_start = True
+            return
         if txns.in_transaction and not self._drained and self.watcher.next_commit_size() > LARGE_COMMIT_BYTES:
             # reading a big commit may outlast transaction.timeout.ms: do not keep a transaction open
             txns.commit()
@@ -482,6 +640,14 @@ class TablePipeline:
         if txns.in_transaction and txns.bounds_reached():
             self._read_while_draining()
             txns.commit()
+
+
+def _describe(position: Position | None) -> str:
+    if position is None:
+        return "no position"
+    return f"v{position.version}#{position.index}/{position.count}" + (
+        f" rows {position.row_offset}" if position.row_offset is not None else ""
+    )
 
 
 __all__ = ["STOP_BUDGET_S", "TablePipeline", "table_topics", "transactional_id"]

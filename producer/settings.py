@@ -32,7 +32,7 @@ from pydantic import (
 )
 
 from deltamirror.core.errors import ConfigError, DeltaMirrorError
-from deltamirror.core.storage import normalize_table_uri
+from deltamirror.core.storage import local_options_problem, normalize_table_uri
 from deltamirror.core.timestamps import parse_timestamp
 from deltamirror.mirror.records.fragments import OversizePolicy
 from deltamirror.mirror.settings import (
@@ -154,6 +154,11 @@ class PerTableSettings(SettingsModel):
                 ) from None
         return value
 
+    def _local_options_problem(self, uri: str) -> FieldProblem | None:
+        """Storage options on a local location: refused, since nothing would take them."""
+        problem = local_options_problem(normalize_table_uri(uri), self.storage_options)
+        return None if problem is None else FieldProblem("storage_options", problem)
+
     @property
     def row_changes_on(self) -> bool:
         return self.row_changes is not None and self.row_changes.enabled
@@ -197,7 +202,7 @@ class TableConfig(PerTableSettings):
     def _start_matches_mode(self) -> TableConfig:
         problem = _start_problem(
             self.snapshot_mode, {"from_version": self.from_version, "from_timestamp": self.from_timestamp}
-        )
+        ) or self._local_options_problem(self.uri)
         if problem is not None:
             raise problem
         if self.actions_topic is not None and self.actions_topic == self.commits_topic:
@@ -290,7 +295,9 @@ class DiscoverConfig(PerTableSettings):
 
     @model_validator(mode="after")
     def _start_matches_mode(self) -> DiscoverConfig:
-        problem = _start_problem(self.snapshot_mode, {"from_timestamp": self.from_timestamp})
+        problem = _start_problem(
+            self.snapshot_mode, {"from_timestamp": self.from_timestamp}
+        ) or self._local_options_problem(self.uri)
         if problem is not None:
             raise problem
         return self

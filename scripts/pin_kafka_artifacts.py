@@ -7,6 +7,10 @@ into a throwaway local repository and with strict checksum checks against Maven 
 SHA-256 written here are those of the files Central serves. At run time
 :mod:`deltamirror.devkafka.jars` downloads exactly these files and refuses any other bytes.
 
+Besides the broker's classpath (``artifacts``), ``tool_artifacts`` pins the jars Kafka's admin
+tools need on top of it: ``kafka-tools`` alone (its own dependencies serve tools deltamirror does
+not run), for ``deltamirror local kafka abort-hanging`` (Kafka's ``TransactionsCommand``).
+
     python scripts/pin_kafka_artifacts.py --kafka-version 4.4.0
 """
 
@@ -30,6 +34,9 @@ DEFAULT_OUTPUT = REPO_ROOT / "devkafka" / "kafka_artifacts.json"
 LOG4J_VERSION = "2.26.1"
 SCALA_VERSION = "2.13"
 
+#: jars of Kafka's command-line tools run on top of the broker's classpath, without their own dependencies
+TOOLS = ("kafka-tools",)
+
 POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
   <groupId>deltamirror.tmp</groupId>
@@ -51,11 +58,35 @@ POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
 """
 
 
-def resolve_classpath(kafka_version: str, log4j_version: str, workdir: Path) -> Path:
-    """Let Maven copy the runtime closure in repository layout (group/artifact/version/file)."""
-    (workdir / "pom.xml").write_text(
-        POM.format(scala=SCALA_VERSION, kafka=kafka_version, log4j=log4j_version), encoding="utf-8"
-    )
+TOOLS_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>deltamirror.tmp</groupId>
+  <artifactId>pin-kafka-tools</artifactId>
+  <version>0</version>
+  <dependencies>
+{dependencies}
+  </dependencies>
+</project>
+"""
+
+TOOL_DEPENDENCY = """    <dependency>
+      <groupId>org.apache.kafka</groupId>
+      <artifactId>{artifact}</artifactId>
+      <version>{kafka}</version>
+      <exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions>
+    </dependency>"""
+
+
+def resolve_classpath(kafka_version: str, log4j_version: str, workdir: Path, *, tools: bool = False) -> Path:
+    """Let Maven copy the runtime closure in repository layout (group/artifact/version/file); with
+    ``tools``, the tools' jars alone."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    if tools:
+        dependencies = "\n".join(TOOL_DEPENDENCY.format(artifact=a, kafka=kafka_version) for a in TOOLS)
+        pom = TOOLS_POM.format(dependencies=dependencies)
+    else:
+        pom = POM.format(scala=SCALA_VERSION, kafka=kafka_version, log4j=log4j_version)
+    (workdir / "pom.xml").write_text(pom, encoding="utf-8")
     out = workdir / "classpath"
     cmd = [
         "mvn",
@@ -104,14 +135,19 @@ def main(argv: list[str] | None = None) -> int:
         print("mvn is required to regenerate the pinned list", file=sys.stderr)
         return 1
     with tempfile.TemporaryDirectory(prefix="pin-kafka-") as tmp:
-        artifacts = describe(resolve_classpath(args.kafka_version, args.log4j_version, Path(tmp)))
+        artifacts = describe(resolve_classpath(args.kafka_version, args.log4j_version, Path(tmp) / "broker"))
+        tools = describe(
+            resolve_classpath(args.kafka_version, args.log4j_version, Path(tmp) / "tools", tools=True)
+        )
     document = {
         "kafka_version": args.kafka_version,
         "scala_version": SCALA_VERSION,
         "broker_main_class": "kafka.Kafka",
         "storage_tool_main_class": "kafka.tools.StorageTool",
+        "transactions_tool_main_class": "org.apache.kafka.tools.TransactionsCommand",
         "generated_by": "scripts/pin_kafka_artifacts.py",
         "artifacts": artifacts,
+        "tool_artifacts": tools,
     }
     args.output.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     total = sum(a["size"] for a in artifacts)

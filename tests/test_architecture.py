@@ -4,7 +4,8 @@
 - mirror is the wire: it imports core (never producer, consumer or the CLI);
 - producer and consumer import core and mirror, never each other;
 - ops (the metrics and health server) imports only core, the standard library and prometheus_client;
-- confluent_kafka is imported only in mirror (and the local broker helper, for admin calls);
+- confluent_kafka is imported only in mirror (and the local broker helper, for admin calls), and its
+  clients are made only by mirror/kafka/clients.py, which routes librdkafka's logs (none reaches stderr raw);
 - only consumer/spark/source.py imports pyspark;
 - the CLI imports the packages only inside functions (lazily), except its own modules;
 - devkafka (the development broker) is a tool: no package of the product imports it;
@@ -143,6 +144,63 @@ def test_only_the_wire_package_imports_confluent_kafka() -> None:
             for module, line, _ in _imports(path, PACKAGES[folder]):
                 if module.split(".")[0] == "confluent_kafka":
                     assert rel.startswith(KAFKA_CLIENT_HOMES), f"{rel}:{line} imports {module}"
+
+
+#: the one module that calls confluent-kafka's client constructors
+CLIENT_MAKER = "mirror/kafka/clients.py"
+CLIENT_CLASSES = frozenset({"Producer", "Consumer", "AdminClient"})
+
+
+def _client_constructions(path: Path) -> list[tuple[int, str]]:
+    """(line, name) of every call of a confluent-kafka client class in a file, however imported."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    bound: set[str] = set()  # local names of the classes (from confluent_kafka[.admin] import X as Y)
+    modules: set[str] = set()  # local names of confluent_kafka and its submodules
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "confluent_kafka":
+            bound |= {a.asname or a.name for a in node.names if a.name in CLIENT_CLASSES}
+            modules |= {a.asname or a.name for a in node.names if a.name == "admin"}
+        elif isinstance(node, ast.Import):
+            modules |= {a.asname or a.name for a in node.names if a.name.split(".")[0] == "confluent_kafka"}
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in bound:
+            found.append((node.lineno, func.id))
+        elif isinstance(func, ast.Attribute) and func.attr in CLIENT_CLASSES:
+            base = ast.unparse(func.value)
+            if base in modules or base.split(".")[0] in modules:
+                found.append((node.lineno, f"{base}.{func.attr}"))
+    return found
+
+
+def test_every_kafka_client_is_made_where_its_logs_are_routed() -> None:
+    """A client made elsewhere would write librdkafka's raw lines to stderr (a dead broker: tens a second)."""
+    for folder in PACKAGES:
+        for path in _files(folder):
+            rel = str(path.relative_to(ROOT))
+            if rel == CLIENT_MAKER:
+                continue
+            for line, name in _client_constructions(path):
+                raise AssertionError(
+                    f"{rel}:{line} makes a Kafka client with {name}(): use deltamirror.mirror.kafka.clients"
+                )
+
+
+def test_the_client_check_finds_each_spelling(tmp_path: Path) -> None:
+    planted = tmp_path / "planted.py"
+    planted.write_text(
+        "import confluent_kafka as ck\nfrom confluent_kafka import Producer as P\n"
+        "from confluent_kafka import admin\nP({})\nck.Consumer({})\nadmin.AdminClient({})\n"
+    )
+    assert [name for _, name in _client_constructions(planted)] == ["P", "ck.Consumer", "admin.AdminClient"]
+    assert [name for _, name in _client_constructions(ROOT / CLIENT_MAKER)] == [
+        "Producer",
+        "Consumer",
+        "AdminClient",
+    ]
 
 
 def _module_name(path: Path) -> str:
@@ -506,7 +564,7 @@ ROOMS: dict[str, dict[str, set[str]]] = {
         "kafka/": {"records/"},  # the typed confluent-kafka clients and the one read loop
         "settings.py": {"kafka/"},
         "topics.py": {"kafka/"},
-        "group.py": {"topics.py"},
+        "group.py": {"kafka/", "topics.py"},
     },
     "producer": {
         "*": {"settings.py", "metrics.py"},
@@ -541,6 +599,7 @@ ROOMS: dict[str, dict[str, set[str]]] = {
         "jars.py": set(),
         "security.py": set(),
         "broker.py": {"jars.py", "security.py"},
+        "tools.py": {"jars.py"},
     },
     "ops": {"*": set(), "server.py": set(), "stopping.py": set()},
     # core's rooms are its modules; declared here: storage/, the one choke point, stands below them

@@ -6,8 +6,10 @@ caller's (:class:`~.delivery.Invalidator`). Nothing here prints a webhook URL as
 may be in the userinfo, a ``?token=``, or the path itself (:func:`safe_url`).
 
 ``timeout_s`` is a deadline for the whole attempt, not a limit per socket operation or per read:
-a receiver that answers one byte at a time, or a command that never exits, fails the attempt when
-it is reached (the command and every process it started are killed). A webhook's answer must be a
+a host name that takes long to resolve, a receiver that answers one byte at a time, or a command
+that never exits, fails the attempt when it is reached (the command and every process it started
+are killed; a lookup still going on is left to finish on its one thread, and the next attempt
+waits for it instead of starting another). A webhook's answer must be a
 complete HTTP response (h11 reads it: status line, headers and body as their framing says); one
 cut short, or not HTTP, fails the attempt, whatever status it began with. A ``stop`` event set
 during an attempt ends it within a quarter of a second (:class:`StopRequested`: the document was
@@ -17,6 +19,7 @@ not handed over).
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import os
 import shlex
 import shutil
@@ -247,6 +250,9 @@ class WebhookTarget:
         self._headers.update(headers or {})
         self.timeout_s = _check_timeout(timeout_s)
         self.stop = stop or threading.Event()
+        #: the host name's lookup (getaddrinfo has no timeout of its own): one at a time, on a daemon
+        #: thread (it never holds the exit up), so that the deadline and a stop are seen meanwhile
+        self._lookup: concurrent.futures.Future[list[Any]] | None = None
 
     def describe(self) -> str:
         return f"webhook {self.display}"
@@ -288,7 +294,7 @@ class WebhookTarget:
             headers=[*headers.items(), ("Content-Length", str(len(body)))],
         )
         outgoing = conn.send(request) + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage())
-        sock = socket.create_connection((self._host, self._port), timeout=self._left(deadline))
+        sock = self._connect(deadline)
         try:
             if self._tls is not None:
                 sock.settimeout(self._left(deadline))
@@ -311,6 +317,54 @@ class WebhookTarget:
             raise _Deadline from None
         finally:
             sock.close()
+
+    def _addresses(self, deadline: float) -> list[Any]:
+        """The host's addresses, looked up within the deadline (a lookup left running by an earlier
+        attempt is waited for, not started again)."""
+        if self._lookup is None:
+            self._lookup = self._start_lookup()
+        lookup = self._lookup
+        while True:
+            wait = min(_SLICE_S, self._left(deadline))  # raises at the deadline: the lookup goes on
+            try:
+                return lookup.result(timeout=wait)
+            except concurrent.futures.TimeoutError:
+                continue
+            finally:
+                if lookup.done():  # answered or failed: the next attempt looks up again (DNS changes)
+                    self._lookup = None
+
+    def _start_lookup(self) -> concurrent.futures.Future[list[Any]]:
+        lookup: concurrent.futures.Future[list[Any]] = concurrent.futures.Future()
+
+        def resolve() -> None:
+            try:
+                lookup.set_result(socket.getaddrinfo(self._host, self._port, 0, socket.SOCK_STREAM))
+            except BaseException as exc:
+                lookup.set_exception(exc)
+
+        threading.Thread(target=resolve, name="deltamirror-webhook-dns", daemon=True).start()
+        return lookup
+
+    def _connect(self, deadline: float) -> socket.socket:
+        """A connection to the first address that takes one, as ``socket.create_connection`` makes
+        it, but with the name's lookup inside the deadline too."""
+        error: OSError | None = None
+        for family, kind, proto, _, address in self._addresses(deadline):
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.settimeout(self._left(deadline))
+                sock.connect(address)
+                return sock
+            except OSError as exc:
+                sock.close()
+                if isinstance(exc, TimeoutError):
+                    raise
+                error = exc
+            except BaseException:
+                sock.close()
+                raise
+        raise error or OSError(f"no address for {self._host}")
 
     def _receive(self, sock: socket.socket, deadline: float) -> bytes:
         """What the server sent next, waiting in slices so that the deadline and a stop are seen."""

@@ -29,7 +29,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import InvalidTableUriError, StorageAccessError, StorageError
+from ..errors import InvalidArgumentError, InvalidTableUriError, StorageAccessError, StorageError
 from ..paths import SIDECAR_DIR, PathRules
 from .local import LocalFiles, NotARegularFileError
 from .uri import normalize_location, normalize_table_uri, without_password
@@ -41,12 +41,28 @@ __all__ = [
     "FileInfo",
     "NotARegularFileError",
     "TableStorage",
+    "local_options_problem",
     "normalize_location",
     "normalize_table_uri",
     "without_password",
 ]
 
 LOG_DIR = "_delta_log"
+
+
+def local_options_problem(uri: str, options: Iterable[str]) -> str | None:
+    """Why storage options cannot go with a location, or None: a local table (``file://``, a path)
+    is read with the operating system's files, which take no options, so any given would be
+    silently ignored. ``uri`` is normalized (``normalize_table_uri``); only the keys are named."""
+    keys = sorted(options)
+    if not keys or not uri.startswith("file://"):
+        return None
+    return (
+        f"storage options (-S, storage_options) have no effect on a local table "
+        f"({', '.join(keys)}): they are for object "
+        "stores (s3://, gs://, abfss://...); remove them"
+    )
+
 
 #: URL scheme -> the extra of pyproject.toml that installs its fsspec implementation
 _EXTRAS = {
@@ -125,6 +141,9 @@ class TableStorage:
         #: the table's identity (progress records, Kafka keys, messages): never holds a password
         self.uri = without_password(self._access_uri)
         self.storage_options = dict(storage_options or {})
+        problem = local_options_problem(self.uri, self.storage_options)
+        if problem is not None:
+            raise InvalidArgumentError(problem, table=self.uri, argument="storage_options")
         self.attempts = max(1, attempts)
         self.backoff_s = backoff_s
         self.allowed_path_prefixes = tuple(allowed_path_prefixes)

@@ -25,13 +25,14 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, overload
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as _RdKafkaError
 
 from ..errors import KafkaError, StopRequested, TopicNotFoundError
 from ..records.boundary import BadRecordError, RecordLimits
 from ..records.fragments import FragmentAssembler, FragmentError
 from ..records.headers import HEADER_FRAGMENT, Headers, header_value
+from . import clients
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +170,7 @@ class MirrorConsumer:
             "enable.auto.offset.store": False,
         }
         try:
-            self._consumer = Consumer(config)
+            self._consumer = clients.consumer(config)
         except KafkaException as exc:
             raise KafkaError(f"cannot create a Kafka consumer: {_reason(exc)}") from None
         self._assigned: list[tuple[str, int]] = []

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
 
+from . import clients
 from .connection import KafkaConnectionReporter
 
 #: how long a login may take before the broker is left to the normal, retrying path
@@ -45,7 +45,7 @@ def check_login(
         **{k: v for k, v in config.items() if k not in ("logger", "error_cb")},
         **reporter.client_config(),
     }
-    admin = AdminClient(client_config)
+    admin = clients.admin(client_config)
     deadline = time.monotonic() + timeout_s
     while True:
         try:

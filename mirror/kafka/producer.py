@@ -44,6 +44,7 @@ from ..errors import (
     TopicNotFoundError,
     TransactionAbortableError,
 )
+from . import clients
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ def new_producer(config: dict[str, Any]) -> Producer:
     local storage``): one producer per running table makes that a limit on tables per process.
     """
     try:
-        return Producer(config)
+        return clients.producer(config)
     except KafkaException as exc:
         raise KafkaError(f"cannot create a Kafka producer: {exc}") from None
     except RuntimeError as exc:
@@ -93,6 +94,11 @@ def classify(exc: BaseException, what: str, transactional_id: str) -> KafkaError
     return KafkaError(reason, transactional_id=transactional_id, fatal=err.fatal() or None)
 
 
+#: the error callback's codes for a lost connection: the brokers were away (or restarted) meanwhile
+DISCONNECT_CODES = frozenset({_RdKafkaError._TRANSPORT, _RdKafkaError._ALL_BROKERS_DOWN})
+#: ``transaction.timeout.ms`` unless the user's settings say otherwise (see :func:`producer_config`)
+DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+
 #: how long librdkafka waits to fill a batch. Versions end with a commit, which flushes at once, so
 #: this never delays a tailing watcher; while catching up it lets batches fill to batch.size: at
 #: 5 ms the broker spent 2-3x the CPU per record (many small produce requests) and the watcher
@@ -114,7 +120,7 @@ def producer_config(
         "queue.buffering.max.kbytes": 65536,
         "queue.buffering.max.messages": 500_000,
         "batch.size": 1_000_000,
-        "transaction.timeout.ms": 60_000,
+        "transaction.timeout.ms": DEFAULT_TRANSACTION_TIMEOUT_MS,
         **kafka,
         # the watcher's own: exactly-once and Java-compatible partitioning depend on them
         "transactional.id": transactional_id,
@@ -124,6 +130,11 @@ def producer_config(
         "message.max.bytes": max(1_000_000, max_message_bytes + RECORD_OVERHEAD),
         "delivery.report.only.error": True,
     }
+
+
+def transaction_timeout_s(kafka: Mapping[str, Any]) -> float:
+    """The ``transaction.timeout.ms`` a publisher made from these settings runs with, in seconds."""
+    return int(kafka.get("transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS)) / 1000
 
 
 def _let_frames_go(exc: BaseException) -> None:
@@ -177,6 +188,10 @@ class TransactionalPublisher:
         self.records = 0
         self.bytes = 0
         self.started_at = 0.0
+        self.transaction_timeout_s = transaction_timeout_s(config)
+        #: connections to the brokers lost so far: a broker may have restarted meanwhile, and one
+        #: killed mid-commit can leave a committed transaction's records without their markers
+        self.disconnects = 0
 
     # --- callbacks --------------------------------------------------------------------------
 
@@ -194,7 +209,24 @@ class TransactionalPublisher:
         err = exc.args[0] if exc.args and isinstance(exc.args[0], _RdKafkaError) else None
         if err is not None and err.code() == _RdKafkaError._FATAL:
             exc = self._fatal_cause() or exc
-        return classify(exc, what, self.transactional_id)
+        found = classify(exc, what, self.transactional_id)
+        return self._expired(found, what) if isinstance(found, ProducerFencedError) else found
+
+    def _expired(self, fenced: ProducerFencedError, what: str) -> KafkaError:
+        """A fence of a producer whose own transaction outlived ``transaction.timeout.ms`` (a broker
+        away meanwhile) is the coordinator's doing: it aborted the expired transaction and bumped the
+        producer's epoch. Not another watcher: a fatal KafkaError (a new producer session), not
+        ProducerFencedError (which ends the watcher)."""
+        age = time.monotonic() - self.started_at
+        if not self.in_transaction or age < self.transaction_timeout_s:
+            return fenced
+        return KafkaError(
+            f"{what} failed: the transaction coordinator aborted this producer's transaction, open for "
+            f"{age:.0f} s (transaction.timeout.ms {self.transaction_timeout_s:.0f} s), and fenced its "
+            f"epoch ({fenced})",
+            transactional_id=self.transactional_id,
+            fatal=True,
+        )
 
     def _fatal_cause(self) -> KafkaException | None:
         """The client's fatal error: latched by the error callback, or returned by the next call."""
@@ -218,6 +250,8 @@ class TransactionalPublisher:
         return None
 
     def _on_client_error(self, err: _RdKafkaError) -> None:
+        if err.code() in DISCONNECT_CODES:
+            self.disconnects += 1
         if err.fatal() and self._fatal is None:
             self._fatal = err
         if self._outer_error_cb is not None:
@@ -231,9 +265,12 @@ class TransactionalPublisher:
         self._error_topic = None
         reason = f"delivery to {topic} failed: {err.str()} ({err.name()})"
         if err.code() in FENCED_CODES:
-            raise ProducerFencedError(
-                f"fenced: another watcher now publishes this table ({err.str()})",
-                transactional_id=self.transactional_id,
+            raise self._expired(
+                ProducerFencedError(
+                    f"fenced: another watcher now publishes this table ({err.str()})",
+                    transactional_id=self.transactional_id,
+                ),
+                f"delivery to {topic}",
             )
         if err.code() == _RdKafkaError.INVALID_TIMESTAMP:
             raise TimestampRefusedError(reason, topic=topic, transactional_id=self.transactional_id)
@@ -262,6 +299,15 @@ class TransactionalPublisher:
         finally:
             self._producer.poll(0)  # error_cb and logger calls are served by poll
         return True
+
+    def partition_leader(self, topic: str, partition: int, timeout_s: float = 5.0) -> int | None:
+        """The broker id leading ``topic[partition]`` now (None: unknown or no leader)."""
+        try:
+            found = self._producer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        except KafkaException:
+            return None
+        meta = found.partitions.get(partition) if found is not None and found.error is None else None
+        return meta.leader if meta is not None and meta.leader >= 0 else None
 
     def init(self, timeout_s: float = 60.0, *, slice_s: float = 1.0) -> None:
         """``init_transactions``: fences older producers of this id and completes their transaction.
@@ -586,4 +632,5 @@ __all__ = [
     "TransactionalPublisher",
     "classify",
     "producer_config",
+    "transaction_timeout_s",
 ]

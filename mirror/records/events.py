@@ -71,6 +71,9 @@ Version = Annotated[int, Field(ge=0, le=I64_MAX)]
 #: epoch milliseconds, a size in bytes, a count: 64-bit integers
 Long = Annotated[int, Field(ge=I64_MIN, le=I64_MAX)]
 Size = Annotated[int, Field(ge=0, le=I64_MAX)]
+#: a commit summary's byte sums stop here: a long, as every Delta reader sums sizes (each size is one;
+#: only a forged log makes their sum larger)
+MAX_SUMMED_BYTES = I64_MAX
 #: the actions of one version (or snapshot), and an action's place among them (32-bit, as Spark's
 #: arrays and the protocol's Int)
 ActionCount = Annotated[int, Field(ge=1, le=I32_MAX)]
@@ -544,6 +547,7 @@ def json_schema_text() -> str:
 
 __all__: Sequence[str] = [
     "COMMITS_KINDS",
+    "MAX_SUMMED_BYTES",
     "SCHEMA_VERSION",
     "ActionEvent",
     "CommitSummary",

@@ -58,6 +58,8 @@ RETRY_S = 5.0
 PENDING_TTL_S = 600.0
 #: at most this many tables with a kept signal (the oldest is dropped first, with a warning)
 MAX_PENDING = 1000
+#: how long :func:`send_signal` may take, all of it (``deltamirror signal snapshot --timeout``'s default)
+SEND_TIMEOUT_S = 15.0
 #: a signal is a few hundred bytes: a larger record is skipped unread
 MAX_SIGNAL_BYTES = 16_384
 #: a signal topic created here refuses records larger than this at the broker (an existing one
@@ -86,18 +88,45 @@ class Signal(BaseModel):
         return self.model_dump_json(by_alias=True).encode()
 
 
-def send_signal(kafka: dict[str, Any], topic: str, table_uri: str, kind: Literal["snapshot"]) -> Signal:
-    """Write one signal for ``table_uri`` (normalized) and wait until the broker has stored it."""
+def send_signal(
+    kafka: dict[str, Any],
+    topic: str,
+    table_uri: str,
+    kind: Literal["snapshot"],
+    *,
+    timeout_s: float = SEND_TIMEOUT_S,
+) -> Signal:
+    """Write one signal for ``table_uri`` (normalized) and wait until the broker has stored it.
+
+    ``timeout_s`` bounds the whole call (creating the topic if needed, then the write; the write's
+    own bound is at least 1 s, so the call may end that much later): past it, a KafkaError saying
+    so, as with a broker that does not answer. A signal whose write timed out is not sent.
+    """
+    import math
+
+    from deltamirror.core.errors import InvalidArgumentError
     from deltamirror.mirror.kafka.producer import RecordProducer
     from deltamirror.mirror.topics import TopicManager
 
-    TopicManager(kafka, max_record_bytes=SIGNAL_MAX_BYTES).ensure_signal_topic(topic, SIGNAL_TOPIC_MAX_BYTES)
+    if not (timeout_s > 0 and math.isfinite(timeout_s)):
+        raise InvalidArgumentError("timeout_s must be more than 0 s")
+    deadline = time.monotonic() + timeout_s
+
+    def left() -> float:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise KafkaError(f"the signal could not be sent within {timeout_s:g} s", topic=topic)
+        return remaining
+
+    TopicManager(kafka, max_record_bytes=SIGNAL_MAX_BYTES, timeout_s=left()).ensure_signal_topic(
+        topic, SIGNAL_TOPIC_MAX_BYTES
+    )
     signal = Signal(kind=kind, table_uri=table_uri, id=uuid.uuid4().hex, requested_at=int(time.time() * 1000))
-    producer = RecordProducer(kafka)
+    producer = RecordProducer(kafka, delivery_timeout_s=max(1.0, left()))
     try:
         producer.send(topic, signal.to_json_bytes(), table_uri.encode())
     finally:
-        producer.close()
+        producer.close(timeout_s=1.0)
     return signal
 
 
@@ -340,6 +369,7 @@ __all__ = [
     "MAX_SIGNAL_BYTES",
     "MAX_SNAPSHOTS_PER_INTERVAL",
     "PENDING_TTL_S",
+    "SEND_TIMEOUT_S",
     "SIGNAL_TOPIC",
     "SNAPSHOT_INTERVAL_S",
     "Signal",

@@ -210,6 +210,14 @@ class ProducerLease:
     def in_flight(self) -> int:
         return self._gen.pub.in_flight() if self._holding else 0
 
+    @property
+    def disconnects(self) -> int:
+        """Connections the shard's producer lost so far (see :class:`TransactionalPublisher`)."""
+        return self._gen.pub.disconnects
+
+    def partition_leader(self, topic: str, partition: int, timeout_s: float = 5.0) -> int | None:
+        return self._gen.pub.partition_leader(topic, partition, timeout_s)
+
     # --- opening -------------------------------------------------------------------------------
 
     def reachable(self, timeout_s: float) -> bool:

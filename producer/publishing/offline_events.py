@@ -26,8 +26,19 @@ def iter_event_values(
     ending_version: int | None = None,
     allowed_path_prefixes: Iterable[str] = (),
 ) -> Iterator[bytes]:
-    """The action-event values the watcher publishes for versions [start, end], without Kafka."""
-    prefixes = tuple(allowed_path_prefixes)  # read twice: by the table and by the watcher
+    """The action-event values the watcher publishes for versions [start, end], without Kafka.
+
+    They are made from the commit files alone, never from a file a commit names: there is nothing
+    for ``allowed_path_prefixes`` to allow, and any given is refused (it would do nothing).
+    """
+    prefixes = tuple(allowed_path_prefixes)
+    if prefixes:
+        raise InvalidArgumentError(
+            "allowed_path_prefixes: the events are made from the commit files alone, never from a "
+            "file the log names: there is nothing outside the table root to allow",
+            table=uri,
+            argument="allowed_path_prefixes",
+        )
     table = open_table(uri, storage_options, allowed_path_prefixes=prefixes)
     latest = table.latest_version()
     commits = table.listing(0).commits

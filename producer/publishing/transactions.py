@@ -55,6 +55,7 @@ from ..tailing.work import (
     position_after,
 )
 from .progress import progress_record
+from .tails import AlreadyPublished
 
 if TYPE_CHECKING:  # for the type checker only: importing it loads prometheus_client
     from ..metrics import Metrics
@@ -119,6 +120,9 @@ class TableTransactions:
         self.limits: dict[str, TopicLimits] = {}
         self.committed: Position | None = None
         self.produced: Position | None = None
+        #: records past ``committed`` that the topics hold already (a partly committed transaction):
+        #: not published again
+        self.already = AlreadyPublished()
         self._log_extra = {"table": uri}
         #: versions whose last chunk is in the open transaction: (version, commit timestamp)
         self._completed: list[tuple[int, int]] = []
@@ -135,10 +139,12 @@ class TableTransactions:
         #: transactions as the version's actions, after them and before its summary
         self.rows: RowChangesSource | None = None
 
-    def resume(self, committed: Position | None) -> None:
-        """A new session starts from the committed progress: nothing is open."""
+    def resume(self, committed: Position | None, already: AlreadyPublished | None = None) -> None:
+        """A new session starts from the committed progress: nothing is open. ``already``: what the
+        topics hold past it, not to be published again."""
         self.committed = committed
         self.produced = committed
+        self.already = already or AlreadyPublished()
 
     @property
     def in_transaction(self) -> bool:
@@ -234,13 +240,21 @@ class TableTransactions:
             self._txn_first_version = unit.version
         try:
             for batch in unit.batches(self.batch_size):
-                values, headers = self._expand_oversize(
-                    topic,
-                    encoder.encode_many(index, batch),
-                    action_headers(version_header, index, batch, ts_headers),
-                    (unit.version, index),
+                encoded = encoder.encode_many(index, batch)
+                batch_headers: Iterable[Headers] = action_headers(version_header, index, batch, ts_headers)
+                there = (
+                    self.already.skip_actions(unit.table_id, unit.version, unit.snapshot, index, len(encoded))
+                    if self.already
+                    else 0
                 )
-                pub.produce_many(topic, values, key, headers, ts)
+                if there:  # committed already by a transaction Kafka committed on that topic only
+                    encoded, batch_headers = encoded[there:], list(batch_headers)[there:]
+                    self._say_already(f"{there} action records of version {unit.version}")
+                values, headers = self._expand_oversize(
+                    topic, encoded, batch_headers, (unit.version, index + there)
+                )
+                if values:
+                    pub.produce_many(topic, values, key, headers, ts)
                 index += len(batch)
                 self._events_in_txn += len(batch)
                 self.produced = position_after(unit, index - 1)
@@ -259,17 +273,28 @@ class TableTransactions:
                 bar.close()
         if self.rows is not None and not self._publish_rows(unit):
             return  # a stop committed part of the version's row changes
-        summary = unit.summary().to_json_bytes()
-        ts_c, hdr_c = self._record_timestamp(self.topics.commits, unit.timestamp.timestamp)
-        values_c, headers_c = self._expand_oversize(
-            self.topics.commits,
-            [summary],
-            [[(HEADER_KIND, b"commit"), (HEADER_VERSION, version_b), *hdr_c]],
-            (unit.version, -1),
-        )
-        pub.produce_many(self.topics.commits, values_c, key, headers_c, ts_c)
+        if self.already and self.already.skip_summary(unit.table_id, unit.version, unit.snapshot):
+            self._say_already(f"the summary of version {unit.version}")
+        else:
+            summary = unit.summary().to_json_bytes()
+            ts_c, hdr_c = self._record_timestamp(self.topics.commits, unit.timestamp.timestamp)
+            values_c, headers_c = self._expand_oversize(
+                self.topics.commits,
+                [summary],
+                [[(HEADER_KIND, b"commit"), (HEADER_VERSION, version_b), *hdr_c]],
+                (unit.version, -1),
+            )
+            pub.produce_many(self.topics.commits, values_c, key, headers_c, ts_c)
         self.produced = position_after(unit, unit.count - 1)
         self._completed.append((unit.version, unit.timestamp.timestamp))
+
+    def _say_already(self, what: str) -> None:
+        log.warning(
+            "not published again: %s, committed already (a transaction Kafka committed on some of its "
+            "partitions only, and whose other records read as aborted)",
+            what,
+            extra=self._log_extra,
+        )
 
     def _publish_rows(self, unit: PublishUnit) -> bool:
         """The row changes of ``unit`` (its actions are in), from the record the progress counts.

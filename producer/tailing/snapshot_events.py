@@ -21,7 +21,7 @@ from deltamirror.core import action_schema
 from deltamirror.core.partitions import distinct_partitions
 from deltamirror.core.table import Snapshot
 from deltamirror.core.timestamps import CommitTimestamp
-from deltamirror.mirror.records.events import SCHEMA_VERSION, CommitSummary
+from deltamirror.mirror.records.events import MAX_SUMMED_BYTES, SCHEMA_VERSION, CommitSummary
 
 #: distinct partitions listed in a summary (a snapshot's or a commit's)
 MAX_PARTITIONS_LISTED = 1000
@@ -94,7 +94,7 @@ class SnapshotWork:
             adds=files.num_rows,
             removes=0,
             cdc_files=0,
-            bytes_added=int(size_sum or 0),
+            bytes_added=min(int(size_sum or 0), MAX_SUMMED_BYTES),
             bytes_removed=0,
             partitions_touched=partitions,
             partitions_touched_truncated=truncated,

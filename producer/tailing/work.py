@@ -27,7 +27,7 @@ from deltamirror.core.log import check_commit, commit_name, stream_commit
 from deltamirror.core.models import Metadata, model_of
 from deltamirror.core.storage import FileInfo, TableStorage
 from deltamirror.core.timestamps import CommitTimestamp
-from deltamirror.mirror.records.events import SCHEMA_VERSION, CommitSummary
+from deltamirror.mirror.records.events import MAX_SUMMED_BYTES, SCHEMA_VERSION, CommitSummary
 from deltamirror.producer.tailing.snapshot_events import (
     MAX_PARTITIONS_LISTED,
     ActionBatch,
@@ -218,8 +218,9 @@ class CommitWork:
             adds=s.adds,
             removes=s.removes,
             cdc_files=s.cdc,
-            bytes_added=s.bytes_added,
-            bytes_removed=s.bytes_removed,
+            # a long, as every Delta reader sums sizes: each size is one, their sum may not be
+            bytes_added=min(s.bytes_added, MAX_SUMMED_BYTES),
+            bytes_removed=min(s.bytes_removed, MAX_SUMMED_BYTES),
             partitions_touched=list(s.partitions.values()),
             partitions_touched_truncated=s.truncated,
             metadata_changed=self.scan.metadata is not None,

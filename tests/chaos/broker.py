@@ -74,6 +74,16 @@ class Broker:
                 found.append(line[:400])
         return found
 
+    def abort_hanging(self) -> list[str]:
+        """What an operator does about a hanging transaction on the local broker:
+        ``deltamirror local kafka abort-hanging``; its lines (one per transaction aborted)."""
+        done = cli("local", "kafka", "abort-hanging", *self._args())
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"local kafka abort-hanging exited {done.returncode}: {done.stderr.strip()[-2000:]}"
+            )
+        return [line for line in done.stdout.splitlines() if line.startswith("aborted: ")]
+
     def running(self) -> bool:
         return cli("local", "kafka", "status", *self._args()).returncode == 0
 

@@ -61,7 +61,7 @@ def test_flags_alone_set_every_option(tmp_path: Path, handed: list[WatchConfig])
     argv = [
         "--bootstrap-servers",
         "k1:9092,k2:9092",
-        str(tmp_path / "a"),
+        "s3://bucket/a",  # storage options are for object stores
         "--poll-interval",
         "0.5",
         "--progress-topic",
@@ -110,11 +110,11 @@ def write_config(tmp_path: Path) -> Path:
         "  bootstrap_servers: file:9092\n"
         "progress_topic: file-progress\n"
         "tables:\n"
-        f"  - uri: {tmp_path / 'a'}\n"
+        "  - uri: s3://bucket/a\n"  # storage options are for object stores
         "    snapshot_mode: latest\n"
         "    poll_interval_s: 3\n"
         "    storage_options: {region: from-file, endpoint: http://x}\n"
-        f"  - uri: {tmp_path / 'b'}\n"
+        "  - uri: s3://bucket/b\n"
         "    snapshot_mode: from-version\n"
         "    from_version: 4\n"
     )
@@ -133,8 +133,8 @@ def test_flags_override_the_config_file(tmp_path: Path, handed: list[WatchConfig
     argv = [
         "--config",
         str(write_config(tmp_path)),
-        str(tmp_path / "a"),  # already in the file: keeps its settings
-        str(tmp_path / "c"),
+        "s3://bucket/a",  # already in the file: keeps its settings
+        "s3://bucket/c",
         "--bootstrap-servers",
         "flag:9092",
         "--from-timestamp",
@@ -232,7 +232,7 @@ def test_discover_takes_every_flag_that_applies_to_each_table(
         "--bootstrap-servers",
         "k:9092",
         "--discover",
-        str(tmp_path),
+        "s3://lake/",
         "--row-changes",
         "--poll-interval",
         "0.5",

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from deltamirror.mirror.records.boundary import BadRecordError
 from mutation.exec import Result, run_command
 from support.forge import (
     Base,
@@ -20,12 +21,14 @@ from support.forge import (
     Topics,
     action_rec,
     add_action,
+    commits_rec,
     consume_snapshot_argv,
     event,
     fragments,
     mirror_base,
     state_paths,
     state_uris,
+    summary,
     write_case,
 )
 
@@ -278,3 +281,38 @@ def test_invalidate_delivers_and_acknowledges_every_version_before_a_refused_rec
     finally:
         reader.close()
     assert committed.offset == len(base.actions)  # acknowledged up to the refused record
+
+
+def test_a_version_gap_read_from_the_announced_version_on_is_refused_at_its_record(
+    kafka_bootstrap: str, base: Base, tmp_path: Path
+) -> None:
+    """The Spark source reads a range from its first version on: the actions topic goes on from the
+    last real version straight to a later one the commits topic never announced. Before, the reader
+    took the record for an overshoot of its seek, read the partition again from its start and
+    failed without naming the record."""
+    from deltamirror.consumer.mirror_changes import MirrorIndex, MirrorSettings, read_mirror_versions
+
+    gap = base.last_version + 7
+    forged = action_rec(event(base, version=gap))
+    topics = write_case(kafka_bootstrap, base, actions=[forged], commits=[commits_rec(summary(base))])
+    settings = MirrorSettings(
+        kafka_bootstrap, topics.actions, topics.commits, str(base.table), idle_timeout_s=30
+    )
+    index = MirrorIndex(settings)
+    index.refresh()
+    assert index.table_id is not None and index.latest == base.last_version + 1
+    start = base.last_version + 1
+    with pytest.raises(BadRecordError) as refused:
+        list(
+            read_mirror_versions(
+                settings,
+                table_id=index.table_id,
+                partition=index.actions_partition(),
+                start=start,
+                end=start,
+                start_timestamp_ms=index.timestamp(start),
+            )
+        )
+    said = str(refused.value)
+    assert f"version {gap} follows version {base.last_version}" in said
+    assert f"topic={topics.actions}," in said and f"offset={len(base.actions)})" in said

@@ -217,3 +217,71 @@ def test_a_failing_commands_last_stderr_line_is_kept_however_much_it_wrote(tmp_p
     code = "import sys; sys.stderr.write('noise\\n' * 200000 + 'the cache is read-only\\n'); sys.exit(3)"
     with pytest.raises(DeliveryAttemptError, match=r"exited with status 3: the cache is read-only$"):
         ExecTarget([sys.executable, "-c", code], timeout_s=30.0).send(DOC, BODY, 1)
+
+
+# --- a host name that takes long to resolve ---------------------------------------------------------------
+
+#: run in a mount and network namespace of its own, whose /etc/resolv.conf names a DNS server on its
+#: loopback that never answers (glibc's real resolver, waiting 30 s per try)
+_SLOW_DNS = """
+import json, socket, sys, threading, time
+from deltamirror.consumer.invalidate import DeliveryAttemptError, WebhookTarget
+from deltamirror.mirror.errors import StopRequested
+silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+silent.bind(("127.0.0.1", 53))  # takes the queries, answers none
+target = WebhookTarget("http://hook.deltamirror-test.example/x", timeout_s=1.0)
+DOC = {"kind": "version", "tableId": "t-1", "tableUri": "file:///t", "version": 7}
+out = {}
+for attempt in (1, 2):
+    start = time.monotonic()
+    try:
+        target.send(DOC, b"{}", attempt)
+    except DeliveryAttemptError as exc:
+        out[f"error{attempt}"] = str(exc)
+    out[f"took{attempt}"] = time.monotonic() - start
+stop = threading.Event()
+stopping = WebhookTarget("http://hook2.deltamirror-test.example/x", timeout_s=60.0, stop=stop)
+threading.Timer(0.5, stop.set).start()
+start = time.monotonic()
+try:
+    stopping.send(DOC, b"{}", 1)
+except StopRequested:
+    out["stopped"] = True
+out["stop_took"] = time.monotonic() - start
+out["lookup_threads"] = sum(t.name == "deltamirror-webhook-dns" for t in threading.enumerate())
+print(json.dumps(out))
+"""
+
+
+def _namespaces_usable() -> bool:
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("ip")):
+        return False
+    done = subprocess.run(["unshare", "--mount", "--net", "true"], capture_output=True)
+    return done.returncode == 0
+
+
+@pytest.mark.skipif(not _namespaces_usable(), reason="needs root, unshare and ip: a resolver of its own")
+def test_a_host_name_that_never_resolves_fails_the_attempt_at_its_deadline(tmp_path: Path) -> None:
+    import subprocess
+
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("nameserver 127.0.0.1\noptions timeout:30 attempts:3\n")
+    script = tmp_path / "slow_dns.py"
+    script.write_text(_SLOW_DNS)
+    shell = f"ip link set lo up && mount --bind {shlex.quote(str(resolv))} /etc/resolv.conf && exec {shlex.quote(sys.executable)} {shlex.quote(str(script))}"
+    done = subprocess.run(
+        ["unshare", "--mount", "--net", "sh", "-c", shell], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.splitlines()[-1])
+    for attempt in (1, 2):  # the second attempt waits for the first one's lookup: no second thread
+        assert (
+            out[f"error{attempt}"]
+            == "http://hook.deltamirror-test.example/*** gave no complete answer within 1 s"
+        )
+        assert out[f"took{attempt}"] < 1.0 + 1.0
+    assert out["stopped"] and out["stop_took"] < 0.5 + 1.0
+    assert out["lookup_threads"] == 2  # one per target, still waiting on the silent server

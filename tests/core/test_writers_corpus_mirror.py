@@ -15,6 +15,7 @@ from deltamirror.consumer.snapshot import SnapshotConsumer
 from deltamirror.core import open_table
 from deltamirror.core.changes import changes_from_actions
 from deltamirror.core.replay import file_keys
+from deltamirror.mirror.records.boundary import RecordRules
 from support.corpus import CorpusTable, corpus_tables, expected_cdf, normal_rows, table_location
 from support.watching import watch_until
 
@@ -48,7 +49,12 @@ def test_the_mirror_of_a_writers_table_is_the_table(kafka_bootstrap: str, table:
     )
 
     # consume-snapshot's state, built from every version's events
-    consumer = SnapshotConsumer(kafka_bootstrap, actions, group_id=f"{name}-state")
+    consumer = SnapshotConsumer(
+        kafka_bootstrap,
+        actions,
+        group_id=f"{name}-state",
+        rules=RecordRules(allowed_path_prefixes=tuple(prefixes)),  # a shallow clone's source
+    )
     consumer.run(once=True)
     snap = core.snapshot()
     state = consumer.tables[snap.metadata.id]  # a replaced table (CREATE OR REPLACE) has a new id
@@ -65,7 +71,9 @@ def test_the_mirror_of_a_writers_table_is_the_table(kafka_bootstrap: str, table:
     cdf = table.expected["cdf"]
     if cdf is None or "error" in cdf:
         return
-    settings = MirrorSettings(kafka_bootstrap, actions, f"{name}.commits", location)
+    settings = MirrorSettings(
+        kafka_bootstrap, actions, f"{name}.commits", location, allowed_path_prefixes=tuple(prefixes)
+    )
     index = MirrorIndex(settings)
     try:
         index.refresh()

@@ -56,7 +56,7 @@ def _cli(*argv: str) -> int:
 
 
 def test_pinned_artifacts_are_well_formed() -> None:
-    raw = resources.files("deltamirror.producer").joinpath("kafka_artifacts.json").read_text("utf-8")
+    raw = resources.files("deltamirror.devkafka").joinpath("kafka_artifacts.json").read_text("utf-8")
     doc = json.loads(raw)
     version = doc["kafka_version"]
     assert re.fullmatch(r"4\.\d+\.\d+", version)
@@ -74,6 +74,14 @@ def test_pinned_artifacts_are_well_formed() -> None:
     assert ("org.slf4j", "slf4j-api") in coordinates
     assert ("org.apache.logging.log4j", "log4j-slf4j-impl") in coordinates, "no slf4j log backend"
     assert doc["broker_main_class"] and doc["storage_tool_main_class"]
+    # the admin tools' own jar, on top of the broker's classpath, fetched only when a tool runs
+    tools = doc["tool_artifacts"]
+    assert [(t["group"], t["artifact"], t["version"]) for t in tools] == [
+        ("org.apache.kafka", "kafka-tools", version)
+    ]
+    assert all(re.fullmatch(r"[0-9a-f]{64}", t["sha256"]) and t["size"] > 0 for t in tools)
+    assert not {(t["group"], t["artifact"]) for t in tools} & set(coordinates)
+    assert doc["transactions_tool_main_class"] == "org.apache.kafka.tools.TransactionsCommand"
 
 
 def test_verify_jar_rejects_and_deletes_a_corrupt_file(tmp_path: Path) -> None:
@@ -284,6 +292,9 @@ def test_local_kafka_lifecycle_through_the_cli(tmp_path: Path, capsys: pytest.Ca
         assert _cli("local", "kafka", "status", *opts) == 0
         assert f"(pid {pid}, Kafka " in capsys.readouterr().out
         new_topic(f"127.0.0.1:{port}", "lifecycle")
+        # the remedy for a hanging transaction reaches the broker named by --port and --data-dir
+        assert _cli("local", "kafka", "abort-hanging", *opts, "--max-transaction-timeout", "0") == 0
+        assert capsys.readouterr().out == f"no hanging transaction on the broker at 127.0.0.1:{port}\n"
     finally:
         assert _cli("local", "kafka", "stop", *opts) == 0
     assert f"kafka stopped (pid {pid}" in capsys.readouterr().out

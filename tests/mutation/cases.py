@@ -30,7 +30,6 @@ from mutation.core import (
     TableSpec,
 )
 from mutation.logs import facts
-from mutation.paths import secret_options
 
 __all__ = ["CLASSES", "CLI_COMMANDS", "TABLE_SPECS", "Case", "Env", "check_expectations", "generate"]
 _REGISTERED = (checkpoints, commits, dvs, lines, paths)
@@ -60,9 +59,6 @@ TABLE_SPECS = (
 )
 
 _ID_UNSAFE = re.compile(r"[^\w.:@=+,/%-]")
-
-#: in the full run, this share of cases also carries credentials in its storage options
-SECRET_OVERLAY = 0.2
 
 
 def generate(
@@ -104,9 +100,6 @@ def generate(
             if case.id in seen:
                 continue
             seen.add(case.id)
-            if size == "full" and not case.options and rng.random() < SECRET_OVERLAY:
-                case.secret = f"s3cr3t{rng.randrange(10**8):08d}"
-                case.options = secret_options(case.secret)
             cases.append(case)
     return cases
 

@@ -283,7 +283,7 @@ def _secret(rng: random.Random) -> str:
 
 
 def secret_options(secret: str) -> dict[str, str]:
-    """Storage options with a secret in every credential-shaped place a local filesystem will ignore."""
+    """Storage options with a secret in every credential-shaped place."""
     return {
         "password": secret,
         "aws_secret_access_key": secret,
@@ -294,8 +294,9 @@ def secret_options(secret: str) -> dict[str, str]:
 
 @mutation("secret-storage-options", structural=False)
 def _secret_options(f: Facts, rng: random.Random) -> Mutation:
-    """Credentials in storage options (ignored by a local filesystem): same answers, never printed."""
-    m = Mutation(everywhere(f, "unchanged"), lambda root, env: None, "options")
+    """Credentials in storage options of a local table, which takes none: refused in one line naming
+    them as storage options (they would be silently ignored), the secrets never printed."""
+    m = Mutation(everywhere(f, "refused"), lambda root, env: None, "options", names_any=("storage options",))
     m.secret = _secret(rng)
     m.options = secret_options(m.secret)
     return m

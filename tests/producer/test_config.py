@@ -597,7 +597,7 @@ def test_overrides_alone() -> None:
         None,
         {
             "bootstrap_servers": "localhost:9092",
-            "tables": ["/data/a", "s3://b/t"],
+            "tables": ["s3://b/a", "s3://b/t"],
             "snapshot_mode": "from-version",
             "from_version": 7,
             "storage_options": {"key": "AKIA-test-7731", "region": "eu"},
@@ -606,7 +606,7 @@ def test_overrides_alone() -> None:
         },
     )
     assert cfg.kafka.librdkafka_config() == {"bootstrap.servers": "localhost:9092"}
-    assert [t.uri for t in cfg.tables] == ["/data/a", "s3://b/t"]
+    assert [t.uri for t in cfg.tables] == ["s3://b/a", "s3://b/t"]
     assert all(t.snapshot_mode == "from-version" and t.from_version == 7 for t in cfg.tables)
     assert all(t.poll_interval_s == 0.5 for t in cfg.tables)
     assert cfg.tables[1].storage_options_plain() == {"key": "AKIA-test-7731", "region": "eu"}
@@ -670,8 +670,8 @@ def test_flags_override_the_file(tmp_path: Path) -> None:
         "kafka: {bootstrap_servers: 'file-broker:9092', security_protocol: SASL_SSL, sasl_mechanism: PLAIN,"
         " sasl_username: u, sasl_password: kafka-pw-Zq81}\n"
         "tables:\n"
-        "  - {uri: /data/a, snapshot_mode: from-version, from_version: 3, storage_options: {region: us, x: 1}}\n"
-        "  - {uri: /data/b, snapshot_mode: latest, actions_topic: b.actions}\n"
+        "  - {uri: 's3://b/a', snapshot_mode: from-version, from_version: 3, storage_options: {region: us, x: 1}}\n"
+        "  - {uri: 's3://b/b', snapshot_mode: latest, actions_topic: b.actions}\n"
         "metrics_port: 9000\nprogress_topic: file.progress\n",
     )
     cfg = load_config(path, environ={})
@@ -679,7 +679,7 @@ def test_flags_override_the_file(tmp_path: Path) -> None:
         cfg,
         {
             "bootstrap_servers": "flag-broker:9092",
-            "tables": ["/data/b/", "/data/c"],
+            "tables": ["s3://b/b/", "s3://b/c"],
             "from_timestamp": "2026-01-01T00:00:00Z",
             "storage_options": {"region": "eu"},
             "metrics_port": 9464,
@@ -688,7 +688,7 @@ def test_flags_override_the_file(tmp_path: Path) -> None:
     assert merged.kafka.bootstrap_servers == "flag-broker:9092"
     assert merged.kafka.librdkafka_config()["sasl.password"] == "kafka-pw-Zq81"  # kept, still secret
     assert isinstance(merged.kafka.sasl_password, SecretStr)
-    assert [t.uri for t in merged.tables] == ["/data/a", "/data/b", "/data/c"]
+    assert [t.uri for t in merged.tables] == ["s3://b/a", "s3://b/b", "s3://b/c"]
     assert merged.tables[1].actions_topic == "b.actions"  # the file's entry wins over the bare flag
     for table in merged.tables:
         assert table.snapshot_mode == "from-timestamp"
@@ -742,10 +742,10 @@ def test_every_setting_of_a_table_is_inherited_from_its_prefix_or_refused_on_one
     assert not set(INHERITED) & set(TABLE_ONLY)
     assert not set(TABLE_ONLY) & set(DiscoverConfig.model_fields)
     assert set(_NOT_DEFAULT) == set(INHERITED)
-    table = _found({"uri": "/lake", **_NOT_DEFAULT})
+    table = _found({"uri": "s3://lake", **_NOT_DEFAULT})  # storage options: an object store
     for name, value in _NOT_DEFAULT.items():
         start = {"snapshot_mode": "from-timestamp", "from_timestamp": _NOT_DEFAULT["from_timestamp"]}
-        expected = TableConfig.model_validate({"uri": "/x", **start, name: value})
+        expected = TableConfig.model_validate({"uri": "s3://lake/x", **start, name: value})
         assert getattr(table, name) == getattr(expected, name), name
         assert getattr(table, name) != TableConfig.model_fields[name].get_default(call_default_factory=True)
 

@@ -195,6 +195,24 @@ def _scan_file(tmp_path: Path, data: bytes) -> tuple[TableStorage, Any]:
 @pytest.mark.parametrize("streamed", [False, True], ids=["read-whole", "streamed"])
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(commit=_commit())
+@example(  # two sizes whose sum is past a long: the summary was refused by its own model
+    commit=(
+        b'{"add":{"path":"f","dataChange":false,"partitionValues":{},"size":1338,"modificationTime":0}}\n'
+        b'{"add":{"path":"g","dataChange":false,"partitionValues":{},"size":9223372036854774470,'
+        b'"modificationTime":0}}',
+        [
+            (
+                b'{"add":{"path":"f","dataChange":false,"partitionValues":{},"size":1338,"modificationTime":0}}',
+                True,
+            ),
+            (
+                b'{"add":{"path":"g","dataChange":false,"partitionValues":{},"size":9223372036854774470,'
+                b'"modificationTime":0}}',
+                True,
+            ),
+        ],
+    )
+)
 def test_the_scan_publishes_the_valid_lines_and_refuses_the_first_invalid_one(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -231,9 +249,10 @@ def test_the_scan_publishes_the_valid_lines_and_refuses_the_first_invalid_one(
         want_summary["removes"],
         want_summary["cdc"],
     )
+    # the sums are longs: past 2^63-1 (two sizes of a forged log can get there) they stop there
     assert (summary.bytes_added, summary.bytes_removed) == (
-        want_summary["bytes_added"],
-        want_summary["bytes_removed"],
+        min(want_summary["bytes_added"], 2**63 - 1),
+        min(want_summary["bytes_removed"], 2**63 - 1),
     )
     assert summary.partitions_touched == want_summary["partitions"]
 

@@ -262,17 +262,17 @@ def secret_config(tmp_path: Path, table: str, **top: Any) -> Path:
             "extra": {"sasl.oauthbearer.client.secret": KAFKA_SECRET, "client.id": "visible"},
         },
         "tables": [
+            {"uri": table, "actions_topic": "t.actions", "commits_topic": "t.commits"},
             {
-                "uri": table,
+                "uri": SECRET_URI,
+                "wait_for_table": True,  # a memory table: none is there yet
+                # storage options are for object stores (a local table refuses them)
                 "storage_options": {
                     "endpoint_url": f"http://minio:{ENDPOINT_SECRET}@minio:9000",
                     "client_kwargs": {"endpoint_url": f"https://svc:{NESTED_SECRET}@s3.local"},
                     "secret": OPTION_SECRET,
                 },
-                "actions_topic": "t.actions",
-                "commits_topic": "t.commits",
             },
-            {"uri": SECRET_URI, "wait_for_table": True},  # a memory table: none is there yet
         ],
         **top,
     }
@@ -286,13 +286,13 @@ def test_the_logged_configuration_has_no_secret(tmp_path: Path) -> None:
     text = json.dumps(redacted(cfg))
     assert_no_secret(text)
     data = redacted(cfg)
-    options = data["tables"][0]["storage_options"]
+    options = data["tables"][1]["storage_options"]
     assert options["endpoint_url"] == "http://***@minio:9000"
     assert options["client_kwargs"]["endpoint_url"] == "https://***@s3.local"
     assert data["tables"][1]["uri"] == "memory://***@bucket/events"
     assert data["kafka"]["extra"]["client.id"] == "visible"
     # the clients still get the real values
-    assert cfg.tables[0].storage_options_plain()["endpoint_url"].endswith(f"{ENDPOINT_SECRET}@minio:9000")
+    assert cfg.tables[1].storage_options_plain()["endpoint_url"].endswith(f"{ENDPOINT_SECRET}@minio:9000")
 
 
 def test_a_broker_list_with_credentials_is_refused_in_the_config_file(tmp_path: Path) -> None:
@@ -326,7 +326,9 @@ def test_metrics_and_health_never_show_credentials() -> None:
     assert health["tables"]["memory://***@bucket/events"]["reason"] == (
         "cannot read memory://***@bucket/events: token=***"
     )
-    assert health["reason"] == "fenced on memory://***@bucket/events"
+    assert health["reason"] == (  # the watcher's reason, then the tables stopped on an error
+        "fenced on memory://***@bucket/events; 1 table(s) stopped on an error: memory://***@bucket/events"
+    )
 
 
 # --- the command line ------------------------------------------------------------------------------

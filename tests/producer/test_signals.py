@@ -255,6 +255,42 @@ def _wait(condition: Any, what: str, timeout_s: float = 30.0) -> None:
         time.sleep(0.05)
 
 
+def _dead_address() -> str:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+def test_send_signal_is_bounded_by_its_timeout_with_the_broker_gone() -> None:
+    """The library's face has the command's bound (``signal snapshot --timeout``)."""
+    from deltamirror.mirror.errors import KafkaError
+    from deltamirror.producer.discovery.signals import send_signal
+
+    start = time.monotonic()
+    with pytest.raises(KafkaError, match=r"cannot create topic deltamirror\.signals: .*within 2 s"):
+        send_signal(
+            {"bootstrap.servers": _dead_address()},
+            "deltamirror.signals",
+            "file:///t",
+            "snapshot",
+            timeout_s=2.0,
+        )
+    assert time.monotonic() - start < 2.0 + 2.0
+
+
+def test_send_signals_timeout_is_the_commands_and_must_be_positive() -> None:
+    from deltamirror.cli.signal_cmd import DEFAULT_TIMEOUT_S
+    from deltamirror.core.errors import InvalidArgumentError
+    from deltamirror.producer.discovery.signals import SEND_TIMEOUT_S, send_signal
+
+    assert SEND_TIMEOUT_S == DEFAULT_TIMEOUT_S
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(InvalidArgumentError, match="timeout_s"):
+            send_signal({"bootstrap.servers": "127.0.0.1:1"}, "s", "file:///t", "snapshot", timeout_s=bad)
+
+
 # --- the topic is operators' input, and anyone who can write to it: bounded -------------------------
 
 

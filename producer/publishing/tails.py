@@ -1,0 +1,192 @@
+"""What a table's actions and commits topics end with: records a partly committed transaction left.
+
+Kafka writes a transaction's commit markers one partition at a time, after it answered the
+producer. A broker killed in between, which then skips the other markers at its restart (see
+:mod:`.hanging`), leaves the transaction committed on some partitions only: the commits topic may
+hold a version's summary while its actions and its progress record were later aborted (by the
+producer's next abort, or an operator's). The table then resumes from the older progress record
+and publishes those records again; the ones already committed must not be published twice.
+
+So when a table reads its position back after trouble, it also reads the last committed records
+of its actions and commits topics (:func:`read_tails`). Records past the progress position that
+are there already are not published again (:class:`AlreadyPublished`): every record a table
+publishes after a position comes in one order (version, then a snapshot after the commit of its
+version, then index), and what a partial commit left past the position is the start of that run.
+Row changes (spread over the changes topic's partitions by key) are not checked.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from deltamirror.mirror.errors import EventStreamError, KafkaError
+from deltamirror.mirror.kafka.consumer import MirrorConsumer, Record
+from deltamirror.mirror.records.headers import HEADER_KIND
+
+from ..tailing.work import Position
+
+log = logging.getLogger("deltamirror.watch")
+
+#: records read back from each partition's end at first (more when a record there is fragmented)
+WINDOW = 64
+#: tail reads running at once in a process: each is a short-lived consumer (librdkafka allows about
+#: 1,000 clients per process, and a group member may resume many tables at once)
+_READERS = threading.BoundedSemaphore(4)
+
+#: each partition's end now: ``committed`` True for a read_committed reader, else the high watermark
+EndOffsets = Callable[[str, bool], Mapping[int, int]]
+
+#: a published record's place in a table's publishing order: (version, snapshot, index); a
+#: version's snapshot comes after its commit (a snapshot asked for at the cursor), an index of -1
+#: is the summary (it follows the version's actions: compared on (version, snapshot) alone)
+Key = tuple[int, bool, int]
+
+
+def key_of(position: Position) -> Key:
+    return (position.version, position.snapshot, position.index)
+
+
+@dataclass(frozen=True)
+class Tail:
+    """The last committed record of the table on a topic."""
+
+    table_id: str
+    version: int
+    snapshot: bool
+    #: the action's index (actions topic); -1 for a summary (commits topic)
+    index: int
+
+    @property
+    def key(self) -> Key:
+        return (self.version, self.snapshot, self.index)
+
+
+@dataclass(frozen=True)
+class AlreadyPublished:
+    """What the topics hold past a position: the records not to publish again."""
+
+    #: the last action record already committed past the position (None: none)
+    actions: Tail | None = None
+    #: the last summary already committed past the position (None: none)
+    summary: Tail | None = None
+
+    def __bool__(self) -> bool:
+        return self.actions is not None or self.summary is not None
+
+    def skip_actions(self, table_id: str, version: int, snapshot: bool, start: int, n: int) -> int:
+        """How many of the ``n`` action records from index ``start`` of this unit (published after
+        the position) are there already: those up to the tail, which may lie in a later version."""
+        tail = self.actions
+        if tail is None or tail.table_id != table_id:
+            return 0
+        unit, last = (version, snapshot), (tail.version, tail.snapshot)
+        if unit < last:
+            return n
+        if unit == last:
+            return max(0, min(n, tail.index - start + 1))
+        return 0
+
+    def skip_summary(self, table_id: str, version: int, snapshot: bool) -> bool:
+        """Whether this unit's summary is on the commits topic already."""
+        tail = self.summary
+        return (
+            tail is not None
+            and tail.table_id == table_id
+            and (version, snapshot) <= (tail.version, tail.snapshot)
+        )
+
+
+def past(position: Position | None, actions: Tail | None, summary: Tail | None) -> AlreadyPublished:
+    """The tails that lie past ``position`` (a record at or before it was covered by it)."""
+    if position is None:
+        return AlreadyPublished(actions, summary)
+    here = key_of(position)
+    keep_actions = (
+        actions
+        if actions is not None and actions.table_id == position.table_id and actions.key > here
+        else None
+    )
+    keep_summary = None
+    if summary is not None and summary.table_id == position.table_id:
+        unit, at = (summary.version, summary.snapshot), (position.version, position.snapshot)
+        # the summary of the position's own version went with it if the position completes it
+        if unit > at or (unit == at and not position.complete):
+            keep_summary = summary
+    return AlreadyPublished(keep_actions, keep_summary)
+
+
+def _tail_of(records: list[Record], table_id: str, *, summaries: bool) -> Tail | None:
+    for record in reversed(records):
+        if record.key != table_id.encode():
+            continue
+        if summaries and record.header(HEADER_KIND) != "commit":
+            continue  # a heartbeat, a tableReplaced
+        try:
+            doc: Any = json.loads(record.value)
+            return Tail(
+                table_id,
+                int(doc["version"]),
+                bool(doc.get("snapshot", False)),
+                -1 if summaries else int(doc["index"]),
+            )
+        except (ValueError, KeyError, TypeError):
+            continue  # not ours to judge here: the consumers check every record
+    return None
+
+
+def _read_tail(
+    kafka: Mapping[str, Any], end_offsets: EndOffsets, topic: str, table_id: str, *, summaries: bool
+) -> Tail | None:
+    ends = end_offsets(topic, True)
+    window = WINDOW
+    while True:
+        records: list[Record] = []
+        starts = {p: max(0, end - window) for p, end in ends.items() if end > 0}
+        if not starts:
+            return None
+        try:
+            with _READERS, MirrorConsumer(kafka, purpose="tail") as consumer:
+                consumer.assign((topic, p, start) for p, start in starts.items())
+                for batch in consumer.batches(until_end=True, timeout_s=60.0, idle_timeout_s=30.0):
+                    records += [r for r in batch if r.offset < ends[r.partition]]
+        except EventStreamError:  # the window began inside a fragmented record: read more
+            if all(start == 0 for start in starts.values()):
+                raise
+            window *= 8
+            continue
+        found = [
+            _tail_of([r for r in records if r.partition == p], table_id, summaries=summaries) for p in starts
+        ]
+        tails = [t for t in found if t is not None]
+        if tails or all(start == 0 for start in starts.values()):
+            return max(tails, key=lambda t: t.key) if tails else None
+        window *= 8  # only other tables' records, or aborted ones, in the window
+
+
+def read_tails(
+    kafka: Mapping[str, Any],
+    end_offsets: EndOffsets,
+    actions_topic: str,
+    commits_topic: str,
+    position: Position | None,
+) -> AlreadyPublished:
+    """What the table's actions and commits topics hold committed past ``position``."""
+    table_id = position.table_id if position is not None else None
+    try:
+        if table_id is None:
+            return AlreadyPublished()  # nothing committed: a partial first transaction is not told apart
+        actions = _read_tail(kafka, end_offsets, actions_topic, table_id, summaries=False)
+        summary = _read_tail(kafka, end_offsets, commits_topic, table_id, summaries=True)
+    except (KafkaError, EventStreamError) as exc:
+        raise KafkaError(
+            f"cannot read the last records of {actions_topic} and {commits_topic}: {exc}"
+        ) from None
+    return past(position, actions, summary)
+
+
+__all__ = ["AlreadyPublished", "Tail", "key_of", "past", "read_tails"]

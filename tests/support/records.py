@@ -1,0 +1,105 @@
+"""Read what is on a topic, and run a watcher in-process until a condition holds (no fixed waits)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Rec:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: dict[str, bytes] = field(default_factory=dict)
+
+    @property
+    def json(self) -> Any:
+        import json
+
+        return None if self.value is None else json.loads(self.value)
+
+
+def read_topic(
+    kafka: Mapping[str, Any] | str, topic: str, *, isolation: str = "read_committed", timeout_s: float = 30.0
+) -> list[Rec]:
+    """Every record of ``topic`` from its beginning to its end (each partition read to its end
+    once); [] when the topic does not exist."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    config = {"bootstrap.servers": kafka} if isinstance(kafka, str) else dict(kafka)
+    consumer = Consumer(
+        {
+            **config,
+            "group.id": f"test-{uuid.uuid4().hex[:8]}",
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+            "logger": _Quiet(),
+        }
+    )
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if meta is None or meta.error is not None or not meta.partitions:
+            return []
+        consumer.assign([TopicPartition(topic, p, -2) for p in meta.partitions])
+        left = set(meta.partitions)
+        out: list[Rec] = []
+        deadline = time.monotonic() + timeout_s
+        while left:
+            assert time.monotonic() < deadline, f"{topic} was not read to its end in {timeout_s} s"
+            for m in consumer.consume(1000, timeout=0.5):
+                if m.error() is not None:
+                    if m.error().code() == -191:  # _PARTITION_EOF
+                        left.discard(m.partition())
+                    continue
+                out.append(
+                    Rec(m.topic(), m.partition(), m.offset(), m.key(), m.value(), dict(m.headers() or []))
+                )
+        return sorted(out, key=lambda r: (r.partition, r.offset))
+    finally:
+        consumer.close()
+
+
+class _Quiet:
+    def log(self, level: int, msg: str, *args: Any) -> None:
+        pass
+
+
+def wait_for(condition: Callable[[], Any], what: str, timeout_s: float = 60.0, every_s: float = 0.2) -> Any:
+    """``condition()`` once it is truthy, polled; an AssertionError naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"{what}: not within {timeout_s} s"
+        time.sleep(every_s)
+
+
+def run_watcher(cfg: Any, until: Callable[[], Any], what: str, timeout_s: float = 60.0) -> Any:
+    """A WatchService of ``cfg`` (a WatchConfig or its data) started, ``until()`` waited for, stopped."""
+    from deltamirror.producer.config import WatchConfig
+    from deltamirror.producer.service import WatchService
+
+    if not isinstance(cfg, WatchConfig):
+        cfg = WatchConfig.model_validate(cfg)
+    service = WatchService(cfg, stop_budget_s=5.0)
+    service.start()
+    try:
+
+        def done() -> Any:
+            assert service._failure is None, service._failure
+            return until()
+
+        return wait_for(done, what, timeout_s, every_s=0.3)
+    finally:
+        service.request_stop()
+        assert service.wait(30), "the watcher did not stop"
+        service.close()
