@@ -413,7 +413,7 @@ def _field(cfg: Any, path: str) -> Any:
 
 @observes(*(f"watch {dest}" for dest in FLAG_FIELDS))
 def _watch_flags(ctx: Ctx) -> None:
-    from deltamirror.producer.config import WatchConfig
+    from deltamirror.producer import WatchConfig
 
     handed = ctx.fixture("handed")
     table = make_table(ctx.tmp / "t", 1)
@@ -879,16 +879,16 @@ ELSEWHERE: dict[str, str] = {
     "invalidate max_attempts": "tests/cli/test_invalidate_cli.py::test_given_up_without_a_dead_letter_topic_exits_1_and_a_restart_resumes_at_that_version",
     "invalidate dead_letter_topic": "tests/cli/test_invalidate_cli.py::test_given_up_with_a_dead_letter_topic_each_version_is_a_record_there_and_secrets_stay_hidden",
     "invalidate header": "tests/cli/test_invalidate_cli.py::test_given_up_with_a_dead_letter_topic_each_version_is_a_record_there_and_secrets_stay_hidden",
-    "local kafka start data_dir": "tests/producer/test_local_kafka.py::test_local_kafka_lifecycle_through_the_cli",
-    "local kafka start port": "tests/producer/test_local_kafka.py::test_local_kafka_lifecycle_through_the_cli",
-    "local kafka abort-hanging data_dir": "tests/producer/test_local_kafka.py::test_local_kafka_lifecycle_through_the_cli",
-    "local kafka abort-hanging port": "tests/producer/test_local_kafka.py::test_local_kafka_lifecycle_through_the_cli",
-    "local kafka status data_dir": "tests/producer/test_local_kafka.py::test_local_kafka_lifecycle_through_the_cli",
-    "local kafka status port": "tests/producer/test_local_kafka.py::test_local_kafka_lifecycle_through_the_cli",
-    "local kafka stop data_dir": "tests/producer/test_local_kafka.py::test_local_kafka_lifecycle_through_the_cli",
-    "local kafka stop port": "tests/producer/test_local_kafka.py::test_local_kafka_lifecycle_through_the_cli",
+    "local kafka start data_dir": "tests/devkafka/test_local_kafka.py::test_local_kafka_lifecycle_through_the_cli",
+    "local kafka start port": "tests/devkafka/test_local_kafka.py::test_local_kafka_lifecycle_through_the_cli",
+    "local kafka abort-hanging data_dir": "tests/devkafka/test_local_kafka.py::test_local_kafka_lifecycle_through_the_cli",
+    "local kafka abort-hanging port": "tests/devkafka/test_local_kafka.py::test_local_kafka_lifecycle_through_the_cli",
+    "local kafka status data_dir": "tests/devkafka/test_local_kafka.py::test_local_kafka_lifecycle_through_the_cli",
+    "local kafka status port": "tests/devkafka/test_local_kafka.py::test_local_kafka_lifecycle_through_the_cli",
+    "local kafka stop data_dir": "tests/devkafka/test_local_kafka.py::test_local_kafka_lifecycle_through_the_cli",
+    "local kafka stop port": "tests/devkafka/test_local_kafka.py::test_local_kafka_lifecycle_through_the_cli",
     "local kafka start security": "tests/producer/test_secure_kafka.py::test_start_prints_the_client_settings_but_not_the_password",
-    "local kafka start secure_port": "tests/producer/test_local_kafka_security.py::test_bad_security_settings_are_refused",
+    "local kafka start secure_port": "tests/devkafka/test_local_kafka_security.py::test_bad_security_settings_are_refused",
     "demo dir": "tests/cli/test_demo_output.py::test_the_demo_ends_with_commands_that_run_on_its_table",
     "demo port": "tests/cli/test_consumer_flags.py::test_demo_flags_for_its_own_broker_are_refused_when_it_uses_another",
     "demo keep_broker": "tests/cli/test_consumer_flags.py::test_demo_flags_for_its_own_broker_are_refused_when_it_uses_another",

@@ -85,7 +85,7 @@ def wait_for(condition: Callable[[], Any], what: str, timeout_s: float = 60.0, e
 
 def run_watcher(cfg: Any, until: Callable[[], Any], what: str, timeout_s: float = 60.0) -> Any:
     """A WatchService of ``cfg`` (a WatchConfig or its data) started, ``until()`` waited for, stopped."""
-    from deltamirror.producer.config import WatchConfig
+    from deltamirror.producer import WatchConfig
     from deltamirror.producer.service import WatchService
 
     if not isinstance(cfg, WatchConfig):
