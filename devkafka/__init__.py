@@ -1,7 +1,8 @@
 """deltamirror.devkafka: a real Apache Kafka broker for laptops, tests and the demo (a tool, not the product).
 
 A single-node KRaft broker run from pinned, checksum-verified jars (``jars.py``, ``kafka_artifacts.json``),
-plain or with a SCRAM + TLS listener (``security.py``). Used by ``deltamirror local kafka``, the demo
+plain or with a SCRAM + TLS listener (``security.py``); Kafka's transaction tool for hanging
+transactions (``tools.py``). Used by ``deltamirror local kafka``, the demo
 and the test suite; the producer and the consumers never import it.
 """
 
