@@ -395,7 +395,7 @@ class TopicManager:
                 return False
             raise KafkaError(f"cannot create topic {name}: {err.str()}", topic=name) from exc
         except Exception as exc:  # a future timeout (whose text is empty)
-            reason = str(exc) or f"the brokers did not answer within {self.timeout_s:g} s"
+            reason = str(exc) or f"the brokers did not answer within {round(self.timeout_s, 1):g} s"
             raise KafkaError(f"cannot create topic {name}: {reason}", topic=name) from exc
         self._wait_for_leaders(name)
         log.info("created topic %s", name, extra={"topic": name})

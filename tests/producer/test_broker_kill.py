@@ -95,6 +95,21 @@ def _start_again(broker: Any) -> None:
             time.sleep(0.2)
 
 
+def _abort_when_the_broker_answers(bootstrap: str) -> list[Any]:
+    """Kafka's remedy, run as an operator runs it: again while the tool's own admin client finds no
+    broker yet (``Timed out waiting for a node assignment`` right after a restart, or under load)."""
+    from deltamirror.mirror.errors import KafkaError
+
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            return abort_hanging(bootstrap)
+        except KafkaError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+
+
 @pytest.mark.timeout(420)
 def test_broker_killed_mid_commit_and_restarted_loses_and_doubles_nothing(
     kafka_bootstrap: str,
@@ -132,7 +147,7 @@ def test_broker_killed_mid_commit_and_restarted_loses_and_doubles_nothing(
             reported = sum("transaction hanging on" in r.getMessage() for r in caplog.records)
             if reported > seen[0]:
                 seen[0] = reported
-                remedies.append([str(t) for t in abort_hanging(bootstrap)])
+                remedies.append([str(t) for t in _abort_when_the_broker_answers(bootstrap)])
 
         service.start()
         try:

@@ -269,7 +269,7 @@ def test_send_signal_is_bounded_by_its_timeout_with_the_broker_gone() -> None:
     from deltamirror.producer.discovery.signals import send_signal
 
     start = time.monotonic()
-    with pytest.raises(KafkaError, match=r"cannot create topic deltamirror\.signals: .*within 2 s"):
+    with pytest.raises(KafkaError, match=r"cannot create topic deltamirror\.signals: .*within [0-9.]+ s"):
         send_signal(
             {"bootstrap.servers": _dead_address()},
             "deltamirror.signals",
