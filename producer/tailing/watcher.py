@@ -29,12 +29,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from deltamirror.core import features
-from deltamirror.core.actions import Where
 from deltamirror.core.commits import TimestampTracker, probe_next_versions
 from deltamirror.core.errors import LogGapError, TableNotFoundError, VersionNotFoundError
 from deltamirror.core.head import TableHead, previous_timestamp, read_head, timestamp_of, version0_table_id
 from deltamirror.core.log import commit_name
-from deltamirror.core.models import Metadata, Protocol, model_of
+from deltamirror.core.models import Metadata
 from deltamirror.core.readahead import CommitReadAhead
 from deltamirror.core.storage import FileInfo
 from deltamirror.core.table import open_table
@@ -361,18 +360,10 @@ class TableWatcher:
         version, info = self._ahead[0]
         data = self._prefetch.take(version, info)
         self._prefetch.want(itertools.islice(self._ahead, 1, None))
-        scan = scan_version(self.storage, version, info, data, self._metadata)
-        if scan.protocol is not None:
-            protocol = model_of("protocol", scan.protocol)
-            assert isinstance(protocol, Protocol)
-            features.check_readable(protocol, table=self.uri, version=version)
-        if scan.metadata is not None:
-            metadata = model_of("metaData", scan.metadata)
-            assert isinstance(metadata, Metadata)
-            file = self.storage.log_file(commit_name(version))
-            features.check_schema(metadata.located(Where(self.uri, file, version), scan.metadata_line))
+        scan = scan_version(self.storage, version, info, data, self._metadata, self._tracker)
+        metadata = scan.checked.metadata
+        if metadata is not None:
             self._metadata = metadata
-            self._tracker.observe_metadata(metadata)
             if metadata.id != self._table_id:
                 log.warning(
                     "metaData.id changed within the log (%s -> %s)",
@@ -381,10 +372,8 @@ class TableWatcher:
                     extra={"table": self.uri, "version": version},
                 )
                 self._table_id = metadata.id
-        ict_value = (scan.commit_info or {}).get("inCommitTimestamp")
-        ts = self._tracker.resolve(
-            version, info.modification_time, ict_value if isinstance(ict_value, int) else None
-        )
+        ts = scan.checked.timestamp
+        assert ts is not None  # resolved by the tracker
         self._ahead.popleft()
         self._cursor = version
         self._cursor_file = (version, info)

@@ -18,13 +18,19 @@ import itertools
 import operator
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import repeat
-from typing import Any
+from typing import Any, cast
 
-from deltamirror.core.actions import FILE_ACTIONS, ActionRun, PartitionKeySets, Where, read_actions
-from deltamirror.core.errors import CorruptLogError, VersionNotFoundError
-from deltamirror.core.log import check_commit, commit_name, stream_commit
-from deltamirror.core.models import Metadata, model_of
+from deltamirror.core.actions import FILE_ACTIONS, ActionRun, PartitionKeySets
+from deltamirror.core.commits import (
+    SMALL_COMMIT_BYTES,
+    CheckedVersion,
+    TimestampTracker,
+    read_version,
+    version_actions,
+)
+from deltamirror.core.errors import CorruptLogError
+from deltamirror.core.log import commit_name
+from deltamirror.core.models import Metadata
 from deltamirror.core.storage import FileInfo, TableStorage
 from deltamirror.core.timestamps import CommitTimestamp
 from deltamirror.mirror.records.events import MAX_SUMMED_BYTES, SCHEMA_VERSION, CommitSummary
@@ -34,10 +40,6 @@ from deltamirror.producer.tailing.snapshot_events import (
     Body,
     SnapshotWork,
 )
-
-#: commit files up to this size are read once and kept for the second pass
-SMALL_COMMIT_BYTES = 16 * 1024 * 1024
-
 
 # --- positions and units of work --------------------------------------------------------------
 
@@ -200,7 +202,7 @@ class CommitWork:
 
     def summary(self) -> CommitSummary:
         s = self.scan.summary
-        ci = self.scan.commit_info or {}
+        ci = self.scan.checked.commit_info or {}
         read_version = ci.get("readVersion")
         blind = ci.get("isBlindAppend")
         return CommitSummary(
@@ -223,8 +225,8 @@ class CommitWork:
             bytes_removed=min(s.bytes_removed, MAX_SUMMED_BYTES),
             partitions_touched=list(s.partitions.values()),
             partitions_touched_truncated=s.truncated,
-            metadata_changed=self.scan.metadata is not None,
-            protocol_changed=self.scan.protocol is not None,
+            metadata_changed=self.scan.checked.metadata is not None,
+            protocol_changed=self.scan.checked.protocol is not None,
         )
 
 
@@ -242,33 +244,25 @@ def position_after(unit: PublishUnit, index: int, row_offset: int | None = None)
 
 @dataclass
 class VersionScan:
-    """What the first pass over a commit learned (every action validated by core's log boundary)."""
+    """A version core read and checked (:func:`deltamirror.core.commits.read_version`), with the
+    summary of its file actions counted on the way (the one pass over its lines)."""
 
-    version: int
-    file: FileInfo
-    count: int = 0
-    commit_info: dict[str, Any] | None = None
-    commit_info_line: int | None = None
-    metadata: dict[str, Any] | None = None
-    metadata_line: int | None = None
-    protocol: dict[str, Any] | None = None
+    checked: CheckedVersion
     summary: _Summary = field(default_factory=_Summary)
-    #: every action of a small commit as it is published (the file was read and validated once)
-    actions: list[tuple[str, Body]] | None = None
     partition_keys: PartitionKeySets = field(default_factory=PartitionKeySets, repr=False)
 
-    def observe(self, run: ActionRun) -> None:
-        """Count a run of actions into the summary; keep commitInfo, metaData and protocol."""
-        self.count += len(run)
-        name = run.name
-        if name in FILE_ACTIONS:
-            self.summary.count_run(run, self.partition_keys.add(run))
-        elif name == "commitInfo" and self.commit_info is None:
-            self.commit_info, self.commit_info_line = run.values[0], run.line
-        elif name == "metaData":
-            self.metadata, self.metadata_line = run.values[-1], run.line + len(run) - 1
-        elif name == "protocol":
-            self.protocol = run.values[-1]
+    @property
+    def file(self) -> FileInfo:
+        return self.checked.file
+
+    @property
+    def count(self) -> int:
+        return self.checked.count
+
+    @property
+    def actions(self) -> list[tuple[str, Body]] | None:
+        """Every action of a small commit as it is published (the file was read and validated once)."""
+        return cast("list[tuple[str, Body]] | None", self.checked.actions)
 
 
 def scan_version(
@@ -277,60 +271,30 @@ def scan_version(
     info: FileInfo,
     data: bytes | None = None,
     metadata: Metadata | None = None,
+    timestamps: TimestampTracker | None = None,
 ) -> VersionScan:
-    """First pass: validate every line, count actions, keep commitInfo/metaData/protocol, summarize.
+    """Read one version checked by core, counting its file actions into the commit's summary.
 
-    The lines are validated by core's log boundary (:mod:`deltamirror.core.actions`); only what
-    it accepted is published, as the log's own bytes. ``metadata`` is the metaData in force before
-    this version (the commit's own metaData, if it has one, decides instead). A small commit is
-    read whole (unless ``data``, its bytes read already, is given) and its actions kept for
-    :func:`iter_raw_actions`; a large one is streamed, keeping nothing but the summary.
+    ``metadata`` is the metaData in force before the version, ``timestamps`` the tracker of the
+    versions before (the version's timestamp is then resolved); see :func:`read_version`. Only
+    what core accepted is published, as the log's own bytes.
     """
-    scan = VersionScan(version, info)
-    path = storage.log_file(commit_name(version))
-    if info.size <= SMALL_COMMIT_BYTES:
-        try:
-            if data is None:
-                data = storage.read_bytes(path)
-        except FileNotFoundError:
-            raise VersionNotFoundError(
-                f"commit {version} disappeared while it was read",
-                table=storage.uri,
-                version=version,
-                file=path,
-            ) from None
-        kept: list[tuple[str, Body]] = []
-        scan.actions = kept
-        for run in read_actions(data, table=storage.uri, file=path, version=version):
-            scan.observe(run)
-            kept += zip(repeat(run.name), run.bodies)
-    else:
-        for run in stream_commit(storage, version):  # listed: gone now means the log was cleaned under us
-            scan.observe(run)
-    # as core's readers check a commit as a whole: an empty file (one still being written by a
-    # writer without atomic put, or a broken one) stops the table until the file has actions, and
-    # the metaData in force (its own, or the one before it) decides ICT
-    in_force = model_of("metaData", scan.metadata) if scan.metadata is not None else metadata
-    check_commit(
-        Where(storage.uri, path, version),
-        actions=scan.count,
-        metadata=in_force if isinstance(in_force, Metadata) else None,
-        commit_info=scan.commit_info,
-        commit_info_line=scan.commit_info_line,
+    summary = _Summary()
+    keys = PartitionKeySets()
+
+    def observe(run: ActionRun) -> None:
+        if run.name in FILE_ACTIONS:
+            summary.count_run(run, keys.add(run))
+
+    checked = read_version(
+        storage, version, info, data=data, in_force=metadata, timestamps=timestamps, observe=observe
     )
-    return scan
+    return VersionScan(checked, summary, keys)
 
 
 def iter_raw_actions(storage: TableStorage, version: int, scan: VersionScan) -> Iterator[tuple[str, Body]]:
-    """Second pass: (type, body) per action in file order; bodies are the log's own bytes.
-
-    A large commit is read (and validated) again, streaming: the same bytes come out.
-    """
-    if scan.actions is not None:
-        yield from scan.actions
-        return
-    for run in stream_commit(storage, version):
-        yield from zip(repeat(run.name), run.bodies)
+    """Second pass: (type, body) per action in file order; bodies are the log's own bytes."""
+    return version_actions(storage, scan.checked)
 
 
 __all__ = [
