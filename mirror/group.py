@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaError as RdKafkaError
 
 from deltamirror.core.errors import ConfigError
 
@@ -178,6 +179,14 @@ class ShardGroup:
             while not stop.is_set():
                 msg = consumer.poll(POLL_S)
                 error = None if msg is None else msg.error()
+                if error is not None and error.code() == RdKafkaError.INVALID_SESSION_TIMEOUT:
+                    # the member would never join (the brokers bound it by their
+                    # group.min/max.session.timeout.ms): said once, as the setting's problem
+                    raise ConfigError(
+                        f"group.session_timeout_ms: the brokers refuse {self.session_timeout_ms} ms "
+                        "(outside their group.min.session.timeout.ms .. group.max.session.timeout.ms)",
+                        topic=self.topic,
+                    )
                 if error is not None:
                     log.warning("group consumer: %s", error.str(), extra={"topic": self.topic})
         finally:

@@ -43,6 +43,7 @@ from typing import cast
 
 from deltamirror.core.errors import ConfigError
 from deltamirror.mirror.errors import KafkaError, ProducerFencedError
+from deltamirror.mirror.kafka.clients import check_config
 from deltamirror.mirror.kafka.connection import KafkaConnectionReporter
 
 from .config_file import redacted
@@ -111,8 +112,10 @@ class WatchService:
         self.stop_deadline: float | None = None
         #: one reporter for every client: one warning per interval for a cluster that is down
         self.reporter = KafkaConnectionReporter(cfg.kafka.bootstrap_servers)
+        kafka = {**cfg.kafka.librdkafka_config(), **self.reporter.client_config()}
+        check_config(kafka)  # a property librdkafka refuses (kafka.extra): refused now, not retried
         #: the admin client, the progress reads and (in a group) the shard producers every table shares
-        self.clients = SharedClients(cfg, {**cfg.kafka.librdkafka_config(), **self.reporter.client_config()})
+        self.clients = SharedClients(cfg, kafka)
         self._lock = threading.RLock()
         #: every table this service was given, by normalized uri (it runs here, or in a group maybe not)
         self._tables: dict[str, TableConfig] = {}

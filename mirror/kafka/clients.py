@@ -7,16 +7,29 @@ caller's (a :class:`~deltamirror.mirror.kafka.connection.KafkaConnectionReporter
 client's errors into deltamirror's one-line warnings), or else :data:`RDKAFKA_LOGS`, which hands
 librdkafka's lines to the ``deltamirror.librdkafka`` logger at DEBUG. ``tests/test_architecture.py``
 holds every other module to this: none calls confluent-kafka's constructors itself.
+
+A configuration librdkafka refuses (an unknown property in ``kafka.extra``, a value it cannot
+take, a TLS file it cannot load) is bad input, not trouble to retry: each maker raises it as a
+:class:`~deltamirror.core.errors.ConfigError` naming librdkafka's reason (a value quoted there is
+left out: it may be a secret), and :func:`check_config` lets a command refuse it at start, before
+any thread of its own has made a client.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
+
+from deltamirror.core.errors import ConfigError
+
+_Client = TypeVar("_Client")
+#: librdkafka quotes the value it refuses: said without it (it may be a password)
+_QUOTED_VALUE = re.compile(r'(Invalid value) ".*?" (for)')
 
 
 class RdkafkaLogs:
@@ -43,19 +56,36 @@ def routed(config: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _made(make: Callable[[dict[str, Any]], _Client], config: Mapping[str, Any]) -> _Client:
+    try:
+        return make(routed(config))
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args else None
+        if isinstance(error, KafkaError) and error.code() == KafkaError._INVALID_ARG:
+            reason = _QUOTED_VALUE.sub(r"\1 \2", error.str())
+            raise ConfigError(f"librdkafka refuses the Kafka settings (kafka:): {reason}") from None
+        raise
+
+
 def producer(config: Mapping[str, Any]) -> Producer:
     """A librdkafka producer whose logs are routed (:func:`routed`)."""
-    return Producer(routed(config))
+    return _made(Producer, config)
 
 
 def consumer(config: Mapping[str, Any]) -> Consumer:
     """A librdkafka consumer whose logs are routed (:func:`routed`)."""
-    return Consumer(routed(config))
+    return _made(Consumer, config)
 
 
 def admin(config: Mapping[str, Any]) -> AdminClient:
     """A librdkafka admin client whose logs are routed (:func:`routed`)."""
-    return AdminClient(routed(config))
+    return _made(AdminClient, config)
 
 
-__all__ = ["RDKAFKA_LOGS", "RdkafkaLogs", "admin", "consumer", "producer", "routed"]
+def check_config(config: Mapping[str, Any]) -> None:
+    """A ConfigError now if librdkafka refuses ``config`` (a throw-away admin client is made: it
+    connects to nothing until asked)."""
+    admin(config)
+
+
+__all__ = ["RDKAFKA_LOGS", "RdkafkaLogs", "admin", "check_config", "consumer", "producer", "routed"]
