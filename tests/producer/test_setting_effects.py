@@ -531,7 +531,7 @@ def test_discover_interval_s_is_how_soon_a_table_created_under_the_prefix_is_fou
 
 @pytest.mark.s3
 def test_storage_options_are_how_the_watcher_reaches_a_table_on_an_object_store(
-    kafka_bootstrap: str, tmp_path: Path, kit: Any, s3: Any
+    kafka_bootstrap: str, tmp_path: Path, kit: Any, s3: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     local = kit.make_table(tmp_path / "t", versions=2)
     url = s3.upload_table(local, s3.new_prefix("fx") + "/t")
@@ -544,23 +544,15 @@ def test_storage_options_are_how_the_watcher_reaches_a_table_on_an_object_store(
 
     wrong_options = {k: ("not-the-secret" if k == "secret" else v) for k, v in s3.storage_options.items()}
     assert wrong_options != s3.storage_options
-    name = kit.unique("fxs3")
-    config = tmp_path / "wrong.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "kafka": {"bootstrap_servers": kafka_bootstrap},
-                "tables": [
-                    {**table_settings, "storage_options": wrong_options, "commits_topic": f"{name}.commits"}
-                ],
-                "progress_topic": f"{name}.progress",
-                "signal_topic": None,
-            }
-        )
+    wrong = _cfg(
+        kafka_bootstrap, kit, local, table_settings={**table_settings, "storage_options": wrong_options}
     )
-    done = _cli("watch", "--config", str(config), "--no-progress")
-    assert done.returncode != 0, done.stderr[-2000:]
-    last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("deltamirror: error: ") and url.split("://")[0] in last, last
-    assert "not-the-secret" not in done.stderr
-    assert read_topic(kafka_bootstrap, f"{name}.commits") == []
+    caplog.set_level(logging.ERROR, logger="deltamirror")
+    with Running(wrong) as service:
+        stopped = _until(
+            service,
+            lambda: [r.getMessage() for r in caplog.records if r.getMessage().startswith("table stopped")],
+            "the table stopped on the storage's refusal",
+        )
+    assert "storage refused" in stopped[0] and "not-the-secret" not in stopped[0], stopped[0]
+    assert _commit_versions(kafka_bootstrap, wrong) == []
