@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from deltamirror.core.errors import ConfigError
 
-_Client = TypeVar("_Client")
 #: librdkafka quotes the value it refuses: said without it (it may be a password)
 _QUOTED_VALUE = re.compile(r'(Invalid value) ".*?" (for)')
 
@@ -56,9 +56,11 @@ def routed(config: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _made(make: Callable[[dict[str, Any]], _Client], config: Mapping[str, Any]) -> _Client:
+@contextmanager
+def _settings_refused_as_config_error() -> Iterator[None]:
+    """A client librdkafka will not make for its settings: a ConfigError (bad input, exit 2)."""
     try:
-        return make(routed(config))
+        yield
     except KafkaException as exc:
         error = exc.args[0] if exc.args else None
         if isinstance(error, KafkaError) and error.code() == KafkaError._INVALID_ARG:
@@ -69,17 +71,20 @@ def _made(make: Callable[[dict[str, Any]], _Client], config: Mapping[str, Any]) 
 
 def producer(config: Mapping[str, Any]) -> Producer:
     """A librdkafka producer whose logs are routed (:func:`routed`)."""
-    return _made(Producer, config)
+    with _settings_refused_as_config_error():
+        return Producer(routed(config))
 
 
 def consumer(config: Mapping[str, Any]) -> Consumer:
     """A librdkafka consumer whose logs are routed (:func:`routed`)."""
-    return _made(Consumer, config)
+    with _settings_refused_as_config_error():
+        return Consumer(routed(config))
 
 
 def admin(config: Mapping[str, Any]) -> AdminClient:
     """A librdkafka admin client whose logs are routed (:func:`routed`)."""
-    return _made(AdminClient, config)
+    with _settings_refused_as_config_error():
+        return AdminClient(routed(config))
 
 
 def check_config(config: Mapping[str, Any]) -> None:
