@@ -239,7 +239,10 @@ class SnapshotConsumer:
         self.tables: dict[str, IncrementalSnapshot] = {}
         position = Position()
         if self.store is not None:
-            self.tables, position = self.store.load_all()
+            # the files' stats stay on disk (:mod:`.stats_spill`): a load does not read them
+            self.tables, position = self.store.load_all(spill_stats=True)
+            for state in self.tables.values():
+                state.spill_stats(self.store.root)  # those of an older format, read whole
         #: each table's location, pinned when first seen (the saved states' included)
         self.pins = TablePins(
             self.rules.limits, {t: s.table_uri for t, s in self.tables.items() if s.table_uri is not None}
@@ -623,6 +626,8 @@ class SnapshotConsumer:
         state = self.tables.get(head.table_id)
         if state is None:
             state = self.tables[head.table_id] = IncrementalSnapshot(head.table_id, head.table_uri)
+            if self.store is not None:
+                state.spill_stats(self.store.root)
             self.pins.pin(head.table_id, head.table_uri)
         return state
 
