@@ -10,6 +10,7 @@ answers the questions around that: where the files of the state a version names 
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Callable
 from itertools import accumulate
 
 import pyarrow as pa
@@ -20,29 +21,49 @@ from deltamirror.core.replay import file_keys
 #: the files table is made contiguous again when its chunks exceed this, or one per ROWS_PER_CHUNK
 MAX_CHUNKS = 64
 ROWS_PER_CHUNK = 4096
+#: a run of the path index this long keeps its positions only (it reads the state's paths)
+KEEP_PATHS_BELOW = 65_536
 
 
 class PathIndex:
     """Where the state's rows of given paths are, found without a pass over every file.
 
-    Sorted runs of (canonical path, row position), searched by binary search: a run per version,
-    merged with the run before it when that one is not more than twice as long, so there are few
-    runs and a path is sorted again only a few times. Positions are those of the state's table,
-    dead rows included (the state skips them): the index only grows until the state drops its dead
-    rows (:meth:`drop`) or it is twice the state (then it is built again). It costs a second copy of
-    the paths. Without pyarrow's ``search_sorted`` the state makes a pass per version instead.
+    Sorted runs of row positions (ordered by canonical path), searched by binary search: a run
+    per version, merged with the run before it when that one is not more than twice as long, so
+    there are few runs and a path is sorted again only a few times. Positions are those of the
+    state's table, dead rows included (the state skips them): the index only grows until the
+    state drops its dead rows (:meth:`drop`) or it is twice the state (then it is built again).
+
+    A run keeps its paths (sorted, searched by ``search_sorted``) while it is small; a run of
+    :data:`KEEP_PATHS_BELOW` rows or more, when the index is given ``lookup`` (the canonical
+    paths of the state's rows at given positions), keeps only its positions and reads the paths
+    it compares from the state itself, by a binary search of every probe at once: the index
+    then holds no second copy of the state's paths. Without pyarrow's ``search_sorted`` the state
+    makes a pass per version instead.
     """
 
     available = hasattr(pc, "search_sorted")
 
-    def __init__(self, paths: pa.Array | pa.ChunkedArray, first: int = 0) -> None:
-        self._runs: list[tuple[pa.Array, pa.Array]] = []
+    def __init__(
+        self,
+        paths: pa.Array | pa.ChunkedArray,
+        first: int = 0,
+        *,
+        lookup: Callable[[pa.Array], pa.Array] | None = None,
+    ) -> None:
+        #: (sorted paths or None, their positions), oldest first
+        self._runs: list[tuple[pa.Array | None, pa.Array]] = []
         self.size = 0
         self._next = first
+        self._lookup = lookup
+        self._distinct: bool | None = None
         self.extend(paths, first)
 
     def extend(self, paths: pa.Array | pa.ChunkedArray, first: int | None = None) -> None:
-        """``paths`` of the rows at positions ``first`` on (by default, after the last ones given)."""
+        """``paths`` of the rows at positions ``first`` on (by default, after the last ones given).
+
+        A run that must be merged reads the paths it does not keep through ``lookup``: those of
+        rows given before (the state's table holds them), never of ``paths``."""
         first = self._next if first is None else first
         self._next = first + len(paths)
         if len(paths) == 0:
@@ -51,31 +72,62 @@ class PathIndex:
         order = pc.sort_indices(paths)
         run = paths.take(order)
         run = run.combine_chunks() if isinstance(run, pa.ChunkedArray) else run
+        self._distinct = (
+            not self._runs
+            and not run.null_count
+            and (len(run) < 2 or not pc.any(pc.equal(run.slice(1), run.slice(0, len(run) - 1))).as_py())
+        )
         self._runs.append((run, positions.take(order)))
         self.size += len(paths)
-        while len(self._runs) > 1 and len(self._runs[-2][0]) <= 2 * len(self._runs[-1][0]):
+        while len(self._runs) > 1 and len(self._runs[-2][1]) <= 2 * len(self._runs[-1][1]):
             (p2, r2), (p1, r1) = self._runs.pop(), self._runs.pop()
-            merged, rows = pa.concat_arrays([p1, p2]), pa.concat_arrays([r1, r2])
+            merged = pa.concat_arrays([self._values(p1, r1), self._values(p2, r2)])
+            rows = pa.concat_arrays([r1, r2])
             order = pc.array_sort_indices(merged)
             self._runs.append((merged.take(order), rows.take(order)))
+        if self._lookup is not None:  # the large runs keep their positions only
+            self._runs = [(p if len(r) < KEEP_PATHS_BELOW else None, r) for p, r in self._runs]
+
+    def _values(self, paths: pa.Array | None, rows: pa.Array) -> pa.Array:
+        if paths is not None:
+            return paths
+        assert self._lookup is not None
+        found = self._lookup(rows)
+        return found.combine_chunks() if isinstance(found, pa.ChunkedArray) else found
 
     def positions(self, paths: pa.Array) -> pa.Array:
         """The positions of every row whose path is one of ``paths`` (few), dead rows included."""
         found: list[pa.Array] = []
         for run, rows in self._runs:
-            lo = pc.search_sorted(run, paths, side="left").to_pylist()
-            hi = pc.search_sorted(run, paths, side="right").to_pylist()
+            if run is not None:
+                lo = pc.search_sorted(run, paths, side="left").to_pylist()
+                hi = pc.search_sorted(run, paths, side="right").to_pylist()
+            else:
+                lo = self._bisect(rows, paths, right=False).to_pylist()
+                hi = self._bisect(rows, paths, right=True).to_pylist()
             found.extend(rows.slice(a, b - a) for a, b in zip(lo, hi, strict=True) if b > a)
         return pa.concat_arrays(found) if found else pa.array([], pa.int64())
 
+    def _bisect(self, rows: pa.Array, probes: pa.Array, *, right: bool) -> pa.Array:
+        """``search_sorted`` of every probe at once over a run that keeps no paths."""
+        k, n = len(probes), len(rows)
+        lo = pa.repeat(pa.scalar(0, pa.int64()), k)
+        hi = pa.repeat(pa.scalar(n, pa.int64()), k)
+        last = pa.scalar(n - 1, pa.int64())
+        while True:
+            active = pc.less(lo, hi)
+            if not pc.any(active).as_py():
+                return lo
+            mid = pc.min_element_wise(pc.divide(pc.add(lo, hi), 2), last)
+            values = self._values(None, rows.take(mid))
+            before = pc.less_equal(values, probes) if right else pc.less(values, probes)
+            up = pc.and_(active, before)
+            lo = pc.if_else(up, pc.add(mid, 1), lo)
+            hi = pc.if_else(pc.and_(active, pc.invert(before)), mid, hi)
+
     def distinct(self) -> bool:
         """True when the index holds one run (one table's paths) and no path twice in it."""
-        if len(self._runs) != 1:
-            return False
-        run = self._runs[0][0]
-        if run.null_count:
-            return False
-        return len(run) < 2 or not pc.any(pc.equal(run.slice(1), run.slice(0, len(run) - 1))).as_py()
+        return len(self._runs) == 1 and bool(self._distinct)
 
     def may_hold_any(self, paths: pa.Array | pa.ChunkedArray) -> bool:
         """Whether a row of one of ``paths`` was given (it may be dead since)."""
@@ -88,10 +140,10 @@ class PathIndex:
         runs, self._runs, self.size = self._runs, [], 0
         for run, rows in runs:
             keep = pc.invert(pc.is_in(rows, value_set=dead))
-            rows = rows.filter(keep)
-            moved = pc.subtract(rows, pc.search_sorted(dead, rows, side="left"))
-            self._runs.append((run.filter(keep), moved))
-            self.size += len(rows)
+            kept = rows.filter(keep)
+            moved = pc.subtract(kept, pc.search_sorted(dead, kept, side="left"))
+            self._runs.append((run.filter(keep) if run is not None else None, moved))
+            self.size += len(kept)
         self._next -= len(dead)
 
 

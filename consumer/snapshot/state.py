@@ -23,7 +23,9 @@ migrated by the store).
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Mapping
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -327,6 +329,21 @@ class IncrementalSnapshot:
         # a partial state (started after version 0) is completed by it
         return not snapshot or self.complete
 
+    def _paths_at(self, rows: pa.Array) -> pa.Array:
+        """The canonical paths of the rows at ``rows`` (dead ones included): what the path index
+        reads instead of holding a copy of the paths."""
+        column = self._files["path"]
+        if column.num_chunks == 1:
+            return canonical_paths(column.chunk(0).take(rows))
+        # a take over the chunked column would first combine its chunks (copy every path)
+        starts = list(accumulate((len(c) for c in column.chunks), initial=0))
+        chunks = column.chunks
+        found = []
+        for row in rows.to_pylist():
+            i = bisect_right(starts, row) - 1
+            found.append(chunks[i][row - starts[i]].as_py())
+        return canonical_paths(pa.array(found, pa.string()))
+
     def _named(self, adds: pa.Table, removes: pa.Table) -> tuple[pa.Table, pa.Array] | None:
         """The live rows of the state whose path an add or remove of the version names, with their
         positions; None when there is none (an append)."""
@@ -337,7 +354,7 @@ class IncrementalSnapshot:
         touched = pc.unique(canonical_paths(paths))
         if PathIndex.available and not touched.null_count:
             if self._paths is None:
-                self._paths = PathIndex(canonical_paths(before["path"]))
+                self._paths = PathIndex(canonical_paths(before["path"]), lookup=self._paths_at)
             positions = self._paths.positions(touched)
         else:  # a pass over every file
             positions = pc.indices_nonzero(pc.is_in(canonical_paths(before["path"]), value_set=touched))
@@ -353,7 +370,7 @@ class IncrementalSnapshot:
         index = None
         if pending.snapshot and removes.num_rows == 0 and PathIndex.available:
             # a snapshot's files: sorted once for the index, which tells whether a path repeats
-            index = PathIndex(canonical_paths(adds["path"]))
+            index = PathIndex(canonical_paths(adds["path"]), lookup=self._paths_at)
         # the touched keys active after the version: the adds no later action of the version undid
         live, _ = reconcile(
             self._files.schema.empty_table(),
