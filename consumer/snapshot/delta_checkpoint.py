@@ -58,7 +58,7 @@ FOOTER_KEY = b"deltamirror.state"
 #: the top-level column readers ignore: each file's path and deletion vector as the table has them
 EXTRA_COLUMN = "deltamirror"
 #: rows per row group: a reader decodes groups in parallel and skips the null columns' groups
-ROW_GROUP_ROWS = 131_072
+ROW_GROUP_ROWS = 65_536
 
 _UUID_Z85_CHARS = 20
 _STRING_LIST = pa.list_(pa.string())

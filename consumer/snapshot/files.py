@@ -69,15 +69,17 @@ class PathIndex:
         if len(paths) == 0:
             return
         positions = positions_from(first, len(paths))
-        order = pc.sort_indices(paths)
-        run = paths.take(order)
-        run = run.combine_chunks() if isinstance(run, pa.ChunkedArray) else run
-        self._distinct = (
-            not self._runs
-            and not run.null_count
-            and (len(run) < 2 or not pc.any(pc.equal(run.slice(1), run.slice(0, len(run) - 1))).as_py())
-        )
-        self._runs.append((run, positions.take(order)))
+        # one contiguous copy: a take over chunks would combine them first, then copy them sorted
+        given = paths.combine_chunks() if isinstance(paths, pa.ChunkedArray) else paths
+        order = pc.array_sort_indices(given)
+        if not self._runs:
+            self._distinct = not given.null_count and _sorted_distinct(given, order)
+        if not self._runs and self._lookup is not None and len(given) >= KEEP_PATHS_BELOW:
+            # the first run of a large index (the state's files): never sorted whole
+            self._runs.append((None, positions.take(order)))
+            self.size += len(given)
+            return
+        self._runs.append((given.take(order), positions.take(order)))
         self.size += len(paths)
         while len(self._runs) > 1 and len(self._runs[-2][1]) <= 2 * len(self._runs[-1][1]):
             (p2, r2), (p1, r1) = self._runs.pop(), self._runs.pop()
@@ -145,6 +147,16 @@ class PathIndex:
             self._runs.append((run.filter(keep) if run is not None else None, moved))
             self.size += len(kept)
         self._next -= len(dead)
+
+
+def _sorted_distinct(values: pa.Array, order: pa.Array) -> bool:
+    """Whether no value repeats, seen in ``order`` (their sort) a slice at a time."""
+    step = 65_536
+    for start in range(0, len(order), step):
+        run = values.take(order.slice(start, step + 1))  # one more: the next slice's first
+        if len(run) > 1 and pc.any(pc.equal(run.slice(1), run.slice(0, len(run) - 1))).as_py():
+            return False
+    return True
 
 
 def take_rows(files: pa.Table, positions: pa.Array) -> pa.Table:
