@@ -23,23 +23,26 @@ MAX_CHUNKS = 64
 ROWS_PER_CHUNK = 4096
 #: a run of the path index this long keeps its positions only (it reads the state's paths)
 KEEP_PATHS_BELOW = 65_536
+#: such a run keeps one path in this many (its fences)
+FENCE_EVERY = 64
 
 
 class PathIndex:
     """Where the state's rows of given paths are, found without a pass over every file.
 
-    Sorted runs of row positions (ordered by canonical path), searched by binary search: a run
-    per version, merged with the run before it when that one is not more than twice as long, so
-    there are few runs and a path is sorted again only a few times. Positions are those of the
-    state's table, dead rows included (the state skips them): the index only grows until the
-    state drops its dead rows (:meth:`drop`) or it is twice the state (then it is built again).
+    Sorted runs of row positions (ordered by canonical path): a run per version, merged with the
+    run before it when that one is not more than twice as long, so there are few runs and a path
+    is sorted again only a few times. Positions are those of the state's table, dead rows
+    included (the state skips them): the index only grows until the state drops its dead rows
+    (:meth:`drop`) or it is twice the state (then it is built again).
 
     A run keeps its paths (sorted, searched by ``search_sorted``) while it is small; a run of
     :data:`KEEP_PATHS_BELOW` rows or more, when the index is given ``lookup`` (the canonical
-    paths of the state's rows at given positions), keeps only its positions and reads the paths
-    it compares from the state itself, by a binary search of every probe at once: the index
-    then holds no second copy of the state's paths. Without pyarrow's ``search_sorted`` the state
-    makes a pass per version instead.
+    paths of the state's rows at given positions), keeps only its positions and one path in
+    :data:`FENCE_EVERY` (its fences, with where they are in the run): a probe's rows lie between
+    two fences, and only that window's paths are read from the state. The index then holds no
+    second copy of the state's paths. Without pyarrow's ``search_sorted`` the state makes a pass
+    per version instead.
     """
 
     available = hasattr(pc, "search_sorted")
@@ -51,8 +54,8 @@ class PathIndex:
         *,
         lookup: Callable[[pa.Array], pa.Array] | None = None,
     ) -> None:
-        #: (sorted paths or None, their positions), oldest first
-        self._runs: list[tuple[pa.Array | None, pa.Array]] = []
+        #: (sorted paths or None, their positions, fences or None), oldest first
+        self._runs: list[tuple[pa.Array | None, pa.Array, _Fences | None]] = []
         self.size = 0
         self._next = first
         self._lookup = lookup
@@ -72,60 +75,64 @@ class PathIndex:
         # one contiguous copy: a take over chunks would combine them first, then copy them sorted
         given = paths.combine_chunks() if isinstance(paths, pa.ChunkedArray) else paths
         order = pc.array_sort_indices(given)
+        self.size += len(given)
         if not self._runs:
             self._distinct = not given.null_count and _sorted_distinct(given, order)
         if not self._runs and self._lookup is not None and len(given) >= KEEP_PATHS_BELOW:
             # the first run of a large index (the state's files): never sorted whole
-            self._runs.append((None, positions.take(order)))
-            self.size += len(given)
+            at = pc.multiply(positions_from(0, (len(given) + FENCE_EVERY - 1) // FENCE_EVERY), FENCE_EVERY)
+            fences = _Fences(given.take(order.take(at)), at)
+            self._runs.append((None, positions.take(order), fences))
             return
-        self._runs.append((given.take(order), positions.take(order)))
-        self.size += len(paths)
+        self._runs.append((given.take(order), positions.take(order), None))
         while len(self._runs) > 1 and len(self._runs[-2][1]) <= 2 * len(self._runs[-1][1]):
-            (p2, r2), (p1, r1) = self._runs.pop(), self._runs.pop()
+            (p2, r2, _), (p1, r1, _) = self._runs.pop(), self._runs.pop()
             merged = pa.concat_arrays([self._values(p1, r1), self._values(p2, r2)])
             rows = pa.concat_arrays([r1, r2])
             order = pc.array_sort_indices(merged)
-            self._runs.append((merged.take(order), rows.take(order)))
-        if self._lookup is not None:  # the large runs keep their positions only
-            self._runs = [(p if len(r) < KEEP_PATHS_BELOW else None, r) for p, r in self._runs]
+            self._runs.append((merged.take(order), rows.take(order), None))
+        if self._lookup is not None:  # the large runs keep their positions and fences only
+            self._runs = [
+                (None, r, _Fences.of(p)) if p is not None and len(r) >= KEEP_PATHS_BELOW else (p, r, f)
+                for p, r, f in self._runs
+            ]
 
     def _values(self, paths: pa.Array | None, rows: pa.Array) -> pa.Array:
         if paths is not None:
             return paths
         assert self._lookup is not None
+        if len(rows) == 0:
+            return pa.array([], pa.string())
         found = self._lookup(rows)
         return found.combine_chunks() if isinstance(found, pa.ChunkedArray) else found
 
     def positions(self, paths: pa.Array) -> pa.Array:
         """The positions of every row whose path is one of ``paths`` (few), dead rows included."""
         found: list[pa.Array] = []
-        for run, rows in self._runs:
+        for run, rows, fences in self._runs:
             if run is not None:
                 lo = pc.search_sorted(run, paths, side="left").to_pylist()
                 hi = pc.search_sorted(run, paths, side="right").to_pylist()
+                found.extend(rows.slice(a, b - a) for a, b in zip(lo, hi, strict=True) if b > a)
             else:
-                lo = self._bisect(rows, paths, right=False).to_pylist()
-                hi = self._bisect(rows, paths, right=True).to_pylist()
-            found.extend(rows.slice(a, b - a) for a, b in zip(lo, hi, strict=True) if b > a)
+                assert fences is not None
+                found.extend(self._fenced(rows, fences, paths))
         return pa.concat_arrays(found) if found else pa.array([], pa.int64())
 
-    def _bisect(self, rows: pa.Array, probes: pa.Array, *, right: bool) -> pa.Array:
-        """``search_sorted`` of every probe at once over a run that keeps no paths."""
-        k, n = len(probes), len(rows)
-        lo = pa.repeat(pa.scalar(0, pa.int64()), k)
-        hi = pa.repeat(pa.scalar(n, pa.int64()), k)
-        last = pa.scalar(n - 1, pa.int64())
-        while True:
-            active = pc.less(lo, hi)
-            if not pc.any(active).as_py():
-                return lo
-            mid = pc.min_element_wise(pc.divide(pc.add(lo, hi), 2), last)
-            values = self._values(None, rows.take(mid))
-            before = pc.less_equal(values, probes) if right else pc.less(values, probes)
-            up = pc.and_(active, before)
-            lo = pc.if_else(up, pc.add(mid, 1), lo)
-            hi = pc.if_else(pc.and_(active, pc.invert(before)), mid, hi)
+    def _fenced(self, rows: pa.Array, fences: _Fences, probes: pa.Array) -> list[pa.Array]:
+        """A run without paths: each probe's window between two fences, its paths read at once."""
+        windows = fences.windows(probes, len(rows))
+        values = self._values(None, pa.concat_arrays([rows.slice(a, b - a) for a, b in windows]))
+        out: list[pa.Array] = []
+        at = 0
+        for probe, (a, b) in zip(probes, windows, strict=True):
+            window = values.slice(at, b - a)
+            at += b - a
+            lo = pc.search_sorted(window, probe, side="left").as_py()
+            hi = pc.search_sorted(window, probe, side="right").as_py()
+            if hi > lo:
+                out.append(rows.slice(a + lo, hi - lo))
+        return out
 
     def distinct(self) -> bool:
         """True when the index holds one run (one table's paths) and no path twice in it."""
@@ -140,13 +147,53 @@ class PathIndex:
     def drop(self, dead: pa.Array) -> None:
         """The rows at the sorted positions ``dead`` are gone from the table: the others move up."""
         runs, self._runs, self.size = self._runs, [], 0
-        for run, rows in runs:
+        for run, rows, fences in runs:
             keep = pc.invert(pc.is_in(rows, value_set=dead))
             kept = rows.filter(keep)
             moved = pc.subtract(kept, pc.search_sorted(dead, kept, side="left"))
-            self._runs.append((run.filter(keep) if run is not None else None, moved))
+            self._runs.append(
+                (
+                    run.filter(keep) if run is not None else None,
+                    moved,
+                    fences.kept(keep) if fences is not None else None,
+                )
+            )
             self.size += len(kept)
         self._next -= len(dead)
+
+
+class _Fences:
+    """One path in :data:`FENCE_EVERY` of a sorted run, with where each is in the run: every path
+    before a fence's place sorts at or before it, every one from it on at or after it (still so
+    once rows are dropped, the places moved up: :meth:`kept`)."""
+
+    def __init__(self, values: pa.Array, at: pa.Array) -> None:
+        self.values = values
+        self.at = at
+
+    @classmethod
+    def of(cls, run: pa.Array) -> _Fences:
+        at = pc.multiply(positions_from(0, (len(run) + FENCE_EVERY - 1) // FENCE_EVERY), FENCE_EVERY)
+        return cls(run.take(at), at)
+
+    def windows(self, probes: pa.Array, n: int) -> list[tuple[int, int]]:
+        """Per probe, the places [a, b) of the run its rows are within."""
+        below = pc.search_sorted(self.values, probes, side="left").to_pylist()
+        upto = pc.search_sorted(self.values, probes, side="right").to_pylist()
+        at = self.at.to_pylist() if len(self.at) < 4096 else None
+        out = []
+        for a, c in zip(below, upto, strict=True):
+            lo = 0 if a == 0 else (at[a - 1] if at is not None else self.at[a - 1].as_py())
+            hi = n if c >= len(self.values) else (at[c] if at is not None else self.at[c].as_py())
+            out.append((lo, hi))
+        return out
+
+    def kept(self, keep: pa.Array) -> _Fences:
+        """The fences once the run keeps only the rows ``keep`` marks: their places move up."""
+        kept = pc.cumulative_sum(pc.cast(keep, pa.int64()))
+        # the rows kept before each place (a place may be the run's end: all kept rows)
+        before = pa.concat_arrays([pa.array([0], pa.int64()), kept])
+        return _Fences(self.values, before.take(self.at))
 
 
 def _sorted_distinct(values: pa.Array, order: pa.Array) -> bool:

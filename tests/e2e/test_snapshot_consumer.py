@@ -1015,11 +1015,12 @@ def test_the_path_index_reading_the_states_paths_finds_exactly_their_rows(
     if not PathIndex.available:
         pytest.skip("pyarrow without search_sorted")
     table: list[str] = []  # the rows the positions are of
-    original = files_module.KEEP_PATHS_BELOW
-    files_module.KEEP_PATHS_BELOW = 4  # most runs keep no paths
+    original = files_module.KEEP_PATHS_BELOW, files_module.FENCE_EVERY
+    files_module.KEEP_PATHS_BELOW, files_module.FENCE_EVERY = 4, 2  # most runs keep fences only
     try:
         index = PathIndex(
-            pa.array([], pa.string()), lookup=lambda rows: pa.array([table[r] for r in rows.to_pylist()])
+            pa.array([], pa.string()),
+            lookup=lambda rows: pa.array([table[r] for r in rows.to_pylist()], pa.string()),
         )
         for batch, drop in zip(batches, drops + [[]] * len(batches), strict=False):
             index.extend(pa.array(batch, pa.string()), len(table))
@@ -1032,4 +1033,4 @@ def test_the_path_index_reading_the_states_paths_finds_exactly_their_rows(
             assert found == sorted(i for i, p in enumerate(table) if p in probes)
             assert index.size == len(table)
     finally:
-        files_module.KEEP_PATHS_BELOW = original
+        files_module.KEEP_PATHS_BELOW, files_module.FENCE_EVERY = original
