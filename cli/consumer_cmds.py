@@ -180,7 +180,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         '"version","files","added","removed","snapshot"} (counts of active, added and removed files); '
         "with --format jsonl the document `deltamirror invalidate` delivers for it. With --state-dir "
         "each table's state is saved as a Delta checkpoint, with the position, every "
-        "--checkpoint-interval-versions versions or --checkpoint-interval-s seconds and at the end, "
+        "--checkpoint-interval-versions versions or --checkpoint-interval-s seconds once it has caught "
+        "up with what the topics held when it started (while catching up: at 10x the seconds only), "
+        "and at the end; the files' stats stay in a temporary file there, not in memory, "
         "and a restart continues from there (the versions since the last save are printed again); "
         "without it the topic is read from its beginning. With --commits-topic the commits topic is "
         "read too: on a tableReplaced record (a table deleted and re-created at its location) the "
