@@ -25,7 +25,15 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
 
 from deltamirror.core.errors import ConfigError
 from deltamirror.mirror.records.boundary import OnBadRecord
@@ -225,8 +233,9 @@ class InvalidateSettings(SourceSettings):
 
     exec: str | None = None
     webhook: str | None = None
-    #: ``NAME: VALUE`` each (the flag's form); :attr:`header_map` has them parsed
-    headers: list[str] = Field(default_factory=list)
+    #: ``NAME: VALUE`` each (the flag's form), secret (an Authorization header); :attr:`header_map`
+    #: has them parsed and revealed, for the webhook
+    headers: list[SecretStr] = Field(default_factory=list)
     dead_letter_topic: str | None = None
     max_attempts: int = MAX_ATTEMPTS
     backoff: float | None = None
@@ -275,8 +284,8 @@ class InvalidateSettings(SourceSettings):
                 )
             if self.dead_letter_topic in (self.topic, self.commits_topic):
                 yield f"{say('dead_letter_topic')} {self.dead_letter_topic} is a topic this command reads"
-        for position, pair in enumerate(self.headers, start=1):
-            name, sep, _ = pair.partition(":")
+        for position, secret in enumerate(self.headers, start=1):
+            name, sep, _ = secret.get_secret_value().partition(":")
             if not sep or not name.strip() or any(c.isspace() for c in name.strip()):
                 # the text may be a bare token: named by its position, never echoed
                 yield f"{say('headers')} #{position} is not 'NAME: VALUE'"
@@ -293,8 +302,8 @@ class InvalidateSettings(SourceSettings):
     def header_map(self) -> dict[str, str]:
         """The ``headers`` as a mapping (valid: the validation said so)."""
         out: dict[str, str] = {}
-        for pair in self.headers:
-            name, _, value = pair.partition(":")
+        for secret in self.headers:
+            name, _, value = secret.get_secret_value().partition(":")
             out[name.strip()] = value.strip()
         return out
 

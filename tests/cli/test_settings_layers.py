@@ -125,6 +125,7 @@ def test_the_variables_alone_make_a_whole_invalidate_command() -> None:
     settings = _settings("invalidate", [], environ)
     assert settings.actions_topic == "t.actions" and settings.webhook == "http://h/" and settings.once
     assert settings.header_map == {"Authorization": "Bearer x", "X-B": "2"}
+    assert "Bearer" not in repr(settings) and "Bearer" not in str(settings.model_dump())  # a secret
     assert (settings.max_attempts, settings.backoff_s, settings.max_backoff_s) == (3, 0.25, 30.0)
     frozen = settings.model_copy()
     with pytest.raises(Exception, match="frozen"):
