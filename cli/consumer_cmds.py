@@ -38,7 +38,8 @@ follows, or without that topic the command exits 1 naming the version.
 
 At least once, in order, none skipped: the group's offsets are committed only
 after a version was accepted (or dead-lettered), and a start rebuilds the state
-(from --state-dir, saved only after the versions in it were handed over, or from
+(from --state-dir, saved only after the versions in it were handed over, at
+--checkpoint-interval-versions/-s from the start, catching up included; or from
 the topic's beginning) and hands over every version not acknowledged yet. A
 receiver may see a version twice (DELTAMIRROR_DELIVERY_ID / Idempotency-Key name
 it), never misses one. Prints one JSON line per version handled. Secrets in the URL
