@@ -386,6 +386,11 @@ def _value(run: dict[str, Any], metric: str) -> float | None:
 def setup_group(group: Group, args: argparse.Namespace, broker: Broker, log_dir: Path) -> dict[str, Any]:
     """The group's inputs (its ``setup`` in a child process): the parameters every contender gets."""
     params: dict[str, Any] = dict(group.quick_params if args.quick else group.params)
+    for item in args.param or ():
+        key, _, value = item.partition("=")
+        if key not in params:
+            raise SystemExit(f"--param {key}: group {group.name} has no such parameter ({', '.join(params)})")
+        params[key] = json.loads(value)
     if "kafka" in group.needs:
         params["bootstrap"] = broker.ensure()
         params["broker_pid"] = broker.pid
@@ -734,6 +739,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--bootstrap", help="an existing broker (default: the bench's own, port 19192 or the next free pair)"
+    )
+    parser.add_argument(
+        "--param",
+        action="append",
+        metavar="KEY=JSON",
+        help="override a parameter of the groups run (e.g. files=200000: a smaller input while working)",
     )
     parser.add_argument("--no-spark", action="store_true", help="leave out the groups that need Spark")
     parser.add_argument("--no-kafka", action="store_true", help="leave out the groups that need a broker")

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator
+import textwrap
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from .common import add_kafka_arguments, kafka_settings_from_args
+from .common import KAFKA_CONFIG_HELP
+from .flags import ENVIRONMENT_HELP, Flag, environment_layer, flag_layer
 
 INVALIDATE_HELP = """\
 Keep each table's active files from an actions topic, as consume-snapshot does,
@@ -36,7 +38,8 @@ follows, or without that topic the command exits 1 naming the version.
 
 At least once, in order, none skipped: the group's offsets are committed only
 after a version was accepted (or dead-lettered), and a start rebuilds the state
-(from --state-dir, saved only after the versions in it were handed over, or from
+(from --state-dir, saved only after the versions in it were handed over, at
+--checkpoint-interval-versions/-s from the start, catching up included; or from
 the topic's beginning) and hands over every version not acknowledged yet. A
 receiver may see a version twice (DELTAMIRROR_DELIVERY_ID / Idempotency-Key name
 it), never misses one. Prints one JSON line per version handled. Secrets in the URL
@@ -70,104 +73,232 @@ example: drop the cached results of the partitions each version touched
 """
 
 
-#: the defaults of the flags whose absence is told apart from their default (refused combinations)
+#: what --help says of the environment variables and the file
+ENVIRONMENT_NOTE = (
+    ENVIRONMENT_HELP + " DELTAMIRROR_COMMITS_TOPIC names the topic (the default pair takes the flag "
+    "without a name). The --config file gives the kafka: and consumer: sections."
+)
+
+#: the defaults of the settings whose absence is told apart from their default (refused combinations);
+#: deltamirror.consumer.settings holds the same (spelled here so that --help imports no pydantic)
 CHECKPOINT_VERSIONS = 100
 CHECKPOINT_S = 60.0
 MAX_ITEMS = 1000
 BACKOFF_S = 0.5
 MAX_BACKOFF_S = 30.0
-
-
-def _add_source_arguments(p: argparse.ArgumentParser, group_default: str) -> None:
-    add_kafka_arguments(p)
-    p.add_argument("--topic", required=True, metavar="ACTIONS_TOPIC", help="the actions topic to read")
-    p.add_argument(
-        "--commits-topic",
-        nargs="?",
-        const="",
-        metavar="COMMITS_TOPIC",
-        help="also read this commits topic and drop the state of re-created tables; without a name, "
-        "the watcher's default pair of the actions topic (deltamirror.<name>.actions -> .commits)",
-    )
-    p.add_argument(
-        "--group-id",
-        metavar="G",
-        help=f"consumer group for committed offsets (default: with --state-dir, the directory's own "
-        f"group, recorded in it; without, {group_default}); a --state-dir that records another group "
-        "is refused",
-    )
-    p.add_argument("--once", action="store_true", help="exit once every partition is read to its end")
-    p.add_argument(
-        "--state-dir",
-        metavar="DIR",
-        help="where to save each table's state (a Delta checkpoint), the position and the consumer "
-        "group; a start continues from there instead of the topic's beginning",
-    )
-    p.add_argument(
-        "--checkpoint-interval-versions",
-        type=int,
-        metavar="N",
-        help=f"with --state-dir (refused without): save after N applied versions (default "
-        f"{CHECKPOINT_VERSIONS}; 0: not on this count)",
-    )
-    p.add_argument(
-        "--checkpoint-interval-s",
-        type=float,
-        metavar="S",
-        help=f"with --state-dir (refused without): save S seconds after the first change since the last "
-        f"save (default {CHECKPOINT_S:g}; 0: not on this count); the end of a run always saves",
-    )
-    p.add_argument(
-        "--metrics-port",
-        type=int,
-        metavar="PORT",
-        help="serve /metrics (Prometheus: versions applied, lag in versions, records and ms, "
-        "applied actions) and /healthz on PORT (0: any free port)",
-    )
-    p.add_argument("--metrics-host", metavar="HOST", help="address of the metrics server (default 127.0.0.1)")
-    p.add_argument(
-        "--max-items",
-        type=int,
-        metavar="N",
-        help=f"longest list of paths or partitions in a document (default {MAX_ITEMS}; consume-snapshot: "
-        "with --format jsonl, the documents it prints)",
-    )
-    _add_record_arguments(p)
-
+MAX_ATTEMPTS = 5
+TIMEOUT_S = 30.0
 
 #: what a consumer does with a record it refuses (deltamirror.mirror.records.boundary.BAD_RECORD_CHOICES)
 ON_BAD_RECORD = ("stop", "skip", "dead-letter")
 
+#: ``--config FILE`` and ``--bootstrap-servers``: the Kafka settings (and the file's ``consumer:``)
+KAFKA_FLAGS: tuple[Flag, ...] = (
+    Flag(
+        "bootstrap_servers",
+        ("--bootstrap-servers",),
+        "Kafka brokers, host:port[,...] (required without --config; replaces the file's)",
+        "HOSTS",
+    ),
+    Flag("config", ("--config",), KAFKA_CONFIG_HELP + "; its consumer: section is read too", "FILE"),
+)
 
-def _add_record_arguments(p: argparse.ArgumentParser) -> None:
-    """Which records a consumer takes: the topics are checked like the log (docs/events.md)."""
-    p.add_argument(
-        "--allow-table-location",
-        action="append",
-        metavar="URI",
-        help="take tables only at or under URI (a table location or a folder of them, e.g. s3://lake/sales); "
-        "repeatable; replaces the config's allow_table_locations. Without it any location is taken, each "
-        "table held to the location it was first seen at",
+
+def _source_flags(group_default: str) -> tuple[Flag, ...]:
+    """The flags both commands take, but ``--commits-topic`` (an optional value: added by hand)."""
+    return (
+        Flag("topic", ("--topic",), "the actions topic to read (required)", "ACTIONS_TOPIC"),
+        Flag(
+            "group_id",
+            ("--group-id",),
+            f"consumer group for committed offsets (default: with --state-dir, the directory's own "
+            f"group, recorded in it; without, {group_default}); a --state-dir that records another "
+            "group is refused",
+            "G",
+        ),
+        Flag("once", ("--once",), "exit once every partition is read to its end", switch=True),
+        Flag(
+            "state_dir",
+            ("--state-dir",),
+            "where to save each table's state (a Delta checkpoint), the position and the consumer "
+            "group; a start continues from there instead of the topic's beginning",
+            "DIR",
+        ),
+        Flag(
+            "checkpoint_interval_versions",
+            ("--checkpoint-interval-versions",),
+            f"with --state-dir (refused without): save after N applied versions (default "
+            f"{CHECKPOINT_VERSIONS}; 0: not on this count)",
+            "N",
+            int,
+        ),
+        Flag(
+            "checkpoint_interval_s",
+            ("--checkpoint-interval-s",),
+            f"with --state-dir (refused without): save S seconds after the first change since the "
+            f"last save (default {CHECKPOINT_S:g}; 0: not on this count); the end of a run always saves",
+            "S",
+            float,
+        ),
+        Flag(
+            "metrics_port",
+            ("--metrics-port",),
+            "serve /metrics (Prometheus: versions applied, lag in versions, records and ms, "
+            "applied actions) and /healthz on PORT (0: any free port)",
+            "PORT",
+            int,
+        ),
+        Flag(
+            "metrics_host", ("--metrics-host",), "address of the metrics server (default 127.0.0.1)", "HOST"
+        ),
+        Flag(
+            "max_items",
+            ("--max-items",),
+            f"longest list of paths or partitions in a document (default {MAX_ITEMS}; consume-snapshot: "
+            "with --format jsonl, the documents it prints)",
+            "N",
+            int,
+        ),
+        # which records a consumer takes: the topics are checked like the log (docs/events.md)
+        Flag(
+            "allow_table_locations",
+            ("--allow-table-location",),
+            "take tables only at or under URI (a table location or a folder of them, e.g. "
+            "s3://lake/sales); repeatable; replaces the config's allow_table_locations. Without it any "
+            "location is taken, each table held to the location it was first seen at",
+            "URI",
+            repeatable=True,
+            dest_name="allow_table_location",
+        ),
+        Flag(
+            "allow_path_prefixes",
+            ("--allow-path-prefix",),
+            "also take files named outside a table's root under URI (a shallow clone's source, as "
+            "given to the watcher); repeatable; replaces the config's allow_path_prefixes",
+            "URI",
+            repeatable=True,
+            dest_name="allow_path_prefix",
+        ),
+        Flag(
+            "on_bad_record",
+            ("--on-bad-record",),
+            "a record that breaks the contract or the log's rules (forged, corrupt): stop (default: "
+            "everything before it is delivered and saved, then exit 2 naming topic, partition and "
+            "offset), skip (a log line and a metric, then on), dead-letter (skip, and copy it to "
+            "--bad-record-topic)",
+            choices=ON_BAD_RECORD,
+        ),
+        Flag(
+            "bad_record_topic",
+            ("--bad-record-topic",),
+            "with --on-bad-record dead-letter: the topic refused records are copied to (must exist)",
+            "T",
+        ),
     )
-    p.add_argument(
-        "--allow-path-prefix",
-        action="append",
-        metavar="URI",
-        help="also take files named outside a table's root under URI (a shallow clone's source, as given "
-        "to the watcher); repeatable; replaces the config's allow_path_prefixes",
-    )
-    p.add_argument(
-        "--on-bad-record",
-        choices=ON_BAD_RECORD,
-        help="a record that breaks the contract or the log's rules (forged, corrupt): stop (default: "
-        "everything before it is delivered and saved, then exit 2 naming topic, partition and offset), "
-        "skip (a log line and a metric, then on), dead-letter (skip, and copy it to --bad-record-topic)",
-    )
-    p.add_argument(
-        "--bad-record-topic",
-        metavar="T",
-        help="with --on-bad-record dead-letter: the topic refused records are copied to (must exist)",
-    )
+
+
+#: ``--commits-topic [COMMITS_TOPIC]``: its variable names the topic (the default pair needs the flag)
+COMMITS_TOPIC = Flag(
+    "commits_topic",
+    ("--commits-topic",),
+    "also read this commits topic and drop the state of re-created tables; without a name, the "
+    "watcher's default pair of the actions topic (deltamirror.<name>.actions -> .commits)",
+    "COMMITS_TOPIC",
+)
+
+SNAPSHOT_FLAGS: tuple[Flag, ...] = (
+    *KAFKA_FLAGS,
+    *_source_flags("deltamirror-snapshot-consumer"),
+    COMMITS_TOPIC,
+    Flag(
+        "format",
+        ("--format",),
+        "counts: file counts per version (default); jsonl: the invalidation document per version",
+        choices=("counts", "jsonl"),
+    ),
+)
+
+#: --exec and --webhook: one of them (a mutually exclusive group)
+TARGET_FLAGS: tuple[Flag, ...] = (
+    Flag(
+        "exec",
+        ("--exec",),
+        "command to run per version, split like a shell would but run without one (use "
+        "'sh -c ...' for pipes); its standard output is discarded, the last line of its stderr is "
+        "logged on failure",
+        "CMD",
+    ),
+    Flag("webhook", ("--webhook",), "http(s) endpoint to POST each version to (userinfo: basic auth)", "URL"),
+)
+
+INVALIDATE_FLAGS: tuple[Flag, ...] = (
+    *KAFKA_FLAGS,
+    *_source_flags("deltamirror-invalidate"),
+    COMMITS_TOPIC,
+    *TARGET_FLAGS,
+    Flag(
+        "headers",
+        ("--header",),
+        "with --webhook: a header sent with every request (e.g. Authorization); repeatable",
+        "'NAME: VALUE'",
+        repeatable=True,
+        dest_name="header",
+    ),
+    Flag(
+        "dead_letter_topic",
+        ("--dead-letter-topic",),
+        "topic for versions given up (must exist; not with --max-attempts 0, which never gives up)",
+        "T",
+    ),
+    Flag(
+        "max_attempts",
+        ("--max-attempts",),
+        f"attempts per version before it is given up (default {MAX_ATTEMPTS}; 0: retry until stopped)",
+        "N",
+        int,
+    ),
+    Flag(
+        "backoff",
+        ("--backoff",),
+        f"wait after the first failure (default {BACKOFF_S:g} s; refused with --max-attempts 1)",
+        "S",
+        float,
+    ),
+    Flag(
+        "max_backoff",
+        ("--max-backoff",),
+        f"longest wait between attempts, each wait doubling the one before (default {MAX_BACKOFF_S:g} "
+        "s; not less than --backoff)",
+        "S",
+        float,
+    ),
+    Flag(
+        "timeout",
+        ("--timeout",),
+        f"deadline of one attempt, all of it (default {TIMEOUT_S:g} s): a webhook's host name looked "
+        "up and its whole answer must have come by then (a complete HTTP response: one cut short "
+        "fails the attempt), a command must have exited (else it is killed, with every process it "
+        "started)",
+        "S",
+        float,
+    ),
+)
+
+
+def _add_flags(p: argparse.ArgumentParser, flags: tuple[Flag, ...]) -> None:
+    target = None
+    for flag in flags:
+        if flag is COMMITS_TOPIC:
+            p.add_argument(
+                *flag.names, dest=flag.dest, nargs="?", const="", metavar=flag.metavar, help=flag.help
+            )
+        elif flag in TARGET_FLAGS:
+            # one of them: refused by argparse when both are given, by the settings when none is
+            # (the environment may give it)
+            target = target or p.add_mutually_exclusive_group()
+            flag.add_to(target)
+        else:
+            flag.add_to(p)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -180,7 +311,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         '"version","files","added","removed","snapshot"} (counts of active, added and removed files); '
         "with --format jsonl the document `deltamirror invalidate` delivers for it. With --state-dir "
         "each table's state is saved as a Delta checkpoint, with the position, every "
-        "--checkpoint-interval-versions versions or --checkpoint-interval-s seconds and at the end, "
+        "--checkpoint-interval-versions versions or --checkpoint-interval-s seconds once it has caught "
+        "up with what the topics held when it started (while catching up: at 10x the seconds only), "
+        "and at the end; the files' stats stay in a temporary file there, not in memory, "
         "and a restart continues from there (the versions since the last save are printed again); "
         "without it the topic is read from its beginning. With --commits-topic the commits topic is "
         "read too: on a tableReplaced record (a table deleted and re-created at its location) the "
@@ -191,14 +324,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "Stops cleanly on SIGTERM/SIGINT (exit 0) within 10 s, the broker gone or not (the state is saved "
         "first; a warning says when the group's last offsets may not be committed). "
         "The jsonl document is described in `deltamirror invalidate --help`.",
+        epilog=ENVIRONMENT_NOTE,
     )
-    _add_source_arguments(p, "deltamirror-snapshot-consumer")
-    p.add_argument(
-        "--format",
-        choices=["counts", "jsonl"],
-        default="counts",
-        help="counts: file counts per version (default); jsonl: the invalidation document per version",
-    )
+    _add_flags(p, SNAPSHOT_FLAGS)
     p.set_defaults(handler=cmd_consume_snapshot, long_running=True)
 
     p = sub.add_parser(
@@ -206,154 +334,78 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="run a command or call a webhook for every committed version (cache invalidation)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=INVALIDATE_HELP,
-        epilog=INVALIDATE_EXAMPLE,
+        epilog=INVALIDATE_EXAMPLE + "\n" + textwrap.fill(ENVIRONMENT_NOTE, 80) + "\n",
     )
-    _add_source_arguments(p, "deltamirror-invalidate")
-    target = p.add_mutually_exclusive_group(required=True)
-    target.add_argument(
-        "--exec",
-        metavar="CMD",
-        help="command to run per version, split like a shell would but run without one (use "
-        "'sh -c ...' for pipes); its standard output is discarded, the last line of its stderr is "
-        "logged on failure",
-    )
-    target.add_argument(
-        "--webhook", metavar="URL", help="http(s) endpoint to POST each version to (userinfo: basic auth)"
-    )
-    p.add_argument(
-        "--header",
-        action="append",
-        metavar="'NAME: VALUE'",
-        help="with --webhook: a header sent with every request (e.g. Authorization); repeatable",
-    )
-    p.add_argument(
-        "--dead-letter-topic",
-        metavar="T",
-        help="topic for versions given up (must exist; not with --max-attempts 0, which never gives up)",
-    )
-    p.add_argument(
-        "--max-attempts",
-        type=int,
-        default=5,
-        metavar="N",
-        help="attempts per version before it is given up (default 5; 0: retry until stopped)",
-    )
-    p.add_argument(
-        "--backoff",
-        type=float,
-        metavar="S",
-        help=f"wait after the first failure (default {BACKOFF_S:g} s; refused with --max-attempts 1)",
-    )
-    p.add_argument(
-        "--max-backoff",
-        type=float,
-        metavar="S",
-        help=f"longest wait between attempts, each wait doubling the one before (default {MAX_BACKOFF_S:g} s; "
-        "not less than --backoff)",
-    )
-    p.add_argument(
-        "--timeout",
-        type=float,
-        default=30.0,
-        metavar="S",
-        help="deadline of one attempt, all of it (default 30 s): a webhook's host name looked up and "
-        "its whole answer must have "
-        "come by then (a complete HTTP response: one cut short fails the attempt), a command must "
-        "have exited (else it is killed, with every process it started)",
-    )
+    _add_flags(p, INVALIDATE_FLAGS)
     p.set_defaults(handler=cmd_invalidate, long_running=True)
 
 
 # --- shared -------------------------------------------------------------------------------------------
 
 
-def _check_flags(args: argparse.Namespace) -> None:
-    """Every refusal that needs no broker, before anything is done: a flag that cannot take effect
-    in this combination is named with the one that stops it (exit 2)."""
-    import math
+def command_settings(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Any:
+    """The command's settings model, its flags, ``DELTAMIRROR_*`` variables and ``--config`` file
+    merged once (flags > environment > file > defaults) and checked as a whole, before anything is
+    done: a setting that cannot take effect in this combination is named, as it was given, with
+    the one that stops it (exit 2). No broker is asked."""
+    from deltamirror.consumer.settings import InvalidateSettings, SnapshotSettings, file_section
+    from deltamirror.core.errors import ConfigError
+    from deltamirror.mirror.settings import KafkaSettings, Layer, merge_layers
 
-    from deltamirror.core.errors import InvalidArgumentError
-    from deltamirror.producer.settings import check_topic_name
+    flags, model = (
+        (INVALIDATE_FLAGS, InvalidateSettings)
+        if args.command == "invalidate"
+        else (SNAPSHOT_FLAGS, SnapshotSettings)
+    )
+    env, env_names = environment_layer(flags, environ)
+    given, flag_names = flag_layer(flags, args)
+    layers = {**env, **given}
+    names = {**env_names, **flag_names}
+    config = layers.get("config")
+    servers = layers.get("bootstrap_servers")
+    if config:  # the watcher's Kafka model and file: the same broker-list rule, SASL/SSL checks, secrets
+        from deltamirror.producer.config_file import load_kafka_settings, load_section
 
-    check_topic_name(args.topic, "--topic")
-    if args.commits_topic:
-        check_topic_name(args.commits_topic.strip(), "--commits-topic")
-    for flag, value in (("--group-id", args.group_id), ("--state-dir", args.state_dir)):
-        if value is not None and not value.strip():
-            raise InvalidArgumentError(f"{flag} is empty")
-    if args.max_items is not None and args.max_items < 0:
-        raise InvalidArgumentError("--max-items must be 0 or more")
-    if args.max_items is not None and getattr(args, "format", "jsonl") == "counts":
-        raise InvalidArgumentError(
-            "--max-items goes with --format jsonl: --format counts prints counts, not lists"
+        kafka = load_kafka_settings(config, bootstrap_servers=servers)
+        in_file = file_section(load_section(config, "consumer"), config)
+    elif not servers:
+        raise ConfigError("--bootstrap-servers is required without --config")
+    else:
+        kafka = KafkaSettings.from_flags(
+            {"bootstrap_servers": servers}, {"bootstrap_servers": names["bootstrap_servers"]}
         )
-    if args.metrics_host is not None and args.metrics_port is None:
-        raise InvalidArgumentError("--metrics-host goes with --metrics-port")
-    if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
-        raise InvalidArgumentError("--metrics-port must be 0-65535")
-    for flag, value in (
-        ("--checkpoint-interval-versions", args.checkpoint_interval_versions),
-        ("--checkpoint-interval-s", args.checkpoint_interval_s),
-    ):
-        if value is None:
-            continue
-        if args.state_dir is None:
-            raise InvalidArgumentError(f"{flag} goes with --state-dir: without one nothing is saved")
-        if not (value >= 0 and math.isfinite(value)):
-            raise InvalidArgumentError(f"{flag} must be 0 or more")
-    if not hasattr(args, "max_attempts"):  # consume-snapshot
-        return
-    if args.header and args.webhook is None:
-        raise InvalidArgumentError("--header goes with --webhook")
-    if not (args.timeout > 0 and math.isfinite(args.timeout)):
-        raise InvalidArgumentError("--timeout must be more than 0 s")
-    if args.max_attempts < 0:
-        raise InvalidArgumentError("--max-attempts must be 0 (no limit) or more")
-    for flag, value in (("--backoff", args.backoff), ("--max-backoff", args.max_backoff)):
-        if value is None:
-            continue
-        if not (value >= 0 and math.isfinite(value)):
-            raise InvalidArgumentError(f"{flag} must be 0 s or more")
-        if args.max_attempts == 1:
-            raise InvalidArgumentError(
-                f"{flag} goes with a --max-attempts above 1: with 1 nothing is retried"
-            )
-    backoff = BACKOFF_S if args.backoff is None else args.backoff
-    max_backoff = MAX_BACKOFF_S if args.max_backoff is None else args.max_backoff
-    if max_backoff < backoff:
-        raise InvalidArgumentError(
-            f"--max-backoff {max_backoff:g} is less than --backoff {backoff:g}: the first wait would be cut to it"
-        )
-    if args.dead_letter_topic is not None:
-        check_topic_name(args.dead_letter_topic, "--dead-letter-topic")
-        if args.max_attempts == 0:
-            raise InvalidArgumentError(
-                "--dead-letter-topic goes with a --max-attempts above 0: with 0 a version is retried "
-                "until it is delivered, never given up"
-            )
-        if args.dead_letter_topic in (args.topic, args.commits_topic):
-            raise InvalidArgumentError(
-                f"--dead-letter-topic {args.dead_letter_topic} is a topic this command reads"
-            )
+        in_file = {}
+    kafka_flags = ("config", "bootstrap_servers")
+    return merge_layers(
+        model,
+        [
+            Layer(in_file, {key: f"consumer.{key}" for key in in_file}),
+            Layer({k: v for k, v in env.items() if k not in kafka_flags}, env_names),
+            Layer({k: v for k, v in given.items() if k not in kafka_flags}, flag_names),
+        ],
+        fixed={"kafka": kafka},
+        names={flag.setting: flag.flag for flag in flags},
+        source=config if in_file else None,
+    )
+
+
+#: the flags checked alone (no broker is asked): what the flag tests call
+_check_flags = command_settings
 
 
 class _Source:
     """The Kafka side both commands share: the broker list, its checks, the reporter of its failures."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, settings: Any) -> None:
         import logging
 
         from deltamirror.core.redact import install_redaction
         from deltamirror.mirror.kafka.connection import KafkaConnectionReporter
-        from deltamirror.mirror.topics import default_commits_topic
 
-        # the watcher's Kafka model and file: the same broker-list rule, SASL/SSL checks and secrets
-        kafka = kafka_settings_from_args(args)
-        self.servers = kafka.bootstrap_servers
-        self.topic: str = args.topic
-        self.commits_topic: str | None = args.commits_topic
-        if self.commits_topic is not None:
-            self.commits_topic = self.commits_topic.strip() or default_commits_topic(args.topic.strip())
+        self.settings = settings
+        self.servers = settings.kafka.bootstrap_servers
+        self.topic: str = settings.actions_topic
+        self.commits_topic: str | None = settings.commits_topic_name
         logging.basicConfig(
             level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
         )
@@ -363,47 +415,42 @@ class _Source:
         # librdkafka's lines go to logging (DEBUG), its errors become one warning now and then;
         # wrong credentials stop the consumer
         self.reporter = KafkaConnectionReporter(self.servers, on_fatal=self._fatal)
-        self.kafka: dict[str, Any] = {**kafka.librdkafka_config(), **self.reporter.client_config()}
+        self.kafka: dict[str, Any] = {**settings.kafka.librdkafka_config(), **self.reporter.client_config()}
         from deltamirror.mirror.kafka.login_check import check_login, needs_login_check
 
         if needs_login_check(self.kafka):
             # a wrong password or CA: one line and exit 2 in a second, not a timeout as "unreachable"
             check_login(self.kafka, self.reporter)
-        self.metrics_port: int | None = args.metrics_port
-        self.metrics_host: str = args.metrics_host or "127.0.0.1"
+        self.metrics_port: int | None = settings.metrics_port
+        self.metrics_host: str = settings.metrics_host or "127.0.0.1"
         self.metrics: Any = None  # a ConsumerMetrics with --metrics-port
         if self.metrics_port is not None:
             from deltamirror.consumer.metrics import ConsumerMetrics
 
             self.metrics = ConsumerMetrics()
         #: the SnapshotConsumer options both commands pass alike
-        versions = (
-            CHECKPOINT_VERSIONS
-            if args.checkpoint_interval_versions is None
-            else args.checkpoint_interval_versions
-        )
-        seconds = CHECKPOINT_S if args.checkpoint_interval_s is None else args.checkpoint_interval_s
         self.state_options: dict[str, Any] = {
-            "state_dir": args.state_dir,
-            "checkpoint_interval_versions": versions or None,
-            "checkpoint_interval_s": seconds or None,
+            "state_dir": settings.state_dir,
+            "checkpoint_interval_versions": settings.checkpoint_every_versions,
+            "checkpoint_interval_s": settings.checkpoint_every_s,
             "metrics": self.metrics,
-            **self._record_options(args),
+            **self._record_options(settings),
         }
 
-    def group_id(self, args: argparse.Namespace, default: str) -> str:
+    def group_id(self, default: str) -> str:
         """The consumer group: ``--group-id``, else the state directory's own, else ``default``.
 
         A state directory records its group when it is new (a group of its own unless one is
         named), so that a new state never starts from what another consumer's group acknowledged;
         a ``--group-id`` other than the one it records is refused (see consumer/snapshot/store.py).
         """
-        if args.state_dir is None:
-            return str(args.group_id or default)
+        settings = self.settings
+        if settings.state_dir is None:
+            return str(settings.group_id or default)
         from deltamirror.consumer.snapshot import StateStore
 
         return StateStore.claim_group(
-            args.state_dir, self.topic, self.commits_topic, requested=args.group_id, default=default
+            settings.state_dir, self.topic, self.commits_topic, requested=settings.group_id, default=default
         )
 
     def with_reason(self, exc: Exception) -> Exception:
@@ -422,23 +469,10 @@ class _Source:
             message = f"{message}: Kafka at {self.servers} unreachable ({reason})"
         return KafkaError(message, **({"topic": exc.context["topic"]} if "topic" in exc.context else {}))
 
-    def _record_options(self, args: argparse.Namespace) -> dict[str, Any]:
-        """Which records the consumer takes (flags over the config's ``consumer:`` section)."""
-        from deltamirror.consumer.settings import consumer_settings
+    def _record_options(self, settings: Any) -> dict[str, Any]:
+        """Which records the consumer takes, and where the refused ones go."""
         from deltamirror.mirror.records.boundary import RecordRules
 
-        section = None
-        if args.config:
-            from deltamirror.producer.config_file import load_section
-
-            section = load_section(args.config, "consumer")
-        flags = {
-            "allow_table_locations": args.allow_table_location,
-            "allow_path_prefixes": args.allow_path_prefix,
-            "on_bad_record": args.on_bad_record,
-            "bad_record_topic": args.bad_record_topic,
-        }
-        settings = consumer_settings(section, flags, args.config)
         rules = RecordRules(
             table_locations=settings.allow_table_locations, allowed_path_prefixes=settings.allow_path_prefixes
         )
@@ -516,23 +550,23 @@ def cmd_consume_snapshot(args: argparse.Namespace) -> int:
         TableReplacement,
     )
 
-    _check_flags(args)
-    source = _Source(args)
+    settings = command_settings(args)
+    source = _Source(settings)
     options: dict[str, Any] = {
         "kafka": source.kafka,
-        "group_id": source.group_id(args, DEFAULT_GROUP_ID),
+        "group_id": source.group_id(DEFAULT_GROUP_ID),
         "commits_topic": source.commits_topic,
         **source.state_options,
     }
     consumer: SnapshotConsumer
-    if args.format == "jsonl":
+    if settings.format == "jsonl":
         from deltamirror.consumer.invalidate import InvalidationConsumer
 
         consumer = InvalidationConsumer(
             source.servers,
             source.topic,
             on_payload=_write,
-            max_items=MAX_ITEMS if args.max_items is None else args.max_items,
+            max_items=settings.items,
             skip_acknowledged=False,  # the position is the state's, as for counts
             **options,
         )
@@ -567,24 +601,11 @@ def cmd_consume_snapshot(args: argparse.Namespace) -> int:
             source.servers, source.topic, on_applied=report, on_replaced=report_replaced, **options
         )
     with source.running(consumer):
-        _run(consumer, args.once)
+        _run(consumer, settings.once)
     return 0
 
 
 # --- invalidate ---------------------------------------------------------------------------------------
-
-
-def _headers(pairs: list[str] | None) -> dict[str, str]:
-    from deltamirror.core.errors import InvalidArgumentError
-
-    headers: dict[str, str] = {}
-    for position, pair in enumerate(pairs or [], start=1):
-        name, sep, value = pair.partition(":")
-        if not sep or not name.strip() or any(c.isspace() for c in name.strip()):
-            # the text may be a bare token: named by its position, never echoed
-            raise InvalidArgumentError(f"--header #{position} is not 'NAME: VALUE'")
-        headers[name.strip()] = value.strip()
-    return headers
 
 
 def _print_outcome(outcome: Any) -> None:
@@ -620,31 +641,33 @@ def cmd_invalidate(args: argparse.Namespace) -> int:
     )
     from deltamirror.mirror.errors import KafkaError
 
-    _check_flags(args)
-    source = _Source(args)
+    settings = command_settings(args)
+    source = _Source(settings)
     policy = RetryPolicy(
-        max_attempts=args.max_attempts,
-        initial_backoff_s=BACKOFF_S if args.backoff is None else args.backoff,
-        max_backoff_s=MAX_BACKOFF_S if args.max_backoff is None else args.max_backoff,
+        max_attempts=settings.max_attempts,
+        initial_backoff_s=settings.backoff_s,
+        max_backoff_s=settings.max_backoff_s,
     )
     target: Target
     stop = threading.Event()  # a stop also ends an attempt in progress (its version is offered again)
-    if args.exec is not None:
-        target = ExecTarget.from_command_line(args.exec, timeout_s=args.timeout, stop=stop)
+    if settings.exec is not None:
+        target = ExecTarget.from_command_line(settings.exec, timeout_s=settings.timeout, stop=stop)
     else:
-        target = WebhookTarget(args.webhook, headers=_headers(args.header), timeout_s=args.timeout, stop=stop)
+        target = WebhookTarget(
+            settings.webhook, headers=settings.header_map, timeout_s=settings.timeout, stop=stop
+        )
     producer = None
     dead_letters = None
-    if args.dead_letter_topic is not None:
+    if settings.dead_letter_topic is not None:
         from deltamirror.mirror.kafka.producer import RecordProducer
 
-        producer = RecordProducer(source.kafka, delivery_timeout_s=max(30.0, args.timeout))
+        producer = RecordProducer(source.kafka, delivery_timeout_s=max(30.0, settings.timeout))
         try:
-            producer.check_topic(args.dead_letter_topic)  # now, not when the first version fails
+            producer.check_topic(settings.dead_letter_topic)  # now, not when the first version fails
         except KafkaError as exc:
             producer.close()
             raise source.with_reason(exc) from None
-        dead_letters = DeadLetterTopic(producer, args.dead_letter_topic)
+        dead_letters = DeadLetterTopic(producer, settings.dead_letter_topic)
     invalidator = Invalidator(
         target,
         policy=policy,
@@ -657,8 +680,8 @@ def cmd_invalidate(args: argparse.Namespace) -> int:
         source.servers,
         source.topic,
         on_payload=invalidator,
-        max_items=MAX_ITEMS if args.max_items is None else args.max_items,
-        group_id=source.group_id(args, DEFAULT_GROUP_ID),
+        max_items=settings.items,
+        group_id=source.group_id(DEFAULT_GROUP_ID),
         kafka=source.kafka,
         commits_topic=source.commits_topic,
         stop=stop,
@@ -666,7 +689,7 @@ def cmd_invalidate(args: argparse.Namespace) -> int:
     )
     try:
         with source.running(consumer):
-            _run(consumer, args.once)
+            _run(consumer, settings.once)
     finally:
         if producer is not None:
             producer.close()

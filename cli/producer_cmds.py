@@ -4,78 +4,39 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .common import OUTPUT_HELP, add_table_argument, parse_storage_options
+from .flags import ENVIRONMENT_HELP, Flag, flags_over_environment
 from .progress import add_progress_argument
 
 #: ``SnapshotMode`` of deltamirror.producer.settings, spelled out so that --help imports no pydantic
 SNAPSHOT_MODES = ("initial", "latest", "from-version", "from-timestamp", "when-needed")
 
 
-@dataclass(frozen=True)
-class WatchFlag:
-    """One ``watch`` argument and the setting it gives: a name ``merge_overrides`` takes.
-
-    The parsed value is stored under the setting's name (argparse ``dest``), so the flags become
-    the overrides in one step; ``convert`` turns the parsed value into the setting's form.
-    """
-
-    setting: str
-    names: tuple[str, ...]
-    help: str
-    metavar: str | None = None
-    type: Callable[[str], Any] | None = None
-    choices: tuple[str, ...] | None = None
-    repeatable: bool = False
-    convert: Callable[[Any], Any] | None = None
-    #: a switch: True when given, None (not given) otherwise
-    switch: bool = False
-
-    def add_to(self, parser: argparse.ArgumentParser) -> None:
-        if not self.names:  # positional
-            parser.add_argument(self.setting, nargs="*", metavar=self.metavar, help=self.help)
-            return
-        options: dict[str, Any] = {"dest": self.setting, "help": self.help}
-        if self.repeatable:
-            options["action"] = "append"
-        if self.switch:
-            options.update(action="store_const", const=True, default=None)
-        for key in ("metavar", "type", "choices"):
-            if getattr(self, key) is not None:
-                options[key] = getattr(self, key)
-        parser.add_argument(*self.names, **options)
-
-    def value(self, args: argparse.Namespace) -> Any:
-        parsed = getattr(args, self.setting)
-        return self.convert(parsed) if self.convert is not None else parsed
-
-
 #: ``--config FILE`` is no setting: it is the file the others go over
 CONFIG = "config"
 
 #: every argument of ``watch`` but --no-progress, in --help order
-WATCH_FLAGS: tuple[WatchFlag, ...] = (
-    WatchFlag("tables", (), "table locations (paths or fsspec URLs)", "TABLE"),
-    WatchFlag(
+WATCH_FLAGS: tuple[Flag, ...] = (
+    Flag("tables", (), "table locations (paths or fsspec URLs)", "TABLE"),
+    Flag(
         "discover",
         ("--discover",),
         "mirror every Delta table under this prefix, as tables come and go; repeatable",
         "URI",
         repeatable=True,
     ),
-    WatchFlag("bootstrap_servers", ("--bootstrap-servers",), "Kafka brokers, host:port[,host:port]", "HOSTS"),
-    WatchFlag(CONFIG, ("--config",), "YAML or TOML configuration (tables, credentials, Kafka)", "FILE"),
-    WatchFlag(
+    Flag("bootstrap_servers", ("--bootstrap-servers",), "Kafka brokers, host:port[,host:port]", "HOSTS"),
+    Flag(CONFIG, ("--config",), "YAML or TOML configuration (tables, credentials, Kafka)", "FILE"),
+    Flag(
         "snapshot_mode",
         ("--snapshot-mode",),
         "where to start a table without progress",
         choices=SNAPSHOT_MODES,
     ),
-    WatchFlag(
+    Flag(
         "from_version",
         ("--from-version",),
         "with from-version: the first version (not with --discover: a version names a point in "
@@ -83,25 +44,23 @@ WATCH_FLAGS: tuple[WatchFlag, ...] = (
         "N",
         int,
     ),
-    WatchFlag(
+    Flag(
         "from_timestamp",
         ("--from-timestamp",),
         "with from-timestamp: ISO-8601 or epoch ms (with --discover: every table found publishes "
         "its commits from then on)",
         "TS",
     ),
-    WatchFlag("poll_interval_s", ("--poll-interval",), "seconds between log polls (default 1)", "S", float),
-    WatchFlag("progress_topic", ("--progress-topic",), "compacted progress topic", "TOPIC"),
-    WatchFlag(
+    Flag("poll_interval_s", ("--poll-interval",), "seconds between log polls (default 1)", "S", float),
+    Flag("progress_topic", ("--progress-topic",), "compacted progress topic", "TOPIC"),
+    Flag(
         "transactional_id_prefix",
         ("--transactional-id-prefix",),
         "prefix of the transactional.id",
         "PREFIX",
     ),
-    WatchFlag(
-        "heartbeat_interval_s", ("--heartbeat-interval",), "heartbeat an idle table every S s", "S", float
-    ),
-    WatchFlag(
+    Flag("heartbeat_interval_s", ("--heartbeat-interval",), "heartbeat an idle table every S s", "S", float),
+    Flag(
         "group",
         ("--group",),
         "share the tables with every watcher started with this group name: each table runs on "
@@ -109,7 +68,7 @@ WATCH_FLAGS: tuple[WatchFlag, ...] = (
         "session_timeout_ms})",
         "NAME",
     ),
-    WatchFlag(
+    Flag(
         "row_changes",
         ("--row-changes",),
         "also publish one Debezium-style record per changed row on deltamirror.<name>.changes, for "
@@ -117,16 +76,16 @@ WATCH_FLAGS: tuple[WatchFlag, ...] = (
         "tombstones} per table or discover prefix)",
         switch=True,
     ),
-    WatchFlag(
+    Flag(
         "wait_for_table",
         ("--wait-for-table",),
         "wait for a TABLE that does not exist yet (no _delta_log with a commit) instead of refusing it "
         "at start (config wait_for_table per table)",
         switch=True,
     ),
-    WatchFlag("metrics_port", ("--metrics-port",), "serve /metrics and /healthz", "PORT", int),
-    WatchFlag("metrics_host", ("--metrics-host",), "address of the metrics server (127.0.0.1)", "HOST"),
-    WatchFlag(
+    Flag("metrics_port", ("--metrics-port",), "serve /metrics and /healthz", "PORT", int),
+    Flag("metrics_host", ("--metrics-host",), "address of the metrics server (127.0.0.1)", "HOST"),
+    Flag(
         "storage_options",
         ("-S", "--storage-option"),
         "fsspec storage option for every table (credentials, endpoint); repeatable; refused with a "
@@ -148,6 +107,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "another watcher takes over a table (fenced) or the broker fails for good; with --group, "
         "a fenced table is only released here (the group moved it). Logs are JSON "
         "lines on stderr; on a terminal, an initial snapshot also shows the actions published.",
+        epilog=ENVIRONMENT_HELP + " (The positional TABLE and --no-progress have no variable.)",
     )
     for flag in WATCH_FLAGS:
         flag.add_to(p)
@@ -230,12 +190,14 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
     ProgressBar.shown = not args.no_progress
 
-    # The same flags, by the same rules, over a configuration file or over nothing: an unset flag
-    # (None, no table) leaves the file's setting, or the default (see merge_overrides).
-    overrides = {flag.setting: flag.value(args) for flag in WATCH_FLAGS if flag.setting != CONFIG}
-    if args.config:  # the file and the flags merged first, then validated once
-        cfg = merge_overrides(load_config_data(args.config), overrides, source=args.config)
-    elif not args.bootstrap_servers:
+    # The same flags, by the same rules, over a configuration file or over nothing: a flag given
+    # wins over its DELTAMIRROR_* variable, and either over the file; an unset one (no table) leaves
+    # the file's setting, or the default (see merge_overrides).
+    overrides = flags_over_environment(WATCH_FLAGS, args)
+    config = overrides.pop(CONFIG, None)
+    if config:  # the file and the flags merged first, then validated once
+        cfg = merge_overrides(load_config_data(config), overrides, source=config)
+    elif not overrides.get("bootstrap_servers"):
         raise ConfigError("--bootstrap-servers is required without --config")
     else:
         cfg = merge_overrides(None, overrides)

@@ -177,24 +177,20 @@ def _runs(cfg: Any, uri: str) -> bool:
 
 
 def _new_signal(uri: str) -> Any:
-    import time
-    import uuid
+    from deltamirror.mirror.records.signals import new_signal
 
-    from deltamirror.producer.discovery.signals import Signal
-
-    return Signal(kind="snapshot", table_uri=uri, id=uuid.uuid4().hex, requested_at=int(time.time() * 1000))
+    return new_signal("snapshot", uri)
 
 
 def _is_done(value: bytes, signal: Any) -> bool:
     """Whether a record of the signal topic is a watcher's ``done`` for ``signal`` (other records,
     whatever they are, are not)."""
-    from pydantic import ValidationError
-
-    from deltamirror.producer.discovery.signals import Signal
+    from deltamirror.mirror.records.boundary import BadRecordError
+    from deltamirror.mirror.records.signals import decode_signal
 
     try:
-        seen = Signal.model_validate_json(value or b"")
-    except ValidationError:
+        seen = decode_signal(value)
+    except BadRecordError:
         return False
     return seen.kind == "done" and seen.id == signal.id
 
@@ -225,6 +221,7 @@ class _Sender:
     def send(self, uri: str) -> Any:
         from deltamirror.mirror.errors import KafkaError
         from deltamirror.mirror.kafka.producer import RecordProducer
+        from deltamirror.mirror.records.signals import encode_signal
         from deltamirror.mirror.topics import TopicManager
         from deltamirror.producer.discovery.signals import SIGNAL_MAX_BYTES
 
@@ -240,8 +237,10 @@ class _Sender:
             producer = RecordProducer(
                 self.config, delivery_timeout_s=max(1.0, _left(self.deadline, self.args))
             )
+            record = encode_signal(signal)
+            assert record.value is not None  # a signal is never a tombstone
             try:
-                producer.send(self.topic, signal.to_json_bytes(), uri.encode())
+                producer.send(self.topic, record.value, record.key, record.headers)
             finally:
                 producer.close(timeout_s=1.0)
         except KafkaError as exc:

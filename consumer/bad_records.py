@@ -15,19 +15,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from deltamirror.mirror.records.boundary import BadRecordError
+from deltamirror.mirror.records.dead_letters import REFUSED_HEADER_PREFIX, encode_refused_record
 
 if TYPE_CHECKING:
     from deltamirror.mirror.kafka.consumer import Record
 
     from .invalidate.delivery import RecordSender
 
-HEADER_PREFIX = "deltamirror.refused."
+HEADER_PREFIX = REFUSED_HEADER_PREFIX
 #: a copy must fit the dead-letter topic (1 MB per record by default)
 DEFAULT_MAX_VALUE_BYTES = 900_000
-
-
-def _ascii(text: object) -> bytes:
-    return " ".join(str(text).split()).encode("ascii", "backslashreplace")
 
 
 class BadRecordTopic:
@@ -43,19 +40,16 @@ class BadRecordTopic:
         self.sent = 0
 
     def __call__(self, error: BadRecordError, record: Record | None) -> None:
-        where = error.context
-        headers: list[tuple[str, str | bytes | None]] = list(record.headers) if record is not None else []
-        headers += [
-            (HEADER_PREFIX + "topic", _ascii(where.get("topic", ""))),
-            (HEADER_PREFIX + "partition", _ascii(where.get("partition", ""))),
-            (HEADER_PREFIX + "offset", _ascii(where.get("offset", ""))),
-            (HEADER_PREFIX + "reason", _ascii(error.message)[:2000]),
-        ]
-        value = record.value if record is not None else b""
-        if len(value) > self.max_value_bytes:
-            headers.append((HEADER_PREFIX + "bytes", str(len(value)).encode()))
-            value = b""
-        self.producer.send(self.topic, value, record.key if record is not None else None, headers)
+        copy = encode_refused_record(
+            record.value if record is not None else None,
+            record.key if record is not None else None,
+            record.headers if record is not None else None,
+            where=error.context,
+            reason=error.message,
+            max_value_bytes=self.max_value_bytes,
+        )
+        assert copy.value is not None  # a copy without its value has an empty one, never a tombstone
+        self.producer.send(self.topic, copy.value, copy.key, copy.headers)
         self.sent += 1
 
 

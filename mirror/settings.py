@@ -19,7 +19,9 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
+from typing import Any, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -62,6 +64,8 @@ SSL_FILE_FIELDS = ("ssl_ca_location", "ssl_certificate_location", "ssl_key_locat
 
 
 # --- what every settings model shares -------------------------------------------------------------
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 class SettingsModel(BaseModel):
@@ -142,10 +146,28 @@ def _field_names_at(root: type[BaseModel], loc: Sequence[int | str]) -> list[str
     return list(model.model_fields) if model is not None else []
 
 
+class Refused(ValueError):
+    """A combination refused in one sentence that names its settings itself (as the user gave them:
+    see :func:`spelled`); said as it is, with nothing before it."""
+
+    def __init__(self, sentence: str) -> None:
+        self.sentence = sentence
+        super().__init__(sentence)
+
+
+def spelled(info: ValidationInfo, field: str) -> str:
+    """How the user gave ``field``: a flag, an environment variable, a file's key path (the names
+    :func:`merge_layers` passes in the validation context), else the field's own name."""
+    names = (info.context or {}).get("names") or {}
+    return str(names.get(field, field))
+
+
 def _describe(error: Mapping[str, Any], root: type[BaseModel], names: Mapping[str, str]) -> str:
     loc = list(error["loc"])
     ctx = error.get("ctx") or {}
     cause = ctx.get("error")
+    if isinstance(cause, Refused):
+        return cause.sentence
     if isinstance(cause, FieldProblem):
         loc, message = [*loc, *cause.loc], cause.problem
     else:
@@ -176,6 +198,43 @@ def settings_error(
     problems = [_describe(e, root, names or {}) for e in exc.errors(include_input=False, include_url=False)]
     message = "; ".join(problems) if names else f"invalid configuration: {'; '.join(problems)}"
     return ConfigError(message, file=source)
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One source of settings: its values by field (None: not given) and how it spells each field
+    (``--max-items``, ``DELTAMIRROR_MAX_ITEMS``, ``consumer.max_items``)."""
+
+    values: Mapping[str, Any]
+    names: Mapping[str, str] = dataclass_field(default_factory=dict)
+
+
+def merge_layers(
+    model: type[ModelT],
+    layers: Sequence[Layer],
+    *,
+    source: str | None = None,
+    fixed: Mapping[str, Any] | None = None,
+    names: Mapping[str, str] | None = None,
+) -> ModelT:
+    """``model`` from ``layers`` merged once, a later layer over an earlier one field by field (the
+    commands pass file, environment, flags: so flags > environment > file > the model's defaults),
+    then validated once: a rule may be broken by values from two layers. ``fixed`` are values made
+    already (a validated KafkaSettings). A problem is one ConfigError naming each field as the layer
+    that gave it spells it (the validators read those names with :func:`spelled`); ``names`` spell
+    the fields no layer gave (the flags, usually)."""
+    data: dict[str, Any] = {}
+    spelling: dict[str, str] = dict(names or {})
+    for layer in layers:
+        for key, value in layer.values.items():
+            if value is None:
+                continue
+            data[key] = value
+            spelling[key] = layer.names.get(key, key)
+    try:
+        return model.model_validate({**data, **(fixed or {})}, context={"names": spelling})
+    except ValidationError as exc:
+        raise settings_error(exc, model, source=source, names=spelling) from None
 
 
 # --- Kafka ----------------------------------------------------------------------------------------
@@ -338,11 +397,15 @@ __all__ = [
     "FieldProblem",
     "KafkaSection",
     "KafkaSettings",
+    "Layer",
+    "Refused",
     "SettingsModel",
     "for_log",
     "key_path",
+    "merge_layers",
     "reveal",
     "settings_error",
+    "spelled",
     "validate_kafka_section",
     "wrap_secrets",
 ]

@@ -330,6 +330,68 @@ def test_the_wire_format_lives_in_one_module() -> None:
     assert owners == {"mirror/records/events.py"}
 
 
+#: where the topics' records are written: one encoder per topic
+ENCODERS_HOME = "mirror/records/"
+
+
+def _hand_made_records(path: Path) -> list[str]:
+    """Where ``path`` writes a record's bytes itself: a record model serialized (``to_json_bytes()``)
+    or a header pair built from a ``HEADER_`` name (``(HEADER_KIND, b"commit")``,
+    ``(HEADER_PREFIX + "topic", ...)``)."""
+
+    def header_name(node: ast.expr) -> bool:
+        if isinstance(node, ast.BinOp):
+            return header_name(node.left)
+        return isinstance(node, ast.Name) and node.id.startswith("HEADER_")
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "to_json_bytes"
+        ):
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno} serializes a record model")
+        elif isinstance(node, ast.Tuple) and node.elts and header_name(node.elts[0]):
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno} writes a header")
+    return found
+
+
+def test_records_are_written_by_the_wire_package_s_encoders_only() -> None:
+    """The producer, the consumers and the CLI send what mirror/records' encoders return: none of
+    them serializes a record model or writes a header itself."""
+    found = [
+        where
+        for folder in PACKAGES
+        for path in _files(folder)
+        if not str(path.relative_to(ROOT)).startswith(ENCODERS_HOME)
+        for where in _hand_made_records(path)
+    ]
+    assert not found, "records are encoded in mirror/records (one encoder per topic): " + "; ".join(found)
+
+
+def test_the_record_checker_sees_a_hand_made_record(tmp_path: Path) -> None:
+    global ROOT
+    real_root = ROOT
+    ROOT = tmp_path
+    try:
+        planted = tmp_path / "producer" / "x.py"
+        planted.parent.mkdir()
+        planted.write_text(
+            "def f(pub, summary, p):\n"
+            "    pub.produce('t', summary.to_json_bytes(), b'k', [(HEADER_KIND, b'commit')])\n"
+            "    return [(HEADER_PREFIX + 'topic', p)]\n"
+        )
+        found = _hand_made_records(planted)
+    finally:
+        ROOT = real_root
+    assert [f.split(" ", 1)[1] for f in found] == [
+        "serializes a record model",
+        "writes a header",
+        "writes a header",
+    ]
+
+
 # --- one choke point for every open of table data ---------------------------------------------
 
 #: the package that opens table files (and holds every path to the table root first): TableStorage,

@@ -89,6 +89,9 @@ class InvalidationConsumer(SnapshotConsumer):
     ) -> None:
         if max_items < 0:
             raise ConfigError(f"max items must be 0 or more, not {max_items}")
+        # deliveries are what this consumer is for: a save bounds what a crash delivers again, so
+        # the interval applies while catching up too (a snapshot consumer defers it to save work)
+        options.setdefault("catch_up_saves", True)
         super().__init__(
             bootstrap_servers,
             topic,

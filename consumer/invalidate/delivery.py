@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Counter
 from deltamirror.core.errors import ConfigError, DeltaMirrorError
 from deltamirror.core.redact import redact
 from deltamirror.mirror.errors import StopRequested
-from deltamirror.mirror.records.headers import HEADER_KIND, HEADER_VERSION
+from deltamirror.mirror.records.dead_letters import encode_dead_letter
 
 from .payload import Payload, describe
 from .targets import DeliveryAttemptError, Target
@@ -86,12 +86,9 @@ class DeadLetterTopic:
         self.topic = topic
 
     def send(self, payload: Payload, error: str, attempts: int, target: str) -> None:
-        value = {"payload": payload, "error": error, "attempts": attempts, "target": target}
-        headers: list[tuple[str, str | bytes | None]] = [(HEADER_KIND, b"deadLetter")]
-        if "version" in payload:
-            headers.append((HEADER_VERSION, str(payload["version"]).encode()))
-        key = str(payload.get("tableId", "")).encode()
-        self.producer.send(self.topic, json.dumps(value, separators=(",", ":")).encode(), key, headers)
+        record = encode_dead_letter(payload, error, attempts, target)
+        assert record.value is not None  # a dead letter is never a tombstone
+        self.producer.send(self.topic, record.value, record.key, record.headers)
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,11 @@
 """One table's state as the actions of a Delta checkpoint, and back: pure Arrow, no I/O.
 
-:func:`checkpoint_table` is a classic V1 checkpoint of the state with the checkpoint schema of
+:func:`checkpoint_parts` is a classic V1 checkpoint of the state with the checkpoint schema of
 PROTOCOL.md ("Checkpoint Schema"), one action per row: ``protocol``, ``metaData``, ``txn``,
 ``domainMetadata``, then ``add`` (an all-null ``remove`` column: the state keeps no tombstones;
 ``checkpointMetadata`` when the table has the ``v2Checkpoint`` feature), feature lists null below
-reader 3 / writer 7, written snappy (:func:`write_parquet`) as delta-spark and delta-rs write
+reader 3 / writer 7, written snappy (:func:`write_checkpoint`, a row group at a time: what a save
+holds beyond the state is one row group's readable paths) as delta-spark and delta-rs write
 theirs. :func:`marker_commit` is the commit file delta-spark needs beside it (:mod:`.table_folder`
 says why). V2 checkpoints with sidecars are not written: a classic checkpoint is what every reader
 reads, and the state is saved whole at each save anyway.
@@ -33,11 +34,12 @@ and ``deletionVector``, the ``deltamirror`` column and the footer: no kernel ove
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 import urllib.parse
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -56,7 +58,7 @@ FOOTER_KEY = b"deltamirror.state"
 #: the top-level column readers ignore: each file's path and deletion vector as the table has them
 EXTRA_COLUMN = "deltamirror"
 #: rows per row group: a reader decodes groups in parallel and skips the null columns' groups
-ROW_GROUP_ROWS = 131_072
+ROW_GROUP_ROWS = 65_536
 
 _UUID_Z85_CHARS = 20
 _STRING_LIST = pa.list_(pa.string())
@@ -241,32 +243,52 @@ def _small_rows(state: IncrementalSnapshot) -> list[tuple[str, list[dict[str, An
     return out
 
 
-def checkpoint_table(state: IncrementalSnapshot) -> pa.Table:
-    """The checkpoint of ``state``: the small actions first (one per row), then the files.
+def _schema(present: set[str]) -> pa.Schema:
+    return pa.schema([pa.field(n, t) for n, t in COLUMNS if n != "checkpointMetadata" or n in present])
 
-    The files' columns are the state's own (no copy) but ``path`` and ``deletionVector``.
-    """
-    files = pa.Table.from_arrays(state.files.columns, schema=pa.schema(list(ADD)))
-    readable = _absolute(files, path_prefix(state.table_uri), state.table_id)
-    small = _small_rows(state)
-    n_small = sum(len(rows) for _, rows in small)
-    present = {name for name, _ in small}
-    columns: dict[str, pa.ChunkedArray] = {}
-    for name, typ in COLUMNS:
-        if name == "checkpointMetadata" and name not in present:
-            continue
-        if name == "add":
-            rows = readable.to_struct_array().chunks if files.num_rows else []
-        elif name == EXTRA_COLUMN:
-            original = files.select(["path", "deletionVector"])
-            rows = original.to_struct_array().cast(EXTRA).chunks if files.num_rows else []
+
+def _files_part(files: pa.Table, schema: pa.Schema, prefix: str | None, table_id: str) -> pa.Table:
+    """Rows of files in the checkpoint's columns: ``add`` with readable paths, ``deltamirror``
+    with the table's own, the other actions null."""
+    files = pa.Table.from_arrays(files.columns, schema=pa.schema(list(ADD)))
+    readable = _absolute(files, prefix, table_id)
+    columns: list[pa.ChunkedArray] = []
+    for f in schema:
+        if f.name == "add":
+            columns.append(pa.chunked_array(readable.to_struct_array().chunks, f.type))
+        elif f.name == EXTRA_COLUMN:
+            original = files.select(["path", "deletionVector"]).to_struct_array().cast(EXTRA)
+            columns.append(pa.chunked_array(original.chunks, f.type))
         else:
-            rows = [pa.nulls(files.num_rows, typ)]
-        head = [pa.array(r, typ) if n == name else pa.nulls(len(r), typ) for n, r in small]
-        columns[name] = pa.chunked_array([*head, *rows], typ)
+            columns.append(pa.chunked_array([pa.nulls(files.num_rows, f.type)], f.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def checkpoint_parts(state: IncrementalSnapshot) -> tuple[pa.Schema, list[pa.Table], Any]:
+    """The checkpoint of ``state`` in parts: its schema (with the state's document in the
+    footer's metadata), the small actions (one per row) as one table, and an iterator of the
+    files, :data:`ROW_GROUP_ROWS` rows at a time (each part made when it is asked for: the
+    readable paths of one row group at a time, never of every file at once)."""
+    small = _small_rows(state)
+    present = {name for name, _ in small}
     meta = {FOOTER_KEY: json.dumps(state.document(), separators=(",", ":")).encode()}
-    assert all(len(c) == n_small + files.num_rows for c in columns.values())
-    return pa.table(columns).replace_schema_metadata(meta)
+    schema = _schema(present).with_metadata(meta)
+    head = pa.Table.from_arrays(
+        [
+            pa.chunked_array(
+                [pa.array(r, f.type) if n == f.name else pa.nulls(len(r), f.type) for n, r in small], f.type
+            )
+            for f in schema
+        ],
+        schema=schema,
+    )
+    prefix = path_prefix(state.table_uri)
+
+    def parts() -> Any:
+        for files in state.file_batches(ROW_GROUP_ROWS):
+            yield _files_part(files, schema, prefix, state.table_id)
+
+    return schema, [head] if head.num_rows else [], parts()
 
 
 def marker_commit(state: IncrementalSnapshot) -> bytes:
@@ -305,18 +327,23 @@ def _leaves(typ: pa.DataType, prefix: str) -> list[str]:
     return [prefix]
 
 
-def write_parquet(table: pa.Table, out: Any) -> None:
-    """A :func:`checkpoint_table` as a Parquet file (snappy, row groups a reader can skip)."""
-    leaves = [leaf for f in table.schema for leaf in _leaves(f.type, f.name)]
+def write_checkpoint(state: IncrementalSnapshot, out: Any) -> int:
+    """The checkpoint of ``state`` as a Parquet file (snappy, row groups a reader can skip),
+    written a row group at a time; returns its rows."""
+    schema, head, parts = checkpoint_parts(state)
+    leaves = [leaf for f in schema for leaf in _leaves(f.type, f.name)]
     coded = [leaf for leaf in leaves if leaf not in _PLAIN]
-    pq.write_table(
-        table,
-        out,
-        compression="snappy",
-        row_group_size=ROW_GROUP_ROWS,
-        use_dictionary=coded,
-        write_statistics=coded,
-    )
+    rows = 0
+    with pq.ParquetWriter(
+        out, schema, compression="snappy", use_dictionary=coded, write_statistics=coded
+    ) as writer:
+        for part in itertools.chain(head, parts):  # one part at a time
+            writer.write_table(part, row_group_size=ROW_GROUP_ROWS)
+            rows += part.num_rows
+            del part
+        if rows == 0:
+            writer.write_table(schema.empty_table())
+    return rows
 
 
 # --- reading it back ------------------------------------------------------------------------------
@@ -324,6 +351,10 @@ def write_parquet(table: pa.Table, out: Any) -> None:
 #: what a load reads: the add fields but path and deletion vector (``deltamirror`` has them as the
 #: table does)
 LOADED_COLUMNS = [f"add.{f.name}" for f in ADD if f.name not in ("path", "deletionVector")] + [EXTRA_COLUMN]
+#: the same without the stats (a state that keeps them on disk reads them from the checkpoint
+#: when they are asked for: :mod:`.stats_spill`)
+STATS_COLUMN = "add.stats"
+LOADED_WITHOUT_STATS = [c for c in LOADED_COLUMNS if c != STATS_COLUMN]
 
 
 def document(metadata: Mapping[bytes, bytes] | None, where: str) -> dict[str, Any]:
@@ -340,16 +371,32 @@ def document(metadata: Mapping[bytes, bytes] | None, where: str) -> dict[str, An
     return dict(doc)
 
 
-def files_from_rows(rows: pa.Table, count: int, where: str) -> pa.Table:
-    """The state's files from the :data:`LOADED_COLUMNS` of a checkpoint holding ``count`` files
-    in its last rows (the small actions come first), with the table's paths and deletion vectors."""
-    if not 0 <= count <= rows.num_rows:
-        raise ConfigError(f"{where} has {rows.num_rows} rows, its document says {count} files")
-    rows = rows.slice(rows.num_rows - count)
-    if rows["add"].null_count or rows[EXTRA_COLUMN].null_count:
-        raise ConfigError(f"{where} does not hold its {count} files in its last rows")
+def files_from_rows(rows: Iterable[pa.RecordBatch], total: int, count: int, where: str) -> pa.Table:
+    """The state's files from the :data:`LOADED_COLUMNS` of a checkpoint of ``total`` rows holding
+    ``count`` files in its last rows (the small actions come first), with the table's paths and
+    deletion vectors; ``rows`` come a row group at a time, each turned into files as it comes."""
+    if not 0 <= count <= total:
+        raise ConfigError(f"{where} has {total} rows, its document says {count} files")
+    skip = total - count
+    parts: list[pa.Table] = []
+    for batch in rows:
+        if skip >= batch.num_rows:
+            skip -= batch.num_rows
+            continue
+        part = pa.Table.from_batches([batch.slice(skip)]) if skip else pa.Table.from_batches([batch])
+        skip = 0
+        parts.append(_files_of(part, count, where))
     if count == 0:
         return action_schema.ADD.empty_table()
+    files = pa.concat_tables(parts)
+    if files.num_rows != count:
+        raise ConfigError(f"{where} has {files.num_rows} files, its document says {count}")
+    return files
+
+
+def _files_of(rows: pa.Table, count: int, where: str) -> pa.Table:
+    if rows["add"].null_count or rows[EXTRA_COLUMN].null_count:
+        raise ConfigError(f"{where} does not hold its {count} files in its last rows")
     adds = pa.Table.from_struct_array(rows["add"])
     original = pa.Table.from_struct_array(rows[EXTRA_COLUMN])
     columns = dict(zip(adds.column_names, adds.columns, strict=True))
@@ -363,10 +410,12 @@ __all__ = [
     "EXTRA_COLUMN",
     "FOOTER_KEY",
     "LOADED_COLUMNS",
-    "checkpoint_table",
+    "LOADED_WITHOUT_STATS",
+    "STATS_COLUMN",
+    "checkpoint_parts",
     "document",
     "files_from_rows",
     "marker_commit",
     "path_prefix",
-    "write_parquet",
+    "write_checkpoint",
 ]

@@ -10,6 +10,7 @@ answers the questions around that: where the files of the state a version names 
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Callable
 from itertools import accumulate
 
 import pyarrow as pa
@@ -20,62 +21,122 @@ from deltamirror.core.replay import file_keys
 #: the files table is made contiguous again when its chunks exceed this, or one per ROWS_PER_CHUNK
 MAX_CHUNKS = 64
 ROWS_PER_CHUNK = 4096
+#: a run of the path index this long keeps its positions only (it reads the state's paths)
+KEEP_PATHS_BELOW = 65_536
+#: such a run keeps one path in this many (its fences)
+FENCE_EVERY = 64
 
 
 class PathIndex:
     """Where the state's rows of given paths are, found without a pass over every file.
 
-    Sorted runs of (canonical path, row position), searched by binary search: a run per version,
-    merged with the run before it when that one is not more than twice as long, so there are few
-    runs and a path is sorted again only a few times. Positions are those of the state's table,
-    dead rows included (the state skips them): the index only grows until the state drops its dead
-    rows (:meth:`drop`) or it is twice the state (then it is built again). It costs a second copy of
-    the paths. Without pyarrow's ``search_sorted`` the state makes a pass per version instead.
+    Sorted runs of row positions (ordered by canonical path): a run per version, merged with the
+    run before it when that one is not more than twice as long, so there are few runs and a path
+    is sorted again only a few times. Positions are those of the state's table, dead rows
+    included (the state skips them): the index only grows until the state drops its dead rows
+    (:meth:`drop`) or it is twice the state (then it is built again).
+
+    A run keeps its paths (sorted, searched by ``search_sorted``) while it is small; a run of
+    :data:`KEEP_PATHS_BELOW` rows or more, when the index is given ``lookup`` (the canonical
+    paths of the state's rows at given positions), keeps only its positions and one path in
+    :data:`FENCE_EVERY` (its fences, with where they are in the run): a probe's rows lie between
+    two fences, and only that window's paths are read from the state. The index then holds no
+    second copy of the state's paths. Without pyarrow's ``search_sorted`` the state makes a pass
+    per version instead.
     """
 
     available = hasattr(pc, "search_sorted")
 
-    def __init__(self, paths: pa.Array | pa.ChunkedArray, first: int = 0) -> None:
-        self._runs: list[tuple[pa.Array, pa.Array]] = []
+    def __init__(
+        self,
+        paths: pa.Array | pa.ChunkedArray,
+        first: int = 0,
+        *,
+        lookup: Callable[[pa.Array], pa.Array] | None = None,
+    ) -> None:
+        #: (sorted paths or None, their positions, fences or None), oldest first
+        self._runs: list[tuple[pa.Array | None, pa.Array, _Fences | None]] = []
         self.size = 0
         self._next = first
+        self._lookup = lookup
+        self._distinct: bool | None = None
         self.extend(paths, first)
 
     def extend(self, paths: pa.Array | pa.ChunkedArray, first: int | None = None) -> None:
-        """``paths`` of the rows at positions ``first`` on (by default, after the last ones given)."""
+        """``paths`` of the rows at positions ``first`` on (by default, after the last ones given).
+
+        A run that must be merged reads the paths it does not keep through ``lookup``: those of
+        rows given before (the state's table holds them), never of ``paths``."""
         first = self._next if first is None else first
         self._next = first + len(paths)
         if len(paths) == 0:
             return
         positions = positions_from(first, len(paths))
-        order = pc.sort_indices(paths)
-        run = paths.take(order)
-        run = run.combine_chunks() if isinstance(run, pa.ChunkedArray) else run
-        self._runs.append((run, positions.take(order)))
-        self.size += len(paths)
-        while len(self._runs) > 1 and len(self._runs[-2][0]) <= 2 * len(self._runs[-1][0]):
-            (p2, r2), (p1, r1) = self._runs.pop(), self._runs.pop()
-            merged, rows = pa.concat_arrays([p1, p2]), pa.concat_arrays([r1, r2])
+        # one contiguous copy: a take over chunks would combine them first, then copy them sorted
+        given = paths.combine_chunks() if isinstance(paths, pa.ChunkedArray) else paths
+        order = pc.array_sort_indices(given)
+        self.size += len(given)
+        if not self._runs:
+            self._distinct = not given.null_count and _sorted_distinct(given, order)
+        if not self._runs and self._lookup is not None and len(given) >= KEEP_PATHS_BELOW:
+            # the first run of a large index (the state's files): never sorted whole
+            at = pc.multiply(positions_from(0, (len(given) + FENCE_EVERY - 1) // FENCE_EVERY), FENCE_EVERY)
+            fences = _Fences(given.take(order.take(at)), at)
+            self._runs.append((None, positions.take(order), fences))
+            return
+        self._runs.append((given.take(order), positions.take(order), None))
+        while len(self._runs) > 1 and len(self._runs[-2][1]) <= 2 * len(self._runs[-1][1]):
+            (p2, r2, _), (p1, r1, _) = self._runs.pop(), self._runs.pop()
+            merged = pa.concat_arrays([self._values(p1, r1), self._values(p2, r2)])
+            rows = pa.concat_arrays([r1, r2])
             order = pc.array_sort_indices(merged)
-            self._runs.append((merged.take(order), rows.take(order)))
+            self._runs.append((merged.take(order), rows.take(order), None))
+        if self._lookup is not None:  # the large runs keep their positions and fences only
+            self._runs = [
+                (None, r, _Fences.of(p)) if p is not None and len(r) >= KEEP_PATHS_BELOW else (p, r, f)
+                for p, r, f in self._runs
+            ]
+
+    def _values(self, paths: pa.Array | None, rows: pa.Array) -> pa.Array:
+        if paths is not None:
+            return paths
+        assert self._lookup is not None
+        if len(rows) == 0:
+            return pa.array([], pa.string())
+        found = self._lookup(rows)
+        return found.combine_chunks() if isinstance(found, pa.ChunkedArray) else found
 
     def positions(self, paths: pa.Array) -> pa.Array:
         """The positions of every row whose path is one of ``paths`` (few), dead rows included."""
         found: list[pa.Array] = []
-        for run, rows in self._runs:
-            lo = pc.search_sorted(run, paths, side="left").to_pylist()
-            hi = pc.search_sorted(run, paths, side="right").to_pylist()
-            found.extend(rows.slice(a, b - a) for a, b in zip(lo, hi, strict=True) if b > a)
+        for run, rows, fences in self._runs:
+            if run is not None:
+                lo = pc.search_sorted(run, paths, side="left").to_pylist()
+                hi = pc.search_sorted(run, paths, side="right").to_pylist()
+                found.extend(rows.slice(a, b - a) for a, b in zip(lo, hi, strict=True) if b > a)
+            else:
+                assert fences is not None
+                found.extend(self._fenced(rows, fences, paths))
         return pa.concat_arrays(found) if found else pa.array([], pa.int64())
+
+    def _fenced(self, rows: pa.Array, fences: _Fences, probes: pa.Array) -> list[pa.Array]:
+        """A run without paths: each probe's window between two fences, its paths read at once."""
+        windows = fences.windows(probes, len(rows))
+        values = self._values(None, pa.concat_arrays([rows.slice(a, b - a) for a, b in windows]))
+        out: list[pa.Array] = []
+        at = 0
+        for probe, (a, b) in zip(probes, windows, strict=True):
+            window = values.slice(at, b - a)
+            at += b - a
+            lo = pc.search_sorted(window, probe, side="left").as_py()
+            hi = pc.search_sorted(window, probe, side="right").as_py()
+            if hi > lo:
+                out.append(rows.slice(a + lo, hi - lo))
+        return out
 
     def distinct(self) -> bool:
         """True when the index holds one run (one table's paths) and no path twice in it."""
-        if len(self._runs) != 1:
-            return False
-        run = self._runs[0][0]
-        if run.null_count:
-            return False
-        return len(run) < 2 or not pc.any(pc.equal(run.slice(1), run.slice(0, len(run) - 1))).as_py()
+        return len(self._runs) == 1 and bool(self._distinct)
 
     def may_hold_any(self, paths: pa.Array | pa.ChunkedArray) -> bool:
         """Whether a row of one of ``paths`` was given (it may be dead since)."""
@@ -86,13 +147,63 @@ class PathIndex:
     def drop(self, dead: pa.Array) -> None:
         """The rows at the sorted positions ``dead`` are gone from the table: the others move up."""
         runs, self._runs, self.size = self._runs, [], 0
-        for run, rows in runs:
+        for run, rows, fences in runs:
             keep = pc.invert(pc.is_in(rows, value_set=dead))
-            rows = rows.filter(keep)
-            moved = pc.subtract(rows, pc.search_sorted(dead, rows, side="left"))
-            self._runs.append((run.filter(keep), moved))
-            self.size += len(rows)
+            kept = rows.filter(keep)
+            moved = pc.subtract(kept, pc.search_sorted(dead, kept, side="left"))
+            self._runs.append(
+                (
+                    run.filter(keep) if run is not None else None,
+                    moved,
+                    fences.kept(keep) if fences is not None else None,
+                )
+            )
+            self.size += len(kept)
         self._next -= len(dead)
+
+
+class _Fences:
+    """One path in :data:`FENCE_EVERY` of a sorted run, with where each is in the run: every path
+    before a fence's place sorts at or before it, every one from it on at or after it (still so
+    once rows are dropped, the places moved up: :meth:`kept`)."""
+
+    def __init__(self, values: pa.Array, at: pa.Array) -> None:
+        self.values = values
+        self.at = at
+
+    @classmethod
+    def of(cls, run: pa.Array) -> _Fences:
+        at = pc.multiply(positions_from(0, (len(run) + FENCE_EVERY - 1) // FENCE_EVERY), FENCE_EVERY)
+        return cls(run.take(at), at)
+
+    def windows(self, probes: pa.Array, n: int) -> list[tuple[int, int]]:
+        """Per probe, the places [a, b) of the run its rows are within."""
+        below = pc.search_sorted(self.values, probes, side="left").to_pylist()
+        upto = pc.search_sorted(self.values, probes, side="right").to_pylist()
+        at = self.at.to_pylist() if len(self.at) < 4096 else None
+        out = []
+        for a, c in zip(below, upto, strict=True):
+            lo = 0 if a == 0 else (at[a - 1] if at is not None else self.at[a - 1].as_py())
+            hi = n if c >= len(self.values) else (at[c] if at is not None else self.at[c].as_py())
+            out.append((lo, hi))
+        return out
+
+    def kept(self, keep: pa.Array) -> _Fences:
+        """The fences once the run keeps only the rows ``keep`` marks: their places move up."""
+        kept = pc.cumulative_sum(pc.cast(keep, pa.int64()))
+        # the rows kept before each place (a place may be the run's end: all kept rows)
+        before = pa.concat_arrays([pa.array([0], pa.int64()), kept])
+        return _Fences(self.values, before.take(self.at))
+
+
+def _sorted_distinct(values: pa.Array, order: pa.Array) -> bool:
+    """Whether no value repeats, seen in ``order`` (their sort) a slice at a time."""
+    step = 65_536
+    for start in range(0, len(order), step):
+        run = values.take(order.slice(start, step + 1))  # one more: the next slice's first
+        if len(run) > 1 and pc.any(pc.equal(run.slice(1), run.slice(0, len(run) - 1))).as_py():
+            return False
+    return True
 
 
 def take_rows(files: pa.Table, positions: pa.Array) -> pa.Table:

@@ -12,6 +12,13 @@ reader opens (:mod:`.store`, :mod:`.table_folder`), together with the offsets it
 to, after ``checkpoint_interval_versions`` applied versions (over all tables) or
 ``checkpoint_interval_s`` seconds after the first change since the last save, whichever comes
 first, and always when the loop ends (a clean stop, or the end of the topics with ``once``).
+While :meth:`SnapshotConsumer.run` reads the backlog the topics held when it started (until every
+partition has been at its end once), the interval does not apply: a save of the whole state per
+interval would be paid again and again for a state that is about to change, so the first save
+comes once caught up (or at the loop's end), or, for a backlog that takes longer,
+``CATCH_UP_SAVE_FACTOR`` times ``checkpoint_interval_s`` after the first change since the last
+save (``catch_up_saves=True`` applies the interval throughout). A crash during the catch-up
+re-reads from the last saved offsets, as after any crash.
 Between saves nothing is written: the offsets saved with the checkpoints are the restart
 position, and a restart reads the topics again from them and applies the versions after them
 again. That is the whole crash story; it bounds the re-read by the interval, and a save of a
@@ -110,6 +117,8 @@ DEFAULT_CHECKPOINT_INTERVAL_VERSIONS = 100
 DEFAULT_CHECKPOINT_INTERVAL_S = 60.0
 #: records taken from the client at once: each batch is decoded in columns, then checkpointed
 DEFAULT_BATCH_SIZE = 10_000
+#: while catching up, a save only this many times ``checkpoint_interval_s`` after the first change
+CATCH_UP_SAVE_FACTOR = 10
 
 
 @dataclass(frozen=True)
@@ -165,7 +174,9 @@ class SnapshotConsumer:
     ``tableReplaced`` read from ``commits_topic``, in the order they happened, once the batch
     that completes them is handled (before the save that includes them: at least once).
     ``checkpoint_interval_versions`` / ``checkpoint_interval_s`` say how often the state is saved
-    to ``state_dir`` (None: never on that count; the loop's end always saves).
+    to ``state_dir`` (None: never on that count; the loop's end always saves), once :meth:`run`
+    has caught up with the backlog it started with (``catch_up_saves``: throughout; see the
+    module docstring).
     """
 
     def __init__(
@@ -187,6 +198,7 @@ class SnapshotConsumer:
         rules: RecordRules | None = None,
         on_bad_record: OnBadRecord = "stop",
         dead_letters: BadRecordSink | None = None,
+        catch_up_saves: bool = False,
     ) -> None:
         if commits_topic == topic:
             raise ConfigError(f"the commits topic is the actions topic ({topic})")
@@ -208,6 +220,10 @@ class SnapshotConsumer:
             raise ConfigError(f"checkpoint_interval_s must be more than 0, not {checkpoint_interval_s!r}")
         self.checkpoint_interval_versions = checkpoint_interval_versions
         self.checkpoint_interval_s = checkpoint_interval_s
+        self.catch_up_saves = catch_up_saves
+        #: False while :meth:`run` reads the backlog it started with (a caller of :meth:`handle`
+        #: reads the topics itself: the interval applies to it throughout)
+        self.caught_up = True
         self.topic = topic
         self.commits_topic = commits_topic
         self.group_id = group_id
@@ -223,7 +239,10 @@ class SnapshotConsumer:
         self.tables: dict[str, IncrementalSnapshot] = {}
         position = Position()
         if self.store is not None:
-            self.tables, position = self.store.load_all()
+            # the files' stats stay on disk (:mod:`.stats_spill`): a load does not read them
+            self.tables, position = self.store.load_all(spill_stats=True)
+            for state in self.tables.values():
+                state.spill_stats(self.store.root)  # those of an older format, read whole
         #: each table's location, pinned when first seen (the saved states' included)
         self.pins = TablePins(
             self.rules.limits, {t: s.table_uri for t, s in self.tables.items() if s.table_uri is not None}
@@ -320,6 +339,7 @@ class SnapshotConsumer:
                 return
             starts.extend((topic, p, offsets.get(p)) for p in partitions)
         consumer.assign(starts)
+        self.caught_up = consumer.at_end
         # without once, empty batches come too while the topics are quiet: each is a checkpoint;
         # fragments refused by the read loop come to _fragments_refused (which raises them to stop)
         for batch in consumer.batches(
@@ -329,6 +349,7 @@ class SnapshotConsumer:
             on_bad_record=None if self.on_bad_record == "stop" else self._fragments_refused,
         ):
             self.take_batch(batch)
+            self.caught_up = self.caught_up or consumer.at_end
             self.checkpoint(consumer)
             if self.metrics is not None:
                 self.metrics.batch_read(len(batch), consumer)
@@ -605,6 +626,8 @@ class SnapshotConsumer:
         state = self.tables.get(head.table_id)
         if state is None:
             state = self.tables[head.table_id] = IncrementalSnapshot(head.table_id, head.table_uri)
+            if self.store is not None:
+                state.spill_stats(self.store.root)
             self.pins.pin(head.table_id, head.table_uri)
         return state
 
@@ -787,6 +810,9 @@ class SnapshotConsumer:
 
     def _save_due(self) -> bool:
         versions, seconds = self.checkpoint_interval_versions, self.checkpoint_interval_s
+        if not self.caught_up and not self.catch_up_saves:
+            versions = None
+            seconds = None if seconds is None else seconds * CATCH_UP_SAVE_FACTOR
         if versions is not None and self._unsaved_versions >= versions:
             return True
         since = self._unsaved_since
@@ -812,6 +838,7 @@ class SnapshotConsumer:
 
 
 __all__ = [
+    "CATCH_UP_SAVE_FACTOR",
     "DEFAULT_CHECKPOINT_INTERVAL_S",
     "DEFAULT_CHECKPOINT_INTERVAL_VERSIONS",
     "DEFAULT_GROUP_ID",

@@ -23,7 +23,9 @@ migrated by the store).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator, Mapping
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -48,8 +50,11 @@ from .files import (
 )
 from .invalidation import Invalidation, Partitions, Paths
 from .pending import PendingVersion
+from .stats_spill import StatsSpill
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from deltamirror.mirror.records.boundary import RecordRules
     from deltamirror.mirror.records.event_batches import Envelope, Segment
 
@@ -64,6 +69,10 @@ FileKey = tuple[str, str]
 """(canonical path, deletion vector id or ""): one logical file, as core's replay keys it."""
 
 _FILE_SCHEME = re.compile(r"^file:/+")
+#: the rows of files gone a stats spill may hold beyond the live files' before it is written anew
+SPILL_SLACK_ROWS = 65_536
+#: the files as held with their stats on disk: each file's reference in the spill for its stats
+SPILLED = action_schema.ADD.set(action_schema.ADD.get_field_index("stats"), pa.field("stats", pa.int64()))
 
 
 def file_key(action: Mapping[str, Any]) -> FileKey:
@@ -101,6 +110,9 @@ class IncrementalSnapshot:
         self._files: pa.Table = action_schema.ADD.empty_table()
         self._dead: set[int] = set()
         self._paths: PathIndex | None = None  # built on first use
+        #: where the files' stats are when they are not in memory (:meth:`spill_stats`): then the
+        #: ``stats`` column of ``_files`` holds their references in it
+        self._spill: StatsSpill | None = None
         self._pending: PendingVersion | None = None
         self._invalidations: list[Invalidation] = []
         #: events ignored because their version was already applied (a re-read after a restart)
@@ -121,8 +133,58 @@ class IncrementalSnapshot:
 
         The state itself (no copy), in the order the files became active; do not rely on an order.
         A version marks the rows it removes and this drops them when read (one pass for all the
-        versions since, where removing them at once would copy every file each version).
+        versions since, where removing them at once would copy every file each version). With
+        the stats on disk (:meth:`spill_stats`), they are read back into the table returned.
         """
+        live = self._live()
+        if self._spill is None:
+            return live
+        return self._with_stats(live)
+
+    def file_batches(self, rows: int) -> Iterator[pa.Table]:
+        """:attr:`files`, ``rows`` at a time (stats on disk are read a part at a time)."""
+        live = self._live()
+        for start in range(0, live.num_rows, rows):
+            part = live.slice(start, rows)
+            yield part if self._spill is None else self._with_stats(part)
+
+    @property
+    def stats_on_disk(self) -> bool:
+        """Whether the files' ``stats`` are kept on disk (:meth:`spill_stats`), not in memory."""
+        return self._spill is not None
+
+    def spill_stats(self, directory: str | Path | None = None) -> None:
+        """Keep the files' ``stats`` on disk from now on (a temporary file in ``directory``),
+        those of the files held now included; nothing when they are already."""
+        if self._spill is not None:
+            return
+        spill = StatsSpill(directory)
+        files = self._files
+        at = files.schema.get_field_index("stats")
+        refs = pa.chunked_array([spill.put(c) for c in files.column(at).chunks], pa.int64())
+        self._files = files.set_column(at, pa.field("stats", pa.int64()), refs)
+        self._spill = spill
+
+    def _with_stats(self, files: pa.Table) -> pa.Table:
+        assert self._spill is not None
+        at = files.schema.get_field_index("stats")
+        stats = pa.chunked_array([self._spill.get(c) for c in files.column(at).chunks], pa.string())
+        return files.set_column(at, action_schema.ADD.field("stats"), stats)
+
+    def _compact_spill(self) -> None:
+        """A new spill of the live files' stats once most of the spill is of files gone."""
+        spill = self._spill
+        if spill is None or spill.rows + spill.base_rows <= 2 * self.file_count + SPILL_SLACK_ROWS:
+            return
+        files = self._live()
+        at = files.schema.get_field_index("stats")
+        fresh, refs = spill.copy(files.column(at))
+        self._files = files.set_column(at, files.schema.field(at), refs)
+        self._spill = fresh
+        spill.close()
+
+    def _live(self) -> pa.Table:
+        """The files with the rows removed since dropped, stats as held (see :attr:`files`)."""
         if self._dead:
             dead = pa.array(sorted(self._dead), pa.int64())
             # chunk by chunk, each replaced as soon as it is filtered: one chunk more, not a copy
@@ -145,7 +207,7 @@ class IncrementalSnapshot:
     @property
     def file_keys(self) -> set[FileKey]:
         """The replay keys of the active files (built from :attr:`files`; for tests and debugging)."""
-        files = self.files
+        files = self._live()
         found = file_keys(files["path"], files["deletionVector"]).to_pylist()
         return {(p, d) for p, _, d in (str(k).partition("\x00") for k in found)}
 
@@ -228,7 +290,7 @@ class IncrementalSnapshot:
                     version=version,
                 )
             pending = self._pending = PendingVersion(
-                self.table_id, version, snapshot, count, commit_timestamp
+                self.table_id, version, snapshot, count, commit_timestamp, self._spill
             )
         elif pending is None or (pending.version, pending.snapshot, pending.count) != (
             version,
@@ -267,6 +329,21 @@ class IncrementalSnapshot:
         # a partial state (started after version 0) is completed by it
         return not snapshot or self.complete
 
+    def _paths_at(self, rows: pa.Array) -> pa.Array:
+        """The canonical paths of the rows at ``rows`` (dead ones included): what the path index
+        reads instead of holding a copy of the paths."""
+        column = self._files["path"]
+        if column.num_chunks == 1:
+            return canonical_paths(column.chunk(0).take(rows))
+        # a take over the chunked column would first combine its chunks (copy every path)
+        starts = list(accumulate((len(c) for c in column.chunks), initial=0))
+        chunks = column.chunks
+        found = []
+        for row in rows.to_pylist():
+            i = bisect_right(starts, row) - 1
+            found.append(chunks[i][row - starts[i]].as_py())
+        return canonical_paths(pa.array(found, pa.string()))
+
     def _named(self, adds: pa.Table, removes: pa.Table) -> tuple[pa.Table, pa.Array] | None:
         """The live rows of the state whose path an add or remove of the version names, with their
         positions; None when there is none (an append)."""
@@ -277,7 +354,7 @@ class IncrementalSnapshot:
         touched = pc.unique(canonical_paths(paths))
         if PathIndex.available and not touched.null_count:
             if self._paths is None:
-                self._paths = PathIndex(canonical_paths(before["path"]))
+                self._paths = PathIndex(canonical_paths(before["path"]), lookup=self._paths_at)
             positions = self._paths.positions(touched)
         else:  # a pass over every file
             positions = pc.indices_nonzero(pc.is_in(canonical_paths(before["path"]), value_set=touched))
@@ -293,17 +370,17 @@ class IncrementalSnapshot:
         index = None
         if pending.snapshot and removes.num_rows == 0 and PathIndex.available:
             # a snapshot's files: sorted once for the index, which tells whether a path repeats
-            index = PathIndex(canonical_paths(adds["path"]))
+            index = PathIndex(canonical_paths(adds["path"]), lookup=self._paths_at)
         # the touched keys active after the version: the adds no later action of the version undid
         live, _ = reconcile(
-            action_schema.ADD.empty_table(),
+            self._files.schema.empty_table(),
             empty_removes,
             adds,
             removes,
             distinct_paths=index is not None and index.distinct(),
         )
         if pending.snapshot:
-            before = self.files
+            before = self._live()
             files = live
             self.metadata = self.protocol = None
             self.txns, self.domains = {}, {}
@@ -328,7 +405,8 @@ class IncrementalSnapshot:
         self._apply_others(pending.others)
         self._files = compact(files) if needs_compaction(files) else files
         if len(self._dead) > self._files.num_rows // 8:  # a bound on the rows kept dead
-            self._files = self.files
+            self._files = self._live()
+        self._compact_spill()
         self.version = pending.version
         self.commit_timestamp = pending.commit_timestamp
         self.complete = self.complete or pending.snapshot or pending.version == 0
@@ -421,21 +499,27 @@ class IncrementalSnapshot:
         return cls._with_files(data, files)
 
     @classmethod
-    def from_document(cls, data: Mapping[str, Any], files: pa.Table) -> IncrementalSnapshot:
-        """The state from a format-3 document (a checkpoint's footer) and its files."""
+    def from_document(
+        cls, data: Mapping[str, Any], files: pa.Table, spill: StatsSpill | None = None
+    ) -> IncrementalSnapshot:
+        """The state from a format-3 document (a checkpoint's footer) and its files (with a
+        ``spill``, their ``stats`` are its references: :meth:`spill_stats`)."""
         if data.get("format") != STATE_FORMAT:
             raise ConfigError(f"unknown snapshot state format {data.get('format')!r}")
-        return cls._with_files(data, files)
+        return cls._with_files(data, files, spill)
 
     @classmethod
-    def _with_files(cls, data: Mapping[str, Any], files: pa.Table) -> IncrementalSnapshot:
+    def _with_files(
+        cls, data: Mapping[str, Any], files: pa.Table, spill: StatsSpill | None = None
+    ) -> IncrementalSnapshot:
         try:
             state = cls._from_fields(data)
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(
                 f"a snapshot state document lacks a field or has one of a wrong type: {exc}"
             ) from None
-        state._files = action_schema.conform(files, action_schema.ADD)
+        state._files = action_schema.conform(files, action_schema.ADD if spill is None else SPILLED)
+        state._spill = spill
         return state
 
     def to_json(self) -> dict[str, Any]:

@@ -167,12 +167,14 @@ class StateStore:
         tables, position = self.load_all()
         return tables, position.offsets
 
-    def load_all(self) -> tuple[dict[str, IncrementalSnapshot], Position]:
+    def load_all(self, *, spill_stats: bool = False) -> tuple[dict[str, IncrementalSnapshot], Position]:
+        """The tables and the position; with ``spill_stats`` the files' stats are not read (each
+        state reads them from its checkpoint when asked: :meth:`IncrementalSnapshot.spill_stats`)."""
         position, stored_format = self._read_position()
         tables: dict[str, IncrementalSnapshot] = {}
         for folder in sorted(p for p in self.tables_dir.iterdir() if p.is_dir()):
             try:
-                state = read_folder(folder)
+                state = read_folder(folder, self.root if spill_stats else None)
             except ConfigError as exc:
                 raise ConfigError(
                     f"{exc.message}: delete {self.root} to rebuild the state from the topic"

@@ -31,13 +31,16 @@ from deltamirror.core.errors import ConfigError
 
 from .delta_checkpoint import (
     LOADED_COLUMNS,
-    checkpoint_table,
+    LOADED_WITHOUT_STATS,
+    ROW_GROUP_ROWS,
+    STATS_COLUMN,
     document,
     files_from_rows,
     marker_commit,
-    write_parquet,
+    write_checkpoint,
 )
 from .state import IncrementalSnapshot
+from .stats_spill import StatsSpill
 
 LOG_DIR = "_delta_log"
 LAST_CHECKPOINT = "_last_checkpoint"
@@ -90,15 +93,15 @@ def write_folder(state: IncrementalSnapshot, folder: Path) -> Path:
         raise ValueError(f"the state of table {state.table_id} has no version yet")
     log_dir = folder / LOG_DIR
     log_dir.mkdir(parents=True, exist_ok=True)
-    table = checkpoint_table(state)
     path = log_dir / checkpoint_name(state.version)
-    write_atomically(path, lambda out: write_parquet(table, out))
+    rows: list[int] = []
+    write_atomically(path, lambda out: rows.append(write_checkpoint(state, out)))
     marker = marker_commit(state)
     write_atomically(log_dir / commit_name(state.version), lambda out: out.write(marker))
     fsync_dir(log_dir)
     hint = {
         "version": state.version,
-        "size": table.num_rows,
+        "size": rows[0],
         "sizeInBytes": path.stat().st_size,
         "numOfAddFiles": state.file_count,
     }
@@ -126,8 +129,11 @@ def last_checkpoint_version(folder: Path) -> int | None:
     return version
 
 
-def read_folder(folder: Path) -> IncrementalSnapshot | None:
+def read_folder(folder: Path, spill_dir: Path | None = None) -> IncrementalSnapshot | None:
     """The state the folder's ``_last_checkpoint`` names; None for a folder without one.
+
+    With ``spill_dir`` the files' ``stats`` are not read: the state reads them from the
+    checkpoint when they are asked for (:mod:`.stats_spill`, its temporary file in ``spill_dir``).
 
     Raises ConfigError (naming the file) for a checkpoint that is not the consumer's or does not
     read.
@@ -144,12 +150,19 @@ def read_folder(folder: Path) -> IncrementalSnapshot | None:
         count = doc.get("fileCount")
         if type(count) is not int:
             raise ConfigError(f"{path}: its document has no file count")
-        files = files_from_rows(pf.read(columns=LOADED_COLUMNS), count, str(path))
+        columns = LOADED_COLUMNS if spill_dir is None else LOADED_WITHOUT_STATS
+        rows = pf.iter_batches(batch_size=ROW_GROUP_ROWS, columns=columns)
+        total = pf.metadata.num_rows
+        files = files_from_rows(rows, total, count, str(path))
+        spill = None
+        if spill_dir is not None:
+            spill = StatsSpill.with_base(spill_dir, pf, STATS_COLUMN, total - count, count)
+            files = files.append_column("stats", pa.chunked_array([StatsSpill.base_refs(count)]))
     except (OSError, pa.ArrowException, ValueError) as exc:
         if isinstance(exc, ConfigError):
             raise
         raise ConfigError(f"{path} cannot be read ({' '.join(str(exc).split())})") from None
-    return IncrementalSnapshot.from_document(doc, files)
+    return IncrementalSnapshot.from_document(doc, files, spill)
 
 
 # --- cleaning -----------------------------------------------------------------------------------

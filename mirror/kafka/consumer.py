@@ -178,6 +178,9 @@ class MirrorConsumer:
         self._start_offsets: dict[tuple[str, int], int] = {}
         self._assemblers: dict[tuple[str, int], FragmentAssembler] = {}
         self._first: dict[tuple[str, int], int] = {}
+        #: whether every assigned partition was at its end when :meth:`batches` last yielded
+        #: (its end was reported and no record came since): a reader knows it has caught up
+        self.at_end = False
 
     # --- lifetime -----------------------------------------------------------------------------
 
@@ -291,6 +294,7 @@ class MirrorConsumer:
         self._start_offsets = {(tp.topic, tp.partition): tp.offset for tp in parts}
         self._assemblers.clear()
         self._first.clear()
+        self.at_end = not parts
         try:
             self._consumer.assign(parts)
         except KafkaException as exc:
@@ -310,7 +314,8 @@ class MirrorConsumer:
         """Whole records of the assigned partitions, in batches, each partition in order.
 
         With ``until_end``, the loop ends once every assigned partition has been read to its end
-        (a set ``stop`` raises StopRequested). Without it, the loop runs until ``stop`` is set and
+        (a set ``stop`` raises StopRequested). :attr:`at_end` says, at each batch, whether every
+        assigned partition is at its end. Without it, the loop runs until ``stop`` is set and
         also yields empty batches while the topics are quiet, so that a caller can checkpoint.
         ``timeout_s`` bounds the whole read to the end and ``idle_timeout_s`` a silence of the
         broker while the end is not reached: both raise a KafkaError.
@@ -409,6 +414,7 @@ class MirrorConsumer:
                         f"{idle_timeout_s:.0f} s",
                         topic=sorted(pending)[0][0],
                     )
+            self.at_end = not pending
             if batch or (not until_end and refused is None):
                 yield batch
             if refused is not None:

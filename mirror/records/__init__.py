@@ -1,5 +1,7 @@
-"""The records of the topics (private): encoders, the one decoder, headers, fragments, the boundary.
+"""The records of the topics (private): one encoder per topic, the one decoder, headers, fragments, the boundary.
 
-events.py, event_batches.py, boundary.py, headers.py, fragments.py; row changes: row_changes.py,
-row_records.py, connect_types.py, row_pairing.py; spark_ddl.py (the values' Spark DDL).
+Encoders, each returning finished records (record.py): actions.py, commits.py, progress.py,
+signals.py, dead_letters.py; row changes: row_changes.py, row_records.py, row_formats.py (one class
+per format), connect_types.py, row_pairing.py. events.py (the models, the envelope, the one
+decoder), event_batches.py, boundary.py, headers.py, fragments.py; spark_ddl.py (the values' Spark DDL).
 """

@@ -4,36 +4,70 @@ Four kinds share the topic (docs/events.md): ``commit`` (a version's summary), `
 idle table is alive), ``tableReplaced`` and ``tableDropped``. Each record is keyed by the table's
 ``tableId`` and carries a ``kind`` header, and a ``version`` header when it names a version (a
 summary's version, a heartbeat's latest version), so that a subscriber can route or skip it without
-parsing the value. The one decoder of the topic is :func:`.events.decode_commits_record`.
+parsing the value. A summary longer than the topic takes is split into fragments (or refused), as
+an action is. The one decoder of the topic is :func:`.events.decode_commits_record`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from .events import CommitsTopicRecord, CommitSummary, Heartbeat
+from .events import CommitsTopicRecord, CommitSummary, Heartbeat, TableDropped, TableReplaced
+from .fragments import Oversize
 from .headers import HEADER_KIND, HEADER_VERSION, Headers
+from .record import KeyedRecords, Record
+
+#: the ``kind`` headers, made once
+_KIND_HEADERS = {
+    kind: (HEADER_KIND, kind.encode()) for kind in ("commit", "heartbeat", "tableReplaced", "tableDropped")
+}
 
 
-@dataclass(frozen=True, slots=True)
-class FinishedRecord:
-    """A record ready to produce: its value, key and headers."""
-
-    value: bytes
-    key: bytes
-    headers: Headers
-
-
-def encode_commits_record(record: CommitsTopicRecord, extra_headers: Headers | None = None) -> FinishedRecord:
-    """``record`` as the commits topic carries it; ``extra_headers`` follow the record's own."""
-    headers: Headers = [(HEADER_KIND, record.kind.encode())]
+def _headers(record: CommitsTopicRecord, extra_headers: Headers | None) -> Headers:
+    headers: Headers = [_KIND_HEADERS[record.kind]]
     if isinstance(record, CommitSummary):
         headers.append((HEADER_VERSION, str(record.version).encode()))
     elif isinstance(record, Heartbeat):
         headers.append((HEADER_VERSION, str(record.latest_version).encode()))
     if extra_headers:
         headers.extend(extra_headers)
-    return FinishedRecord(record.to_json_bytes(), record.table_id.encode(), headers)
+    return headers
 
 
-__all__ = ["FinishedRecord", "encode_commits_record"]
+def encode_commits_record(record: CommitsTopicRecord, extra_headers: Headers | None = None) -> Record:
+    """``record`` (any kind) as the commits topic carries it; ``extra_headers`` follow the record's own."""
+    return Record(record.to_json_bytes(), record.table_id.encode(), _headers(record, extra_headers))
+
+
+def encode_commit_summary(
+    summary: CommitSummary, *, extra_headers: Headers | None = None, oversize: Oversize | None = None
+) -> KeyedRecords:
+    """A version's summary: one record, or its fragments when longer than ``oversize`` allows."""
+    values = [summary.to_json_bytes()]
+    headers: list[Headers] = [_headers(summary, extra_headers)]
+    if oversize is None:
+        return KeyedRecords(summary.table_id.encode(), values, headers)
+    split_values, split_headers = oversize.split(values, headers, summary.version, -1)
+    return KeyedRecords(summary.table_id.encode(), split_values, split_headers)
+
+
+def encode_heartbeat(heartbeat: Heartbeat) -> Record:
+    """An idle table's heartbeat: ``kind`` and its latest version in the headers."""
+    return encode_commits_record(heartbeat)
+
+
+def encode_table_replaced(replaced: TableReplaced) -> Record:
+    """The announcement that the location holds another table (keyed by the new ``tableId``)."""
+    return encode_commits_record(replaced)
+
+
+def encode_table_dropped(dropped: TableDropped) -> Record:
+    """The last record of a table that was deleted."""
+    return encode_commits_record(dropped)
+
+
+__all__ = [
+    "encode_commit_summary",
+    "encode_commits_record",
+    "encode_heartbeat",
+    "encode_table_dropped",
+    "encode_table_replaced",
+]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import EventStreamError, RecordTooLargeError
@@ -54,6 +55,32 @@ def split_oversize(
             out_v.append(value[j * limit : (j + 1) * limit])
             out_h.append([*hdrs, (HEADER_FRAGMENT, f"{j}/{n}".encode())])
     return out_v, out_h
+
+
+@dataclass(frozen=True, slots=True)
+class Oversize:
+    """What one topic takes (``limit`` bytes a value) and what a longer value becomes (``policy``):
+    handed to an encoder, which returns its records split (or raises) accordingly."""
+
+    limit: int
+    policy: OversizePolicy
+    topic: str
+    table: str
+
+    def split(
+        self, values: list[bytes], headers: Iterable[Headers], version: int, index: int
+    ) -> tuple[list[bytes], Iterable[Headers]]:
+        """:func:`split_oversize` of consecutive records of ``version``, the first at ``index``."""
+        return split_oversize(
+            values,
+            headers,
+            self.limit,
+            self.policy,
+            topic=self.topic,
+            table=self.table,
+            version=version,
+            index=index,
+        )
 
 
 class FragmentError(BadRecordError):
@@ -170,4 +197,4 @@ def _fragment_of(header: bytes | str) -> tuple[int, int, str]:
     return int(match[1]), int(match[2]), text
 
 
-__all__ = ["FragmentAssembler", "FragmentError", "OversizePolicy", "split_oversize"]
+__all__ = ["FragmentAssembler", "FragmentError", "Oversize", "OversizePolicy", "split_oversize"]

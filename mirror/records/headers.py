@@ -80,6 +80,12 @@ def action_headers(
     )
 
 
+def clamped_headers(commit_timestamp: int) -> Headers:
+    """The header of a record whose Kafka timestamp is not its commit timestamp (the topic refuses
+    it): ``clampedFrom`` says the one it should have had. Encoders add it to their records."""
+    return [(HEADER_CLAMPED_FROM, str(commit_timestamp).encode())]
+
+
 def header_value(headers: Sequence[tuple[str, bytes | str | None]] | None, name: str) -> str | None:
     """The text of header ``name`` (the first one), or None when the record has none."""
     value = next((v for k, v in headers or () if k == name), None)
@@ -103,5 +109,6 @@ __all__ = [
     "INDEX_TEXT",
     "Headers",
     "action_headers",
+    "clamped_headers",
     "header_value",
 ]

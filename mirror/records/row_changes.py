@@ -11,10 +11,13 @@ connectors publish, so that Debezium-aware consumers (Kafka Connect's ``JsonConv
                       "db", "table", "table_id", "delta_version", "index"},
            "transaction": {"id": "<table_id>:<version>", "total_order": n, "data_collection_order": n}}
 
-Two serialisations: plain JSON (``json``, the payload alone) and JSON with an inline Connect schema
-(``json-schema``: ``{"schema": ..., "payload": ...}`` exactly as ``JsonConverter`` writes and reads
-it with ``schemas.enable=true``; struct names ``<topic>.Envelope`` / ``<topic>.Value`` /
-``<topic>.Key``). A tombstone is a record with a null value (Kafka null, in both formats).
+Two formats, each one class of :mod:`deltamirror.mirror.records.row_formats` chosen once from the
+setting (:class:`~deltamirror.mirror.records.row_formats.RowChangeSerializer`): plain JSON
+(``json``, the payload alone) and JSON with an inline Connect schema (``json-schema``:
+``{"schema": ..., "payload": ...}`` exactly as ``JsonConverter`` writes and reads it with
+``schemas.enable=true``; struct names ``<topic>.Envelope`` / ``<topic>.Value`` / ``<topic>.Key``).
+This module builds the payload's text, the same in every format; the serializer gives the bytes. A
+tombstone is a record with a null value (Kafka null, in both formats).
 
 Type mapping (Arrow, as core reads Delta, to Connect; the payload is the same in both formats except
 decimals): integers int8/16/32/64, float/double float32/float64 (NaN and infinities as the strings
@@ -57,11 +60,6 @@ from .connect_types import (
     RowChangesFormat,
     column_values,
     connect_schema,
-    int64_field,
-    source_schema,
-    string_field,
-    struct_schema,
-    transaction_block_schema,
 )
 from .row_pairing import DEFAULT_PAIRING_MEMORY_BYTES, IMAGE_SCHEMA, UpdatePairs
 from .row_records import (
@@ -129,35 +127,18 @@ class RowChangeEncoder:
         self._version = _version()
         #: (version, ts_ms, snapshot) -> the constant parts of an event's text
         self._templates: dict[tuple[int, int, str], tuple[str, str, str]] = {}
-        topic = options.changes_topic
-        self.schema_mode = options.format == "json-schema"
-        if self.schema_mode:
-            value_fields = [connect_schema(fields[c].type, field=c) for c in self.columns]
-            key_fields = [connect_schema(fields[c].type, field=c) for c in self.key_columns]
-            envelope = struct_schema(
-                f"{topic}.Envelope",
-                [
-                    struct_schema(f"{topic}.Value", value_fields, optional=True, field="before"),
-                    struct_schema(f"{topic}.Value", value_fields, optional=True, field="after"),
-                    source_schema(),
-                    string_field("op"),
-                    int64_field("ts_ms", True),
-                    transaction_block_schema(),
-                ],
-                optional=False,
-            )
-            envelope["version"] = 1
-            self._value_prefix = b'{"schema":' + _JSON.encode(envelope).encode() + b',"payload":'
-            key_schema = struct_schema(f"{topic}.Key", key_fields, optional=False)
-            self._key_prefix = b'{"schema":' + _JSON.encode(key_schema).encode() + b',"payload":'
+        self.serializer = options.serializer(options.changes_topic, fields, self.columns, self.key_columns)
+        #: the record key around a key payload (the format's)
+        self.key = self.serializer.key
+        self._frame_value = self.serializer.value
 
     def rows(self, batch: pa.RecordBatch) -> tuple[list[str], list[str], list[bytes]]:
         """A batch's change types, row images (their JSON text) and key payloads (the pairing identity)."""
-        fmt = self.options.format
+        convert = self.serializer.column_values
         values: dict[str, list[Any]] = {}
         for name in self.columns:
             try:
-                values[name] = column_values(batch.column(name), fmt)
+                values[name] = convert(batch.column(name))
             except UnrepresentableValueError as exc:
                 raise UnrepresentableValueError(f"column {name!r}: {exc.message}", column=name) from None
         encode, names = _encode_row_json, self.columns
@@ -175,14 +156,11 @@ class RowChangeEncoder:
         """The key payload of each row (JSON of the key columns), from ``values`` if converted already."""
         if not self.key_columns:
             return [b"{}"] * batch.num_rows
-        fmt = self.options.format
-        columns = [values[c] if values else column_values(batch.column(c), fmt) for c in self.key_columns]
+        convert = self.serializer.column_values
+        columns = [values[c] if values else convert(batch.column(c)) for c in self.key_columns]
         names = self.key_columns
         encode = _encode_row_json
         return [encode(dict(zip(names, k, strict=True))).encode() for k in zip(*columns, strict=True)]
-
-    def key(self, key_payload: bytes) -> bytes:
-        return self._key_prefix + key_payload + b"}" if self.schema_mode else key_payload
 
     def value(
         self,
@@ -210,8 +188,7 @@ class RowChangeEncoder:
             f'{{"before":{before or "null"},"after":{after or "null"},"source":{source}{index}}},"op":"{op}"'
             f"{middle}{n}{orders}{n}}}}}"
         )
-        encoded = text.encode()
-        return self._value_prefix + encoded + b"}" if self.schema_mode else encoded
+        return self._frame_value(text.encode())
 
     def _template(self, version: int, ts_ms: int, snapshot: str) -> tuple[str, str, str]:
         o = self.options

@@ -1,16 +1,15 @@
 """The records of row changes and Debezium's transaction metadata (BEGIN/END), apart from the
-row encoder (:mod:`deltamirror.mirror.records.row_changes`) so that both stay small."""
+row encoder (:mod:`deltamirror.mirror.records.row_changes`) so that both stay small; the bytes of
+each format are :mod:`deltamirror.mirror.records.row_formats`'."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from .connect_types import TXN_KEY_SCHEMA, TXN_VALUE_SCHEMA, RowChangesFormat
-
-_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+from .connect_types import RowChangesFormat
+from .row_formats import RowChangeSerializer, row_change_serializer
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +33,11 @@ class RowChangesOptions:
     key_columns: tuple[str, ...] = ()
     format: RowChangesFormat = "json"
     tombstones: bool = False
+    #: the format's serializer, chosen once from ``format``
+    serializer: type[RowChangeSerializer] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "serializer", row_change_serializer(self.format))
 
 
 def transaction_id(table_id: str, version: int) -> str:
@@ -57,14 +61,8 @@ def transaction_record(
         else [{"data_collection": options.changes_topic, "event_count": event_count}],
         "ts_ms": ts_ms,
     }
-    key: dict[str, Any] = {"id": tid}
-    if options.format == "json-schema":
-        return RowRecord(
-            options.transaction_topic,
-            _JSON.encode({"schema": TXN_KEY_SCHEMA, "payload": key}).encode(),
-            _JSON.encode({"schema": TXN_VALUE_SCHEMA, "payload": payload}).encode(),
-        )
-    return RowRecord(options.transaction_topic, _JSON.encode(key).encode(), _JSON.encode(payload).encode())
+    key, value = options.serializer.transaction({"id": tid}, payload)
+    return RowRecord(options.transaction_topic, key, value)
 
 
 def row_changes_options(

@@ -35,17 +35,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic.alias_generators import to_camel
-
 from deltamirror.mirror.errors import KafkaError, StopRequested
 from deltamirror.mirror.records.boundary import BadRecordError, RecordLimits, shown
-from deltamirror.mirror.records.events import MAX_URI_CHARS
+from deltamirror.mirror.records.signals import (
+    MAX_SIGNAL_BYTES,
+    Signal,
+    decode_signal,
+    encode_signal,
+    new_signal,
+)
 
 log = logging.getLogger("deltamirror.signals")
 
@@ -60,8 +62,6 @@ PENDING_TTL_S = 600.0
 MAX_PENDING = 1000
 #: how long :func:`send_signal` may take, all of it (``deltamirror signal snapshot --timeout``'s default)
 SEND_TIMEOUT_S = 15.0
-#: a signal is a few hundred bytes: a larger record is skipped unread
-MAX_SIGNAL_BYTES = 16_384
 #: a signal topic created here refuses records larger than this at the broker (an existing one
 #: keeps its own limit: the listener then skips them unread)
 SIGNAL_TOPIC_MAX_BYTES = MAX_SIGNAL_BYTES + 4096
@@ -69,23 +69,6 @@ SIGNAL_TOPIC_MAX_BYTES = MAX_SIGNAL_BYTES + 4096
 SNAPSHOT_INTERVAL_S = 60.0
 #: ... and the instance starts at most this many such snapshots in that time
 MAX_SNAPSHOTS_PER_INTERVAL = 10
-
-
-class Signal(BaseModel):
-    """One signal: what to do (``kind``), to which table, when it was asked for (epoch ms).
-
-    ``done`` is written by the instance that acted on the signal of the same ``id``.
-    """
-
-    model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True, extra="ignore")
-
-    kind: Literal["snapshot", "done"]
-    table_uri: str = Field(min_length=1, max_length=MAX_URI_CHARS)
-    id: str = Field(min_length=1, max_length=128)
-    requested_at: int = Field(ge=0, le=2**63 - 1)
-
-    def to_json_bytes(self) -> bytes:
-        return self.model_dump_json(by_alias=True).encode()
 
 
 def send_signal(
@@ -121,10 +104,12 @@ def send_signal(
     TopicManager(kafka, max_record_bytes=SIGNAL_MAX_BYTES, timeout_s=left()).ensure_signal_topic(
         topic, SIGNAL_TOPIC_MAX_BYTES
     )
-    signal = Signal(kind=kind, table_uri=table_uri, id=uuid.uuid4().hex, requested_at=int(time.time() * 1000))
+    signal = new_signal(kind, table_uri)
+    record = encode_signal(signal)
+    assert record.value is not None  # a signal is never a tombstone
     producer = RecordProducer(kafka, delivery_timeout_s=max(1.0, left()))
     try:
-        producer.send(topic, signal.to_json_bytes(), table_uri.encode())
+        producer.send(topic, record.value, record.key, record.headers)
     finally:
         producer.close(timeout_s=1.0)
     return signal
@@ -224,25 +209,14 @@ class SignalListener:
         log.warning("signal topic %s: %s; skipped", self.topic, error)
 
     def _take(self, value: bytes | None, offset: int) -> None:
-        if value is not None and len(value) > MAX_SIGNAL_BYTES:
-            log.warning(
-                "signal topic %s: record at offset %d is not a signal (%d bytes; a signal has at most %d); skipped",
-                self.topic,
-                offset,
-                len(value),
-                MAX_SIGNAL_BYTES,
-            )
-            return
         try:
-            signal = Signal.model_validate_json(value or b"")
-        except ValidationError as exc:
-            first = exc.errors(include_url=False, include_input=False)[0]
-            where = ".".join(map(str, first["loc"]))
+            signal = decode_signal(value)
+        except BadRecordError as exc:
             log.warning(
                 "signal topic %s: record at offset %d is not a signal (%s); skipped",
                 self.topic,
                 offset,
-                f"{where}: {first['msg']}" if where else first["msg"],
+                exc.message,
             )
             return
         if signal.requested_at < self.started_ms:
@@ -333,7 +307,9 @@ class SignalListener:
             from deltamirror.mirror.kafka.producer import RecordProducer
 
             self._producer = RecordProducer(self.kafka, delivery_timeout_s=10.0)
-        self._producer.send(self.topic, done.to_json_bytes(), done.table_uri.encode())
+        record = encode_signal(done)
+        assert record.value is not None  # a signal is never a tombstone
+        self._producer.send(self.topic, record.value, record.key, record.headers)
 
     def _offer(self, signal: Signal) -> bool:
         """Hand the signal over; when this instance acted on it, tell the others (``done``)."""
@@ -348,9 +324,7 @@ class SignalListener:
             shown(signal.table_uri),
             extra=self._extra(signal),
         )
-        done = Signal(
-            kind="done", table_uri=signal.table_uri, id=signal.id, requested_at=int(time.time() * 1000)
-        )
+        done = new_signal("done", signal.table_uri, signal.id)
         try:
             self.announce(done)
         except KafkaError as exc:

@@ -19,12 +19,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from contextlib import closing
 from typing import TYPE_CHECKING
 
 from deltamirror.mirror.kafka.producer import TransactionalPublisher
-from deltamirror.mirror.records.commits import encode_commits_record
+from deltamirror.mirror.records.actions import ActionRecords
+from deltamirror.mirror.records.commits import (
+    encode_commit_summary,
+    encode_heartbeat,
+    encode_table_dropped,
+    encode_table_replaced,
+)
 from deltamirror.mirror.records.events import (
     SCHEMA_VERSION,
     EnvelopeEncoder,
@@ -32,14 +38,10 @@ from deltamirror.mirror.records.events import (
     TableDropped,
     TableReplaced,
 )
-from deltamirror.mirror.records.fragments import split_oversize
-from deltamirror.mirror.records.headers import (
-    HEADER_CLAMPED_FROM,
-    HEADER_KIND,
-    HEADER_VERSION,
-    Headers,
-    action_headers,
-)
+from deltamirror.mirror.records.fragments import Oversize
+from deltamirror.mirror.records.headers import HEADER_CLAMPED_FROM, Headers, clamped_headers
+from deltamirror.mirror.records.progress import encode_progress, encode_progress_tombstone
+from deltamirror.mirror.records.record import Record
 from deltamirror.mirror.records.row_changes import skip_records
 from deltamirror.mirror.topics import TableTopics, TopicLimits
 
@@ -74,8 +76,15 @@ LIVENESS_INTERVAL_S = 15.0
 
 
 def encoder_for(unit: PublishUnit) -> EnvelopeEncoder:
-    """The action-record encoder of one version (or snapshot): the envelope fields they all share."""
-    return EnvelopeEncoder(
+    """The action values' encoder of one version (or snapshot): the envelope fields they all share."""
+    return action_records_for(unit).encoder
+
+
+def action_records_for(
+    unit: PublishUnit, extra_headers: Headers | None = None, oversize: Oversize | None = None
+) -> ActionRecords:
+    """The action records' encoder of one version (or snapshot), headers and fragments included."""
+    return ActionRecords(
         table_id=unit.table_id,
         table_uri=unit.table_uri,
         version=unit.version,
@@ -83,6 +92,8 @@ def encoder_for(unit: PublishUnit) -> EnvelopeEncoder:
         commit_timestamp_source=str(unit.timestamp.source),
         count=unit.count,
         snapshot=unit.snapshot,
+        extra_headers=extra_headers,
+        oversize=oversize,
     )
 
 
@@ -189,23 +200,16 @@ class TableTransactions:
             clamped = now  # librdkafka reads 0 as "now"; say it
         if clamped is None:
             return ts, []
-        return clamped, [(HEADER_CLAMPED_FROM, str(ts).encode())]
+        return clamped, clamped_headers(ts)
 
-    def _expand_oversize(
-        self, topic: str, values: list[bytes], headers: Iterable[Headers], where: tuple[int, int]
-    ) -> tuple[list[bytes], Iterable[Headers]]:
+    def _oversize(self, topic: str) -> Oversize:
+        """What ``topic`` takes, and what a longer value becomes (the oversize policy)."""
         limit = self.limits[topic].max_value_bytes if topic in self.limits else self.cfg.max_record_bytes
-        version, first_index = where
-        return split_oversize(
-            values,
-            headers,
-            limit,
-            self.cfg.oversize_policy,
-            topic=topic,
-            table=self.uri,
-            version=version,
-            index=first_index,
-        )
+        return Oversize(limit, self.cfg.oversize_policy, topic, self.uri)
+
+    def _produce(self, topic: str, record: Record, timestamp: int) -> None:
+        assert self.pub is not None and record.key is not None  # every topic of a table is keyed
+        self.pub.produce(topic, record.value, record.key, record.headers, timestamp)
 
     def publish(self, unit: PublishUnit) -> None:
         """A version's (or snapshot's) action records, then its summary, into the open transaction.
@@ -216,11 +220,8 @@ class TableTransactions:
         pub = self.pub
         assert pub is not None
         topic = self.topics.actions
-        encoder = encoder_for(unit)
-        key = unit.table_id.encode()
-        version_b = str(unit.version).encode()
-        version_header = (HEADER_VERSION, version_b)
         ts, ts_headers = self._record_timestamp(topic, unit.timestamp.timestamp)
+        encoder = action_records_for(unit, ts_headers, self._oversize(topic))
         if ts_headers:
             log.warning(
                 "topic %s refuses the commit timestamp %d: records carry %d and a %s header",
@@ -240,21 +241,16 @@ class TableTransactions:
             self._txn_first_version = unit.version
         try:
             for batch in unit.batches(self.batch_size):
-                encoded = encoder.encode_many(index, batch)
-                batch_headers: Iterable[Headers] = action_headers(version_header, index, batch, ts_headers)
                 there = (
-                    self.already.skip_actions(unit.table_id, unit.version, unit.snapshot, index, len(encoded))
+                    self.already.skip_actions(unit.table_id, unit.version, unit.snapshot, index, len(batch))
                     if self.already
                     else 0
                 )
                 if there:  # committed already by a transaction Kafka committed on that topic only
-                    encoded, batch_headers = encoded[there:], list(batch_headers)[there:]
                     self._say_already(f"{there} action records of version {unit.version}")
-                values, headers = self._expand_oversize(
-                    topic, encoded, batch_headers, (unit.version, index + there)
-                )
-                if values:
-                    pub.produce_many(topic, values, key, headers, ts)
+                records = encoder.encode(index, batch, skip=there)
+                if records.values:
+                    pub.produce_many(topic, records.values, records.key, records.headers, ts)
                 index += len(batch)
                 self._events_in_txn += len(batch)
                 self.produced = position_after(unit, index - 1)
@@ -276,15 +272,12 @@ class TableTransactions:
         if self.already and self.already.skip_summary(unit.table_id, unit.version, unit.snapshot):
             self._say_already(f"the summary of version {unit.version}")
         else:
-            summary = unit.summary().to_json_bytes()
-            ts_c, hdr_c = self._record_timestamp(self.topics.commits, unit.timestamp.timestamp)
-            values_c, headers_c = self._expand_oversize(
-                self.topics.commits,
-                [summary],
-                [[(HEADER_KIND, b"commit"), (HEADER_VERSION, version_b), *hdr_c]],
-                (unit.version, -1),
+            commits = self.topics.commits
+            ts_c, hdr_c = self._record_timestamp(commits, unit.timestamp.timestamp)
+            summary = encode_commit_summary(
+                unit.summary(), extra_headers=hdr_c, oversize=self._oversize(commits)
             )
-            pub.produce_many(self.topics.commits, values_c, key, headers_c, ts_c)
+            pub.produce_many(commits, summary.values, summary.key, summary.headers, ts_c)
         self.produced = position_after(unit, unit.count - 1)
         self._completed.append((unit.version, unit.timestamp.timestamp))
 
@@ -356,8 +349,7 @@ class TableTransactions:
             reason=work.reason,
             detected_at=now,
         )
-        finished = encode_commits_record(record)
-        self.pub.produce(self.topics.commits, finished.value, finished.key, finished.headers, now)
+        self._produce(self.topics.commits, encode_table_replaced(record), now)
         log.warning(
             "table re-created: now mirroring table %s (was %s up to version %d)",
             work.table_id,
@@ -383,9 +375,8 @@ class TableTransactions:
                 reason=work.reason,
                 detected_at=now,
             )
-            finished = encode_commits_record(record)
-            self.pub.produce(self.topics.commits, finished.value, finished.key, finished.headers, now)
-        self.pub.produce(self.cfg.progress_topic, None, self.uri.encode(), None, 0)
+            self._produce(self.topics.commits, encode_table_dropped(record), now)
+        self._produce(self.cfg.progress_topic, encode_progress_tombstone(self.uri), 0)
         self.produced = None  # no progress record: the tombstone above is the last word
         self.commit()
         log.warning(
@@ -421,8 +412,7 @@ class TableTransactions:
                 commit_timestamp_source=str(self.committed.timestamp.source),  # type: ignore[arg-type]
                 heartbeat_timestamp=now,
             )
-            finished = encode_commits_record(beat)
-            self.pub.produce(self.topics.commits, finished.value, finished.key, finished.headers, now)
+            self._produce(self.topics.commits, encode_heartbeat(beat), now)
         self.commit()
 
     # --- ending a transaction -------------------------------------------------------------------
@@ -434,8 +424,11 @@ class TableTransactions:
         if timeout_s is None:
             timeout_s = max(0.0, min(60.0, self.time_left()))
         if self.produced is not None:
-            record = progress_record(self.produced, self.uri, self.txn_id)
-            pub.produce(self.cfg.progress_topic, record.to_json_bytes(), self.uri.encode(), None, 0)
+            self._produce(
+                self.cfg.progress_topic,
+                encode_progress(progress_record(self.produced, self.uri, self.txn_id)),
+                0,
+            )
         pub.commit(timeout_s)
         self._txn_first_version = None
         self.committed = self.produced
@@ -462,4 +455,4 @@ class TableTransactions:
         self._events_in_txn = 0
 
 
-__all__ = ["BATCH", "LIVENESS_INTERVAL_S", "TableTransactions", "encoder_for"]
+__all__ = ["BATCH", "LIVENESS_INTERVAL_S", "TableTransactions", "action_records_for", "encoder_for"]

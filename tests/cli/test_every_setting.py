@@ -797,6 +797,288 @@ def _commits_topic(ctx: Ctx) -> None:
     assert "tableDropped" not in _kinds(m.bootstrap, commits)
 
 
+# --- the consumers' record rules, retries and saves ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def forged_base(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A table mirrored by the real watcher: the base that forged records are written after."""
+    from support.forge import mirror_base
+
+    return mirror_base(kafka_bootstrap, "krs__cdf-table-with-dv", tmp_path_factory.mktemp("forged"))
+
+
+def _consumer_file(ctx: Ctx, bootstrap: str, **consumer: Any) -> Path:
+    """A configuration file with its ``kafka:`` section and these ``consumer:`` keys."""
+    path = ctx.tmp / f"{ctx.unique('consumer')}.yaml"
+    path.write_text(
+        json.dumps({"kafka": {"bootstrap_servers": bootstrap}, "consumer": consumer})
+    )  # JSON is YAML
+    return path
+
+
+@observes(
+    "invalidate on_bad_record",
+    "invalidate bad_record_topic",
+    "ConsumerSection.consumer.bad_record_topic",
+    kafka=True,
+)
+def _bad_records(ctx: Ctx) -> None:
+    """A forged record after the good versions: stop (exit 2), skip, or copied to a topic."""
+    from support.forge import action_rec, event, write_case
+    from support.kafka import new_topic
+    from support.records import read_topic
+
+    base = ctx.fixture("forged_base")
+    bootstrap = ctx.fixture("kafka_bootstrap")
+    bad = action_rec(event(base, schemaVersion=999))
+    topics = write_case(bootstrap, base, actions=[bad])
+    good = len(base.versions)
+
+    def invalidate(*extra: str) -> tuple[int, str, str]:
+        argv = ["--bootstrap-servers", bootstrap, "--topic", topics.actions, "--once", "--exec", "true"]
+        return ctx.cli("invalidate", *argv, "--group-id", ctx.unique("g"), *extra)
+
+    code, out, err = invalidate()
+    assert code == 2 and "schemaVersion 999" in err and len(out.splitlines()) == good, (code, err)
+    code, out, err = invalidate("--on-bad-record", "skip")
+    assert code == 0 and len(out.splitlines()) == good, err
+    letters = new_topic(bootstrap, f"{topics.actions}.refused")
+    code, out, err = invalidate("--on-bad-record", "dead-letter", "--bad-record-topic", letters)
+    assert code == 0 and len(out.splitlines()) == good, err
+    assert [r.value for r in read_topic(bootstrap, letters)] == [bad.value]
+    # the file's key, with the file's on_bad_record
+    from_file = new_topic(bootstrap, f"{topics.actions}.refused-by-file")
+    config = _consumer_file(ctx, bootstrap, on_bad_record="dead-letter", bad_record_topic=from_file)
+    out = ctx.ok("consume-snapshot", "--config", str(config), "--topic", topics.actions, "--once")
+    assert len(out.splitlines()) == good
+    assert [r.value for r in read_topic(bootstrap, from_file)] == [bad.value]
+
+
+@observes("invalidate allow_table_location", "ConsumerSection.consumer.allow_table_locations", kafka=True)
+def _allow_table_locations(ctx: Ctx) -> None:
+    """Tables only under the locations allowed: the mirrored one is refused elsewhere, taken under
+    its folder (by the flag, and by the file's key)."""
+    m: Mirrored = ctx.fixture("mirrored")
+    elsewhere = str(ctx.tmp / "elsewhere")
+    invalidate = ["invalidate", *m.source("--once", "--exec", "true")]
+    ctx.refused(
+        *invalidate,
+        "--group-id",
+        ctx.unique("g"),
+        "--allow-table-location",
+        elsewhere,
+        naming="--allow-table-location",
+    )
+    allowed = ctx.ok(
+        *invalidate, "--group-id", ctx.unique("g"), "--allow-table-location", str(m.table.parent)
+    )
+    assert len(allowed.splitlines()) == 3
+    for locations, lines in (([elsewhere], 0), ([str(m.table.parent)], 3)):
+        config = _consumer_file(ctx, m.bootstrap, allow_table_locations=locations)
+        code, out, err = ctx.cli("consume-snapshot", "--config", str(config), "--topic", m.actions, "--once")
+        assert (code, len(out.splitlines())) == ((2, 0) if not lines else (0, lines)), err
+
+
+@observes(
+    "consume-snapshot allow_path_prefix",
+    "invalidate allow_path_prefix",
+    "ConsumerSection.consumer.allow_path_prefixes",
+    kafka=True,
+)
+def _allow_path_prefixes(ctx: Ctx) -> None:
+    """A version adding a file outside the table root (a shallow clone's source): refused, unless
+    its folder is allowed (by the flag of each command, or the file's key)."""
+    from support.forge import action_rec, add_action, event, write_case
+
+    base = ctx.fixture("forged_base")
+    bootstrap = ctx.fixture("kafka_bootstrap")
+    outside = ctx.tmp / "source"
+    outside.mkdir()
+    clone = action_rec(event(base, action=add_action((outside / "part-0.parquet").as_uri())))
+    topics = write_case(bootstrap, base, actions=[clone])
+    source = ["--bootstrap-servers", bootstrap, "--topic", topics.actions, "--once"]
+    for command, extra in CONSUMERS.items():
+        code, out, err = ctx.cli(command, *source, *extra, "--group-id", ctx.unique("g"))
+        assert code == 2 and "outside the table root" in err, (command, code, err)
+        assert _versions(out) == base.versions, command
+        allowed = ctx.ok(
+            command, *source, *extra, "--group-id", ctx.unique("g"), "--allow-path-prefix", str(outside)
+        )
+        assert _versions(allowed) == [*base.versions, base.last_version + 1], command
+    config = _consumer_file(ctx, bootstrap, allow_path_prefixes=[str(outside)])
+    out = ctx.ok("consume-snapshot", "--config", str(config), "--topic", topics.actions, "--once")
+    assert _versions(out) == [*base.versions, base.last_version + 1]
+
+
+@observes("invalidate backoff", "invalidate max_backoff", kafka=True)
+def _backoff(ctx: Ctx) -> None:
+    """Each version accepted at its third attempt: the waits between are the backoff, doubling up to
+    the longest one (0.2 then 0.3 s; the defaults would wait 0.5 then 1 s). Each wait is said in
+    the warning of the failed attempt, and the waits are what the invalidator sleeps."""
+    m: Mirrored = ctx.fixture("mirrored")
+    caplog = ctx.fixture("caplog")
+    third = "sh -c 'test \"$DELTAMIRROR_ATTEMPT\" -ge 3'"
+    out = ctx.ok(
+        "invalidate",
+        *m.source("--once", "--exec", third, "--group-id", ctx.unique("g")),
+        "--backoff",
+        "0.2",
+        "--max-backoff",
+        "0.3",
+    )
+    assert [json.loads(line)["attempts"] for line in out.splitlines()] == [3, 3, 3]
+    waits = [
+        r.getMessage().split("again in ")[1].split(" s")[0]
+        for r in caplog.records
+        if "again in" in r.getMessage()
+    ]
+    assert waits == ["0.2", "0.3"] * 3, waits
+
+
+@observes("invalidate timeout", kafka=True)
+def _timeout(ctx: Ctx) -> None:
+    """A command that takes a second: delivered within the default deadline (30 s), killed and
+    failed past a deadline of 0.3 s (one attempt, no dead-letter topic: exit 1 naming the version)."""
+    m: Mirrored = ctx.fixture("mirrored")
+    slow = "sleep 1"
+    argv = [*m.source("--once", "--exec", slow, "--max-attempts", "1")]
+    assert len(ctx.ok("invalidate", *argv, "--group-id", ctx.unique("g")).splitlines()) == 3
+    code, out, err = ctx.cli("invalidate", *argv, "--group-id", ctx.unique("g"), "--timeout", "0.3")
+    assert code == 1 and out == "" and "version 0" in err, (code, err)
+
+
+def _saved_while_running(command: str, argv: list[str], state: Path) -> int | None:
+    """``deltamirror COMMAND ARGV`` (no --once) as a process: the version its state directory holds
+    once it printed the three versions and saved (waited for up to 30 s, less than the default
+    60 s interval), read while it still runs; then it is stopped."""
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "deltamirror.cli.main", command, *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert all(proc.stdout.readline() for _ in range(3)), command
+        deadline = time.monotonic() + 30
+        saved = _saved_version(state)
+        while saved != 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)  # polling a condition, with a bound
+            saved = _saved_version(state)
+        assert proc.poll() is None, "it stopped by itself"
+        return saved
+    finally:
+        proc.send_signal(subprocess.signal.SIGTERM)  # type: ignore[attr-defined]
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@observes(
+    *(f"{c} {d}" for c in CONSUMERS for d in ("checkpoint_interval_versions", "checkpoint_interval_s")),
+    kafka=True,
+)
+def _checkpoint_intervals(ctx: Ctx) -> None:
+    """A reader that keeps running saves its state on a count of versions, or a time after the
+    first change: the state directory holds version 2 while it runs (by default it would after
+    100 versions or 60 s, longer than the 30 s waited; the end's save is observed with state_dir)."""
+    m: Mirrored = ctx.fixture("mirrored")
+    for command, extra in CONSUMERS.items():
+        for interval in (
+            ["--checkpoint-interval-versions", "1"],
+            ["--checkpoint-interval-versions", "0", "--checkpoint-interval-s", "0.2"],
+        ):
+            state = ctx.tmp / ctx.unique("state")
+            argv = [*m.source(*extra, "--state-dir", str(state)), *interval]
+            assert _saved_while_running(command, argv, state) == 2, (command, interval)
+
+
+@observes("WatchConfig.heartbeat_interval_s", kafka=True)
+def _heartbeat_interval(ctx: Ctx) -> None:
+    """An idle table watched with a heartbeat interval: heartbeats come on its commits topic (the
+    default is none at all, as the table mirrored without one shows)."""
+    from support.records import run_watcher
+
+    m: Mirrored = ctx.fixture("mirrored")
+    assert "heartbeat" not in _kinds(m.bootstrap, m.commits)  # the default: none
+    table = make_table(ctx.tmp / "t", 1)
+    name = ctx.unique("dmidle")
+    cfg = {
+        "kafka": {"bootstrap_servers": m.bootstrap},
+        "tables": [
+            {"uri": str(table), "actions_topic": f"{name}.actions", "commits_topic": f"{name}.commits"}
+        ],
+        "progress_topic": f"{name}.progress",
+        "transactional_id_prefix": name,
+        "signal_topic": None,
+        "heartbeat_interval_s": 0.3,
+    }
+
+    def kinds() -> list[str]:
+        return _kinds(m.bootstrap, f"{name}.commits")
+
+    run_watcher(cfg, lambda: kinds().count("heartbeat") >= 2, "two heartbeats of the idle table")
+    assert kinds()[0] == "commit"  # the table's version first, then heartbeats while it is idle
+
+
+@observes("WatchConfig.tables[].allowed_path_prefixes", kafka=True)
+def _watch_allowed_path_prefixes(ctx: Ctx) -> None:
+    """A table read from a V2 checkpoint one of whose sidecars lies outside its root (a shallow
+    clone's source): the watcher refuses the sidecar (an error naming it, nothing published),
+    unless its folder is allowed; then the snapshot is published."""
+    from deltamirror.core.errors import DeltaMirrorError
+    from deltamirror.producer import WatchConfig
+    from deltamirror.producer.service import WatchService
+    from support.records import run_watcher, wait_for
+
+    bootstrap = ctx.fixture("kafka_bootstrap")
+    outside = ctx.tmp / "outside"
+    table = sidecar_outside(ctx.tmp / "t", outside)
+    name = ctx.unique("dmclone")
+
+    def cfg(**table_settings: Any) -> WatchConfig:
+        return WatchConfig.model_validate(
+            {
+                "kafka": {"bootstrap_servers": bootstrap},
+                "tables": [
+                    {
+                        "uri": str(table),
+                        "actions_topic": f"{name}.actions",
+                        "commits_topic": f"{name}.commits",
+                        **table_settings,
+                    }
+                ],
+                "progress_topic": f"{name}.progress",
+                "transactional_id_prefix": name,
+                "signal_topic": None,
+            }
+        )
+
+    caplog = ctx.fixture("caplog")
+    service = WatchService(cfg(), stop_budget_s=5.0)
+    try:
+        service.start()
+        wait_for(lambda: "lies outside the table root" in caplog.text, "the sidecar refused", 60)
+    except DeltaMirrorError as exc:  # refused at start
+        assert "outside the table root" in str(exc), exc
+    finally:
+        service.request_stop()
+        service.wait(30)
+        service.close()
+    assert "sidecar" in caplog.text
+    assert not _kinds(bootstrap, f"{name}.commits")
+    run_watcher(
+        cfg(allowed_path_prefixes=[str(outside)]),
+        lambda: "commit" in _kinds(bootstrap, f"{name}.commits"),
+        "the snapshot of the clone published",
+    )
+
+
 # --- the watcher's table settings, on the session's broker -------------------------------------------
 
 
@@ -924,7 +1206,6 @@ ELSEWHERE: dict[str, str] = {
     "WatchConfig.txn_max_ms": "tests/producer/test_setting_effects.py::test_each_transaction_bound_cuts_a_large_version_into_more_transactions",
     "WatchConfig.max_record_bytes": "tests/producer/test_kafka_watch.py::test_a_record_over_the_size_limit_is_split_never_dropped",
     "WatchConfig.oversize_policy": "tests/producer/test_setting_effects.py::test_oversize_policy_fail_stops_the_table_naming_the_version_where_split_publishes_fragments",
-    "WatchConfig.heartbeat_interval_s": "tests/producer/test_kafka_watch.py::test_an_idle_table_gets_heartbeats_even_with_liveness_rewrites_in_between",
     "WatchConfig.status_interval_s": "tests/producer/test_setting_effects.py::test_status_interval_s_is_how_often_the_status_line_comes",
     "WatchConfig.metrics_port": "tests/producer/test_setting_effects.py::test_metrics_port_and_host_serve_metrics_there_and_only_there",
     "WatchConfig.metrics_host": "tests/producer/test_setting_effects.py::test_metrics_port_and_host_serve_metrics_there_and_only_there",
@@ -933,7 +1214,6 @@ ELSEWHERE: dict[str, str] = {
     "WatchConfig.kafka.extra": "tests/producer/test_setting_effects.py::test_kafka_extra_and_the_session_timeout_reach_the_group_members_clients",
     "KafkaSection.kafka.extra": "tests/producer/test_setting_effects.py::test_a_property_librdkafka_refuses_in_kafka_extra_is_refused_at_start_naming_it",
     "WatchConfig.group.session_timeout_ms": "tests/producer/test_setting_effects.py::test_kafka_extra_and_the_session_timeout_reach_the_group_members_clients",
-    "WatchConfig.tables[].allowed_path_prefixes": "tests/producer/test_setting_effects.py::test_allowed_path_prefixes_let_the_snapshot_read_a_sidecar_outside_the_table",
     "WatchConfig.use_notifications": "tests/producer/test_setting_effects.py::test_use_notifications_wakes_a_table_whose_poll_is_an_hour_away",
     "WatchConfig.tables[].poll_interval_s": "tests/producer/test_setting_effects.py::test_poll_interval_s_is_how_long_an_idle_table_waits_between_looks",
     "WatchConfig.discover[].interval_s": "tests/producer/test_setting_effects.py::test_discover_interval_s_is_how_soon_a_table_created_under_the_prefix_is_found",
@@ -960,21 +1240,6 @@ ELSEWHERE: dict[str, str] = {
 NOT_YET_OBSERVED: dict[str, str] = {
     "local kafka abort-hanging dry_run": "needs a hanging transaction (a broker killed mid-commit): tests/producer/test_broker_kill.py reaches the remedy through the library, not the flag",
     "local kafka abort-hanging max_transaction_timeout": "needs a hanging transaction younger than the bound; only its refusal of a negative value and 0 in the lifecycle test are run",
-    "consume-snapshot checkpoint_interval_versions": "no observer of an intermediate save yet (the end's is observed with state_dir)",
-    "consume-snapshot checkpoint_interval_s": "no observer of an intermediate save yet (the end's is observed with state_dir)",
-    "invalidate checkpoint_interval_versions": "no observer yet: the save falls due after the deliveries of one read batch (SnapshotConsumer.checkpoint), and an observer holding a version in the same batch sees none",
-    "invalidate checkpoint_interval_s": "no observer yet: the save falls due after the deliveries of one read batch (SnapshotConsumer.checkpoint), and an observer holding a version in the same batch sees none",
-    "ConsumerSection.consumer.allow_path_prefixes": "consumer flag or key: no observer through the command yet",
-    "ConsumerSection.consumer.allow_table_locations": "consumer flag or key: no observer through the command yet",
-    "ConsumerSection.consumer.bad_record_topic": "consumer flag or key: no observer through the command yet",
-    "consume-snapshot allow_path_prefix": "consumer flag or key: no observer through the command yet",
-    "invalidate allow_path_prefix": "consumer flag or key: no observer through the command yet",
-    "invalidate allow_table_location": "consumer flag or key: no observer through the command yet",
-    "invalidate backoff": "consumer flag or key: no observer through the command yet",
-    "invalidate bad_record_topic": "consumer flag or key: no observer through the command yet",
-    "invalidate max_backoff": "consumer flag or key: no observer through the command yet",
-    "invalidate on_bad_record": "consumer flag or key: no observer through the command yet",
-    "invalidate timeout": "consumer flag or key: no observer through the command yet",
 }
 
 

@@ -27,7 +27,7 @@ CHILD = """
 import sys
 from deltamirror.consumer.snapshot import SnapshotConsumer
 
-bootstrap, topic, state_dir = sys.argv[1:4]
+bootstrap, topic, state_dir, catch_up_saves = sys.argv[1:5]
 SnapshotConsumer(
     bootstrap,
     topic,
@@ -37,6 +37,7 @@ SnapshotConsumer(
     batch_size=5,
     checkpoint_interval_versions=3,
     checkpoint_interval_s=None,
+    catch_up_saves=catch_up_saves == "1",
 ).run(once=True)
 """
 
@@ -45,10 +46,12 @@ def _keys(files: object) -> set[str]:
     return set(file_keys(files["path"], files["deletionVector"]).to_pylist())  # type: ignore[index]
 
 
-def _kill_after(bootstrap: str, topic: str, state_dir: Path, reports: int, delay_s: float) -> list[int]:
+def _kill_after(
+    bootstrap: str, topic: str, state_dir: Path, reports: int, delay_s: float, catch_up_saves: bool
+) -> list[int]:
     """Run the child until it has reported ``reports`` versions, wait ``delay_s``, SIGKILL it."""
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, bootstrap, topic, str(state_dir)],
+        [sys.executable, "-c", CHILD, bootstrap, topic, str(state_dir), "1" if catch_up_saves else "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
@@ -75,9 +78,14 @@ def _kill_after(bootstrap: str, topic: str, state_dir: Path, reports: int, delay
 
 @pytest.mark.kafka
 @pytest.mark.timeout(240)
+@pytest.mark.parametrize(
+    "catch_up_saves", [True, False], ids=["saves-while-catching-up", "saves-once-caught-up"]
+)
 def test_a_consumer_killed_at_random_points_restarts_to_cores_snapshot(
-    kafka_bootstrap: str, tmp_path: Path
+    kafka_bootstrap: str, tmp_path: Path, catch_up_saves: bool
 ) -> None:
+    """Killed while it reads the topic's backlog: with ``catch_up_saves`` the checkpoints saved
+    at the interval are on disk; without, no save comes before the end (the restart re-reads)."""
     table = copy_table("kj__basic-dv-with-checkpoint", tmp_path)  # 47 versions, deletion vectors
     core = open_table(str(table))
     latest = core.latest_version()
@@ -93,7 +101,12 @@ def test_a_consumer_killed_at_random_points_restarts_to_cores_snapshot(
         reported: list[int] = []
         for _ in range(2):
             reported += _kill_after(
-                kafka_bootstrap, actions, state_dir, rng.randrange(1, latest), rng.uniform(0, 0.03)
+                kafka_bootstrap,
+                actions,
+                state_dir,
+                rng.randrange(1, latest),
+                rng.uniform(0, 0.03),
+                catch_up_saves,
             )
             # what the restart finds: each table's checkpoint is core's snapshot at its version
             tables, _ = StateStore(state_dir, actions).load()
@@ -129,3 +142,40 @@ def test_a_consumer_killed_at_random_points_restarts_to_cores_snapshot(
         )
         assert json.loads((state_dir / "offsets.json").read_text())["format"] == 3
     assert behind, "no kill landed between two saves"
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(120)
+def test_no_save_while_catching_up_with_the_backlog_then_the_interval_applies(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """A consumer reading a backlog saves its state once caught up (here: at the end), not at each
+    interval on the way; with ``catch_up_saves`` it saves at the interval throughout."""
+    table = copy_table("kj__basic-dv-with-checkpoint", tmp_path)
+    core = open_table(str(table))
+    latest = core.latest_version()
+    name = f"dmcu-{uuid.uuid4().hex[:10]}"
+    actions = f"{name}.actions"
+    watch_until(kafka_bootstrap, table, actions, latest, name, snapshot_mode="from-version", from_version=0)
+
+    def run(state_dir: Path, catch_up_saves: bool) -> SnapshotConsumer:
+        consumer = SnapshotConsumer(
+            kafka_bootstrap,
+            actions,
+            group_id=f"{name}-{state_dir.name}",
+            state_dir=state_dir,
+            batch_size=5,  # many batches, each a checkpoint: a save would be due at each
+            checkpoint_interval_versions=1,
+            checkpoint_interval_s=None,
+            catch_up_saves=catch_up_saves,
+        )
+        consumer.run(once=True)
+        assert consumer.caught_up
+        (state,) = consumer.tables.values()
+        assert state.version == latest and _keys(state.files) == _keys(core.snapshot(latest).files)
+        (saved,) = StateStore(state_dir, actions).load()[0].values()
+        assert saved.version == latest and saved.files.equals(state.files)
+        return consumer
+
+    assert run(tmp_path / "default", False).saves == 1  # the first save comes once caught up
+    assert run(tmp_path / "throughout", True).saves > latest // 2

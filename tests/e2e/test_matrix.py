@@ -4,7 +4,8 @@ A cell is one deployment: where the table lives (a local disk or S3 through s3pr
 (plaintext or the SASL_SSL one of ``local kafka start --security scram-tls``), what is watched (a
 table, or a prefix discovered), how it starts (each snapshot mode), with or without row changes,
 one member or a group of two, a snapshot signal sent while it runs, settings as flags or as a
-configuration file plus flags. ``deltamirror watch`` runs as a process, as deployed; then
+configuration file plus flags, and who reads it (the command-line consumers, and the Spark source
+beside delta-spark's own change feed). ``deltamirror watch`` runs as a process, as deployed; then
 ``consume-snapshot`` and ``invalidate`` read what it published. Each cell either works, checked
 against ``deltamirror events`` / ``snapshot`` / ``changes`` of the same table, or is refused at start
 in one line naming its settings (exit 2).
@@ -45,11 +46,12 @@ class Cell:
     storage: str = "local"  # local | s3
     listener: str = "plain"  # plain | scram-tls
     source: str = "table"  # table | discover
-    mode: str = "initial"  # initial | from-version | from-timestamp | when-needed
+    mode: str = "initial"  # initial | latest | from-version | from-timestamp | when-needed
     row_changes: bool = False
     members: int = 1
     signal: bool = False
     settings: str = "flags"  # flags | file+flags
+    spark: bool = False  # the Spark source reads the mirror too, compared with delta-spark's readChangeFeed
     refused: tuple[str, ...] = ()  # the names the one-line refusal must carry
     ci: bool = False
     extra: tuple[str, ...] = field(default_factory=tuple)
@@ -64,6 +66,7 @@ class Cell:
             "members": str(self.members),
             "signal": "yes" if self.signal else "no",
             "settings": self.settings,
+            "Spark source": "yes" if self.spark else "no",
         }
 
 
@@ -78,6 +81,8 @@ CELLS = [
         refused=("--discover", "--from-version"),
         ci=True,
     ),
+    Cell("latest", mode="latest", ci=True),
+    Cell("spark-from-version-rows", mode="from-version", row_changes=True, spark=True, ci=True),
     Cell("from-timestamp", mode="from-timestamp"),
     Cell("when-needed", mode="when-needed", settings="file+flags"),
     Cell("signal-snapshot", signal=True, settings="file+flags"),
@@ -234,7 +239,15 @@ def _stop(proc: subprocess.Popen[bytes]) -> int:
 
 
 @pytest.mark.parametrize(
-    "cell", [pytest.param(c, id=c.name, marks=() if c.ci else (pytest.mark.e2e,)) for c in CELLS]
+    "cell",
+    [
+        pytest.param(
+            c,
+            id=c.name,
+            marks=(() if c.ci else (pytest.mark.e2e,)) + ((pytest.mark.spark,) if c.spark else ()),
+        )
+        for c in CELLS
+    ],
 )
 def test_cell(cell: Cell, env: Env, tmp_path: Path) -> None:
     RESULTS[cell.name] = (cell, "failed")
@@ -273,7 +286,19 @@ def test_cell(cell: Cell, env: Env, tmp_path: Path) -> None:
             alive()
             return any(v == version for v, _ in _commits(env.client, commits))
 
-        wait_for(lambda: published(VERSIONS - 1), "every version", 120)
+        if cell.mode == "latest":  # nothing before the start; versions written after it, each once
+            written = [VERSIONS - 1]
+
+            def a_new_version_published() -> bool:
+                if not _commits(env.client, commits):  # the watcher may not have read its start yet
+                    written.append(written[-1] + 1)
+                    _write_table(local, range(written[-1], written[-1] + 1))
+                return published(written[-1]) or bool(_commits(env.client, commits))
+
+            wait_for(a_new_version_published, "a version written after the start", 120)
+            wait_for(lambda: published(written[-1]), "every version written after the start", 120)
+        else:
+            wait_for(lambda: published(VERSIONS - 1), "every version", 120)
         if cell.signal:
             before = len(_commits(env.client, commits))
             send = ["signal", "snapshot", table_uri, *env.consumer_args]
@@ -287,6 +312,15 @@ def test_cell(cell: Cell, env: Env, tmp_path: Path) -> None:
 
     published_commits = _commits(env.client, commits)
     assert len(published_commits) == len(set(published_commits)) or cell.signal, published_commits
+    if cell.mode == "latest":
+        first = published_commits[0][0]
+        assert VERSIONS - 1 < first <= written[-1], (published_commits, written)
+        assert published_commits == [(v, False) for v in range(first, written[-1] + 1)], published_commits
+        # a consumer of a mirror that began after the table did holds no state: one document a version
+        docs = _ok("invalidate", "--topic", actions, *env.consumer_args, "--once", "--exec", "true")
+        assert len(docs.splitlines()) == len(published_commits), docs
+        RESULTS[cell.name] = (cell, "works")
+        return
     expected = {
         "initial": [(2, True)],
         "when-needed": [(2, True)],  # no position of its own yet: a snapshot is needed
@@ -344,7 +378,51 @@ def test_cell(cell: Cell, env: Env, tmp_path: Path) -> None:
         if cell.signal:  # the snapshot on signal publishes every row again, as reads
             expect_rows += len(_ok("read", table_uri, *env.storage).splitlines())
         assert len(rows) == expect_rows, (len(rows), expect_rows)
+    if cell.spark:
+        _spark_reads_what_delta_spark_reads(env, tmp_path, table_uri, actions, commits, expected[0][0])
     RESULTS[cell.name] = (cell, "works")
+
+
+def _spark_reads_what_delta_spark_reads(
+    env: Env, tmp: Path, table_uri: str, actions: str, commits: str, start: int
+) -> None:
+    """The Spark source's change feed from the mirror is delta-spark's readChangeFeed of the table."""
+    from deltamirror.consumer import register
+    from support.spark import get_spark_session
+    from support.spark_scenarios import normalize_cdf_rows
+
+    spark = get_spark_session()
+    register(spark)
+
+    def run(stream: Any, checkpoint: Path) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        query = (
+            stream.writeStream.foreachBatch(lambda df, _: rows.extend(r.asDict() for r in df.collect()))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(300)
+        assert query.exception() is None, query.exception()
+        return normalize_cdf_rows(rows)
+
+    ours = (
+        spark.readStream.format("deltamirror")
+        .option("kafka.bootstrap.servers", env.client["bootstrap.servers"])
+        .option("actionsTopic", actions)
+        .option("commitsTopic", commits)
+        .option("startingVersion", str(start))
+        .load(table_uri)
+    )
+    theirs = (
+        spark.readStream.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", str(start))
+        .load(table_uri)
+    )
+    mine, oracle = run(ours, tmp / "ours"), run(theirs, tmp / "theirs")
+    assert oracle and {r["_change_type"] for r in oracle} >= {"insert", "delete"}  # version 1 overwrites
+    assert mine == oracle
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -355,3 +355,57 @@ def test_a_save_cut_short_before_the_offsets_only_makes_the_restart_re_read(
     latest = open_table(str(path)).snapshot()
     assert state.version == latest.version
     assert sorted(state.files["path"].to_pylist()) == sorted(latest.files["path"].to_pylist())
+
+
+# --- the files' stats on disk -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("slack", [None, 0], ids=["one-spill", "spill-written-anew-each-version"])
+def test_with_a_state_dir_the_stats_stay_on_disk_and_come_back_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slack: int | None
+) -> None:
+    """A consumer with a state directory keeps the files' stats on disk, not in memory; a restart
+    does not read them from its checkpoint; whenever they are asked for (``files``, a save) they
+    are those the table's log has, before and after a restart, a save, and a new spill."""
+    import deltamirror.consumer.snapshot.state as state_module
+
+    if slack is not None:
+        monkeypatch.setattr(state_module, "SPILL_SLACK_ROWS", slack)
+    path = TABLES / "golden__dv-partitioned-with-checkpoint"
+    values = list(iter_event_values(str(path)))
+    versions = _versions(values)
+    half = sum(len(v) for v in versions[: len(versions) // 2])
+    in_memory = IncrementalSnapshot(json.loads(values[0])["tableId"])
+    in_memory.apply_values(values[:half])
+
+    def handle(consumer: SnapshotConsumer, first: int, last: int) -> None:
+        for offset in range(first, last):
+            consumer.handle("t.actions", 0, offset, values[offset])
+        consumer.checkpoint()
+
+    first = SnapshotConsumer(
+        "unused:9092", "t.actions", state_dir=tmp_path, checkpoint_interval_versions=None
+    )
+    handle(first, 0, half)
+    (state,) = first.tables.values()
+    assert state.stats_on_disk and not in_memory.stats_on_disk
+    assert pa.types.is_integer(state._files.schema.field("stats").type)  # references, not the JSON
+    assert state.files.equals(in_memory.files)
+    first.save()
+
+    second = SnapshotConsumer(
+        "unused:9092", "t.actions", state_dir=tmp_path, checkpoint_interval_versions=None
+    )
+    (loaded,) = second.tables.values()
+    assert loaded.stats_on_disk and loaded.files.equals(in_memory.files)
+    handle(second, half, len(values))  # files of the checkpoint and of later versions together
+    in_memory.apply_values(values[half:])
+    assert loaded.files.equals(in_memory.files)
+    second.save()
+
+    (again,) = SnapshotConsumer("unused:9092", "t.actions", state_dir=tmp_path).tables.values()
+    assert again.files.equals(in_memory.files)
+    core = open_table(str(path)).snapshot().files
+    stats = dict(zip(again.files["path"].to_pylist(), again.files["stats"].to_pylist(), strict=True))
+    assert stats == dict(zip(core["path"].to_pylist(), core["stats"].to_pylist(), strict=True))
+    assert any(stats.values())

@@ -996,3 +996,41 @@ def test_the_path_index_never_misses_a_path_it_was_given(batches: list[list[str]
     assert index.size == sum(map(len, batches))
     # nothing was removed here, so the answer is exact (the index compares paths as given)
     assert index.may_hold_any(pa.array(probes, pa.string())) == any(p in given_paths for p in probes)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    batches=st.lists(st.lists(st.sampled_from([f"p{i}" for i in range(30)]), max_size=12), max_size=12),
+    drops=st.lists(st.lists(st.integers(0, 200), max_size=8), max_size=12),
+    probes=st.lists(st.sampled_from([f"p{i}" for i in range(35)]), min_size=1, max_size=5, unique=True),
+)
+def test_the_path_index_reading_the_states_paths_finds_exactly_their_rows(
+    batches: list[list[str]], drops: list[list[int]], probes: list[str]
+) -> None:
+    """Runs that keep only positions (they read the paths through ``lookup``, as the state's
+    index does) find every row of a path, after merges and after rows are dropped."""
+    from deltamirror.consumer.snapshot import files as files_module
+    from deltamirror.consumer.snapshot.files import PathIndex
+
+    if not PathIndex.available:
+        pytest.skip("pyarrow without search_sorted")
+    table: list[str] = []  # the rows the positions are of
+    original = files_module.KEEP_PATHS_BELOW, files_module.FENCE_EVERY
+    files_module.KEEP_PATHS_BELOW, files_module.FENCE_EVERY = 4, 2  # most runs keep fences only
+    try:
+        index = PathIndex(
+            pa.array([], pa.string()),
+            lookup=lambda rows: pa.array([table[r] for r in rows.to_pylist()], pa.string()),
+        )
+        for batch, drop in zip(batches, drops + [[]] * len(batches), strict=False):
+            index.extend(pa.array(batch, pa.string()), len(table))
+            table += batch
+            dead = sorted({d for d in drop if d < len(table)})
+            if dead:
+                index.drop(pa.array(dead, pa.int64()))
+                table = [p for i, p in enumerate(table) if i not in set(dead)]
+            found = sorted(index.positions(pa.array(probes, pa.string())).to_pylist())
+            assert found == sorted(i for i, p in enumerate(table) if p in probes)
+            assert index.size == len(table)
+    finally:
+        files_module.KEEP_PATHS_BELOW, files_module.FENCE_EVERY = original

@@ -6,7 +6,16 @@ timing or on a table changing while watched), so their bytes are pinned here.
 
 from __future__ import annotations
 
-from deltamirror.mirror.records.commits import encode_commits_record
+import pytest
+
+from deltamirror.mirror.errors import RecordTooLargeError
+from deltamirror.mirror.records.commits import (
+    encode_commit_summary,
+    encode_commits_record,
+    encode_heartbeat,
+    encode_table_dropped,
+    encode_table_replaced,
+)
 from deltamirror.mirror.records.events import (
     SCHEMA_VERSION,
     CommitSummary,
@@ -15,6 +24,7 @@ from deltamirror.mirror.records.events import (
     TableReplaced,
     decode_commits_record,
 )
+from deltamirror.mirror.records.fragments import FragmentAssembler, Oversize
 
 URI = "file:///data/t"
 
@@ -93,3 +103,74 @@ def test_a_summary_names_its_version_and_extra_headers_follow() -> None:
     assert record.headers == [("kind", b"commit"), ("version", b"12"), ("clampedFrom", b"1")]
     assert record.value == summary.to_json_bytes()
     assert decode_commits_record(record.value) == summary
+
+
+def test_a_summary_longer_than_the_topic_takes_is_split_and_joins_back() -> None:
+    summary = CommitSummary(
+        schema_version=SCHEMA_VERSION,
+        table_id="t-1",
+        table_uri=URI,
+        version=12,
+        commit_timestamp=1,
+        commit_timestamp_source="file-time",
+        snapshot=False,
+        action_count=2,
+        operation="WRITE " + "x" * 600,
+        adds=1,
+        removes=0,
+        cdc_files=0,
+        bytes_added=10,
+        bytes_removed=0,
+    )
+    whole = encode_commit_summary(summary, extra_headers=[("clampedFrom", b"1")])
+    assert list(whole.headers) == [[("kind", b"commit"), ("version", b"12"), ("clampedFrom", b"1")]]
+    assert whole.values == [summary.to_json_bytes()]
+    split = encode_commit_summary(summary, oversize=Oversize(200, "split", "commits", URI))
+    headers = [list(h) for h in split.headers]
+    assert split.key == b"t-1" and len(split.values) == -(-len(summary.to_json_bytes()) // 200)
+    assert [h[:2] for h in headers] == [[("kind", b"commit"), ("version", b"12")]] * len(split.values)
+    assembler = FragmentAssembler()
+    joined = [
+        w for v, h in zip(split.values, headers, strict=True) if (w := assembler.feed(v, h)) is not None
+    ]
+    assert len(joined) == 1 and decode_commits_record(joined[0], "commit") == summary
+    with pytest.raises(RecordTooLargeError, match="topic commits"):
+        encode_commit_summary(summary, oversize=Oversize(200, "fail", "commits", URI))
+
+
+def test_each_kind_has_its_own_encoder() -> None:
+    beat = Heartbeat(
+        schema_version=SCHEMA_VERSION,
+        table_id="t-1",
+        table_uri=URI,
+        latest_version=7,
+        commit_timestamp=1,
+        commit_timestamp_source="ict",
+        heartbeat_timestamp=2,
+    )
+    replaced = TableReplaced(
+        schema_version=SCHEMA_VERSION,
+        table_uri=URI,
+        table_id="t-2",
+        previous_table_id="t-1",
+        previous_version=9,
+        reason="r",
+        detected_at=5,
+    )
+    dropped = TableDropped(
+        schema_version=SCHEMA_VERSION,
+        table_uri=URI,
+        table_id="t-2",
+        last_version=3,
+        reason="r",
+        detected_at=6,
+    )
+    assert encode_heartbeat(beat) == encode_commits_record(beat)
+    assert encode_table_replaced(replaced) == encode_commits_record(replaced)
+    assert encode_table_dropped(dropped) == encode_commits_record(dropped)
+    for record, kind in (
+        (encode_heartbeat(beat), "heartbeat"),
+        (encode_table_dropped(dropped), "tableDropped"),
+    ):
+        assert record.value is not None
+        assert decode_commits_record(record.value, kind) == decode_commits_record(record.value)

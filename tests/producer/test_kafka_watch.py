@@ -149,19 +149,30 @@ def test_kill_9_in_the_middle_of_a_transaction_then_restart_loses_and_duplicates
     table = kit.make_table(tmp_path / "t", versions=1)
     kit.write_versions(table, 1, 150, 1000)
     setup = watch_setup(kafka_bootstrap, table, txn_max_records=20_000)
-    expected = kit.events_output(table)
     log_file = tmp_path / "watch.log"
     # A kill between two transactions proves nothing, so kill while records of an open transaction
     # are on the broker, and check afterwards that it stayed open (nothing can commit it any more).
-    # The producer may still commit in the moment between the look and the kill: then try again.
+    # The producer may still commit in the moment between the look and the kill: then try again;
+    # and when a slow look let it publish everything, give it new versions to publish.
     interrupted = False
+    last = 150
     for _ in range(5):
         proc = setup.start_process(log=log_file)
         try:
             _wait_for(
-                lambda p=proc: p.poll() is not None or _uncommitted(kit, setup) > 0, 60, "an open transaction"
+                lambda p=proc, last=last: (
+                    p.poll() is not None
+                    or _uncommitted(kit, setup) > 0
+                    or _last_summary_version(kit, setup) >= last
+                ),
+                60,
+                "an open transaction",
             )
             assert proc.poll() is None, log_file.read_text()[-3000:]
+            if _uncommitted(kit, setup) == 0 and _last_summary_version(kit, setup) >= last:
+                kit.write_versions(table, last + 1, 50, 1000, prefix=f"more{last}")
+                last += 50
+                continue
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(10)
         finally:
@@ -172,16 +183,17 @@ def test_kill_9_in_the_middle_of_a_transaction_then_restart_loses_and_duplicates
             interrupted = True
             break
     assert interrupted, "no kill landed inside a transaction in 5 tries"
+    expected = kit.events_output(table)
     committed_at_kill = len(setup.actions_records(idle_s=0.5))
     assert committed_at_kill < len(expected)
 
     restarted = setup.start_process(log=log_file)
     try:
-        _wait_for(lambda: _last_summary_version(kit, setup) >= 150, 180, "the restarted watcher to finish")
+        _wait_for(lambda: _last_summary_version(kit, setup) >= last, 180, "the restarted watcher to finish")
     finally:
         assert kit.stop_process(restarted) == 0, log_file.read_text()[-3000:]
     _assert_exactly(setup.actions_records(), expected)
-    assert [s["version"] for s in _summaries(setup.commits_records())] == list(range(151))
+    assert [s["version"] for s in _summaries(setup.commits_records())] == list(range(last + 1))
     everything = kit.consume(kafka_bootstrap, [setup.actions], isolation="read_uncommitted")
     assert len(everything) > len(expected), (
         "the kill did not interrupt a transaction: the test proved nothing"
