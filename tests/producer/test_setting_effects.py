@@ -392,59 +392,6 @@ def test_kafka_extra_and_the_session_timeout_reach_the_group_members_clients(
     assert last.startswith("deltamirror: error: group.session_timeout_ms: the brokers refuse 3000 ms"), last
 
 
-# --- where the watcher reads: paths allowed outside a table ------------------------------------------
-
-TABLES = Path(__file__).resolve().parents[1] / "data" / "tables"
-
-
-def _sidecar_outside(root: Path, outside: Path) -> Path:
-    """A table read from a V2 checkpoint (its commits cleaned up) one of whose sidecars lies outside."""
-    import shutil
-
-    shutil.copytree(TABLES / "golden__v2-checkpoint-json", root)
-    log = root / "_delta_log"
-    for crc in [*log.glob(".*.crc"), *log.glob("_sidecars/.*.crc")]:
-        crc.unlink()
-    outside.mkdir(parents=True, exist_ok=True)
-    sidecar = sorted((log / "_sidecars").iterdir())[0]
-    shutil.move(sidecar, outside / sidecar.name)
-    (checkpoint,) = log.glob("*.checkpoint.*.json")
-    text = checkpoint.read_text().replace(
-        f'"path":"{sidecar.name}"', f'"path":"{(outside / sidecar.name).as_uri()}"'
-    )
-    assert (outside / sidecar.name).as_uri() in text
-    checkpoint.write_text(text)
-    return root
-
-
-def test_allowed_path_prefixes_let_the_snapshot_read_a_sidecar_outside_the_table(
-    kafka_bootstrap: str, tmp_path: Path, kit: Any, caplog: pytest.LogCaptureFixture
-) -> None:
-    table = _sidecar_outside(tmp_path / "t", tmp_path / "outside")
-    caplog.set_level(logging.ERROR, logger="deltamirror")
-    refused = _cfg(kafka_bootstrap, kit, table, table_settings={"snapshot_mode": "initial"})
-    with Running(refused) as service:
-        stopped = _until(
-            service,
-            lambda: [r.getMessage() for r in caplog.records if r.getMessage().startswith("table stopped")],
-            "the table stopped on the sidecar outside",
-        )
-    assert "sidecar" in stopped[0] and "outside" in stopped[0], stopped[0]
-    assert _commit_versions(kafka_bootstrap, refused) == []
-
-    allowed = _cfg(
-        kafka_bootstrap,
-        kit,
-        table,
-        table_settings={"snapshot_mode": "initial", "allowed_path_prefixes": [str(tmp_path / "outside")]},
-    )
-    with Running(allowed) as service:
-        versions = _until(
-            service, lambda: _commit_versions(kafka_bootstrap, allowed), "the snapshot published"
-        )
-    assert len(versions) == 1
-
-
 # --- when the watcher looks: notifications, polls, rescans -------------------------------------------
 
 
