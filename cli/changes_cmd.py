@@ -33,6 +33,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--columns", metavar="A,B", help="only these table columns (the CDF columns always follow)"
     )
+    p.add_argument(
+        "--net",
+        action="store_true",
+        help="one row per changed row: what the range did to it (insert, delete, or an update's "
+        "pre- and post-image), nothing for a row inserted and deleted inside it; rows are told "
+        "apart by --key, else by all their values",
+    )
+    p.add_argument(
+        "--key",
+        metavar="A,B",
+        help="with --net: the columns that identify a row (unique at every version)",
+    )
     add_output_arguments(p, ["jsonl", "parquet", "csv"], "jsonl")
     add_progress_argument(p)
     p.set_defaults(handler=cmd_changes)
@@ -40,11 +52,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_changes(args: argparse.Namespace) -> int:
     from deltamirror.core.changes import read_changes
+    from deltamirror.core.errors import InvalidArgumentError
 
     from .output import check_csv_schema, open_output, write_batches
 
+    if args.key is not None and not args.net:
+        raise InvalidArgumentError("--key names the columns --net tells rows apart by: give --net too")
     table = open_table_from_args(args)
     columns = parse_columns(args.columns)
+    keys = parse_columns(args.key)
     with ProgressLine(wanted(args)) as line:
         feed = read_changes(
             table,
@@ -57,6 +73,13 @@ def cmd_changes(args: argparse.Namespace) -> int:
         )
         if args.format == "csv":
             check_csv_schema(feed.schema)
+        if args.net:  # the whole range is read before a row can be told: then written at once
+            from deltamirror.core.changes import net_changes
+
+            net = net_changes(feed, keys, schema=feed.schema, table=table.uri)
+            with open_output(args.output) as out:
+                write_batches(net.to_batches(), net.schema, args.format, out)
+            return 0
         with open_output(args.output) as out:
             write_batches(feed, feed.schema, args.format, out)
     return 0

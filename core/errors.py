@@ -62,6 +62,15 @@ class InvalidArgumentError(DeltaMirrorError):
     """A malformed argument: a timestamp that does not parse, a negative version, a bad option."""
 
 
+class NetChangesError(InvalidArgumentError):
+    """Net changes cannot be made of these rows: a key column missing, not unique, or not groupable."""
+
+    @property
+    def column(self) -> str | None:
+        column = self.context.get("column")
+        return None if column is None else str(column)
+
+
 class TableNotFoundError(DeltaMirrorError):
     """No ``_delta_log`` (or an empty one) at the location."""
 

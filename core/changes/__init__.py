@@ -19,6 +19,7 @@ from .feed import (
     read_changes,
 )
 from .file_filter import PartitionFilter
+from .net import NetChangesError, net_changes
 from .ranges import ChangeRange, TimestampLike
 from .read_schema import ReadSchema, check_change_metadata, check_schema_readable, is_cdf_enabled
 
@@ -32,6 +33,7 @@ __all__ = [
     "ActionsChangeFeed",
     "ChangeFeed",
     "ChangeRange",
+    "NetChangesError",
     "PartitionFilter",
     "ReadSchema",
     "TimestampLike",
@@ -40,5 +42,6 @@ __all__ = [
     "check_change_metadata",
     "check_schema_readable",
     "is_cdf_enabled",
+    "net_changes",
     "read_changes",
 ]

@@ -329,6 +329,27 @@ def _columns(ctx: Ctx) -> None:
         assert "id" in every and "id" not in chosen and "name" in chosen, command
 
 
+@observes("changes net", "changes key")
+def _net_changes(ctx: Ctx) -> None:
+    """A real change feed with updates, deletes and a key used twice (krs__cdf-table-non-partitioned)."""
+    table = ctx.tmp / "cdf"
+    shutil.copytree(TABLES / "krs__cdf-table-non-partitioned", table)
+
+    def kinds(start: int, *argv: str) -> list[str]:
+        out = ctx.ok("changes", str(table), "--starting-version", str(start), *argv)
+        return [json.loads(line)["_change_type"] for line in out.splitlines()]
+
+    every, net = kinds(0), kinds(0, "--net")
+    assert "update_preimage" in every and len(net) < len(every)
+    assert set(net) <= {"insert", "delete"}  # without a key a row is its values: no pairs
+    # versions 1-3 update rows written at version 0, and delete one: pairs and a delete, once per id
+    keyed = kinds(1, "--ending-version", "3", "--net", "--key", "id")
+    assert {"update_preimage", "update_postimage", "delete"} <= set(keyed)
+    assert len(keyed) < len(kinds(1, "--ending-version", "3"))
+    ctx.refused("changes", str(table), "--starting-version", "0", "--net", "--key", "id", naming="not unique")
+    ctx.refused("changes", str(table), "--starting-version", "0", "--key", "id", naming="--net")
+
+
 @observes(
     "changes starting_version",
     "changes ending_version",
