@@ -12,6 +12,7 @@
 - no import cycle between modules at import time;
 - the faces: each package lists its API in ``__all__``, and README.md, docs/ and examples/ import
   nothing else (every other module is private and may move);
+- topic names are made and checked by mirror/topic_names.py only;
 - the rooms: inside a package, which sub-packages and top modules may import which is declared
   (``ROOMS``), and the declared graph has no cycle.
 """
@@ -392,6 +393,78 @@ def test_the_record_checker_sees_a_hand_made_record(tmp_path: Path) -> None:
     ]
 
 
+# --- topic names: one rule, in the wire package --------------------------------------------------
+
+#: where every topic name is made or checked (the default names, the suffixes, the characters Kafka takes)
+TOPIC_NAMES_HOME = "mirror/topic_names.py"
+#: a copy spelled out where importing the wire would slow ``--help`` (a test holds it equal)
+TOPIC_NAME_COPIES = {"cli/signal_cmd.py": "SIGNAL_TOPIC"}
+_TOPIC_NAME_MARKS = ("A-Za-z0-9._-",)
+_TOPIC_NAME_PARTS = (".actions", ".commits", ".changes", ".transaction", ".shards", "deltamirror.progress")
+
+
+def _topic_name_rules(path: Path) -> list[str]:
+    """Where ``path`` spells a topic-name rule: the characters a topic name may hold, a suffix of
+    the default names, or a default topic."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    loggers = {  # a logger's name is no topic
+        id(arg)
+        for call in ast.walk(tree)
+        if isinstance(call, ast.Call)
+        and getattr(call.func, "attr", getattr(call.func, "id", "")) == "getLogger"
+        for arg in call.args
+    }
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Constant) or not isinstance(node.value, str) or id(node) in loggers:
+            continue
+        text = node.value
+        if (
+            any(m in text for m in _TOPIC_NAME_MARKS)
+            or text in _TOPIC_NAME_PARTS
+            or text == "deltamirror.signals"
+        ):
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno} {text!r}")
+    return found
+
+
+def test_only_the_wire_package_names_topics() -> None:
+    """The topic-name rules (which names Kafka takes, the default names of a table, a discovered
+    table, a group, the progress and signal topics) are mirror/topic_names.py's alone."""
+    found = [
+        where
+        for folder in PACKAGES
+        for path in _files(folder)
+        if str(path.relative_to(ROOT)) not in (TOPIC_NAMES_HOME, *TOPIC_NAME_COPIES)
+        for where in _topic_name_rules(path)
+    ]
+    assert not found, "topic names are made and checked in " + TOPIC_NAMES_HOME + ": " + "; ".join(found)
+
+
+def test_the_spelled_out_topic_names_equal_the_rule() -> None:
+    from deltamirror.mirror import topic_names
+
+    for rel, name in TOPIC_NAME_COPIES.items():
+        module = importlib.import_module(PACKAGES[rel.split("/")[0]] + "." + rel.split("/", 1)[1][:-3])
+        assert getattr(module, name) == getattr(topic_names, name), rel
+
+
+def test_the_topic_name_checker_sees_a_rule(tmp_path: Path) -> None:
+    global ROOT
+    real_root, ROOT = ROOT, tmp_path
+    try:
+        planted = tmp_path / "consumer" / "x.py"
+        planted.parent.mkdir()
+        planted.write_text(
+            "import re\n_NAME = re.compile(r'^[A-Za-z0-9._-]{1,249}$')\n"
+            "def commits(name):\n    return 'deltamirror.' + name + '.commits'\n"
+        )
+        found = _topic_name_rules(planted)
+    finally:
+        ROOT = real_root
+    assert len(found) == 2 and "A-Za-z0-9" in found[0] and "'.commits'" in found[1], found
+
+
 # --- one choke point for every open of table data ---------------------------------------------
 
 #: the package that opens table files (and holds every path to the table root first): TableStorage,
@@ -625,8 +698,9 @@ ROOMS: dict[str, dict[str, set[str]]] = {
         "records/": set(),  # the records: encoders, decoders, headers, fragments, formats, the boundary
         "kafka/": {"records/"},  # the typed confluent-kafka clients and the one read loop
         "settings.py": {"kafka/"},
+        "topic_names.py": set(),  # the names: pure, no client (the consumers' settings check them)
         "topics.py": {"kafka/"},
-        "group.py": {"kafka/", "topics.py"},
+        "group.py": {"kafka/", "topics.py", "topic_names.py"},
     },
     "producer": {
         "*": {"settings.py", "metrics.py"},

@@ -43,7 +43,8 @@ from deltamirror.mirror.records.headers import HEADER_CLAMPED_FROM, Headers, cla
 from deltamirror.mirror.records.progress import encode_progress, encode_progress_tombstone
 from deltamirror.mirror.records.record import Record
 from deltamirror.mirror.records.row_changes import skip_records
-from deltamirror.mirror.topics import TableTopics, TopicLimits
+from deltamirror.mirror.topic_names import TableTopics
+from deltamirror.mirror.topics import TopicLimits
 
 from ..group.shard_producers import ProducerLease
 from ..settings import WatchConfig

@@ -14,7 +14,7 @@ from deltamirror.core.changes import read_changes
 from deltamirror.core.errors import ChangeDataNotEnabledError, ConfigError, CorruptDataFileError
 from deltamirror.core.table import open_table
 from deltamirror.mirror.records.row_changes import RowRecord
-from deltamirror.mirror.topics import default_topics
+from deltamirror.mirror.topic_names import default_topics
 from deltamirror.producer.publishing.row_events import RowChangesSource
 from deltamirror.producer.settings import RowChangesConfig, TableConfig, WatchConfig, merge_overrides
 from deltamirror.producer.tailing.snapshot_events import SnapshotWork
