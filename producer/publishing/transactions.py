@@ -78,14 +78,7 @@ LIVENESS_INTERVAL_S = 15.0
 
 def encoder_for(unit: PublishUnit) -> EnvelopeEncoder:
     """The action values' encoder of one version (or snapshot): the envelope fields they all share."""
-    return action_records_for(unit).encoder
-
-
-def action_records_for(
-    unit: PublishUnit, extra_headers: Headers | None = None, oversize: Oversize | None = None
-) -> ActionRecords:
-    """The action records' encoder of one version (or snapshot), headers and fragments included."""
-    return ActionRecords(
+    return EnvelopeEncoder(
         table_id=unit.table_id,
         table_uri=unit.table_uri,
         version=unit.version,
@@ -93,9 +86,14 @@ def action_records_for(
         commit_timestamp_source=str(unit.timestamp.source),
         count=unit.count,
         snapshot=unit.snapshot,
-        extra_headers=extra_headers,
-        oversize=oversize,
     )
+
+
+def action_records_for(
+    unit: PublishUnit, extra_headers: Headers | None = None, oversize: Oversize | None = None
+) -> ActionRecords:
+    """The action records' encoder of one version (or snapshot), headers and fragments included."""
+    return ActionRecords(encoder_for(unit), extra_headers=extra_headers, oversize=oversize)
 
 
 class TableTransactions:
