@@ -393,6 +393,28 @@ def test_the_record_checker_sees_a_hand_made_record(tmp_path: Path) -> None:
     ]
 
 
+# --- a table's features: decided in core ------------------------------------------------------
+
+#: outside core, who checks features itself: the Spark source checks each protocol action of the
+#: versions it reads as delta-spark's stream does (a per-version rule core's change feed applies too)
+FEATURE_CHECKERS = {"consumer/spark/rows.py"}
+
+
+@pytest.mark.parametrize("folder", [f for f in PACKAGES if f != "core"])
+def test_only_core_decides_whether_a_table_is_readable(folder: str) -> None:
+    """Whether a table's protocol and schema are readable is core's rule (core/features.py, applied
+    by core's readers: a snapshot, a head, a version's scan): the producer asks core, never the rule."""
+    bad = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in _files(folder)
+        if str(path.relative_to(ROOT)) not in FEATURE_CHECKERS
+        for module, line, _ in _imports(path, PACKAGES[folder])
+        if module == "deltamirror.core.features"
+        or (module == "deltamirror.core" and "import features" in path.read_text())
+    ]
+    assert bad == [], "feature checks are core's (read_head, DeltaTable.snapshot): " + ", ".join(bad)
+
+
 # --- topic names: one rule, in the wire package --------------------------------------------------
 
 #: where every topic name is made or checked (the default names, the suffixes, the characters Kafka takes)
