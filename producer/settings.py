@@ -89,7 +89,7 @@ class RowChangesConfig(SettingsModel):
 
     enabled: bool = True
     key_columns: list[str] = Field(default_factory=list)
-    #: ``deltamirror.mirror.records.connect_types.RowChangesFormat``, spelled out: no pyarrow import here
+    #: ``deltamirror.mirror.records.row_formats.RowChangesFormat``, spelled out: no pyarrow import here
     format: Literal["json", "json-schema"] = "json"
     tombstones: bool = False
     pairing_memory_mb: int = Field(default=256, ge=1)

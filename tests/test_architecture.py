@@ -12,7 +12,8 @@
 - no import cycle between modules at import time;
 - the faces: each package lists its API in ``__all__``, and README.md, docs/ and examples/ import
   nothing else (every other module is private and may move);
-- topic names are made and checked by mirror/topic_names.py only;
+- topic names are made and checked by mirror/topic_names.py only; a table's features are decided by
+  core; no module switches on a row-change format's name (one class per format, by the registry);
 - the rooms: inside a package, which sub-packages and top modules may import which is declared
   (``ROOMS``), and the declared graph has no cycle.
 """
@@ -391,6 +392,41 @@ def test_the_record_checker_sees_a_hand_made_record(tmp_path: Path) -> None:
         "writes a header",
         "writes a header",
     ]
+
+
+# --- row-change formats: one class each, found by the registry ---------------------------------
+
+#: a format's name that only the registry (and the setting's Literal) spells
+_FORMAT_NAMES = ("json-schema",)
+
+
+def _format_switches(path: Path) -> list[str]:
+    """Where ``path`` compares something with a row-change format's name (an if/elif on formats)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Compare):
+            for side in (node.left, *node.comparators):
+                if isinstance(side, ast.Constant) and side.value in _FORMAT_NAMES:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return found
+
+
+def test_no_module_switches_on_a_row_change_format() -> None:
+    """A format is one class of mirror/records/row_formats.py (its bytes, its values, its Spark
+    DDL), found by the registry: nothing compares a format's name to choose what to do."""
+    found = [where for folder in PACKAGES for path in _files(folder) for where in _format_switches(path)]
+    assert found == [], "look the format's class up (row_change_serializer): " + ", ".join(found)
+
+
+def test_the_format_switch_checker_sees_a_switch(tmp_path: Path) -> None:
+    planted = tmp_path / "x.py"
+    planted.write_text("def ddl(fmt):\n    return 'BINARY' if fmt == 'json-schema' else 'DECIMAL'\n")
+    global ROOT
+    real_root, ROOT = ROOT, tmp_path
+    try:
+        assert _format_switches(planted) == ["x.py:2"]
+    finally:
+        ROOT = real_root
 
 
 # --- a table's features: decided in core ------------------------------------------------------

@@ -55,12 +55,8 @@ import pyarrow.compute as pc
 from deltamirror.core.errors import CorruptDataFileError
 
 from ..errors import RecordTooLargeError, UnrepresentableValueError
-from .connect_types import (
-    ROW_CHANGES_FORMATS,
-    RowChangesFormat,
-    column_values,
-    connect_schema,
-)
+from .connect_types import column_values, connect_schema
+from .row_formats import ROW_CHANGES_FORMATS, RowChangesFormat
 from .row_pairing import DEFAULT_PAIRING_MEMORY_BYTES, IMAGE_SCHEMA, UpdatePairs
 from .row_records import (
     RowChangesOptions,

@@ -8,8 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .connect_types import RowChangesFormat
-from .row_formats import RowChangeSerializer, row_change_serializer
+from .row_formats import RowChangeSerializer, RowChangesFormat, row_change_serializer
 
 
 @dataclass(frozen=True, slots=True)
