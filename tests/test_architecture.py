@@ -523,6 +523,51 @@ def test_the_topic_name_checker_sees_a_rule(tmp_path: Path) -> None:
     assert len(found) == 2 and "A-Za-z0-9" in found[0] and "'.commits'" in found[1], found
 
 
+#: the one home of a finished record's type (``Record``, ``KeyedRecords``); a record read back from
+#: a topic (with its partition and offset) is the read loop's
+RECORD_TYPES_HOME = "mirror/records/record.py"
+RECORDS_READ_HOME = "mirror/kafka/consumer.py"
+
+
+def _record_types(path: Path) -> list[str]:
+    """Classes of ``path`` that hold a record to produce: a key with a value (or values)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.ClassDef):
+            fields = {
+                s.target.id
+                for s in node.body
+                if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+            }
+            if "key" in fields and fields & {"value", "values"}:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
+    return found
+
+
+def test_every_encoder_returns_the_one_record_type() -> None:
+    """One finished-record type (mirror/records/record.py) for every topic's encoder: no module
+    declares another class of key and value to hand records to the producer."""
+    found = [
+        where
+        for folder in PACKAGES
+        for path in _files(folder)
+        if str(path.relative_to(ROOT)) not in (RECORD_TYPES_HOME, RECORDS_READ_HOME)
+        for where in _record_types(path)
+    ]
+    assert found == [], "encoders return mirror/records/record.py's Record: " + ", ".join(found)
+
+
+def test_the_record_type_checker_sees_a_second_type(tmp_path: Path) -> None:
+    planted = tmp_path / "x.py"
+    planted.write_text("class RowRecord:\n    topic: str\n    key: bytes\n    value: bytes | None\n")
+    global ROOT
+    real_root, ROOT = ROOT, tmp_path
+    try:
+        assert _record_types(planted) == ["x.py:1 RowRecord"]
+    finally:
+        ROOT = real_root
+
+
 # --- one choke point for every open of table data ---------------------------------------------
 
 #: the package that opens table files (and holds every path to the table root first): TableStorage,

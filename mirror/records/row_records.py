@@ -1,6 +1,7 @@
-"""The records of row changes and Debezium's transaction metadata (BEGIN/END), apart from the
+r"""The options of row changes and Debezium's transaction metadata (BEGIN/END), apart from the
 row encoder (:mod:`deltamirror.mirror.records.row_changes`) so that both stay small; the bytes of
-each format are :mod:`deltamirror.mirror.records.row_formats`'."""
+each format are :mod:`deltamirror.mirror.records.row_formats`'. Their records are
+:class:`~.record.Record`\ s naming their topic (the changes or the transaction topic)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .record import Record
 from .row_formats import RowChangeSerializer, RowChangesFormat, row_change_serializer
-
-
-@dataclass(frozen=True, slots=True)
-class RowRecord:
-    """One record of a version's row changes: on the changes topic, or (BEGIN/END) the transaction topic."""
-
-    topic: str
-    key: bytes
-    #: None: a tombstone
-    value: bytes | None
 
 
 @dataclass(frozen=True)
@@ -48,7 +40,7 @@ def transaction_id(table_id: str, version: int) -> str:
 
 def transaction_record(
     options: RowChangesOptions, version: int, ts_ms: int, event_count: int | None
-) -> RowRecord:
+) -> Record:
     """Debezium's transaction metadata: BEGIN (``event_count`` None) or END with the per-topic counts."""
     tid = transaction_id(options.table_id, version)
     payload: dict[str, Any] = {
@@ -61,7 +53,7 @@ def transaction_record(
         "ts_ms": ts_ms,
     }
     key, value = options.serializer.transaction({"id": tid}, payload)
-    return RowRecord(options.transaction_topic, key, value)
+    return Record(value, key, None, options.transaction_topic)
 
 
 def row_changes_options(
@@ -80,4 +72,4 @@ def row_changes_options(
     )
 
 
-__all__ = ["RowChangesOptions", "RowRecord", "row_changes_options", "transaction_id", "transaction_record"]
+__all__ = ["RowChangesOptions", "row_changes_options", "transaction_id", "transaction_record"]

@@ -323,7 +323,7 @@ class TableTransactions:
             for chunk in chunks:
                 for i in range(0, len(chunk), self.batch_size):
                     part = chunk[i : i + self.batch_size]
-                    pub.produce_keyed([(r.topic, r.key, r.value) for r in part], timestamps, headers or None)
+                    pub.produce_keyed(part, timestamps, headers or None)
                     done += len(part)
                     self.produced = position_after(unit, last, done)
                     if self.bounds_reached() or self.stop.is_set():

@@ -29,9 +29,9 @@ import pytest
 from deltamirror.core import open_table
 from deltamirror.core.changes import read_changes
 from deltamirror.core.errors import EnvironmentMissingError
+from deltamirror.mirror.records.record import Record
 from deltamirror.mirror.records.row_changes import (
     RowChangesFormat,
-    RowRecord,
     VersionRows,
     row_changes_options,
 )
@@ -148,7 +148,7 @@ def version_batches(case: Case) -> Iterator[tuple[int, int, list[pa.RecordBatch]
         )
 
 
-def encode(case: Case) -> tuple[list[RowRecord], dict[int, int]]:
+def encode(case: Case) -> tuple[list[Record], dict[int, int]]:
     options = row_changes_options(
         changes_topic=case.topic,
         transaction_topic=f"deltamirror.{case.name}.transaction",
@@ -158,7 +158,7 @@ def encode(case: Case) -> tuple[list[RowRecord], dict[int, int]]:
         format=case.fmt,
         tombstones=case.tombstones,
     )
-    records: list[RowRecord] = []
+    records: list[Record] = []
     stamps: dict[int, int] = {}
     for version, ts_ms, batches in version_batches(case):
         stamps[version] = ts_ms
@@ -168,7 +168,7 @@ def encode(case: Case) -> tuple[list[RowRecord], dict[int, int]]:
     return records, stamps
 
 
-def snapshot_records(case: Case) -> list[RowRecord]:
+def snapshot_records(case: Case) -> list[Record]:
     """The table's rows at its latest version as an initial snapshot publishes them (``op: "r"``)."""
     snap = open_table(str(DATA / "tables" / case.expected["table"])).snapshot()
     batches = [
@@ -274,7 +274,7 @@ NON_FINITE_ROW = {**{f.name: None for f in TYPES_SCHEMA}, "i64": 7, "f64": float
 NON_FINITE_ROW["_change_type"] = "insert"
 
 
-def types_records(fmt: RowChangesFormat, rows: Sequence[dict[str, Any]]) -> list[RowRecord]:
+def types_records(fmt: RowChangesFormat, rows: Sequence[dict[str, Any]]) -> list[Record]:
     options = row_changes_options(
         changes_topic="deltamirror.types.changes",
         transaction_topic="deltamirror.types.transaction",
@@ -293,7 +293,7 @@ def types_records(fmt: RowChangesFormat, rows: Sequence[dict[str, Any]]) -> list
 
 @dataclass
 class Checked:
-    record: RowRecord
+    record: Record
     profile: str
     result: dict[str, Any]
 
@@ -316,7 +316,7 @@ def profiles_for(case: Case) -> tuple[str, ...]:
 
 @pytest.fixture(scope="module")
 def run() -> Run:
-    planned: list[tuple[str, str, RowRecord]] = []
+    planned: list[tuple[str, str, Record]] = []
     stamps: dict[str, dict[int, int]] = {}
     refused: dict[str, str] = {}
     for case in CASES:
@@ -556,7 +556,7 @@ def test_non_finite_floats_in_plain_json_stay_text(run: Run) -> None:
 # --- records the watcher published -------------------------------------------------------------------
 
 
-def committed_records(bootstrap: str, topic: str) -> list[RowRecord]:
+def committed_records(bootstrap: str, topic: str) -> list[Record]:
     """Every committed record of ``topic`` (one partition), as a read_committed consumer sees them."""
     from confluent_kafka import Consumer, TopicPartition
 
@@ -570,11 +570,11 @@ def committed_records(bootstrap: str, topic: str) -> list[RowRecord]:
     try:
         meta = consumer.list_topics(topic, timeout=10).topics[topic]
         consumer.assign([TopicPartition(topic, p, -2) for p in meta.partitions])
-        out: list[RowRecord] = []
+        out: list[Record] = []
         while msgs := consumer.consume(500, timeout=2.0):
             for m in msgs:
                 assert m.error() is None, m.error()
-                out.append(RowRecord(topic, m.key() or b"", m.value()))
+                out.append(Record(m.value(), m.key() or b"", None, topic))
         return out
     finally:
         consumer.close()

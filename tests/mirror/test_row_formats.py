@@ -19,7 +19,8 @@ import pytest
 from deltamirror.core.schema import StructType
 from deltamirror.core.schema_types import parse_schema
 from deltamirror.mirror.records import row_formats
-from deltamirror.mirror.records.row_changes import RowChangesOptions, RowRecord, VersionRows
+from deltamirror.mirror.records.record import Record
+from deltamirror.mirror.records.row_changes import RowChangesOptions, VersionRows
 from deltamirror.mirror.records.row_formats import (
     ROW_CHANGE_SERIALIZERS,
     ROW_CHANGES_FORMATS,
@@ -51,7 +52,7 @@ def _options(fmt: str, **over: Any) -> RowChangesOptions:
     )
 
 
-def _records(options: RowChangesOptions) -> list[RowRecord]:
+def _records(options: RowChangesOptions) -> list[Record]:
     rows = VersionRows(options, lambda: [BATCH], version=5, ts_ms=1_700_000_000_123)
     return [r for chunk in rows.records() for r in chunk]
 
