@@ -33,7 +33,6 @@ from deltamirror.mirror.records.commits import (
 )
 from deltamirror.mirror.records.events import (
     SCHEMA_VERSION,
-    EnvelopeEncoder,
     Heartbeat,
     TableDropped,
     TableReplaced,
@@ -49,6 +48,7 @@ from deltamirror.mirror.topics import TopicLimits
 from ..group.shard_producers import ProducerLease
 from ..settings import WatchConfig
 from ..tailing.snapshot_events import ProgressBar, SnapshotWork
+from ..tailing.summaries import envelope_encoder
 from ..tailing.work import (
     CommitWork,
     Position,
@@ -76,24 +76,11 @@ PAIRING_PASS_COMMIT_BYTES = 8 * 1024 * 1024
 LIVENESS_INTERVAL_S = 15.0
 
 
-def encoder_for(unit: PublishUnit) -> EnvelopeEncoder:
-    """The action values' encoder of one version (or snapshot): the envelope fields they all share."""
-    return EnvelopeEncoder(
-        table_id=unit.table_id,
-        table_uri=unit.table_uri,
-        version=unit.version,
-        commit_timestamp=unit.timestamp.timestamp,
-        commit_timestamp_source=str(unit.timestamp.source),
-        count=unit.count,
-        snapshot=unit.snapshot,
-    )
-
-
 def action_records_for(
     unit: PublishUnit, extra_headers: Headers | None = None, oversize: Oversize | None = None
 ) -> ActionRecords:
     """The action records' encoder of one version (or snapshot), headers and fragments included."""
-    return ActionRecords(encoder_for(unit), extra_headers=extra_headers, oversize=oversize)
+    return ActionRecords(envelope_encoder(unit), extra_headers=extra_headers, oversize=oversize)
 
 
 class TableTransactions:
@@ -454,4 +441,4 @@ class TableTransactions:
         self._events_in_txn = 0
 
 
-__all__ = ["BATCH", "LIVENESS_INTERVAL_S", "TableTransactions", "action_records_for", "encoder_for"]
+__all__ = ["BATCH", "LIVENESS_INTERVAL_S", "TableTransactions", "action_records_for"]

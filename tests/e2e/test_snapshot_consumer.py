@@ -30,8 +30,8 @@ from deltamirror.core.table import open_table
 from deltamirror.mirror.errors import EventStreamError
 from deltamirror.mirror.records.events import ActionEvent, TableReplaced, decode_action_event
 from deltamirror.producer.publishing.offline_events import iter_event_values
-from deltamirror.producer.publishing.transactions import encoder_for
 from deltamirror.producer.tailing.snapshot_events import SnapshotWork
+from deltamirror.producer.tailing.summaries import envelope_encoder
 from support.records import action_values
 from support.tables import TABLES, copy_table, record_rules
 from support.watching import watch_until
@@ -125,7 +125,7 @@ def _snapshot_values(path: Path | str, version: int) -> list[bytes]:
     """The snapshot events the watcher publishes for ``version`` (its own classes, no Kafka)."""
     snap = open_table(str(path)).snapshot(version, check_features=False)
     work = SnapshotWork(snap, open_table(str(path)).uri, snap.timestamp)
-    encoder = encoder_for(work)
+    encoder = envelope_encoder(work)
     out: list[bytes] = []
     for batch in work.batches(1000):
         out.extend(encoder.encode_many(len(out), batch))
