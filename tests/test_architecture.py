@@ -21,10 +21,12 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
 import importlib.metadata
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -72,6 +74,17 @@ def _imports(path: Path, package: str) -> list[tuple[str, int, bool]]:
             p = parents.get(p)
         out.extend((n, node.lineno, top_level) for n in names)
     return out
+
+
+@contextlib.contextmanager
+def _rooted_at(path: Path) -> Iterator[None]:
+    """The checkers read ``path`` as the repository, for a test that plants a file there."""
+    global ROOT
+    real_root, ROOT = ROOT, path
+    try:
+        yield
+    finally:
+        ROOT = real_root
 
 
 def _files(folder: str) -> list[Path]:
@@ -311,12 +324,8 @@ def test_the_rule_checker_sees_a_violation(tmp_path: Path) -> None:
     planted = tmp_path / "core" / "planted.py"
     planted.parent.mkdir()
     planted.write_text("import confluent_kafka\nfrom ..producer import watcher\n")
-    global ROOT
-    real_root, ROOT = ROOT, tmp_path
-    try:
+    with _rooted_at(tmp_path):
         found = [m for m, _, _ in _imports(planted, "deltamirror.core")]
-    finally:
-        ROOT = real_root
     assert "confluent_kafka" in found and "deltamirror.producer" in found
     assert not (_is_stdlib("confluent_kafka") or "confluent_kafka" in CORE_ALLOWED)
 
@@ -373,10 +382,7 @@ def test_records_are_written_by_the_wire_package_s_encoders_only() -> None:
 
 
 def test_the_record_checker_sees_a_hand_made_record(tmp_path: Path) -> None:
-    global ROOT
-    real_root = ROOT
-    ROOT = tmp_path
-    try:
+    with _rooted_at(tmp_path):
         planted = tmp_path / "producer" / "x.py"
         planted.parent.mkdir()
         planted.write_text(
@@ -385,8 +391,6 @@ def test_the_record_checker_sees_a_hand_made_record(tmp_path: Path) -> None:
             "    return [(HEADER_PREFIX + 'topic', p)]\n"
         )
         found = _hand_made_records(planted)
-    finally:
-        ROOT = real_root
     assert [f.split(" ", 1)[1] for f in found] == [
         "serializes a record model",
         "writes a header",
@@ -421,12 +425,8 @@ def test_no_module_switches_on_a_row_change_format() -> None:
 def test_the_format_switch_checker_sees_a_switch(tmp_path: Path) -> None:
     planted = tmp_path / "x.py"
     planted.write_text("def ddl(fmt):\n    return 'BINARY' if fmt == 'json-schema' else 'DECIMAL'\n")
-    global ROOT
-    real_root, ROOT = ROOT, tmp_path
-    try:
+    with _rooted_at(tmp_path):
         assert _format_switches(planted) == ["x.py:2"]
-    finally:
-        ROOT = real_root
 
 
 # --- a table's features: decided in core ------------------------------------------------------
@@ -508,9 +508,7 @@ def test_the_spelled_out_topic_names_equal_the_rule() -> None:
 
 
 def test_the_topic_name_checker_sees_a_rule(tmp_path: Path) -> None:
-    global ROOT
-    real_root, ROOT = ROOT, tmp_path
-    try:
+    with _rooted_at(tmp_path):
         planted = tmp_path / "consumer" / "x.py"
         planted.parent.mkdir()
         planted.write_text(
@@ -518,8 +516,6 @@ def test_the_topic_name_checker_sees_a_rule(tmp_path: Path) -> None:
             "def commits(name):\n    return 'deltamirror.' + name + '.commits'\n"
         )
         found = _topic_name_rules(planted)
-    finally:
-        ROOT = real_root
     assert len(found) == 2 and "A-Za-z0-9" in found[0] and "'.commits'" in found[1], found
 
 
@@ -560,12 +556,8 @@ def test_every_encoder_returns_the_one_record_type() -> None:
 def test_the_record_type_checker_sees_a_second_type(tmp_path: Path) -> None:
     planted = tmp_path / "x.py"
     planted.write_text("class RowRecord:\n    topic: str\n    key: bytes\n    value: bytes | None\n")
-    global ROOT
-    real_root, ROOT = ROOT, tmp_path
-    try:
+    with _rooted_at(tmp_path):
         assert _record_types(planted) == ["x.py:1 RowRecord"]
-    finally:
-        ROOT = real_root
 
 
 # --- one choke point for every open of table data ---------------------------------------------
@@ -938,11 +930,7 @@ def test_the_room_checker_sees_an_undeclared_import(tmp_path: Path) -> None:
     for room in ("publishing", "tailing"):
         (tmp_path / "producer" / room).mkdir()
         (tmp_path / "producer" / room / "transactions.py").write_text("")
-    global ROOT
-    real_root, ROOT = ROOT, tmp_path
-    try:
+    with _rooted_at(tmp_path):
         edges = {(here, there) for here, there, _ in room_edges("producer")}
-    finally:
-        ROOT = real_root
     assert ("group/", "publishing/") in edges and ("group/", "__init__.py") in edges
     assert "publishing/" not in ROOMS["producer"]["group/"]
