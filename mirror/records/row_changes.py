@@ -61,7 +61,6 @@ from .row_formats import ROW_CHANGES_FORMATS, RowChangesFormat
 from .row_pairing import DEFAULT_PAIRING_MEMORY_BYTES, IMAGE_SCHEMA, UpdatePairs
 from .row_records import (
     RowChangesOptions,
-    row_changes_options,
     transaction_id,
     transaction_record,
 )
@@ -442,7 +441,6 @@ __all__ = [
     "VersionRows",
     "column_values",
     "connect_schema",
-    "row_changes_options",
     "skip_records",
     "transaction_id",
     "transaction_record",

@@ -15,19 +15,21 @@ from .row_formats import RowChangeSerializer, RowChangesFormat, row_change_seria
 
 @dataclass(frozen=True)
 class RowChangesOptions:
-    """What the encoder needs to know of a table; ``key_columns`` empty: the whole row is the key."""
+    """What the encoder needs to know of a table; ``key_columns`` (any sequence, kept as a tuple)
+    empty: the whole row is the key."""
 
     changes_topic: str
     transaction_topic: str
     table_name: str
     table_id: str
-    key_columns: tuple[str, ...] = ()
+    key_columns: Sequence[str] = ()
     format: RowChangesFormat = "json"
     tombstones: bool = False
     #: the format's serializer, chosen once from ``format``
     serializer: type[RowChangeSerializer] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "key_columns", tuple(self.key_columns))
         object.__setattr__(self, "serializer", row_change_serializer(self.format))
 
 
@@ -56,20 +58,4 @@ def transaction_record(
     return Record(value, key, None, options.transaction_topic)
 
 
-def row_changes_options(
-    *,
-    changes_topic: str,
-    transaction_topic: str,
-    table_name: str,
-    table_id: str,
-    key_columns: Sequence[str] = (),
-    format: RowChangesFormat = "json",
-    tombstones: bool = False,
-) -> RowChangesOptions:
-    """:class:`RowChangesOptions` by keyword (``key_columns`` any sequence)."""
-    return RowChangesOptions(
-        changes_topic, transaction_topic, table_name, table_id, tuple(key_columns), format, tombstones
-    )
-
-
-__all__ = ["RowChangesOptions", "row_changes_options", "transaction_id", "transaction_record"]
+__all__ = ["RowChangesOptions", "transaction_id", "transaction_record"]

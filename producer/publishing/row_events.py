@@ -79,7 +79,7 @@ class RowChangesSource:
             transaction_topic=self.topics.transaction,
             table_name=self.table_name,
             table_id=table_id,
-            key_columns=tuple(self.config.key_columns),
+            key_columns=self.config.key_columns,
             format=self.config.format,
             tombstones=self.config.tombstones,
         )

@@ -30,11 +30,7 @@ from deltamirror.core import open_table
 from deltamirror.core.changes import read_changes
 from deltamirror.core.errors import EnvironmentMissingError
 from deltamirror.mirror.records.record import Record
-from deltamirror.mirror.records.row_changes import (
-    RowChangesFormat,
-    VersionRows,
-    row_changes_options,
-)
+from deltamirror.mirror.records.row_changes import RowChangesFormat, RowChangesOptions, VersionRows
 from support.debezium_jvm import FLATTEN, JvmRecord, load_pins, run_checks, run_flink
 from support.row_change_expectations import Event, expected_events, table_columns, text
 from support.watching import watch_until
@@ -149,7 +145,7 @@ def version_batches(case: Case) -> Iterator[tuple[int, int, list[pa.RecordBatch]
 
 
 def encode(case: Case) -> tuple[list[Record], dict[int, int]]:
-    options = row_changes_options(
+    options = RowChangesOptions(
         changes_topic=case.topic,
         transaction_topic=f"deltamirror.{case.name}.transaction",
         table_name=case.name,
@@ -176,7 +172,7 @@ def snapshot_records(case: Case) -> list[Record]:
         for b in snap.iter_batches()
         if b.num_rows
     ]
-    options = row_changes_options(
+    options = RowChangesOptions(
         changes_topic=case.topic,
         transaction_topic=f"deltamirror.{case.name}.transaction",
         table_name=case.name,
@@ -275,7 +271,7 @@ NON_FINITE_ROW["_change_type"] = "insert"
 
 
 def types_records(fmt: RowChangesFormat, rows: Sequence[dict[str, Any]]) -> list[Record]:
-    options = row_changes_options(
+    options = RowChangesOptions(
         changes_topic="deltamirror.types.changes",
         transaction_topic="deltamirror.types.transaction",
         table_name="types",

@@ -150,3 +150,10 @@ def test_each_format_s_class_says_its_spark_ddl_and_the_ddl_functions_look_it_up
     assert row_changes_key_ddl(SCHEMA, ["id"], fmt="framed") == "framed key id"  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="'avro' is not one deltamirror writes"):
         row_changes_ddl(SCHEMA, fmt="avro")  # type: ignore[arg-type]
+
+
+def test_the_options_keep_any_sequence_of_key_columns_as_a_tuple() -> None:
+    options = RowChangesOptions(
+        changes_topic="c", transaction_topic="t", table_name="n", table_id="i", key_columns=["id", "x"]
+    )
+    assert options.key_columns == ("id", "x") and hash(options)
