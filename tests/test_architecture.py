@@ -431,10 +431,6 @@ def test_the_format_switch_checker_sees_a_switch(tmp_path: Path) -> None:
 
 # --- a table's features: decided in core ------------------------------------------------------
 
-#: outside core, who checks features itself: the Spark source checks each protocol action of the
-#: versions it reads as delta-spark's stream does (a per-version rule core's change feed applies too)
-FEATURE_CHECKERS = {"consumer/spark/rows.py"}
-
 
 @pytest.mark.parametrize("folder", [f for f in PACKAGES if f != "core"])
 def test_only_core_decides_whether_a_table_is_readable(folder: str) -> None:
@@ -443,7 +439,6 @@ def test_only_core_decides_whether_a_table_is_readable(folder: str) -> None:
     bad = [
         f"{path.relative_to(ROOT)}:{line}"
         for path in _files(folder)
-        if str(path.relative_to(ROOT)) not in FEATURE_CHECKERS
         for module, line, _ in _imports(path, PACKAGES[folder])
         if module == "deltamirror.core.features"
         or (module == "deltamirror.core" and "import features" in path.read_text())
