@@ -28,7 +28,7 @@ from deltamirror.core.table import DeltaTable, open_table
 from deltamirror.core.timestamps import parse_timestamp
 from deltamirror.mirror.records.boundary import OnBadRecord
 from deltamirror.mirror.settings import RESERVED_KAFKA_KEYS, KafkaSettings
-from deltamirror.mirror.topics import default_topics
+from deltamirror.mirror.topic_names import default_topics
 
 from ..mirror_changes import MirrorSettings
 

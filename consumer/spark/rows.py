@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from deltamirror.core import features
 from deltamirror.core.actions import Where, check_actions
 from deltamirror.core.changes import (
     CHANGE_TYPE,
@@ -28,6 +27,7 @@ from deltamirror.core.changes import (
     VersionActions,
     changes_from_actions,
     check_change_metadata,
+    check_change_protocol,
     is_cdf_enabled,
 )
 from deltamirror.core.changes.prefetch import FileRead
@@ -111,7 +111,7 @@ def checked_versions(
         actions = list(entry.actions)
         for name, body in actions:
             if name == "protocol":
-                features.check_readable(Protocol.model_validate(body), table=table, version=entry.version)
+                check_change_protocol(Protocol.model_validate(body), entry.version, table=table)
             elif name == "metaData":
                 metadata = Metadata.model_validate(body)
                 if entry.version <= read.version or not is_cdf_enabled(metadata):
