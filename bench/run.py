@@ -149,6 +149,34 @@ GROUPS: tuple[Group, ...] = (
         ),
     ),
     Group(
+        "change-feed-columns",
+        "change feed, {versions:,} versions, 2 of 4 columns (id, n)",
+        "bench_changes",
+        (
+            Contender(
+                "deltamirror",
+                "changes_projected_deltamirror",
+                "deltamirror",
+                'read_changes(table, 0, columns=["id", "n"])',
+            ),
+            Contender(
+                "delta-rs",
+                "changes_projected_delta_rs",
+                "peer",
+                'DeltaTable.load_cdf(0, columns=["id", "n", <the 3 CDF columns>])',
+            ),
+        ),
+        {"versions": 1000, "rows_per_append": 1500},
+        {"versions": 40, "rows_per_append": 100},
+        goals=(
+            Goal("2. projected change feed CPU <= delta-rs's", "work_cpu_s", 1.0, "delta-rs"),
+            Goal("2. projected change feed memory <= delta-rs's", "peak_rss_mb", 1.0, "delta-rs"),
+        ),
+        cold=True,
+        agree=("rows", "columns"),
+        notes=("the same table as the change-feed group; both readers give the same five columns",),
+    ),
+    Group(
         "log-to-kafka",
         "log -> Kafka, {records:,} actions",
         "bench_producer",

@@ -48,7 +48,8 @@ from deltamirror.mirror.errors import (
 )
 from deltamirror.mirror.kafka.connection import KafkaConnectionReporter
 from deltamirror.mirror.kafka.producer import TransactionalPublisher, transaction_timeout_s
-from deltamirror.mirror.topics import TableTopics, TopicManager
+from deltamirror.mirror.topic_names import TableTopics
+from deltamirror.mirror.topics import TopicManager
 
 from .discovery.scan import GONE_TABLES
 from .group.shard_producers import ProducerLease

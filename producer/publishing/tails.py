@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deltamirror.core.timestamps import CommitTimestamp, TimestampSource
+from deltamirror.mirror import decode_action_event
 from deltamirror.mirror.errors import EventStreamError, KafkaError
 from deltamirror.mirror.kafka.consumer import MirrorConsumer, Record
 from deltamirror.mirror.records.headers import HEADER_KIND
@@ -169,29 +170,30 @@ def _tail_of(records: list[Record], table_id: str, *, summaries: bool) -> Tail |
     for record in reversed(records):
         if record.key != table_id.encode():
             continue
-        if summaries and record.header(HEADER_KIND) != "commit":
-            continue  # a heartbeat, a tableReplaced
+        if summaries:
+            if record.header(HEADER_KIND) != "commit":
+                continue  # a heartbeat, a tableReplaced
+            try:
+                doc: Any = json.loads(record.value)
+                return Tail(table_id, int(doc["version"]), bool(doc.get("snapshot", False)), -1)
+            except (ValueError, KeyError, TypeError):
+                continue  # not ours to judge here: the consumers check every record
         try:
-            doc: Any = json.loads(record.value)
-            version = int(doc["version"])
-            if summaries:
-                return Tail(table_id, version, bool(doc.get("snapshot", False)), -1)
-            return Tail(
-                table_id,
-                version,
-                bool(doc.get("snapshot", False)),
-                int(doc["index"]),
-                int(doc["count"]),
-                CommitTimestamp(
-                    version, int(doc["commitTimestamp"]), TimestampSource(doc["commitTimestampSource"])
-                ),
-            )
-        except (ValueError, KeyError, TypeError):
-            if not summaries:
-                # not ours to judge here (the consumers check every record), but nothing to take
-                # a position from either: an older record would read as the progress overstated
-                return None
-            continue
+            event = decode_action_event(record.value)
+        except EventStreamError:
+            # not ours to judge here (the consumers check every record), but nothing to take a
+            # position from either: an older record would read as the progress overstated
+            return None
+        return Tail(
+            table_id,
+            event.version,
+            event.snapshot,
+            event.index,
+            event.count,
+            CommitTimestamp(
+                event.version, event.commit_timestamp, TimestampSource(event.commit_timestamp_source)
+            ),
+        )
     return None
 
 

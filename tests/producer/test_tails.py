@@ -8,9 +8,8 @@ are not published again, and a progress record committed over aborted actions is
 
 from __future__ import annotations
 
-import json
-
 from deltamirror.core.timestamps import CommitTimestamp, TimestampSource
+from deltamirror.mirror import ActionEvent
 from deltamirror.mirror.kafka.consumer import Record
 from deltamirror.producer.publishing.tails import Tail, _tail_of, reconcile
 from deltamirror.producer.tailing.work import Position
@@ -70,15 +69,20 @@ def _record(value: bytes, offset: int) -> Record:
 def test_an_unreadable_last_record_gives_no_position_rather_than_an_older_one() -> None:
     """Anyone who can write the topic can append a record the watcher cannot read: taking the
     record before it as the tail would read as the progress overstated and publish again."""
-    good = {
-        "version": 2,
-        "index": 0,
-        "count": 1,
-        "snapshot": False,
-        "commitTimestamp": 1,
-        "commitTimestampSource": "ict",
-    }
-    records = [_record(json.dumps(good).encode(), 0), _record(b"not json", 1)]
+    good = ActionEvent(
+        schema_version=1,
+        table_id=TABLE,
+        table_uri="file:///data/t",
+        version=2,
+        commit_timestamp=1,
+        commit_timestamp_source="ict",
+        index=0,
+        count=1,
+        type="commitInfo",
+        snapshot=False,
+        action={"operation": "WRITE"},
+    ).to_json_bytes()
+    records = [_record(good, 0), _record(b"not json", 1)]
     assert _tail_of(records, TABLE, summaries=False) is None
     tail = _tail_of(records[:1], TABLE, summaries=False)
     assert tail is not None and tail.position() == Position(
