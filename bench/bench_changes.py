@@ -294,6 +294,55 @@ def changes_delta_rs(clock: Any, params: dict[str, Any]) -> dict[str, Any]:
     return {"rows": rows}
 
 
+#: the projection of the projected contenders: two of the table's four columns (the string ``val``
+#: and the timestamp ``ts`` are left out), the change-feed columns always following
+PROJECTED = ("id", "n")
+CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+
+
+def changes_projected_deltamirror(clock: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """Timed: ``read_changes(open_table(path), starting_version=0, columns=["id", "n"])``, every batch
+    consumed (the named columns, then ``_change_type``, ``_commit_version``, ``_commit_timestamp``)."""
+    from deltamirror.core import open_table
+    from deltamirror.core.changes import read_changes
+
+    clock.imported()
+    clock.start()
+    feed = read_changes(
+        open_table(params["path"]),
+        starting_version=0,
+        ending_version=params.get("end"),
+        columns=list(params.get("columns", PROJECTED)),
+    )
+    rows = columns = 0
+    for b in feed:
+        rows += b.num_rows
+        columns = b.num_columns
+    clock.stop()
+    return {"rows": rows, "columns": columns}
+
+
+def changes_projected_delta_rs(clock: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """Timed: ``DeltaTable(path).load_cdf(starting_version=0, columns=["id", "n", "_change_type",
+    "_commit_version", "_commit_timestamp"])`` (delta-rs keeps only the columns named, change-feed
+    columns included), every batch of the reader consumed."""
+    from deltalake import DeltaTable
+
+    clock.imported()
+    clock.start()
+    stream = DeltaTable(params["path"]).load_cdf(
+        starting_version=0,
+        ending_version=params.get("end"),
+        columns=[*params.get("columns", PROJECTED), *CDF_COLUMNS],
+    )
+    rows = columns = 0
+    for b in stream:
+        rows += b.num_rows
+        columns = b.num_columns
+    clock.stop()
+    return {"rows": rows, "columns": columns}
+
+
 def changes_pyarrow(clock: Any, params: dict[str, Any]) -> dict[str, Any]:
     """The floor. Timed: pyarrow.dataset reading every file of the floor's list (multi-threaded).
 

@@ -623,6 +623,98 @@ def run_raw(
     }
 
 
+def run_naive(bootstrap: str, root: str, broker_pid: int | None, clock: Any = None) -> dict[str, Any]:
+    """The mirror a user would write in an afternoon: each commit file read, each line parsed with
+    orjson and wrapped in the same envelope, produced with deltamirror's producer settings, one
+    transaction per version. No checks of any kind (a line that is not an action goes out as one)."""
+    import orjson
+    from confluent_kafka import Producer
+
+    from deltamirror.mirror.kafka.producer import producer_config
+    from deltamirror.mirror.topics import TopicManager
+
+    topic, _, _, prefix = _names()
+    kafka = {"bootstrap.servers": bootstrap}
+    TopicManager(kafka, max_record_bytes=1_000_000).ensure_event_topic(topic)
+    conf = producer_config(kafka, f"{prefix}-naive", max_message_bytes=1_000_000)
+    errors: list[str] = []
+
+    def on_delivery(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    conf["on_delivery"] = on_delivery
+    producer = Producer(conf)
+    producer.init_transactions(60)  # warm-up outside the clock, as the raw peers
+    producer.begin_transaction()
+    producer.produce(topic, b"warm-up", b"warm-up")
+    producer.commit_transaction(60)
+    log = Path(root) / "_delta_log"
+    uri = Path(root).resolve().as_uri()
+    broker0 = _proc_cpu_s(broker_pid)
+    cpu0, t0 = _cpu_s(), time.perf_counter()
+    if clock is not None:
+        clock.mark("start", perf=t0, cpu=cpu0)
+    commits = sorted(p for p in log.iterdir() if p.suffix == ".json" and p.stem.isdigit())
+    produce, poll, dumps, loads = producer.produce, producer.poll, orjson.dumps, orjson.loads
+    n = value_bytes = 0
+    table_id = ""
+    for path in commits:
+        version = int(path.stem)
+        stamp = int(path.stat().st_mtime * 1000)
+        lines = [line for line in path.read_bytes().split(b"\n") if line]
+        count = len(lines)
+        producer.begin_transaction()
+        for index, line in enumerate(lines):
+            action = loads(line)
+            ((kind, body),) = action.items()
+            if kind == "metaData":
+                table_id = body["id"]
+            value = dumps(
+                {
+                    "schemaVersion": 1,
+                    "tableId": table_id,
+                    "tableUri": uri,
+                    "version": version,
+                    "commitTimestamp": stamp,
+                    "commitTimestampSource": "file-time",
+                    "count": count,
+                    "snapshot": False,
+                    "index": index,
+                    "type": kind,
+                    "action": body,
+                }
+            )
+            headers = [("version", str(version)), ("index", str(index)), ("type", kind)]
+            while True:
+                try:
+                    produce(topic, value, table_id.encode(), -1, None, None, stamp, headers)
+                    break
+                except BufferError:
+                    poll(0.05)
+            value_bytes += len(value)
+        n += count
+        poll(0)
+        producer.commit_transaction(60)
+    seconds, cpu = time.perf_counter() - t0, _cpu_s() - cpu0
+    if clock is not None:
+        clock.mark("stop", perf=t0 + seconds, cpu=cpu0 + cpu)
+    broker1 = _proc_cpu_s(broker_pid)
+    got = _consume_all(bootstrap, topic, n + 1)
+    _delete_topics(bootstrap, [topic])
+    return {
+        "records": n,
+        "seconds": seconds,
+        "records_per_s": n / seconds,
+        "mb_per_s": value_bytes / seconds / 1e6,
+        "cpu_s": cpu,
+        "broker_cpu_s": None if broker0 is None or broker1 is None else broker1 - broker0,
+        "transactions": len(commits),
+        "consumed_read_committed": len(got) - 1,  # the warm-up record is not one of them
+        "delivery_errors": errors[:5],
+    }
+
+
 # --- contenders: each a function bench/run.py runs in a fresh process (harness.Clock) ----------------------
 
 
@@ -688,6 +780,7 @@ def setup(clock: Any, params: dict[str, Any]) -> dict[str, Any]:
             "deltamirror": [str(Path(table["root"]) / "_delta_log")],
             "raw-transactional": [str(records)],
             "raw-idempotent": [str(records)],
+            "naive-mirror": [str(Path(table["root"]) / "_delta_log")],
         },
     }
 
@@ -739,6 +832,22 @@ def produce_raw_transactional(clock: Any, params: dict[str, Any]) -> dict[str, A
     commit every as many records as the watcher's transactions held; from the first ``produce``
     to the last ``commit_transaction`` (producer id, connection and metadata warmed before)."""
     return _produce_raw(clock, params, transactional=True)
+
+
+def produce_naive_mirror(clock: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """Timed: :func:`run_naive` over the same commit files, from the first file read to the last
+    ``commit_transaction``; then a read_committed read-back that must count every record."""
+    import orjson  # noqa: F401  (run_naive's imports)
+    from confluent_kafka import Producer  # noqa: F401
+
+    from deltamirror.mirror.kafka.producer import producer_config  # noqa: F401
+    from deltamirror.mirror.topics import TopicManager  # noqa: F401
+
+    clock.imported()
+    result = run_naive(params["bootstrap"], params["table"]["root"], params.get("broker_pid"), clock)
+    return {k: result[k] for k in ("records", "broker_cpu_s", "transactions")} | {
+        "ok": not result["delivery_errors"] and result["consumed_read_committed"] == result["records"]
+    }
 
 
 def produce_raw_idempotent(clock: Any, params: dict[str, Any]) -> dict[str, Any]:

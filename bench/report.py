@@ -144,7 +144,11 @@ def markdown(index: dict[str, Any], reports: list[dict[str, Any]]) -> str:
             met = "-" if goal["met"] is None else ("yes" if goal["met"] else "**no**")
             if report["quick"] and goal["met"] is not None:
                 met += " (quick run)"
-            limit = f"{goal['limit']:.2f}{goal['unit'] if goal['unit'] == 'x' else ' ' + goal['unit']}"
+            limit = (
+                "-"
+                if goal["limit"] is None
+                else f"{goal['limit']:.2f}{goal['unit'] if goal['unit'] == 'x' else ' ' + goal['unit']}"
+            )
             lines.append(f"| {goal['goal']} | {measured} | {limit} | {met} |")
     cold = [r for r in reports if r["cold"]["measured"]]
     if cold:
@@ -293,7 +297,7 @@ def plots(folder: Path, reports: list[dict[str, Any]]) -> list[str]:
             ax.scatter(goal["values"], [y] * len(goal["values"]), s=18, color="tab:blue", alpha=0.6, zorder=3)
             ax.plot([goal["median"]] * 2, [y - 0.3, y + 0.3], color="tab:blue", linewidth=3, zorder=4)
             ax.plot(
-                [goal["limit"]] * 2,
+                [goal["limit"] if goal["limit"] is not None else goal["median"]] * 2,
                 [y - 0.4, y + 0.4],
                 color="tab:red",
                 linestyle="--",

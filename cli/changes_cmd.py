@@ -31,7 +31,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     end.add_argument("--ending-version", type=int, metavar="M", help="last version to read (default: latest)")
     end.add_argument("--ending-timestamp", metavar="TS", help="end at the last commit at or before TS")
     p.add_argument(
-        "--columns", metavar="A,B", help="only these table columns (the CDF columns always follow)"
+        "--columns",
+        metavar="A,B",
+        help="only these table columns, comma-separated, in this order (partition columns too); only "
+        "they are read from the data files. The CDF columns always follow. A name the table does not "
+        "have is refused before any row is read",
     )
     add_output_arguments(p, ["jsonl", "parquet", "csv"], "jsonl")
     add_progress_argument(p)

@@ -17,7 +17,7 @@ from typing import Any
 
 from .common import add_kafka_arguments
 
-#: ``deltamirror.producer.discovery.signals.SIGNAL_TOPIC``, spelled out so that --help imports nothing
+#: ``deltamirror.mirror.topic_names.SIGNAL_TOPIC``, spelled out so that --help imports nothing
 SIGNAL_TOPIC = "deltamirror.signals"
 DEFAULT_TIMEOUT_S = 15.0
 

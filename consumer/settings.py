@@ -21,7 +21,6 @@ boundary"). Each key has a flag of the same name, which replaces the key's value
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
@@ -38,6 +37,7 @@ from pydantic import (
 from deltamirror.core.errors import ConfigError
 from deltamirror.mirror.records.boundary import OnBadRecord
 from deltamirror.mirror.settings import KafkaSettings, Refused, SettingsModel, settings_error, spelled
+from deltamirror.mirror.topic_names import default_commits_topic, topic_name_problem
 
 
 class ConsumerSettings(SettingsModel):
@@ -85,14 +85,6 @@ MAX_BACKOFF_S = 30.0
 MAX_ATTEMPTS = 5
 TIMEOUT_S = 30.0
 
-_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-
-
-def _topic_problem(name: str) -> str | None:
-    if not _TOPIC_NAME.match(name) or name in (".", ".."):
-        return "invalid Kafka topic name: 1 to 249 characters among letters, digits, '.', '_', '-'"
-    return None
-
 
 def _finite_at_least_0(value: float) -> bool:
     return value >= 0 and math.isfinite(value)
@@ -137,11 +129,11 @@ class SourceSettings(SettingsModel):
         if self.topic is None:
             yield f"the following arguments are required: {say('topic')}"
             return
-        problem = _topic_problem(self.topic)
+        problem = topic_name_problem(self.topic)
         if problem is not None:
             yield f"{say('topic')}: {problem}"
         if self.commits_topic:
-            problem = _topic_problem(self.commits_topic.strip())
+            problem = topic_name_problem(self.commits_topic.strip())
             if problem is not None:
                 yield f"{say('commits_topic')}: {problem}"
         for field in ("group_id", "state_dir"):
@@ -174,7 +166,7 @@ class SourceSettings(SettingsModel):
                 f"not {self.on_bad_record}"
             )
         if self.bad_record_topic is not None:
-            problem = _topic_problem(self.bad_record_topic)
+            problem = topic_name_problem(self.bad_record_topic)
             if problem is not None:
                 yield f"{say('bad_record_topic')}: {problem}"
 
@@ -193,8 +185,6 @@ class SourceSettings(SettingsModel):
         """The commits topic read too (None: none): the one named, or the watcher's default pair."""
         if self.commits_topic is None:
             return None
-        from deltamirror.mirror.topics import default_commits_topic
-
         return self.commits_topic.strip() or default_commits_topic(self.actions_topic.strip())
 
     @property
@@ -274,7 +264,7 @@ class InvalidateSettings(SourceSettings):
                 f"{self.backoff_s:g}: the first wait would be cut to it"
             )
         if self.dead_letter_topic is not None:
-            problem = _topic_problem(self.dead_letter_topic)
+            problem = topic_name_problem(self.dead_letter_topic)
             if problem is not None:
                 yield f"{say('dead_letter_topic')}: {problem}"
             if self.max_attempts == 0:

@@ -15,7 +15,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from .errors import InvalidArgumentError, SchemaError
+from .errors import InvalidArgumentError, SchemaError, UnknownColumnError
 from .schema_types import StructType
 
 
@@ -138,15 +138,24 @@ def select_columns(
         return None
     out: list[str] = []
     for name in wanted:
-        try:
-            canonical = schema.field(name).name
-        except SchemaError:
-            raise _refuse(
-                f"no column {name!r} in the table (columns: {', '.join(schema.names)})", argument, table
-            ) from None
+        canonical = column_name(schema, name, table, argument)
         if canonical not in out:
             out.append(canonical)
     return out
+
+
+def column_name(schema: StructType, name: str, table: str | None, argument: str = "columns") -> str:
+    """The table's own name of the top-level column ``name`` (exactly, else case-insensitively, as
+    delta-spark matches names), or an :class:`~.errors.UnknownColumnError` naming it and the table."""
+    try:
+        return schema.field(name).name
+    except SchemaError:
+        raise UnknownColumnError(
+            f"{argument}: no column {name!r} in the table (columns: {', '.join(schema.names)})",
+            column=name,
+            table=table,
+            argument=argument,
+        ) from None
 
 
 def partition_filter_argument(argument: str, value: object, table: str | None) -> Any:
@@ -259,6 +268,7 @@ def _shown(value: object) -> str:
 __all__ = [
     "actions_feed",
     "change_feed",
+    "column_name",
     "delta_table",
     "flag",
     "function",

@@ -62,6 +62,15 @@ class InvalidArgumentError(DeltaMirrorError):
     """A malformed argument: a timestamp that does not parse, a negative version, a bad option."""
 
 
+class UnknownColumnError(InvalidArgumentError):
+    """A column asked for (``columns=``, ``--columns``, the Spark source's ``columns`` option) that
+    the table's schema does not have; ``column`` is the name as given. Raised before any row is read."""
+
+    def __init__(self, message: str, *, column: str, **kw: Any) -> None:
+        self.column = column
+        super().__init__(message, column=column, **kw)
+
+
 class TableNotFoundError(DeltaMirrorError):
     """No ``_delta_log`` (or an empty one) at the location."""
 

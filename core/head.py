@@ -3,13 +3,15 @@ timestamps it chains from, and the table a ``0.json`` names.
 
 These are the protocol questions a tailer asks before it reads any commit (the producer's watcher
 asks them on every start, resume and re-created table); they read no data file and replay no file
-actions.
+actions. A head is feature-checked here, by core's one rule (:func:`~deltamirror.core.features.check_table`):
+a tailer never decides itself whether it can read a table.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from deltamirror.core import features
 from deltamirror.core.actions import iter_values
 from deltamirror.core.errors import CorruptLogError, VersionNotFoundError
 from deltamirror.core.log import stream_commit
@@ -54,17 +56,30 @@ class TableHead:
     metadata: Metadata
     protocol: Protocol
 
+    #: the table's location (errors name it)
+    table: str | None = None
+
     @property
     def ict(self) -> IctConfig:
         return IctConfig.from_configuration(self.metadata.configuration)
 
+    def check_readable(self) -> TableHead:
+        """This head, once this deltamirror can read the table: its protocol (an unsupported reader
+        feature refused by name), then its metaData's schema; as :meth:`DeltaTable.snapshot` checks."""
+        features.check_table(self.protocol, self.metadata, table=self.table, version=self.version)
+        return self
 
-def read_head(table: DeltaTable, version: int) -> TableHead:
+
+def read_head(table: DeltaTable, version: int, *, check_features: bool = True) -> TableHead:
     """metaData and protocol at ``version`` without replaying the table's files (core's
-    :func:`~deltamirror.core.replay.replay_config`: commits streamed newest first, then the checkpoint)."""
+    :func:`~deltamirror.core.replay.replay_config`: commits streamed newest first, then the checkpoint).
+
+    Feature-checked (:meth:`TableHead.check_readable`) unless ``check_features`` is False: a caller
+    that only compares the table's id or reads its timestamp settings first, and checks it after."""
     segment = table.segment(version)
     metadata, protocol = replay_config(table.storage, segment)
-    return TableHead(segment.version, metadata, protocol)
+    head = TableHead(segment.version, metadata, protocol, table.uri)
+    return head.check_readable() if check_features else head
 
 
 __all__ = ["TableHead", "previous_timestamp", "read_head", "timestamp_of", "version0_table_id"]

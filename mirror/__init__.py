@@ -5,7 +5,7 @@ the Kafka settings every command shares, the Spark DDL of the topics' values and
 ``deltamirror.core`` never imports this package; ``deltamirror.producer`` and
 ``deltamirror.consumer`` both do. Rooms: ``records/`` (the encoders, decoders, headers, fragments,
 the consumers' boundary, the row-change formats), ``kafka/`` (the typed confluent-kafka wrappers:
-the one producer, the one read loop, the group protocol), ``topics.py``, ``settings.py``,
+the one producer, the one read loop, the group protocol), ``topic_names.py`` (the names), ``topics.py`` (their creation), ``settings.py``,
 ``errors.py``. The names below are the API; the modules are private.
 """
 
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
         row_changes_key_ddl,
     )
     from .settings import KafkaSettings
-    from .topics import TableTopics, default_commits_topic, default_topics
+    from .topic_names import TableTopics, default_commits_topic, default_topics
 
 __getattr__, __dir__ = lazy_exports(
     __name__,
@@ -75,9 +75,9 @@ __getattr__, __dir__ = lazy_exports(
         "TRANSACTION_KEY_DDL": ".records.spark_ddl",
         "row_changes_ddl": ".records.spark_ddl",
         "row_changes_key_ddl": ".records.spark_ddl",
-        "TableTopics": ".topics",
-        "default_commits_topic": ".topics",
-        "default_topics": ".topics",
+        "TableTopics": ".topic_names",
+        "default_commits_topic": ".topic_names",
+        "default_topics": ".topic_names",
         "KafkaSettings": ".settings",
         "EventStreamError": ".errors",
         "KafkaError": ".errors",

@@ -30,23 +30,17 @@ from deltamirror.core.errors import ConfigError
 
 from .errors import KafkaError
 from .kafka import clients
-from .topics import PREFIX, TopicManager, murmur2_partition
+from .topics import TopicManager, murmur2_partition
 
 log = logging.getLogger("deltamirror.group")
 
 #: how long one poll of the group consumer waits: callbacks and a stop are served within it
 POLL_S = 0.2
-SHARDS_SUFFIX = ".shards"
 
 
 def shard_of(table_uri: str, shards: int) -> int:
     """The shard of a table: Kafka's murmur2 of its normalized URI, modulo the number of shards."""
     return murmur2_partition(table_uri.encode(), shards)
-
-
-def assignment_topic(group_name: str) -> str:
-    """``deltamirror.<name>.shards``: the topic whose partitions are the group's shards."""
-    return f"{PREFIX}{group_name}{SHARDS_SUFFIX}"
 
 
 @dataclass
@@ -200,4 +194,4 @@ class ShardGroup:
             log.info("left the group", extra={"seconds": round(time.monotonic() - started, 3)})
 
 
-__all__ = ["GroupStatus", "ShardGroup", "assignment_topic", "shard_of"]
+__all__ = ["GroupStatus", "ShardGroup", "shard_of"]

@@ -1,9 +1,7 @@
-"""A table's topics: their names, the partitioner, and their creation with settings that lose nothing.
+"""A table's topics: the partitioner, and their creation with settings that lose nothing.
 
-Names: the watcher names the topics of a table it was given no names for; a consumer that was told
-only the actions topic needs the matching commits topic (it carries ``tableReplaced``). Both sides
-must agree on the rule without the consumer importing the producer, so it lives here. Records are
-keyed by table id and placed by Kafka's default partitioner (murmur2), which readers compute too.
+Names are :mod:`.topic_names`'. Records are keyed by table id and placed by Kafka's default
+partitioner (murmur2), which readers compute too.
 
 Creation:
 - Actions and commits topics keep records forever by default (``retention.ms=-1``): record
@@ -23,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -39,63 +36,6 @@ from deltamirror.core.errors import ConfigError
 from .errors import KafkaError
 from .kafka import clients
 from .kafka.producer import RECORD_OVERHEAD
-
-PREFIX = "deltamirror."
-ACTIONS_SUFFIX = ".actions"
-COMMITS_SUFFIX = ".commits"
-CHANGES_SUFFIX = ".changes"
-TRANSACTION_SUFFIX = ".transaction"
-
-_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-@dataclass(frozen=True)
-class TableTopics:
-    actions: str
-    commits: str
-    #: row-level change events (published only when row changes are on)
-    changes: str = ""
-    #: their transaction metadata (BEGIN/END per version)
-    transaction: str = ""
-
-
-def default_topics(table_uri: str, *, name: str | None = None) -> TableTopics:
-    """``deltamirror.<last path segment>.actions`` / ``.commits`` (``.changes`` / ``.transaction`` for
-    row changes); stable for a location.
-
-    ``table_uri`` is the normalized location (``normalize_table_uri``), as it entered the watcher's
-    settings or the reader's.
-
-    The table's directory name is its name for people; two watched tables with the same directory
-    name must be given topic names in the configuration (the service refuses a collision).
-    """
-    if name is None:  # ``name``: the table's own (a discovered table's path, or ``topic_name``)
-        name = table_uri.rstrip("/").rsplit("/", 1)[-1] or "table"
-    name = _NAME_UNSAFE.sub("_", name).strip("._") or "table"
-    name = name[:200]
-    return TableTopics(
-        f"{PREFIX}{name}{ACTIONS_SUFFIX}",
-        f"{PREFIX}{name}{COMMITS_SUFFIX}",
-        f"{PREFIX}{name}{CHANGES_SUFFIX}",
-        f"{PREFIX}{name}{TRANSACTION_SUFFIX}",
-    )
-
-
-def default_commits_topic(actions_topic: str) -> str:
-    """The commits topic the watcher pairs with ``actions_topic`` when it named both by default.
-
-    Only a default name (``deltamirror.<name>.actions``) says what its pair is: a topic named in
-    the watcher's configuration may have any partner, so guessing would follow a topic that may
-    not exist (or belong to another table). Such a name is a :class:`ConfigError`.
-    """
-    name = actions_topic[len(PREFIX) : -len(ACTIONS_SUFFIX)]
-    if not (actions_topic.startswith(PREFIX) and actions_topic.endswith(ACTIONS_SUFFIX) and name):
-        raise ConfigError(
-            f"{actions_topic!r} is not a default actions topic name (deltamirror.<name>.actions): "
-            "give the commits topic by name"
-        )
-    return f"{PREFIX}{name}{COMMITS_SUFFIX}"
-
 
 # --- the partitioner -------------------------------------------------------------------------------
 
@@ -438,11 +378,8 @@ def _int(text: str | None) -> int | None:
 
 
 __all__ = [
-    "TableTopics",
     "TopicLimits",
     "TopicManager",
-    "default_commits_topic",
-    "default_topics",
     "event_topic_config",
     "murmur2",
     "murmur2_partition",

@@ -48,7 +48,8 @@ from deltamirror.mirror.errors import (
 )
 from deltamirror.mirror.kafka.connection import KafkaConnectionReporter
 from deltamirror.mirror.kafka.producer import TransactionalPublisher, transaction_timeout_s
-from deltamirror.mirror.topics import TableTopics, TopicManager
+from deltamirror.mirror.topic_names import TableTopics
+from deltamirror.mirror.topics import TopicManager
 
 from .discovery.scan import GONE_TABLES
 from .group.shard_producers import ProducerLease
@@ -298,13 +299,10 @@ class TablePipeline:
         committed = self._read_committed()
         # a transaction was left open, or this session follows one that failed: what the topics
         # hold past the progress position (a transaction committed on some partitions only)
-        already = (
-            read_tails(self.kafka, end_offsets, self.topics.actions, self.topics.commits, committed)
-            if held or not fresh
-            else None
-        )
-        self.txns.resume(committed, already)
-        self._say_already(committed, already)
+        if held or not fresh:
+            committed = self._resume_point(end_offsets, committed)
+        else:
+            self.txns.resume(committed, None)
         self._resync = None
         self._disconnects_seen = pub.disconnects
         self.phase = "publishing"
@@ -397,6 +395,23 @@ class TablePipeline:
         self.metrics.hanging_transactions(self.uri, 0)
         self.metrics.table_ok(self.uri)
 
+    def _resume_point(self, end_offsets: EndOffsets, committed: Position | None) -> Position | None:
+        """Resume the publisher from the progress topic's position as the actions and commits topics
+        bear it out (:func:`~.publishing.tails.read_tails`); returns the position resumed from."""
+        resume = read_tails(self.kafka, end_offsets, self.topics.actions, self.topics.commits, committed)
+        if resume.overstated is not None:
+            log.warning(
+                "the progress topic holds %s but the actions topic ends at %s: a transaction Kafka "
+                "committed on some partitions only, its actions aborted (by an operator's abort of a "
+                "hanging transaction); publishing again from the actions topic's end",
+                _describe(resume.overstated),
+                _describe(resume.position),
+                extra=self._log_extra,
+            )
+        self.txns.resume(resume.position, resume.already)
+        self._say_already(resume.position, resume.already)
+        return resume.position
+
     def _say_already(self, committed: Position | None, already: AlreadyPublished | None) -> None:
         if not already:
             return
@@ -420,10 +435,7 @@ class TablePipeline:
         remembered = self.txns.committed
         end_offsets = self._end_offsets()
         self._settle(end_offsets)
-        committed = self._read_committed()
-        already = read_tails(self.kafka, end_offsets, self.topics.actions, self.topics.commits, committed)
-        self.txns.resume(committed, already)
-        self._say_already(committed, already)
+        committed = self._resume_point(end_offsets, self._read_committed())
         if self.txns.pub is not None:
             self._disconnects_seen = self.txns.pub.disconnects
         self.phase = "publishing"

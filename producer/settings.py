@@ -16,10 +16,9 @@ Secrets: storage options whose key names a secret (:func:`deltamirror.core.redac
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Iterable, Mapping
 from datetime import date, datetime, time
-from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -43,9 +42,15 @@ from deltamirror.mirror.settings import (
     settings_error,
     wrap_secrets,
 )
-
-if TYPE_CHECKING:  # it loads confluent_kafka: imported by TableConfig.topics, when names are made
-    from deltamirror.mirror.topics import TableTopics
+from deltamirror.mirror.topic_names import (
+    NAME_PATTERN,
+    PREFIX_NAME_PATTERN,
+    PROGRESS_TOPIC,
+    SIGNAL_TOPIC,
+    TableTopics,
+    checked_topic_name,
+    default_topics,
+)
 
 #: where a table without published progress starts: named once here (the watcher takes it; the
 #: CLI spells it out so that --help imports no pydantic, and a test holds the two equal)
@@ -56,14 +61,6 @@ SNAPSHOT_MODES: tuple[str, ...] = get_args(SnapshotMode)
 StorageOptionValue = str | SecretStr | bool | int | float | dict[str, Any]
 
 MiB = 1024 * 1024
-
-_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
-
-
-def _check_topic(name: str | None) -> str | None:
-    if name is not None and (not _TOPIC_NAME.match(name) or name in (".", "..")):
-        raise ValueError("invalid Kafka topic name: 1 to 249 characters among letters, digits, '.', '_', '-'")
-    return name
 
 
 def _known_location(value: str) -> str:
@@ -92,7 +89,7 @@ class RowChangesConfig(SettingsModel):
 
     enabled: bool = True
     key_columns: list[str] = Field(default_factory=list)
-    #: ``deltamirror.mirror.records.connect_types.RowChangesFormat``, spelled out: no pyarrow import here
+    #: ``deltamirror.mirror.records.row_formats.RowChangesFormat``, spelled out: no pyarrow import here
     format: Literal["json", "json-schema"] = "json"
     tombstones: bool = False
     pairing_memory_mb: int = Field(default=256, ge=1)
@@ -180,7 +177,7 @@ class TableConfig(PerTableSettings):
     changes_topic: str | None = None
     transaction_topic: str | None = None
     #: the ``<name>`` of the default topic names (default: the table's directory name)
-    topic_name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]{1,200}$")
+    topic_name: str | None = Field(default=None, pattern=NAME_PATTERN)
     #: a deleted table (no commit or checkpoint left in its log): ``wait`` retries until it is back,
     #: ``drop`` publishes ``tableDropped`` and stops mirroring it (what discovered tables do)
     when_deleted: Literal["wait", "drop"] = "wait"
@@ -196,7 +193,7 @@ class TableConfig(PerTableSettings):
     @field_validator("actions_topic", "commits_topic", "changes_topic", "transaction_topic")
     @classmethod
     def _topic(cls, value: str | None) -> str | None:
-        return _check_topic(value)
+        return checked_topic_name(value)
 
     @model_validator(mode="after")
     def _start_matches_mode(self) -> TableConfig:
@@ -229,7 +226,6 @@ class TableConfig(PerTableSettings):
 
     def topics(self) -> TableTopics:
         """The one source of the table's topic names: each configured one, else its default."""
-        from deltamirror.mirror.topics import TableTopics, default_topics
 
         default = default_topics(self.normalized_uri, name=self.topic_name)
         return TableTopics(
@@ -279,7 +275,7 @@ class DiscoverConfig(PerTableSettings):
     exclude: list[str] = Field(default_factory=list)
     interval_s: float = Field(default=60.0, gt=0)
     max_depth: int = Field(default=6, ge=1, le=64)
-    name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}$")
+    name: str | None = Field(default=None, pattern=PREFIX_NAME_PATTERN)
     snapshot_mode: Literal["initial", "latest", "when-needed", "from-timestamp"] = "initial"
 
     @model_validator(mode="before")
@@ -315,7 +311,7 @@ class GroupSettings(SettingsModel):
     tables before the group moves them (they resume elsewhere within about this + 10 s).
     """
 
-    name: str = Field(pattern=r"^[A-Za-z0-9._-]{1,200}$")
+    name: str = Field(pattern=NAME_PATTERN)
     shards: int = Field(default=64, ge=1, le=10_000)
     session_timeout_ms: int = Field(default=10_000, ge=1000, le=3_600_000)
 
@@ -337,7 +333,7 @@ class WatchConfig(SettingsModel):
     tables: list[TableConfig] = Field(default_factory=list)
     #: prefixes whose Delta tables are found and mirrored as they come and go (:mod:`.discovery.scan`)
     discover: list[DiscoverConfig] = Field(default_factory=list)
-    progress_topic: str = "deltamirror.progress"
+    progress_topic: str = PROGRESS_TOPIC
     transactional_id_prefix: str = Field(default="deltamirror", min_length=1, pattern=r"^\S+$")
     txn_max_records: int = Field(default=50_000, gt=0)
     txn_max_bytes: int = Field(default=64 * MiB, gt=0)
@@ -349,7 +345,7 @@ class WatchConfig(SettingsModel):
     oversize_policy: OversizePolicy = "split"
     use_notifications: bool = True
     #: where operators' signals (``deltamirror signal snapshot TABLE``) are read from; None: none
-    signal_topic: str | None = "deltamirror.signals"
+    signal_topic: str | None = SIGNAL_TOPIC
     #: share the tables with every watcher of this group (None: run every table here)
     group: GroupSettings | None = None
     #: one status line (info) every this many seconds: what was published, what is behind
@@ -393,12 +389,12 @@ class WatchConfig(SettingsModel):
     @field_validator("signal_topic")
     @classmethod
     def _signal_topic(cls, value: str | None) -> str | None:
-        return _check_topic(value)
+        return checked_topic_name(value)
 
     @field_validator("progress_topic")
     @classmethod
     def _progress_topic(cls, value: str) -> str:
-        checked = _check_topic(value)
+        checked = checked_topic_name(value)
         assert checked is not None
         return checked
 
@@ -439,7 +435,7 @@ def check_topic_name(value: Any, key: str, source: str | None = None) -> str | N
     try:
         if not isinstance(value, str):
             raise ValueError("must be a topic name or null")
-        return _check_topic(value)
+        return checked_topic_name(value)
     except ValueError as exc:
         prefix = "invalid configuration: " if source is not None else ""
         raise ConfigError(f"{prefix}{key}: {exc}", file=source) from None

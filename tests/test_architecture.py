@@ -12,6 +12,8 @@
 - no import cycle between modules at import time;
 - the faces: each package lists its API in ``__all__``, and README.md, docs/ and examples/ import
   nothing else (every other module is private and may move);
+- topic names are made and checked by mirror/topic_names.py only; a table's features are decided by
+  core; no module switches on a row-change format's name (one class per format, by the registry);
 - the rooms: inside a package, which sub-packages and top modules may import which is declared
   (``ROOMS``), and the declared graph has no cycle.
 """
@@ -19,10 +21,12 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
 import importlib.metadata
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -70,6 +74,17 @@ def _imports(path: Path, package: str) -> list[tuple[str, int, bool]]:
             p = parents.get(p)
         out.extend((n, node.lineno, top_level) for n in names)
     return out
+
+
+@contextlib.contextmanager
+def _rooted_at(path: Path) -> Iterator[None]:
+    """The checkers read ``path`` as the repository, for a test that plants a file there."""
+    global ROOT
+    real_root, ROOT = ROOT, path
+    try:
+        yield
+    finally:
+        ROOT = real_root
 
 
 def _files(folder: str) -> list[Path]:
@@ -309,12 +324,8 @@ def test_the_rule_checker_sees_a_violation(tmp_path: Path) -> None:
     planted = tmp_path / "core" / "planted.py"
     planted.parent.mkdir()
     planted.write_text("import confluent_kafka\nfrom ..producer import watcher\n")
-    global ROOT
-    real_root, ROOT = ROOT, tmp_path
-    try:
+    with _rooted_at(tmp_path):
         found = [m for m, _, _ in _imports(planted, "deltamirror.core")]
-    finally:
-        ROOT = real_root
     assert "confluent_kafka" in found and "deltamirror.producer" in found
     assert not (_is_stdlib("confluent_kafka") or "confluent_kafka" in CORE_ALLOWED)
 
@@ -371,10 +382,7 @@ def test_records_are_written_by_the_wire_package_s_encoders_only() -> None:
 
 
 def test_the_record_checker_sees_a_hand_made_record(tmp_path: Path) -> None:
-    global ROOT
-    real_root = ROOT
-    ROOT = tmp_path
-    try:
+    with _rooted_at(tmp_path):
         planted = tmp_path / "producer" / "x.py"
         planted.parent.mkdir()
         planted.write_text(
@@ -383,13 +391,168 @@ def test_the_record_checker_sees_a_hand_made_record(tmp_path: Path) -> None:
             "    return [(HEADER_PREFIX + 'topic', p)]\n"
         )
         found = _hand_made_records(planted)
-    finally:
-        ROOT = real_root
     assert [f.split(" ", 1)[1] for f in found] == [
         "serializes a record model",
         "writes a header",
         "writes a header",
     ]
+
+
+# --- row-change formats: one class each, found by the registry ---------------------------------
+
+#: a format's name that only the registry (and the setting's Literal) spells
+_FORMAT_NAMES = ("json-schema",)
+
+
+def _format_switches(path: Path) -> list[str]:
+    """Where ``path`` compares something with a row-change format's name (an if/elif on formats)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Compare):
+            for side in (node.left, *node.comparators):
+                if isinstance(side, ast.Constant) and side.value in _FORMAT_NAMES:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return found
+
+
+def test_no_module_switches_on_a_row_change_format() -> None:
+    """A format is one class of mirror/records/row_formats.py (its bytes, its values, its Spark
+    DDL), found by the registry: nothing compares a format's name to choose what to do."""
+    found = [where for folder in PACKAGES for path in _files(folder) for where in _format_switches(path)]
+    assert found == [], "look the format's class up (row_change_serializer): " + ", ".join(found)
+
+
+def test_the_format_switch_checker_sees_a_switch(tmp_path: Path) -> None:
+    planted = tmp_path / "x.py"
+    planted.write_text("def ddl(fmt):\n    return 'BINARY' if fmt == 'json-schema' else 'DECIMAL'\n")
+    with _rooted_at(tmp_path):
+        assert _format_switches(planted) == ["x.py:2"]
+
+
+# --- a table's features: decided in core ------------------------------------------------------
+
+
+@pytest.mark.parametrize("folder", [f for f in PACKAGES if f != "core"])
+def test_only_core_decides_whether_a_table_is_readable(folder: str) -> None:
+    """Whether a table's protocol and schema are readable is core's rule (core/features.py, applied
+    by core's readers: a snapshot, a head, a version's scan): the producer asks core, never the rule."""
+    bad = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in _files(folder)
+        for module, line, _ in _imports(path, PACKAGES[folder])
+        if module == "deltamirror.core.features"
+        or (module == "deltamirror.core" and "import features" in path.read_text())
+    ]
+    assert bad == [], "feature checks are core's (read_head, DeltaTable.snapshot): " + ", ".join(bad)
+
+
+# --- topic names: one rule, in the wire package --------------------------------------------------
+
+#: where every topic name is made or checked (the default names, the suffixes, the characters Kafka takes)
+TOPIC_NAMES_HOME = "mirror/topic_names.py"
+#: a copy spelled out where importing the wire would slow ``--help`` (a test holds it equal)
+TOPIC_NAME_COPIES = {"cli/signal_cmd.py": "SIGNAL_TOPIC"}
+_TOPIC_NAME_MARKS = ("A-Za-z0-9._-",)
+_TOPIC_NAME_PARTS = (".actions", ".commits", ".changes", ".transaction", ".shards", "deltamirror.progress")
+
+
+def _topic_name_rules(path: Path) -> list[str]:
+    """Where ``path`` spells a topic-name rule: the characters a topic name may hold, a suffix of
+    the default names, or a default topic."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    loggers = {  # a logger's name is no topic
+        id(arg)
+        for call in ast.walk(tree)
+        if isinstance(call, ast.Call)
+        and getattr(call.func, "attr", getattr(call.func, "id", "")) == "getLogger"
+        for arg in call.args
+    }
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Constant) or not isinstance(node.value, str) or id(node) in loggers:
+            continue
+        text = node.value
+        if (
+            any(m in text for m in _TOPIC_NAME_MARKS)
+            or text in _TOPIC_NAME_PARTS
+            or text == "deltamirror.signals"
+        ):
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno} {text!r}")
+    return found
+
+
+def test_only_the_wire_package_names_topics() -> None:
+    """The topic-name rules (which names Kafka takes, the default names of a table, a discovered
+    table, a group, the progress and signal topics) are mirror/topic_names.py's alone."""
+    found = [
+        where
+        for folder in PACKAGES
+        for path in _files(folder)
+        if str(path.relative_to(ROOT)) not in (TOPIC_NAMES_HOME, *TOPIC_NAME_COPIES)
+        for where in _topic_name_rules(path)
+    ]
+    assert not found, "topic names are made and checked in " + TOPIC_NAMES_HOME + ": " + "; ".join(found)
+
+
+def test_the_spelled_out_topic_names_equal_the_rule() -> None:
+    from deltamirror.mirror import topic_names
+
+    for rel, name in TOPIC_NAME_COPIES.items():
+        module = importlib.import_module(PACKAGES[rel.split("/")[0]] + "." + rel.split("/", 1)[1][:-3])
+        assert getattr(module, name) == getattr(topic_names, name), rel
+
+
+def test_the_topic_name_checker_sees_a_rule(tmp_path: Path) -> None:
+    with _rooted_at(tmp_path):
+        planted = tmp_path / "consumer" / "x.py"
+        planted.parent.mkdir()
+        planted.write_text(
+            "import re\n_NAME = re.compile(r'^[A-Za-z0-9._-]{1,249}$')\n"
+            "def commits(name):\n    return 'deltamirror.' + name + '.commits'\n"
+        )
+        found = _topic_name_rules(planted)
+    assert len(found) == 2 and "A-Za-z0-9" in found[0] and "'.commits'" in found[1], found
+
+
+#: the one home of a finished record's type (``Record``, ``KeyedRecords``); a record read back from
+#: a topic (with its partition and offset) is the read loop's
+RECORD_TYPES_HOME = "mirror/records/record.py"
+RECORDS_READ_HOME = "mirror/kafka/consumer.py"
+
+
+def _record_types(path: Path) -> list[str]:
+    """Classes of ``path`` that hold a record to produce: a key with a value (or values)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.ClassDef):
+            fields = {
+                s.target.id
+                for s in node.body
+                if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+            }
+            if "key" in fields and fields & {"value", "values"}:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
+    return found
+
+
+def test_every_encoder_returns_the_one_record_type() -> None:
+    """One finished-record type (mirror/records/record.py) for every topic's encoder: no module
+    declares another class of key and value to hand records to the producer."""
+    found = [
+        where
+        for folder in PACKAGES
+        for path in _files(folder)
+        if str(path.relative_to(ROOT)) not in (RECORD_TYPES_HOME, RECORDS_READ_HOME)
+        for where in _record_types(path)
+    ]
+    assert found == [], "encoders return mirror/records/record.py's Record: " + ", ".join(found)
+
+
+def test_the_record_type_checker_sees_a_second_type(tmp_path: Path) -> None:
+    planted = tmp_path / "x.py"
+    planted.write_text("class RowRecord:\n    topic: str\n    key: bytes\n    value: bytes | None\n")
+    with _rooted_at(tmp_path):
+        assert _record_types(planted) == ["x.py:1 RowRecord"]
 
 
 # --- one choke point for every open of table data ---------------------------------------------
@@ -625,8 +788,9 @@ ROOMS: dict[str, dict[str, set[str]]] = {
         "records/": set(),  # the records: encoders, decoders, headers, fragments, formats, the boundary
         "kafka/": {"records/"},  # the typed confluent-kafka clients and the one read loop
         "settings.py": {"kafka/"},
+        "topic_names.py": set(),  # the names: pure, no client (the consumers' settings check them)
         "topics.py": {"kafka/"},
-        "group.py": {"kafka/", "topics.py"},
+        "group.py": {"kafka/", "topics.py", "topic_names.py"},
     },
     "producer": {
         "*": {"settings.py", "metrics.py"},
@@ -761,11 +925,7 @@ def test_the_room_checker_sees_an_undeclared_import(tmp_path: Path) -> None:
     for room in ("publishing", "tailing"):
         (tmp_path / "producer" / room).mkdir()
         (tmp_path / "producer" / room / "transactions.py").write_text("")
-    global ROOT
-    real_root, ROOT = ROOT, tmp_path
-    try:
+    with _rooted_at(tmp_path):
         edges = {(here, there) for here, there, _ in room_edges("producer")}
-    finally:
-        ROOT = real_root
     assert ("group/", "publishing/") in edges and ("group/", "__init__.py") in edges
     assert "publishing/" not in ROOMS["producer"]["group/"]

@@ -28,7 +28,7 @@ from deltamirror.core.table import DeltaTable, open_table
 from deltamirror.core.timestamps import parse_timestamp
 from deltamirror.mirror.records.boundary import OnBadRecord
 from deltamirror.mirror.settings import RESERVED_KAFKA_KEYS, KafkaSettings
-from deltamirror.mirror.topics import default_topics
+from deltamirror.mirror.topic_names import default_topics
 
 from ..mirror_changes import MirrorSettings
 
@@ -55,6 +55,7 @@ KNOWN = {
         "failOnDataLoss",
         "allowPathPrefixes",
         "onBadRecord",
+        "columns",
         "readChangeFeed",
         "readChangeData",
         "skipChangeCommits",
@@ -129,6 +130,9 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     #: locations outside the table root whose files its log (and the mirror) may name
     allowed_path_prefixes: tuple[str, ...] = ()
+    #: ``columns``: the table columns to read, as given (None: all); checked against the read
+    #: schema by the source, which knows it
+    columns: tuple[str, ...] | None = None
 
     @classmethod
     def parse(cls, given: Mapping[str, str]) -> SourceOptions:
@@ -172,6 +176,7 @@ class SourceOptions:
             max_bytes_per_trigger=byte_size("maxBytesPerTrigger", options.get("maxbytespertrigger"), uri),
             fail_on_data_loss=boolean("failOnDataLoss", options.get("failondataloss"), True, uri),
             allowed_path_prefixes=prefixes,
+            columns=column_names(options.get("columns"), uri),
         )
 
     def table(self) -> DeltaTable:
@@ -323,6 +328,18 @@ def path_prefixes(value: str | None, table: str) -> tuple[str, ...]:
     return prefixes
 
 
+def column_names(value: str | None, table: str) -> tuple[str, ...] | None:
+    """``columns``: table column names, comma-separated (None: every column)."""
+    if value is None:
+        return None
+    names = tuple(c.strip() for c in value.split(","))
+    if not all(names):
+        raise InvalidArgumentError(
+            f"option columns must be column names separated by commas, got {value!r}", table=table
+        )
+    return names
+
+
 #: what the stream does with a record of the mirror the boundary refuses (no dead-letter topic here)
 SPARK_BAD_RECORD_CHOICES = ("stop", "skip")
 
@@ -355,6 +372,7 @@ __all__ = [
     "NO_EFFECT_ON_A_CHANGE_FEED",
     "REFUSED",
     "SourceOptions",
+    "column_names",
     "kafka_settings",
     "non_negative_int",
 ]

@@ -11,12 +11,11 @@ widened types read widened, a schema change after the start fails the query) and
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from deltamirror.core import features
 from deltamirror.core.actions import Where, check_actions
 from deltamirror.core.changes import (
     CHANGE_TYPE,
@@ -28,6 +27,7 @@ from deltamirror.core.changes import (
     VersionActions,
     changes_from_actions,
     check_change_metadata,
+    check_change_protocol,
     is_cdf_enabled,
 )
 from deltamirror.core.changes.prefetch import FileRead
@@ -41,16 +41,23 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def feed_schema(table: DeltaTable, read: ReadSchema) -> pa.Schema:
-    """The rows' schema: the read schema's columns, then the three change-feed columns."""
-    return changes_from_actions(table, read.metadata, read.version, ()).schema
+def feed_schema(table: DeltaTable, read: ReadSchema, columns: Sequence[str] | None = None) -> pa.Schema:
+    """The rows' schema: the read schema's columns (``columns`` only, in that order), then the
+    three change-feed columns. A column the read schema lacks is an UnknownColumnError."""
+    return changes_from_actions(table, read.metadata, read.version, (), columns=columns).schema
 
 
 def change_rows(
-    table: DeltaTable, read: ReadSchema, versions: Iterable[VersionActions], *, fail_on_data_loss: bool
+    table: DeltaTable,
+    read: ReadSchema,
+    versions: Iterable[VersionActions],
+    *,
+    fail_on_data_loss: bool,
+    columns: Sequence[str] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """The change rows of ``versions`` (checked as the stream checks them), in order."""
-    rows = ChangeRows(table, read, None, None, DEFAULT_BATCH_SIZE)
+    """The change rows of ``versions`` (checked as the stream checks them), in order; only
+    ``columns`` (None: all) are read from the data files."""
+    rows = ChangeRows(table, read, columns, None, DEFAULT_BATCH_SIZE)
     reads = (
         _guarded(file_read, fail_on_data_loss)
         for entry in checked_versions(versions, read, table.uri)
@@ -104,7 +111,7 @@ def checked_versions(
         actions = list(entry.actions)
         for name, body in actions:
             if name == "protocol":
-                features.check_readable(Protocol.model_validate(body), table=table, version=entry.version)
+                check_change_protocol(Protocol.model_validate(body), entry.version, table=table)
             elif name == "metaData":
                 metadata = Metadata.model_validate(body)
                 if entry.version <= read.version or not is_cdf_enabled(metadata):
@@ -124,10 +131,15 @@ def checked_versions(
 
 
 def snapshot_rows(
-    table: DeltaTable, read: ReadSchema, version: int, timestamp_ms: int
+    table: DeltaTable,
+    read: ReadSchema,
+    version: int,
+    timestamp_ms: int,
+    columns: Sequence[str] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """The table at ``version`` as inserts, as delta-spark begins a stream with no starting option."""
-    schema = feed_schema(table, read)
+    """The table at ``version`` as inserts, as delta-spark begins a stream with no starting option
+    (``columns`` only, None: all)."""
+    schema = feed_schema(table, read, columns)
     snapshot = table.snapshot(version=version)
     names = [f.name for f in schema if f.name not in (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP)]
     for batch in snapshot.iter_batches(columns=names):

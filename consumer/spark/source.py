@@ -41,6 +41,11 @@ by name any it does not read; docs/spark.md has the table of delta-spark's optio
 ``onBadRecord``
     A record of the mirror the consumers' boundary refuses: ``stop`` (default: the query fails
     naming topic, partition and offset) or ``skip`` (a warning, and on).
+``columns``
+    The table columns to read, comma-separated (then the three change-feed columns): only they are
+    decoded from the data files. Spark's column pruning does not reach a Python data source (its
+    scan builder pushes filters only), so a ``select`` alone still reads every column. A name the
+    table does not have fails the query at ``load`` with one line naming it.
 
 A schema change after the stream started fails the query (DELTA_SCHEMA_CHANGED_WITH_VERSION), as
 delta-spark's does: restart it to read with the new schema.
@@ -122,15 +127,19 @@ class DeltaMirrorSource(DataSource):
         super().__init__(options)
         self._parsed = SourceOptions.parse(options)
         # the read schema is the table's latest when the query starts, as delta-spark's
-        snapshot = self._parsed.table().snapshot()
+        table = self._parsed.table()
+        snapshot = table.snapshot()
         snapshot.check_readable()
         self._read = ReadSchema(snapshot.metadata, snapshot.version)
+        # the columns option as the read schema names them: an unknown one fails here, at load()
+        self._schema = feed_schema(table, self._read, self._parsed.columns)
+        self._columns = None if self._parsed.columns is None else tuple(self._schema.names[:-3])
 
     def schema(self) -> SparkStructType:
-        return from_arrow_schema(feed_schema(self._parsed.table(), self._read))
+        return from_arrow_schema(self._schema)
 
     def streamReader(self, schema: SparkStructType) -> DataSourceStreamReader:
-        return MirrorChangeStreamReader(self._parsed, self._read)
+        return MirrorChangeStreamReader(self._parsed, self._read, self._columns)
 
 
 @dataclass(frozen=True)
@@ -155,8 +164,12 @@ class MirrorChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
     planner process, where Spark keeps this object between micro-batches.
     """
 
-    def __init__(self, options: SourceOptions, read: ReadSchema) -> None:
+    def __init__(
+        self, options: SourceOptions, read: ReadSchema, columns: Sequence[str] | None = None
+    ) -> None:
         self._options = options
+        #: the table columns read (None: all), as the read schema names them
+        self._columns = None if columns is None else tuple(columns)
         self._read_metadata = read.metadata.model_dump_json(by_alias=True, exclude_none=True)
         self._read_version = read.version
         self._index: MirrorIndex | None = None
@@ -262,7 +275,7 @@ class MirrorChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         table = self._options.table()
         read = self._read_schema()
         if isinstance(partition, _SnapshotPartition):
-            yield from snapshot_rows(table, read, partition.version, partition.timestamp_ms)
+            yield from snapshot_rows(table, read, partition.version, partition.timestamp_ms, self._columns)
             return
         assert isinstance(partition, _VersionsPartition)
         versions = read_mirror_versions(
@@ -274,7 +287,9 @@ class MirrorChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
             start_timestamp_ms=partition.start_timestamp_ms,
             skip_lost=not self._options.fail_on_data_loss,
         )
-        yield from change_rows(table, read, versions, fail_on_data_loss=self._options.fail_on_data_loss)
+        yield from change_rows(
+            table, read, versions, fail_on_data_loss=self._options.fail_on_data_loss, columns=self._columns
+        )
 
 
 __all__ = ["FORMAT", "DeltaMirrorSource", "MirrorChangeStreamReader", "check_workers", "register"]

@@ -20,7 +20,13 @@ from .feed import (
 )
 from .file_filter import PartitionFilter
 from .ranges import ChangeRange, TimestampLike
-from .read_schema import ReadSchema, check_change_metadata, check_schema_readable, is_cdf_enabled
+from .read_schema import (
+    ReadSchema,
+    check_change_metadata,
+    check_change_protocol,
+    check_schema_readable,
+    is_cdf_enabled,
+)
 
 __all__ = [
     "CDF_COLUMNS",
@@ -38,6 +44,7 @@ __all__ = [
     "VersionActions",
     "changes_from_actions",
     "check_change_metadata",
+    "check_change_protocol",
     "check_schema_readable",
     "is_cdf_enabled",
     "read_changes",

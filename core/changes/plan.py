@@ -27,7 +27,13 @@ from ..readahead import CommitReadAhead
 from ..replay import replay_config
 from ..timestamps import CommitTime, IctConfig, resolve_timestamps
 from .ranges import ChangeRange, TimestampLike, resolve_range
-from .read_schema import ReadSchema, check_schema_readable, is_cdf_enabled, uses_column_mapping
+from .read_schema import (
+    ReadSchema,
+    check_change_protocol,
+    check_schema_readable,
+    is_cdf_enabled,
+    uses_column_mapping,
+)
 
 if TYPE_CHECKING:
     from ..table import DeltaTable
@@ -148,7 +154,7 @@ def plan_changes(
     )
     for v, action in changes:
         if isinstance(action, Protocol):
-            check_readable(action, table=table.uri, version=v)
+            check_change_protocol(action, v, table=table.uri)
         elif not is_cdf_enabled(action):
             raise _not_enabled(table, v, rng)
     # every protocol readable: a type of a schema that no supported feature brings is a corrupt

@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ChangeDataNotEnabledError, IncompatibleDataSchemaError, IncompatibleSchemaChangeError
-from ..models import Metadata
+from ..features import check_readable
+from ..models import Metadata, Protocol
 from ..schema import (
     ArrayType,
     DecimalType,
@@ -84,6 +85,12 @@ def check_schema_readable(
         table=table,
         version=version,
     )
+
+
+def check_change_protocol(protocol: Protocol, version: int, *, table: str | None = None) -> None:
+    """A protocol a version of the range sets: readable by this deltamirror (core's one rule,
+    :func:`~deltamirror.core.features.check_readable`), or refused by the feature's name."""
+    check_readable(protocol, table=table, version=version)
 
 
 def check_change_metadata(

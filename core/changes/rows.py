@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .. import arguments
 from ..deletion_vectors import read_deleted_rows
-from ..errors import CorruptLogError, InvalidArgumentError, SchemaError
+from ..errors import CorruptLogError
 from ..log import commit_name
 from ..read import AppendColumns, read_data_file
 from ..schema import (
@@ -108,13 +109,7 @@ class ChangeRows:
         for name in columns:
             if name in CDF_COLUMNS:
                 continue
-            try:
-                canonical = self._table_schema.field(name).name
-            except SchemaError:
-                raise InvalidArgumentError(
-                    f"no column {name!r} in the table (columns: {', '.join(self._table_schema.names)})",
-                    table=self.table.uri,
-                ) from None
+            canonical = arguments.column_name(self._table_schema, name, self.table.uri)
             if canonical not in out:
                 out.append(canonical)
         return out

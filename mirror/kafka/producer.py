@@ -44,6 +44,8 @@ from ..errors import (
     TopicNotFoundError,
     TransactionAbortableError,
 )
+from ..records.headers import Headers
+from ..records.record import Record
 from . import clients
 
 log = logging.getLogger(__name__)
@@ -72,8 +74,6 @@ FENCED_CODES = frozenset(
 )
 #: bytes a record needs besides its value (key, headers, record framing)
 RECORD_OVERHEAD = 4096
-
-Headers = list[tuple[str, str | bytes | None]]
 
 
 def classify(exc: BaseException, what: str, transactional_id: str) -> KafkaError:
@@ -357,7 +357,7 @@ class TransactionalPublisher:
         produce: Any,
         topic: str,
         value: bytes | None,
-        key: bytes,
+        key: bytes | None,
         headers: Headers | None,
         timestamp: int,
     ) -> None:
@@ -401,15 +401,18 @@ class TransactionalPublisher:
 
     def produce_keyed(
         self,
-        records: Sequence[tuple[str, bytes, bytes | None]],
+        records: Sequence[Record],
         timestamps: Mapping[str, int],
         headers: Headers | None = None,
     ) -> None:
-        """``(topic, key, value)`` records, each keyed by itself (a None value: a tombstone) and placed
-        by the murmur2 partitioner, with their topic's timestamp from ``timestamps``."""
+        """Records that name their topic, each keyed by itself (a None value: a tombstone) and placed
+        by the murmur2 partitioner, with their topic's timestamp from ``timestamps`` and ``headers``."""
         produce = self._producer.produce
         size = 0
-        for topic, key, value in records:
+        for record in records:
+            topic, key, value = record.topic, record.key, record.value
+            if topic is None:
+                raise ValueError("a record produced by its key names its topic")
             timestamp = timestamps[topic]
             try:
                 produce(topic, value, key, _ANY_PARTITION, None, None, timestamp, headers)

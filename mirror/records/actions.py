@@ -27,29 +27,16 @@ class ActionRecords:
 
     def __init__(
         self,
+        encoder: EnvelopeEncoder,
         *,
-        table_id: str,
-        table_uri: str,
-        version: int,
-        commit_timestamp: int,
-        commit_timestamp_source: str,
-        count: int,
-        snapshot: bool = False,
         extra_headers: Headers | None = None,
         oversize: Oversize | None = None,
     ) -> None:
-        self.encoder = EnvelopeEncoder(
-            table_id=table_id,
-            table_uri=table_uri,
-            version=version,
-            commit_timestamp=commit_timestamp,
-            commit_timestamp_source=commit_timestamp_source,
-            count=count,
-            snapshot=snapshot,
-        )
-        self.key = table_id.encode()
-        self.version = version
-        self._version_header = (HEADER_VERSION, str(version).encode())
+        """The records of the version ``encoder`` encodes the values of (its table id is their key)."""
+        self.encoder = encoder
+        self.key = encoder.table_id.encode()
+        self.version = encoder.version
+        self._version_header = (HEADER_VERSION, str(encoder.version).encode())
         self._extra: Headers = list(extra_headers or ())
         self._oversize = oversize
 

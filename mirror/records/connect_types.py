@@ -3,58 +3,52 @@
 :mod:`.row_changes` states the mapping; this module is its code. Values are converted per column on
 the Arrow side where Arrow can (timestamps to int64 microseconds, dates to int32 days), then one
 ``to_pylist`` per column; only binary, decimal, float and nested values take a Python step each.
+The values JSON has no one form for (floats that are not finite, decimals) are written as the
+format says (:class:`LeafValues`: each format class of :mod:`.row_formats`).
 """
 
 from __future__ import annotations
 
 import base64
-import math
 from collections.abc import Callable
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import UnrepresentableValueError
-
-RowChangesFormat = Literal["json", "json-schema"]
-ROW_CHANGES_FORMATS: tuple[str, ...] = ("json", "json-schema")
-
 # --- values: Arrow columns to JSON-ready Python values ------------------------------------------
 
 
-def _float(value: float | None) -> float | str | None:
-    if value is None or math.isfinite(value):
-        return value
-    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+class LeafValues(Protocol):
+    """How a format writes the values JSON has no one form for."""
+
+    @staticmethod
+    def float_value(value: float | None) -> Any:
+        """A float (None: null) as the format carries it, infinities and NaN included."""
+        ...
+
+    @staticmethod
+    def decimal_value(value: Decimal, scale: int) -> Any:
+        """A decimal of a column with ``scale`` as the format carries it."""
+        ...
 
 
-def _finite(value: float | None) -> float | None:
-    """A float as JSON for Kafka Connect: JsonConverter reads the text "NaN" in a float field as 0.0."""
-    if value is None or math.isfinite(value):
-        return value
-    raise UnrepresentableValueError(
-        f"the value {value} cannot be carried by format json-schema (Kafka Connect's JsonConverter "
-        'reads it as 0.0); use format json, where it is the text "NaN" / "Infinity"'
-    )
-
-
-def _decimal_bytes(value: Decimal, scale: int) -> str:
+def connect_decimal(value: Decimal, scale: int) -> str:
+    """A Connect decimal as JsonConverter writes it: the base64 of its unscaled two's-complement bytes."""
     unscaled = int(value.scaleb(scale))
     size = max(1, (unscaled.bit_length() + 8) // 8)
     return base64.b64encode(unscaled.to_bytes(size, "big", signed=True)).decode()
 
 
-def _converter(t: pa.DataType, fmt: RowChangesFormat) -> Callable[[Any], Any] | None:
+def _converter(t: pa.DataType, fmt: LeafValues) -> Callable[[Any], Any] | None:
     """How one Python value (from ``to_pylist``) of type ``t`` becomes JSON; None: as it is."""
     if pa.types.is_floating(t):
-        return _float if fmt == "json" else _finite
+        return fmt.float_value
     if pa.types.is_decimal(t):
         scale = t.scale
-        if fmt == "json-schema":
-            return lambda v: None if v is None else _decimal_bytes(v, scale)
-        return lambda v: None if v is None else f"{v:f}"
+        decimal = fmt.decimal_value
+        return lambda v: None if v is None else decimal(v, scale)
     if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
         return lambda v: None if v is None else base64.b64encode(v).decode()
     if pa.types.is_date(t):
@@ -119,7 +113,7 @@ def _has_timestamp(t: pa.DataType) -> bool:
     return False
 
 
-def column_values(column: pa.Array, fmt: RowChangesFormat) -> list[Any]:
+def column_values(column: pa.Array, fmt: LeafValues) -> list[Any]:
     """A column as JSON-ready values, one per row: casts on the Arrow side, then one ``to_pylist``."""
     t = column.type
     column = _micros(column)
@@ -262,11 +256,11 @@ TXN_VALUE_SCHEMA = struct_schema(
 
 
 __all__ = [
-    "ROW_CHANGES_FORMATS",
     "TXN_KEY_SCHEMA",
     "TXN_VALUE_SCHEMA",
-    "RowChangesFormat",
+    "LeafValues",
     "column_values",
+    "connect_decimal",
     "connect_schema",
     "int64_field",
     "source_schema",

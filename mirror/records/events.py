@@ -412,7 +412,7 @@ class EnvelopeEncoder:
     data (serialized with ``to_json``).
     """
 
-    __slots__ = ("_prefix", "count", "snapshot")
+    __slots__ = ("_prefix", "count", "snapshot", "table_id", "version")
 
     def __init__(
         self,
@@ -436,6 +436,8 @@ class EnvelopeEncoder:
             "snapshot": snapshot,
         }
         self._prefix = to_json(shared)[:-1] + b',"index":'
+        self.table_id = table_id
+        self.version = version
         self.count = count
         self.snapshot = snapshot
 

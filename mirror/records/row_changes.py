@@ -55,17 +55,12 @@ import pyarrow.compute as pc
 from deltamirror.core.errors import CorruptDataFileError
 
 from ..errors import RecordTooLargeError, UnrepresentableValueError
-from .connect_types import (
-    ROW_CHANGES_FORMATS,
-    RowChangesFormat,
-    column_values,
-    connect_schema,
-)
+from .connect_types import column_values, connect_schema
+from .record import Record
+from .row_formats import ROW_CHANGES_FORMATS, RowChangesFormat
 from .row_pairing import DEFAULT_PAIRING_MEMORY_BYTES, IMAGE_SCHEMA, UpdatePairs
 from .row_records import (
     RowChangesOptions,
-    RowRecord,
-    row_changes_options,
     transaction_id,
     transaction_record,
 )
@@ -308,7 +303,7 @@ class VersionRows:
         self.buckets = pairs.buckets
         return pairs
 
-    def records(self) -> Iterator[list[RowRecord]]:
+    def records(self) -> Iterator[list[Record]]:
         """The version's records, a list per input batch (BEGIN with the first, END alone last)."""
         pairs = self._pairs()
         try:
@@ -317,7 +312,7 @@ class VersionRows:
             if pairs is not None:
                 pairs.close()
 
-    def _records(self, pairs: UpdatePairs | None) -> Iterator[list[RowRecord]]:
+    def _records(self, pairs: UpdatePairs | None) -> Iterator[list[Record]]:
         o = self.options
         topic, tombstones = o.changes_topic, o.tombstones
         index = 0
@@ -350,7 +345,7 @@ class VersionRows:
                 afters = found.column("after").to_pylist()
             else:
                 types, images, keys = self._rows(enc, batch)
-            out: list[RowRecord] = []
+            out: list[Record] = []
             if not begun and n:
                 begun = True
                 out.append(transaction_record(o, self.version, self.ts_ms, None))
@@ -384,10 +379,10 @@ class VersionRows:
                 )
                 if self.max_record_bytes is not None and len(record_key) + len(value) > self.max_record_bytes:
                     raise self._too_large(key, len(record_key) + len(value), index)
-                out.append(RowRecord(topic, record_key, value))
+                out.append(Record(value, record_key, None, topic))
                 index += 1
                 if op == "d" and tombstones:
-                    out.append(RowRecord(topic, record_key, None))
+                    out.append(Record(None, record_key, None, topic))
             if out:
                 yield out
             pos += n
@@ -422,7 +417,7 @@ def _hashes(keys: list[bytes]) -> pa.Array:
     )
 
 
-def skip_records(chunks: Iterable[list[RowRecord]], count: int) -> Generator[list[RowRecord], None, None]:
+def skip_records(chunks: Iterable[list[Record]], count: int) -> Generator[list[Record], None, None]:
     """``chunks`` without their first ``count`` records (those a restart finds published already)."""
     try:
         for chunk in chunks:
@@ -443,11 +438,9 @@ __all__ = [
     "RowChangeEncoder",
     "RowChangesFormat",
     "RowChangesOptions",
-    "RowRecord",
     "VersionRows",
     "column_values",
     "connect_schema",
-    "row_changes_options",
     "skip_records",
     "transaction_id",
     "transaction_record",

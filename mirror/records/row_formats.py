@@ -8,22 +8,31 @@ builds the envelope's text (the same payload in every format) and hands it to th
 - :class:`ConnectJsonRowChanges` (``json-schema``): ``{"schema": ..., "payload": ...}`` as Kafka
   Connect's ``JsonConverter`` writes it with ``schemas.enable=true``.
 
-A new format (Avro, Protobuf with a schema registry) is one more class here and one more value of
-the setting; the encoder, the pairing of updates and the transactions do not change.
+A class also says how its values read in Spark (``value_ddl``, ``key_ddl``: what
+:func:`~.spark_ddl.row_changes_ddl` returns for its format) and how it writes the values JSON has
+no one form for (floats that are not finite, decimals). A new format (Avro, Protobuf with a schema
+registry) is one more class here and one more value of the setting; the encoder, the pairing of
+updates, the transactions and the DDL functions do not change.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Protocol
+from decimal import Decimal
+from typing import Any, ClassVar, Literal, Protocol
 
 import pyarrow as pa
 
+from deltamirror.core.schema import DecimalType, StructType
+
+from ..errors import UnrepresentableValueError
 from .connect_types import (
     TXN_KEY_SCHEMA,
     TXN_VALUE_SCHEMA,
     column_values,
+    connect_decimal,
     connect_schema,
     int64_field,
     source_schema,
@@ -31,6 +40,10 @@ from .connect_types import (
     struct_schema,
     transaction_block_schema,
 )
+from .spark_types import envelope_ddl, fields_ddl
+
+#: the values of the ``row_changes.format`` setting (the keys of :data:`ROW_CHANGE_SERIALIZERS`)
+RowChangesFormat = Literal["json", "json-schema"]
 
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
@@ -51,6 +64,16 @@ class RowChangeSerializer(Protocol):
 
     def column_values(self, column: pa.Array) -> list[Any]:
         """A column's values as the payload carries them (JSON-ready Python values)."""
+        ...
+
+    @classmethod
+    def value_ddl(cls, schema: StructType) -> str:
+        """The Spark DDL of a value for a table of ``schema`` (``from_json(value, DDL)``)."""
+        ...
+
+    @classmethod
+    def key_ddl(cls, fields: StructType) -> str:
+        """The Spark DDL of a key made of ``fields`` (the key columns)."""
         ...
 
     def key(self, payload: bytes) -> bytes:
@@ -78,8 +101,31 @@ class JsonRowChanges:
     ) -> None:
         pass
 
+    @staticmethod
+    def float_value(value: float | None) -> float | str | None:
+        if value is None or math.isfinite(value):
+            return value
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+
+    @staticmethod
+    def decimal_value(value: Decimal, scale: int) -> str:
+        return f"{value:f}"
+
+    @staticmethod
+    def decimal_ddl(t: DecimalType) -> str:
+        """The exact decimal text reads as the decimal it is."""
+        return f"DECIMAL({t.precision},{t.scale})"
+
     def column_values(self, column: pa.Array) -> list[Any]:
-        return column_values(column, "json")
+        return column_values(column, self)
+
+    @classmethod
+    def value_ddl(cls, schema: StructType) -> str:
+        return ", ".join(f"{name} {ddl}" for name, ddl in envelope_ddl(schema, cls.decimal_ddl))
+
+    @classmethod
+    def key_ddl(cls, fields: StructType) -> str:
+        return fields_ddl(fields, cls.decimal_ddl)
 
     def key(self, payload: bytes) -> bytes:
         return payload
@@ -121,8 +167,38 @@ class ConnectJsonRowChanges:
         key_schema = struct_schema(f"{topic}.Key", key_fields, optional=False)
         self._key_prefix = b'{"schema":' + _JSON.encode(key_schema).encode() + b',"payload":'
 
+    @staticmethod
+    def float_value(value: float | None) -> float | None:
+        """JsonConverter reads the text "NaN" in a float field as 0.0: not finite is refused."""
+        if value is None or math.isfinite(value):
+            return value
+        raise UnrepresentableValueError(
+            f"the value {value} cannot be carried by format json-schema (Kafka Connect's JsonConverter "
+            'reads it as 0.0); use format json, where it is the text "NaN" / "Infinity"'
+        )
+
+    @staticmethod
+    def decimal_value(value: Decimal, scale: int) -> str:
+        return connect_decimal(value, scale)
+
+    @staticmethod
+    def decimal_ddl(t: DecimalType) -> str:
+        """JsonConverter's base64 unscaled bytes."""
+        return "BINARY"
+
     def column_values(self, column: pa.Array) -> list[Any]:
-        return column_values(column, "json-schema")
+        return column_values(column, self)
+
+    @classmethod
+    def value_ddl(cls, schema: StructType) -> str:
+        """The envelope is under ``payload``."""
+        return (
+            "payload STRUCT<" + ", ".join(f"{n}: {d}" for n, d in envelope_ddl(schema, cls.decimal_ddl)) + ">"
+        )
+
+    @classmethod
+    def key_ddl(cls, fields: StructType) -> str:
+        return f"payload STRUCT<{fields_ddl(fields, cls.decimal_ddl, sep=': ')}>"
 
     def key(self, payload: bytes) -> bytes:
         return self._key_prefix + payload + b"}"
@@ -142,6 +218,7 @@ class ConnectJsonRowChanges:
 ROW_CHANGE_SERIALIZERS: dict[str, type[RowChangeSerializer]] = {
     cls.format: cls for cls in (JsonRowChanges, ConnectJsonRowChanges)
 }
+ROW_CHANGES_FORMATS: tuple[str, ...] = tuple(ROW_CHANGE_SERIALIZERS)
 
 
 def row_change_serializer(format: str) -> type[RowChangeSerializer]:
@@ -155,9 +232,11 @@ def row_change_serializer(format: str) -> type[RowChangeSerializer]:
 
 
 __all__ = [
+    "ROW_CHANGES_FORMATS",
     "ROW_CHANGE_SERIALIZERS",
     "ConnectJsonRowChanges",
     "JsonRowChanges",
     "RowChangeSerializer",
+    "RowChangesFormat",
     "row_change_serializer",
 ]

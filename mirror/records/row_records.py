@@ -1,6 +1,7 @@
-"""The records of row changes and Debezium's transaction metadata (BEGIN/END), apart from the
+r"""The options of row changes and Debezium's transaction metadata (BEGIN/END), apart from the
 row encoder (:mod:`deltamirror.mirror.records.row_changes`) so that both stay small; the bytes of
-each format are :mod:`deltamirror.mirror.records.row_formats`'."""
+each format are :mod:`deltamirror.mirror.records.row_formats`'. Their records are
+:class:`~.record.Record`\ s naming their topic (the changes or the transaction topic)."""
 
 from __future__ import annotations
 
@@ -8,35 +9,27 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .connect_types import RowChangesFormat
-from .row_formats import RowChangeSerializer, row_change_serializer
-
-
-@dataclass(frozen=True, slots=True)
-class RowRecord:
-    """One record of a version's row changes: on the changes topic, or (BEGIN/END) the transaction topic."""
-
-    topic: str
-    key: bytes
-    #: None: a tombstone
-    value: bytes | None
+from .record import Record
+from .row_formats import RowChangeSerializer, RowChangesFormat, row_change_serializer
 
 
 @dataclass(frozen=True)
 class RowChangesOptions:
-    """What the encoder needs to know of a table; ``key_columns`` empty: the whole row is the key."""
+    """What the encoder needs to know of a table; ``key_columns`` (any sequence, kept as a tuple)
+    empty: the whole row is the key."""
 
     changes_topic: str
     transaction_topic: str
     table_name: str
     table_id: str
-    key_columns: tuple[str, ...] = ()
+    key_columns: Sequence[str] = ()
     format: RowChangesFormat = "json"
     tombstones: bool = False
     #: the format's serializer, chosen once from ``format``
     serializer: type[RowChangeSerializer] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "key_columns", tuple(self.key_columns))
         object.__setattr__(self, "serializer", row_change_serializer(self.format))
 
 
@@ -49,7 +42,7 @@ def transaction_id(table_id: str, version: int) -> str:
 
 def transaction_record(
     options: RowChangesOptions, version: int, ts_ms: int, event_count: int | None
-) -> RowRecord:
+) -> Record:
     """Debezium's transaction metadata: BEGIN (``event_count`` None) or END with the per-topic counts."""
     tid = transaction_id(options.table_id, version)
     payload: dict[str, Any] = {
@@ -62,23 +55,7 @@ def transaction_record(
         "ts_ms": ts_ms,
     }
     key, value = options.serializer.transaction({"id": tid}, payload)
-    return RowRecord(options.transaction_topic, key, value)
+    return Record(value, key, None, options.transaction_topic)
 
 
-def row_changes_options(
-    *,
-    changes_topic: str,
-    transaction_topic: str,
-    table_name: str,
-    table_id: str,
-    key_columns: Sequence[str] = (),
-    format: RowChangesFormat = "json",
-    tombstones: bool = False,
-) -> RowChangesOptions:
-    """:class:`RowChangesOptions` by keyword (``key_columns`` any sequence)."""
-    return RowChangesOptions(
-        changes_topic, transaction_topic, table_name, table_id, tuple(key_columns), format, tombstones
-    )
-
-
-__all__ = ["RowChangesOptions", "RowRecord", "row_changes_options", "transaction_id", "transaction_record"]
+__all__ = ["RowChangesOptions", "transaction_id", "transaction_record"]

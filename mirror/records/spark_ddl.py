@@ -15,21 +15,25 @@ name, so a newer watcher adding optional fields does not break a job (the compat
   BEGIN/END records).
 
 The changes envelope depends on the table's columns, so it is built from the table's Delta schema
-(``metaData.schemaString`` or :class:`~deltamirror.core.schema.StructType`). Its column types are
-the types of the values on the wire (see :mod:`.row_changes`), which Spark parses without loss:
-dates are INT days since the epoch (``date_from_unix_date``), timestamps BIGINT microseconds
-(``timestamp_micros``), binary BINARY (the base64 text is decoded by ``from_json``), decimals
-DECIMAL(p,s) from their exact text, maps with string keys MAP<STRING, …> and other maps their
-``[[key, value], …]`` pairs as ARRAY<ARRAY<STRING>> (each element's JSON text).
+(``metaData.schemaString`` or :class:`~deltamirror.core.schema.StructType`), by the class of the
+table's format (:mod:`.row_formats`: one class per format, each with its DDL; the lookup is the
+one registry of formats). Its column types are the types of the values on the wire (see
+:mod:`.row_changes` and :mod:`.spark_types`), which Spark parses without loss: dates are INT days
+since the epoch (``date_from_unix_date``), timestamps BIGINT microseconds (``timestamp_micros``),
+binary BINARY (the base64 text is decoded by ``from_json``), decimals DECIMAL(p,s) from their exact
+text, maps with string keys MAP<STRING, …> and other maps their ``[[key, value], …]`` pairs as
+ARRAY<ARRAY<STRING>> (each element's JSON text).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
-from deltamirror.core.schema import ArrayType, DecimalType, DeltaType, MapType, PrimitiveType, StructType
+from deltamirror.core.schema import StructType
 from deltamirror.core.schema_types import parse_schema
+
+from .row_formats import RowChangesFormat, row_change_serializer
+from .spark_types import quote
 
 ACTIONS_DDL = (
     "schemaVersion INT, tableId STRING, tableUri STRING, version BIGINT, commitTimestamp BIGINT, "
@@ -73,90 +77,29 @@ TRANSACTION_DDL = (
 )
 TRANSACTION_KEY_DDL = "id STRING"
 
-_SOURCE_DDL = (
-    "STRUCT<version: STRING, connector: STRING, name: STRING, ts_ms: BIGINT, snapshot: STRING, db: STRING, "
-    "`table`: STRING, table_id: STRING, delta_version: BIGINT, `index`: BIGINT>"
-)
-_TRANSACTION_BLOCK_DDL = "STRUCT<id: STRING, total_order: BIGINT, data_collection_order: BIGINT>"
-
-_PRIMITIVES = {
-    "string": "STRING",
-    "long": "BIGINT",
-    "integer": "INT",
-    "short": "SMALLINT",
-    "byte": "TINYINT",
-    "float": "FLOAT",
-    "double": "DOUBLE",
-    "boolean": "BOOLEAN",
-    "binary": "BINARY",
-    "date": "INT",
-    "timestamp": "BIGINT",
-    "timestamp_ntz": "BIGINT",
-}
-
-
-def quote(name: str) -> str:
-    """A column name as a Spark identifier (backticks, a backtick doubled)."""
-    return "`" + name.replace("`", "``") + "`"
-
-
-def _type_ddl(t: DeltaType, fmt: Literal["json", "json-schema"]) -> str:
-    if isinstance(t, DecimalType):
-        # plain JSON: the exact decimal text; with a schema: JsonConverter's base64 unscaled bytes
-        return "BINARY" if fmt == "json-schema" else f"DECIMAL({t.precision},{t.scale})"
-    if isinstance(t, PrimitiveType):
-        ddl = _PRIMITIVES.get(t.name)
-        if ddl is None:
-            raise ValueError(f"no Spark type for the Delta type {t.name!r} on the changes topic")
-        return ddl
-    if isinstance(t, ArrayType):
-        return f"ARRAY<{_type_ddl(t.element_type, fmt)}>"
-    if isinstance(t, MapType):
-        if isinstance(t.key_type, PrimitiveType) and t.key_type.name == "string":
-            return f"MAP<STRING, {_type_ddl(t.value_type, fmt)}>"
-        return "ARRAY<ARRAY<STRING>>"
-    return f"STRUCT<{_fields(t, fmt, sep=': ')}>"
-
-
-def _fields(schema: StructType, fmt: Literal["json", "json-schema"], *, sep: str = " ") -> str:
-    return ", ".join(f"{quote(f.name)}{sep}{_type_ddl(f.type, fmt)}" for f in schema.fields)
-
 
 def _schema(schema: StructType | str) -> StructType:
     return parse_schema(schema) if isinstance(schema, str) else schema
 
 
-def row_changes_ddl(schema: StructType | str, *, fmt: Literal["json", "json-schema"] = "json") -> str:
+def row_changes_ddl(schema: StructType | str, *, fmt: RowChangesFormat = "json") -> str:
     """The DDL of a changes-topic value for a table whose Delta schema is ``schema``.
 
-    ``schema``: the ``metaData.schemaString`` (JSON text) or a parsed ``StructType``. With ``fmt``
+    ``schema``: the ``metaData.schemaString`` (JSON text) or a parsed ``StructType``. ``fmt``: the
+    table's ``row_changes.format``, whose class says the DDL (:mod:`.row_formats`). With
     ``"json-schema"`` (records with an inline Connect schema) the envelope is under ``payload`` and
     decimals are BINARY (two's-complement unscaled bytes: JsonConverter's format); the plain ``json``
-    format is the one to read from Spark.
+    format is the one to read from Spark. Another format is a ValueError.
     """
-    image = f"STRUCT<{_fields(_schema(schema), fmt, sep=': ')}>"
-    envelope = [
-        ("before", image),
-        ("after", image),
-        ("op", "STRING"),
-        ("ts_ms", "BIGINT"),
-        ("source", _SOURCE_DDL),
-        ("transaction", _TRANSACTION_BLOCK_DDL),
-    ]
-    if fmt == "json-schema":
-        return "payload STRUCT<" + ", ".join(f"{name}: {ddl}" for name, ddl in envelope) + ">"
-    return ", ".join(f"{name} {ddl}" for name, ddl in envelope)
+    return row_change_serializer(fmt).value_ddl(_schema(schema))
 
 
 def row_changes_key_ddl(
-    schema: StructType | str, key_columns: Sequence[str] = (), *, fmt: Literal["json", "json-schema"] = "json"
+    schema: StructType | str, key_columns: Sequence[str] = (), *, fmt: RowChangesFormat = "json"
 ) -> str:
     """The DDL of a changes-topic key: the key columns (the whole row when none are configured)."""
     parsed = _schema(schema)
-    fields = parsed.select(key_columns) if key_columns else parsed
-    if fmt == "json-schema":
-        return f"payload STRUCT<{_fields(fields, fmt, sep=': ')}>"
-    return _fields(fields, fmt)
+    return row_change_serializer(fmt).key_ddl(parsed.select(key_columns) if key_columns else parsed)
 
 
 __all__ = [

@@ -10,9 +10,7 @@ every table, a listing of the log folder only when both are missing (a cleaned l
 
 Topic names: a discovered table's default ``<name>`` is its path relative to the prefix, ``/``
 written ``.`` (``sales/orders`` -> ``deltamirror.sales.orders.actions``), after the prefix's own
-``name`` when it has one. A path with characters a topic name cannot hold, or with a ``.``
-(``a.b/c`` and ``a/b.c`` would meet), gets the first 8 hex digits of its sha1 appended, so the name
-depends on the table's path alone and every watcher of a group computes the same one. A table
+``name`` when it has one (the rule is :func:`~deltamirror.mirror.topic_names.discovered_topic_name`'s). A table
 whose topics would still be another's (the same relative path under two prefixes without
 ``name``, a configured table's topics) is not mirrored, and one error line says so.
 
@@ -29,9 +27,7 @@ by its scan, they are run once more to announce their drop the same way.
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import logging
-import re
 import threading
 import time
 from collections.abc import Container, Iterable
@@ -42,6 +38,7 @@ from deltamirror.core.errors import ConfigError, DeltaMirrorError, StorageError
 from deltamirror.core.log import CLASSIC_CP_RE, COMMIT_RE, MULTIPART_CP_RE, UUID_CP_RE
 from deltamirror.core.storage import TableStorage, normalize_table_uri
 from deltamirror.mirror.errors import KafkaError, StopRequested, TopicNotFoundError
+from deltamirror.mirror.topic_names import discovered_topic_name
 
 from ..metrics import DiscoveryMetrics
 from ..settings import DiscoverConfig, TableConfig, WatchConfig
@@ -50,10 +47,6 @@ from .topic_claims import TopicClaims
 log = logging.getLogger("deltamirror.discovery")
 
 LOG_DIR = "_delta_log"
-_CLEAN_SEGMENT = re.compile(r"^[A-Za-z0-9_-]+$")
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-#: longest ``<name>``: ``deltamirror.<name>.transaction`` must stay within Kafka's 249 characters
-MAX_NAME = 200
 
 
 class TableService(Protocol):
@@ -79,22 +72,6 @@ class DiscoveredTable:
 
 
 # --- names --------------------------------------------------------------------------------------
-
-
-def topic_name_for(relative: str, prefix_name: str | None = None) -> str:
-    """The ``<name>`` of a discovered table's default topics (see the module docstring)."""
-    segments = [s for s in relative.split("/") if s]
-    name = ".".join(segments) or "table"
-    clean = all(_CLEAN_SEGMENT.match(s) for s in segments)
-    if not clean:
-        digest = hashlib.sha1(relative.encode(), usedforsecurity=False).hexdigest()[:8]
-        name = f"{_UNSAFE.sub('_', name).strip('._') or 'table'}-{digest}"
-    if prefix_name:
-        name = f"{prefix_name}.{name}"
-    if len(name) > MAX_NAME:
-        digest = hashlib.sha1(name.encode(), usedforsecurity=False).hexdigest()[:8]
-        name = f"{name[: MAX_NAME - 9]}-{digest}"
-    return name
 
 
 def _matches(relative: str, globs: Iterable[str]) -> bool:
@@ -145,7 +122,7 @@ def log_has_versions(fs: Any, log_dir: str) -> bool:
 def _table_at(base_uri: str, relative: str, prefix_name: str | None) -> DiscoveredTable:
     if not relative:  # the prefix is a table itself: named as a configured table would be
         return DiscoveredTable(base_uri, "", prefix_name)
-    return DiscoveredTable(f"{base_uri}/{relative}", relative, topic_name_for(relative, prefix_name))
+    return DiscoveredTable(f"{base_uri}/{relative}", relative, discovered_topic_name(relative, prefix_name))
 
 
 def find_tables(source: DiscoverConfig, known: Container[str] = ()) -> dict[str, DiscoveredTable]:
@@ -458,5 +435,4 @@ __all__ = [
     "log_has_versions",
     "published_tables",
     "selected",
-    "topic_name_for",
 ]

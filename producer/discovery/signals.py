@@ -51,7 +51,6 @@ from deltamirror.mirror.records.signals import (
 
 log = logging.getLogger("deltamirror.signals")
 
-SIGNAL_TOPIC = "deltamirror.signals"
 #: a signal is a few hundred bytes (what the topic manager sizes topics by)
 SIGNAL_MAX_BYTES = 1_000_000
 #: a listener that failed (broker gone) starts again after this
@@ -344,7 +343,6 @@ __all__ = [
     "MAX_SNAPSHOTS_PER_INTERVAL",
     "PENDING_TTL_S",
     "SEND_TIMEOUT_S",
-    "SIGNAL_TOPIC",
     "SNAPSHOT_INTERVAL_S",
     "Signal",
     "SignalListener",

@@ -36,7 +36,9 @@ from deltamirror.mirror.errors import (
     StopRequested,
     TransactionAbortableError,
 )
-from deltamirror.mirror.kafka.producer import Headers, TransactionalPublisher
+from deltamirror.mirror.kafka.producer import TransactionalPublisher
+from deltamirror.mirror.records.headers import Headers
+from deltamirror.mirror.records.record import Record
 
 #: errors after which the producer still works (the open transaction is aborted, or retried)
 _RECOVERABLE = (TransactionAbortableError, RetriableKafkaError, RecordRefusedError, StopRequested)
@@ -304,7 +306,7 @@ class ProducerLease:
 
     def produce_keyed(
         self,
-        records: Sequence[tuple[str, builtins.bytes, builtins.bytes | None]],
+        records: Sequence[Record],
         timestamps: Mapping[str, int],
         headers: Headers | None = None,
     ) -> None:

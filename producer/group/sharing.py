@@ -29,7 +29,8 @@ from typing import Any, Protocol
 
 from deltamirror.core.errors import ConfigError
 from deltamirror.mirror.errors import KafkaError
-from deltamirror.mirror.group import GroupStatus, ShardGroup, assignment_topic, shard_of
+from deltamirror.mirror.group import GroupStatus, ShardGroup, shard_of
+from deltamirror.mirror.topic_names import assignment_topic
 
 from ..metrics import GroupMetrics
 from ..settings import GroupSettings, TableConfig

@@ -13,9 +13,10 @@ from typing import Any
 from deltamirror.core.errors import InvalidArgumentError, LogGapError, VersionNotFoundError
 from deltamirror.core.table import open_table
 
+from ..tailing.summaries import envelope_encoder
 from ..tailing.watcher import TableWatcher
 from ..tailing.work import CommitWork
-from .transactions import BATCH, encoder_for
+from .transactions import BATCH
 
 
 def iter_event_values(
@@ -72,7 +73,7 @@ def iter_event_values(
                 )
             if not isinstance(work, CommitWork) or work.version > end:
                 return
-            encoder = encoder_for(work)
+            encoder = envelope_encoder(work)
             index = work.start
             for batch in work.batches(BATCH):
                 yield from encoder.encode_many(index, batch)

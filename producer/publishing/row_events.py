@@ -28,7 +28,7 @@ from deltamirror.core.changes import (
 )
 from deltamirror.core.errors import ConfigError
 from deltamirror.mirror.records.row_changes import RowChangesOptions, VersionRows
-from deltamirror.mirror.topics import TableTopics
+from deltamirror.mirror.topic_names import TableTopics, table_name
 
 from ..settings import RowChangesConfig, TableConfig
 from ..tailing.snapshot_events import SnapshotWork
@@ -71,8 +71,7 @@ class RowChangesSource:
         """The row changes a table's configuration asks for (None: off)."""
         if config.row_changes is None or not config.row_changes.enabled:
             return None
-        name = config.topic_name or config.normalized_uri.rstrip("/").rsplit("/", 1)[-1] or "table"
-        return cls(table, config.row_changes, topics, name)
+        return cls(table, config.row_changes, topics, table_name(config.normalized_uri, config.topic_name))
 
     def options(self, table_id: str) -> RowChangesOptions:
         return RowChangesOptions(
@@ -80,7 +79,7 @@ class RowChangesSource:
             transaction_topic=self.topics.transaction,
             table_name=self.table_name,
             table_id=table_id,
-            key_columns=tuple(self.config.key_columns),
+            key_columns=self.config.key_columns,
             format=self.config.format,
             tombstones=self.config.tombstones,
         )

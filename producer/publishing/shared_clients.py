@@ -13,7 +13,8 @@ import threading
 from typing import Any
 
 from deltamirror.mirror.kafka.producer import TransactionalPublisher
-from deltamirror.mirror.topics import TableTopics, TopicLimits, TopicManager
+from deltamirror.mirror.topic_names import TableTopics
+from deltamirror.mirror.topics import TopicLimits, TopicManager
 
 from ..group.shard_producers import ShardProducers
 from ..settings import WatchConfig

@@ -7,6 +7,13 @@ hold a version's summary while its actions and its progress record were later ab
 producer's next abort, or an operator's). The table then resumes from the older progress record
 and publishes those records again; the ones already committed must not be published twice.
 
+The other way round, the progress record may be committed while the transaction's action records
+were not: Kafka committed the progress partition, skipped the markers of the actions partition, and
+an operator then aborted what hung there (the only remedy Kafka's tools offer). The progress then
+claims actions the topic does not hold. The actions topic is the truth: when its last record of
+the table lies before the progress position, the table resumes right after that record
+(:class:`Resume`), so the aborted actions are published again, in order, and nothing is lost.
+
 So when a table reads its position back after trouble, it also reads the last committed records
 of its actions and commits topics (:func:`read_tails`). Records past the progress position that
 are there already are not published again (:class:`AlreadyPublished`): every record a table
@@ -24,6 +31,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from deltamirror.core.timestamps import CommitTimestamp, TimestampSource
+from deltamirror.mirror import decode_action_event
 from deltamirror.mirror.errors import EventStreamError, KafkaError
 from deltamirror.mirror.kafka.consumer import MirrorConsumer, Record
 from deltamirror.mirror.records.headers import HEADER_KIND
@@ -60,10 +69,20 @@ class Tail:
     snapshot: bool
     #: the action's index (actions topic); -1 for a summary (commits topic)
     index: int
+    #: an action record's ``count`` and resolved commit timestamp (None on a summary): enough to
+    #: resume right after it
+    count: int | None = None
+    timestamp: CommitTimestamp | None = None
 
     @property
     def key(self) -> Key:
         return (self.version, self.snapshot, self.index)
+
+    def position(self) -> Position | None:
+        """The position of a table whose last published action is this record (None: a summary)."""
+        if self.count is None or self.timestamp is None or self.index < 0:
+            return None
+        return Position(self.table_id, self.version, self.index, self.count, self.timestamp, self.snapshot)
 
 
 @dataclass(frozen=True)
@@ -120,22 +139,61 @@ def past(position: Position | None, actions: Tail | None, summary: Tail | None) 
     return AlreadyPublished(keep_actions, keep_summary)
 
 
+@dataclass(frozen=True)
+class Resume:
+    """Where a table publishes from after trouble: its position, and what lies committed past it."""
+
+    position: Position | None
+    already: AlreadyPublished
+    #: the progress topic's position when the actions topic ends before it (else None)
+    overstated: Position | None = None
+
+
+def reconcile(position: Position | None, actions: Tail | None, summary: Tail | None) -> Resume:
+    """The position to publish from: the progress topic's, unless the table's last action record
+    on the actions topic lies before it (the progress committed, its actions aborted: then right
+    after that record), with the records already committed past it."""
+    if (
+        position is not None
+        and position.index >= 0
+        and actions is not None
+        and actions.table_id == position.table_id
+        and actions.key < key_of(position)
+    ):
+        behind = actions.position()
+        if behind is not None:
+            return Resume(behind, past(behind, actions, summary), overstated=position)
+    return Resume(position, past(position, actions, summary))
+
+
 def _tail_of(records: list[Record], table_id: str, *, summaries: bool) -> Tail | None:
     for record in reversed(records):
         if record.key != table_id.encode():
             continue
-        if summaries and record.header(HEADER_KIND) != "commit":
-            continue  # a heartbeat, a tableReplaced
+        if summaries:
+            if record.header(HEADER_KIND) != "commit":
+                continue  # a heartbeat, a tableReplaced
+            try:
+                doc: Any = json.loads(record.value)
+                return Tail(table_id, int(doc["version"]), bool(doc.get("snapshot", False)), -1)
+            except (ValueError, KeyError, TypeError):
+                continue  # not ours to judge here: the consumers check every record
         try:
-            doc: Any = json.loads(record.value)
-            return Tail(
-                table_id,
-                int(doc["version"]),
-                bool(doc.get("snapshot", False)),
-                -1 if summaries else int(doc["index"]),
-            )
-        except (ValueError, KeyError, TypeError):
-            continue  # not ours to judge here: the consumers check every record
+            event = decode_action_event(record.value)
+        except EventStreamError:
+            # not ours to judge here (the consumers check every record), but nothing to take a
+            # position from either: an older record would read as the progress overstated
+            return None
+        return Tail(
+            table_id,
+            event.version,
+            event.snapshot,
+            event.index,
+            event.count,
+            CommitTimestamp(
+                event.version, event.commit_timestamp, TimestampSource(event.commit_timestamp_source)
+            ),
+        )
     return None
 
 
@@ -174,19 +232,21 @@ def read_tails(
     actions_topic: str,
     commits_topic: str,
     position: Position | None,
-) -> AlreadyPublished:
-    """What the table's actions and commits topics hold committed past ``position``."""
+) -> Resume:
+    """Where the table resumes from ``position`` (the progress topic's), given what its actions and
+    commits topics hold committed (:func:`reconcile`)."""
     table_id = position.table_id if position is not None else None
     try:
         if table_id is None:
-            return AlreadyPublished()  # nothing committed: a partial first transaction is not told apart
+            # nothing committed: a partial first transaction is not told apart
+            return Resume(position, AlreadyPublished())
         actions = _read_tail(kafka, end_offsets, actions_topic, table_id, summaries=False)
         summary = _read_tail(kafka, end_offsets, commits_topic, table_id, summaries=True)
     except (KafkaError, EventStreamError) as exc:
         raise KafkaError(
             f"cannot read the last records of {actions_topic} and {commits_topic}: {exc}"
         ) from None
-    return past(position, actions, summary)
+    return reconcile(position, actions, summary)
 
 
-__all__ = ["AlreadyPublished", "Tail", "key_of", "past", "read_tails"]
+__all__ = ["AlreadyPublished", "Resume", "Tail", "key_of", "past", "read_tails", "reconcile"]

@@ -33,7 +33,6 @@ from deltamirror.mirror.records.commits import (
 )
 from deltamirror.mirror.records.events import (
     SCHEMA_VERSION,
-    EnvelopeEncoder,
     Heartbeat,
     TableDropped,
     TableReplaced,
@@ -43,11 +42,13 @@ from deltamirror.mirror.records.headers import HEADER_CLAMPED_FROM, Headers, cla
 from deltamirror.mirror.records.progress import encode_progress, encode_progress_tombstone
 from deltamirror.mirror.records.record import Record
 from deltamirror.mirror.records.row_changes import skip_records
-from deltamirror.mirror.topics import TableTopics, TopicLimits
+from deltamirror.mirror.topic_names import TableTopics
+from deltamirror.mirror.topics import TopicLimits
 
 from ..group.shard_producers import ProducerLease
 from ..settings import WatchConfig
 from ..tailing.snapshot_events import ProgressBar, SnapshotWork
+from ..tailing.summaries import envelope_encoder
 from ..tailing.work import (
     CommitWork,
     Position,
@@ -75,26 +76,11 @@ PAIRING_PASS_COMMIT_BYTES = 8 * 1024 * 1024
 LIVENESS_INTERVAL_S = 15.0
 
 
-def encoder_for(unit: PublishUnit) -> EnvelopeEncoder:
-    """The action values' encoder of one version (or snapshot): the envelope fields they all share."""
-    return action_records_for(unit).encoder
-
-
 def action_records_for(
     unit: PublishUnit, extra_headers: Headers | None = None, oversize: Oversize | None = None
 ) -> ActionRecords:
     """The action records' encoder of one version (or snapshot), headers and fragments included."""
-    return ActionRecords(
-        table_id=unit.table_id,
-        table_uri=unit.table_uri,
-        version=unit.version,
-        commit_timestamp=unit.timestamp.timestamp,
-        commit_timestamp_source=str(unit.timestamp.source),
-        count=unit.count,
-        snapshot=unit.snapshot,
-        extra_headers=extra_headers,
-        oversize=oversize,
-    )
+    return ActionRecords(envelope_encoder(unit), extra_headers=extra_headers, oversize=oversize)
 
 
 class TableTransactions:
@@ -324,7 +310,7 @@ class TableTransactions:
             for chunk in chunks:
                 for i in range(0, len(chunk), self.batch_size):
                     part = chunk[i : i + self.batch_size]
-                    pub.produce_keyed([(r.topic, r.key, r.value) for r in part], timestamps, headers or None)
+                    pub.produce_keyed(part, timestamps, headers or None)
                     done += len(part)
                     self.produced = position_after(unit, last, done)
                     if self.bounds_reached() or self.stop.is_set():
@@ -455,4 +441,4 @@ class TableTransactions:
         self._events_in_txn = 0
 
 
-__all__ = ["BATCH", "LIVENESS_INTERVAL_S", "TableTransactions", "action_records_for", "encoder_for"]
+__all__ = ["BATCH", "LIVENESS_INTERVAL_S", "TableTransactions", "action_records_for"]

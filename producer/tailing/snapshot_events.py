@@ -21,7 +21,9 @@ from deltamirror.core import action_schema
 from deltamirror.core.partitions import distinct_partitions
 from deltamirror.core.table import Snapshot
 from deltamirror.core.timestamps import CommitTimestamp
-from deltamirror.mirror.records.events import MAX_SUMMED_BYTES, SCHEMA_VERSION, CommitSummary
+from deltamirror.mirror.records.events import CommitSummary
+
+from .summaries import commit_summary
 
 #: distinct partitions listed in a summary (a snapshot's or a commit's)
 MAX_PARTITIONS_LISTED = 1000
@@ -81,20 +83,13 @@ class SnapshotWork:
         if files.num_rows and "partitionValues" in files.column_names:
             partitions, truncated = distinct_partitions(files["partitionValues"], MAX_PARTITIONS_LISTED)
         size_sum = pc.sum(files["size"]).as_py() if files.num_rows else 0
-        return CommitSummary(
-            schema_version=SCHEMA_VERSION,
-            table_id=self.table_id,
-            table_uri=self.table_uri,
-            version=self.version,
-            commit_timestamp=self.timestamp.timestamp,
-            commit_timestamp_source=str(self.timestamp.source),  # type: ignore[arg-type]
-            snapshot=True,
-            action_count=self.count,
+        return commit_summary(
+            self,
             operation="SNAPSHOT",
             adds=files.num_rows,
             removes=0,
             cdc_files=0,
-            bytes_added=min(int(size_sum or 0), MAX_SUMMED_BYTES),
+            bytes_added=int(size_sum or 0),
             bytes_removed=0,
             partitions_touched=partitions,
             partitions_touched_truncated=truncated,

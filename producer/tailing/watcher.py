@@ -28,7 +28,6 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from deltamirror.core import features
 from deltamirror.core.commits import TimestampTracker, probe_next_versions
 from deltamirror.core.errors import LogGapError, TableNotFoundError, VersionNotFoundError
 from deltamirror.core.head import TableHead, previous_timestamp, read_head, timestamp_of, version0_table_id
@@ -182,7 +181,7 @@ class TableWatcher:
             self._begin_snapshot(latest)
             return
         if mode == "latest" and not replaced:
-            head = self._checked_head(latest)
+            head = read_head(self.table, latest)
             ts = timestamp_of(self.table, latest, head.ict)
             self._set_cursor(head.metadata, latest, head.ict, ts)
             self._pending.append(PositionWork(Position(head.metadata.id, latest, -1, 0, ts)))
@@ -203,15 +202,10 @@ class TableWatcher:
                 if isinstance(self.from_timestamp, str)
                 else int(self.from_timestamp)
             )
-            ict = read_head(self.table, latest).ict
+            ict = read_head(self.table, latest, check_features=False).ict  # the start's head is checked
             found = version_at_or_after(self.table.commit_timestamps(ict=ict), ts_ms, ict, table=self.uri)
             start = latest + 1 if found is None else found
         self._begin_at(start, latest)
-
-    def _checked_head(self, version: int) -> TableHead:
-        head = read_head(self.table, version)
-        features.check_table(head.protocol, head.metadata, table=self.uri, version=head.version)
-        return head
 
     def _begin_at(self, start: int, latest: int) -> None:
         """Publish from version ``start`` on (it may not exist yet)."""
@@ -224,9 +218,9 @@ class TableWatcher:
                     version=start,
                 )
         try:
-            head = self._checked_head(min(start, latest))
+            head = read_head(self.table, min(start, latest))
         except VersionNotFoundError:  # cleaned up before any checkpoint: the latest state names the table
-            head = self._checked_head(latest)
+            head = read_head(self.table, latest)
         previous = previous_timestamp(self.table, min(start - 1, latest), head.ict) if start > 0 else None
         self._set_cursor(head.metadata, start - 1, head.ict, previous)
 
@@ -258,7 +252,8 @@ class TableWatcher:
             self._replaced(position, f"the latest version went backwards ({position.version} -> {latest})")
             return
         try:
-            head: TableHead | None = read_head(self.table, position.version)
+            # checked once the id says the table is the one published (a replaced one is announced first)
+            head: TableHead | None = read_head(self.table, position.version, check_features=False)
         except VersionNotFoundError:
             head = None
         if head is not None and head.metadata.id != position.table_id:
@@ -270,8 +265,8 @@ class TableWatcher:
             if needed not in self.table.listing(needed).commits:
                 self._gap(position.version, latest, position)
                 return
-            head = read_head(self.table, latest)
-        features.check_table(head.protocol, head.metadata, table=self.uri, version=head.version)
+            head = read_head(self.table, latest, check_features=False)
+        head = head.check_readable()
         self._set_cursor(head.metadata, position.version, head.ict, position.timestamp, position.table_id)
         if position.complete:
             return

@@ -33,13 +33,14 @@ from deltamirror.core.log import commit_name
 from deltamirror.core.models import Metadata
 from deltamirror.core.storage import FileInfo, TableStorage
 from deltamirror.core.timestamps import CommitTimestamp
-from deltamirror.mirror.records.events import MAX_SUMMED_BYTES, SCHEMA_VERSION, CommitSummary
+from deltamirror.mirror.records.events import CommitSummary
 from deltamirror.producer.tailing.snapshot_events import (
     MAX_PARTITIONS_LISTED,
     ActionBatch,
     Body,
     SnapshotWork,
 )
+from deltamirror.producer.tailing.summaries import commit_summary
 
 # --- positions and units of work --------------------------------------------------------------
 
@@ -205,24 +206,16 @@ class CommitWork:
         ci = self.scan.checked.commit_info or {}
         read_version = ci.get("readVersion")
         blind = ci.get("isBlindAppend")
-        return CommitSummary(
-            schema_version=SCHEMA_VERSION,
-            table_id=self.table_id,
-            table_uri=self.table_uri,
-            version=self.version,
-            commit_timestamp=self.timestamp.timestamp,
-            commit_timestamp_source=str(self.timestamp.source),  # type: ignore[arg-type]
-            snapshot=False,
-            action_count=self.count,
+        return commit_summary(
+            self,
             operation=ci.get("operation") if isinstance(ci.get("operation"), str) else None,
             read_version=read_version if isinstance(read_version, int) else None,
             is_blind_append=blind if isinstance(blind, bool) else None,
             adds=s.adds,
             removes=s.removes,
             cdc_files=s.cdc,
-            # a long, as every Delta reader sums sizes: each size is one, their sum may not be
-            bytes_added=min(s.bytes_added, MAX_SUMMED_BYTES),
-            bytes_removed=min(s.bytes_removed, MAX_SUMMED_BYTES),
+            bytes_added=s.bytes_added,
+            bytes_removed=s.bytes_removed,
             partitions_touched=list(s.partitions.values()),
             partitions_touched_truncated=s.truncated,
             metadata_changed=self.scan.checked.metadata is not None,

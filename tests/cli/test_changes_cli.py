@@ -76,6 +76,32 @@ def test_changes_errors_are_one_line(
     assert err.count("\n") == 1 and err.startswith("deltamirror: error: ") and needle in err
 
 
+def test_changes_unknown_column_names_it_and_the_table(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    target = tmp_path / "out.parquet"
+    argv = ["--starting-version", "0", "--columns", "id,Nope", "--format", "parquet", "-o", str(target)]
+    code, out, err = _run(capsys, "changes", SIMPLE, *argv)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "no column 'Nope'" in err
+    assert f"table=file://{SIMPLE}," in err and "column=Nope" in err
+    assert not target.exists()
+
+
+def test_changes_columns_in_the_order_given_with_a_partition_column(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    table = str(TABLES / "gen__long-log-cdf")  # partitioned by part
+    code, out, err = _run(
+        capsys, "changes", table, "--starting-version", "3", "--ending-version", "5", "--columns", "n,part"
+    )
+    assert code == 0 and err == ""
+    records = [json.loads(line) for line in out.splitlines()]
+    assert records and all(
+        list(r) == ["n", "part", "_change_type", "_commit_version", "_commit_timestamp"] for r in records
+    )
+
+
 def test_changes_cdf_not_enabled(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _run(
         capsys, "changes", str(TABLES / "krs__cdf-column-mapping-name-mode"), "--starting-version", "0"

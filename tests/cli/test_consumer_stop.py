@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from support.kafka import free_port_pair, new_topic
+from support.records import action_values
 
 #: the issue's bound: a SIGTERM stops every long-running command within this
 STOP_LIMIT_S = 10.0
@@ -32,19 +33,9 @@ def _publish(bootstrap: str, topic: str) -> None:
     """Versions 0.. of one table, one add each, as the watcher writes them."""
     from confluent_kafka import Producer
 
-    from deltamirror.mirror.records.events import EnvelopeEncoder
-
     producer = Producer({"bootstrap.servers": bootstrap})
     try:
         for version in range(VERSIONS):
-            encoder = EnvelopeEncoder(
-                table_id="t",
-                table_uri="file:///t",
-                version=version,
-                commit_timestamp=1,
-                commit_timestamp_source="ict",
-                count=1,
-            )
             add = {
                 "path": f"f{version}",
                 "partitionValues": {},
@@ -52,7 +43,7 @@ def _publish(bootstrap: str, topic: str) -> None:
                 "modificationTime": 1,
                 "dataChange": True,
             }
-            for value in encoder.encode_many(0, [("add", add)]):
+            for value in action_values(version, [("add", add)]):
                 producer.produce(topic, value, b"t")
         assert producer.flush(30) == 0
     finally:

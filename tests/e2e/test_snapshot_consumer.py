@@ -7,6 +7,7 @@ import subprocess
 import sys
 import uuid
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +30,9 @@ from deltamirror.core.table import open_table
 from deltamirror.mirror.errors import EventStreamError
 from deltamirror.mirror.records.events import ActionEvent, TableReplaced, decode_action_event
 from deltamirror.producer.publishing.offline_events import iter_event_values
-from deltamirror.producer.publishing.transactions import encoder_for
 from deltamirror.producer.tailing.snapshot_events import SnapshotWork
+from deltamirror.producer.tailing.summaries import envelope_encoder
+from support.records import action_values
 from support.tables import TABLES, copy_table, record_rules
 from support.watching import watch_until
 
@@ -123,7 +125,7 @@ def _snapshot_values(path: Path | str, version: int) -> list[bytes]:
     """The snapshot events the watcher publishes for ``version`` (its own classes, no Kafka)."""
     snap = open_table(str(path)).snapshot(version, check_features=False)
     work = SnapshotWork(snap, open_table(str(path)).uri, snap.timestamp)
-    encoder = encoder_for(work)
+    encoder = envelope_encoder(work)
     out: list[bytes] = []
     for batch in work.batches(1000):
         out.extend(encoder.encode_many(len(out), batch))
@@ -235,23 +237,6 @@ def test_invalidations_are_the_difference_between_cores_snapshots(table_id: str)
         before = after
 
 
-def _version_values(
-    version: int, actions: list[tuple[str, dict[str, Any]]], *, snapshot: bool = False
-) -> list[bytes]:
-    from deltamirror.mirror.records.events import EnvelopeEncoder
-
-    encoder = EnvelopeEncoder(
-        table_id="t",
-        table_uri="file:///t",
-        version=version,
-        commit_timestamp=1,
-        commit_timestamp_source="ict",
-        count=len(actions),
-        snapshot=snapshot,
-    )
-    return encoder.encode_many(0, actions)
-
-
 PROTOCOL = ("protocol", {"minReaderVersion": 1, "minWriterVersion": 2})
 METADATA = (
     "metaData",
@@ -278,9 +263,9 @@ def test_a_file_added_twice_in_one_version_is_kept_once_as_its_last_add() -> Non
     """Appends take a short way (no reconcile); it must not apply when a version names a file twice,
     by the same path or by two spellings of it, even without a remove."""
     state = IncrementalSnapshot("t")
-    state.apply_values(_version_values(0, [PROTOCOL, METADATA]))
+    state.apply_values(action_values(0, [PROTOCOL, METADATA]))
     (inv,) = state.apply_values(
-        _version_values(
+        action_values(
             1,
             [
                 _add("file:/t/a", "1", stats="first"),
@@ -291,7 +276,7 @@ def test_a_file_added_twice_in_one_version_is_kept_once_as_its_last_add() -> Non
     )
     assert inv.files == 2 and sorted(inv.added) == ["/t/a", "b"]
     (inv,) = state.apply_values(
-        _version_values(2, [_add("c", "3", stats="first"), _add("c", "3", stats="again")])
+        action_values(2, [_add("c", "3", stats="first"), _add("c", "3", stats="again")])
     )
     assert inv.files == 3 and inv.added == ("c",)
     rows = {r["path"]: r["stats"] for r in state.files.to_pylist()}
@@ -308,7 +293,7 @@ def test_invalidation_of_rewrites_dv_updates_and_snapshots_in_one_version() -> N
     }
     state = IncrementalSnapshot("t")
     state.apply_values(
-        _version_values(
+        action_values(
             0,
             [
                 PROTOCOL,
@@ -321,7 +306,7 @@ def test_invalidation_of_rewrites_dv_updates_and_snapshots_in_one_version() -> N
         )
     )
     (inv,) = state.apply_values(
-        _version_values(
+        action_values(
             1,
             [
                 _remove("a", "1"),
@@ -341,7 +326,7 @@ def test_invalidation_of_rewrites_dv_updates_and_snapshots_in_one_version() -> N
     assert set(rows) == {("a", False), ("b", True), ("c", False)} and rows["a", False]["stats"] == "new"
     # a snapshot is compared with the state it replaces
     (snap,) = state.apply_values(
-        _version_values(
+        action_values(
             5,
             [
                 PROTOCOL,
@@ -744,52 +729,72 @@ def test_a_state_dir_of_another_commits_topic_is_refused(tmp_path: Path) -> None
 # --- against a real broker ----------------------------------------------------------------------
 
 
-def _watch(
-    bootstrap: str, table: Path, actions: str, until_version: int, prefix: str, table_id: str | None = None
-) -> None:
-    """Run the watcher in-process (snapshot first) until ``until_version`` is published."""
-    watch_until(bootstrap, table, actions, until_version, prefix, table_id=table_id)
+@dataclass(frozen=True)
+class Mirrored:
+    """A copy of a table, topics of its own (named as the watcher names them with ``name``) and a
+    state dir, for a test that runs the watcher and a consumer on them."""
+
+    bootstrap: str
+    table: Path
+    name: str
+    state_dir: Path
+    latest: int
+
+    @property
+    def actions(self) -> str:
+        return f"{self.name}.actions"
+
+    @property
+    def commits(self) -> str:
+        return f"{self.name}.commits"
+
+    def watch(self, until_version: int, table_id: str | None = None) -> None:
+        """Run the watcher in-process (snapshot first) until ``until_version`` is published."""
+        watch_until(self.bootstrap, self.table, self.actions, until_version, self.name, table_id=table_id)
+
+    def consume_once(self, *extra: str) -> list[dict[str, Any]]:
+        """``consume-snapshot --once`` on the actions topic with the state dir: its output lines."""
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "deltamirror.cli.main",
+                "consume-snapshot",
+                "--bootstrap-servers",
+                self.bootstrap,
+                "--topic",
+                self.actions,
+                "--state-dir",
+                str(self.state_dir),
+                "--once",
+                *extra,
+            ],
+            capture_output=True,
+            timeout=40,
+        )
+        assert done.returncode == 0, done.stderr.decode()[-2000:]
+        return [json.loads(line) for line in done.stdout.splitlines() if line]
 
 
-def _consume_once(bootstrap: str, topic: str, state_dir: Path, *extra: str) -> list[dict[str, Any]]:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "deltamirror.cli.main",
-            "consume-snapshot",
-            "--bootstrap-servers",
-            bootstrap,
-            "--topic",
-            topic,
-            "--state-dir",
-            str(state_dir),
-            "--once",
-            *extra,
-        ],
-        capture_output=True,
-        timeout=40,
-    )
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
-    return [json.loads(line) for line in done.stdout.splitlines() if line]
+@pytest.fixture
+def mirrored(kafka_bootstrap: str, tmp_path: Path) -> Mirrored:
+    table = copy_table("golden__basic-with-inserts-updates", tmp_path)
+    name = f"dmsc-{uuid.uuid4().hex[:10]}"
+    return Mirrored(kafka_bootstrap, table, name, tmp_path / "state", open_table(str(table)).latest_version())
 
 
 @pytest.mark.kafka
 @pytest.mark.timeout(120)
 def test_consumer_follows_the_watcher_and_resumes_from_its_state_dir(
-    kafka_bootstrap: str, tmp_path: Path
+    kafka_bootstrap: str, mirrored: Mirrored
 ) -> None:
     from deltalake import write_deltalake
 
-    table = copy_table("golden__basic-with-inserts-updates", tmp_path)
-    name = f"dmsc-{uuid.uuid4().hex[:10]}"
-    actions = f"{name}.actions"
-    state_dir = tmp_path / "state"
+    table, actions, state_dir, latest = mirrored.table, mirrored.actions, mirrored.state_dir, mirrored.latest
     core = open_table(str(table))
-    latest = core.latest_version()
-    _watch(kafka_bootstrap, table, actions, latest, name)
+    mirrored.watch(latest)
 
-    lines = _consume_once(kafka_bootstrap, actions, state_dir)
+    lines = mirrored.consume_once()
     assert [(line["version"], line["snapshot"]) for line in lines] == [(latest, True)]
     assert lines[0]["files"] == core.snapshot(latest).files.num_rows
     (persisted,) = StateStore(state_dir, actions).load()[0].values()
@@ -798,8 +803,8 @@ def test_consumer_follows_the_watcher_and_resumes_from_its_state_dir(
 
     # another commit (delta-rs writes to the copied table), published, then the same state dir
     write_deltalake(str(table), open_table(str(table)).snapshot(latest).to_arrow().slice(0, 3), mode="append")
-    _watch(kafka_bootstrap, table, actions, latest + 1, name)
-    lines = _consume_once(kafka_bootstrap, actions, state_dir)
+    mirrored.watch(latest + 1)
+    lines = mirrored.consume_once()
     after = open_table(str(table)).snapshot(latest + 1)
     assert lines == [
         {
@@ -819,29 +824,26 @@ def test_consumer_follows_the_watcher_and_resumes_from_its_state_dir(
     assert [(i.version, i.snapshot) for i in seen] == [(latest, True), (latest + 1, False)]
     (state,) = consumer.tables.values()
     assert state.file_keys == _core_keys(after.files) and state.complete
-    assert _consume_once(kafka_bootstrap, actions, state_dir) == []  # nothing new: nothing applied
+    assert mirrored.consume_once() == []  # nothing new: nothing applied
 
 
 @pytest.mark.kafka
 @pytest.mark.timeout(120)
 def test_a_long_running_consumer_waits_for_its_topic_applies_as_records_come_and_commits(
-    kafka_bootstrap: str, tmp_path: Path
+    kafka_bootstrap: str, mirrored: Mirrored
 ) -> None:
     import threading
     import time
 
     from confluent_kafka import Consumer, TopicPartition
 
-    table = copy_table("golden__basic-with-inserts-updates", tmp_path)
-    name = f"dmsc-{uuid.uuid4().hex[:10]}"
-    actions, group = f"{name}.actions", f"{name}-group"
-    latest = open_table(str(table)).latest_version()
+    actions, group, latest = mirrored.actions, f"{mirrored.name}-group", mirrored.latest
     seen: list[Invalidation] = []
     consumer = SnapshotConsumer(
         kafka_bootstrap,
         actions,
         group_id=group,
-        state_dir=tmp_path / "state",
+        state_dir=mirrored.state_dir,
         on_applied=lambda inv, _: seen.append(inv),
     )
     errors: list[BaseException] = []
@@ -856,7 +858,7 @@ def test_a_long_running_consumer_waits_for_its_topic_applies_as_records_come_and
     thread.start()
     time.sleep(2)
     assert thread.is_alive() and not errors and seen == []
-    _watch(kafka_bootstrap, table, actions, latest, name)
+    mirrored.watch(latest)
     deadline = time.monotonic() + 60
     while not seen and time.monotonic() < deadline and thread.is_alive():
         time.sleep(0.2)
@@ -864,7 +866,7 @@ def test_a_long_running_consumer_waits_for_its_topic_applies_as_records_come_and
     thread.join(30)
     assert not thread.is_alive() and not errors
     assert [(i.version, i.snapshot) for i in seen] == [(latest, True)]
-    position = StateStore(tmp_path / "state", actions).load()[1]
+    position = StateStore(mirrored.state_dir, actions).load()[1]
     assert position == consumer.position.offsets and sum(position.values()) > 0
     # the group's offsets are what the state says (for lag in Kafka's tools), committed on close
     reader = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group})
@@ -900,19 +902,16 @@ def test_events_model_is_the_contract() -> None:
 @pytest.mark.kafka
 @pytest.mark.timeout(180)
 def test_a_recreated_table_drops_the_previous_state_with_commits_topic(
-    kafka_bootstrap: str, tmp_path: Path
+    kafka_bootstrap: str, mirrored: Mirrored
 ) -> None:
     import shutil
 
     from deltalake import write_deltalake
 
-    table = copy_table("golden__basic-with-inserts-updates", tmp_path)
-    name = f"dmsc-{uuid.uuid4().hex[:10]}"
-    actions = f"{name}.actions"
-    state_dir = tmp_path / "state"
+    table, actions, state_dir = mirrored.table, mirrored.actions, mirrored.state_dir
     old = open_table(str(table)).snapshot()
-    _watch(kafka_bootstrap, table, actions, old.version, name)
-    lines = _consume_once(kafka_bootstrap, actions, state_dir, "--commits-topic", f"{name}.commits")
+    mirrored.watch(old.version)
+    lines = mirrored.consume_once("--commits-topic", mirrored.commits)
     assert [(line["tableId"], line["version"]) for line in lines] == [(old.metadata.id, old.version)]
 
     # the table deleted and written again at the same place: another metaData.id, version 0 again
@@ -922,9 +921,9 @@ def test_a_recreated_table_drops_the_previous_state_with_commits_topic(
     write_deltalake(str(table), rows.slice(5, 5), mode="append")
     new = open_table(str(table)).snapshot()
     assert new.metadata.id != old.metadata.id
-    _watch(kafka_bootstrap, table, actions, new.version, name, table_id=new.metadata.id)
+    mirrored.watch(new.version, table_id=new.metadata.id)
 
-    lines = _consume_once(kafka_bootstrap, actions, state_dir, "--commits-topic", f"{name}.commits")
+    lines = mirrored.consume_once("--commits-topic", mirrored.commits)
     replaced = [line for line in lines if line.get("kind") == "tableReplaced"]
     assert replaced == [
         {
@@ -940,14 +939,14 @@ def test_a_recreated_table_drops_the_previous_state_with_commits_topic(
     applied = [line for line in lines if "kind" not in line]
     assert {line["tableId"] for line in applied} == {new.metadata.id}
     assert applied[-1]["version"] == new.version and applied[-1]["files"] == new.files.num_rows
-    (state,) = StateStore(state_dir, actions, f"{name}.commits").load()[0].values()
+    (state,) = StateStore(state_dir, actions, mirrored.commits).load()[0].values()
     assert state.table_id == new.metadata.id and state.file_keys == _core_keys(new.files)
     assert _folder(state_dir) == StateStore(state_dir, actions).folder(new.metadata.id)
 
     # from scratch, the library reads both topics from their beginning and ends the same
     notices: list[TableReplacement] = []
     consumer = SnapshotConsumer(
-        kafka_bootstrap, actions, commits_topic=f"{name}.commits", on_replaced=notices.append
+        kafka_bootstrap, actions, commits_topic=mirrored.commits, on_replaced=notices.append
     )
     consumer.run(once=True)
     assert list(consumer.tables) == [new.metadata.id]

@@ -11,7 +11,7 @@ import pytest
 
 from deltamirror.mirror.errors import RecordTooLargeError
 from deltamirror.mirror.records.actions import ActionRecords
-from deltamirror.mirror.records.events import decode_action_event
+from deltamirror.mirror.records.events import EnvelopeEncoder, decode_action_event
 from deltamirror.mirror.records.fragments import FragmentAssembler, Oversize
 from deltamirror.mirror.records.headers import header_value
 
@@ -23,16 +23,17 @@ ACTIONS: list[tuple[str, bytes]] = [
 ]
 
 
-def _records(**kw: object) -> ActionRecords:
-    return ActionRecords(
+def _records(*, snapshot: bool = False, **kw: object) -> ActionRecords:
+    encoder = EnvelopeEncoder(
         table_id="t-1",
         table_uri=URI,
         version=4,
         commit_timestamp=1_700_000_000_000,
         commit_timestamp_source="file-time",
         count=len(ACTIONS),
-        **kw,  # type: ignore[arg-type]
+        snapshot=snapshot,
     )
+    return ActionRecords(encoder, **kw)  # type: ignore[arg-type]
 
 
 def test_each_action_is_a_record_keyed_by_table_id_with_version_index_and_type() -> None:

@@ -6,6 +6,8 @@ timing or on a table changing while watched), so their bytes are pinned here.
 
 from __future__ import annotations
 
+from typing import Any, TypeVar
+
 import pytest
 
 from deltamirror.mirror.errors import RecordTooLargeError
@@ -29,16 +31,48 @@ from deltamirror.mirror.records.fragments import FragmentAssembler, Oversize
 URI = "file:///data/t"
 
 
+#: each kind's fields, but for the schema version and the table's location every kind has
+_FIELDS: dict[type, dict[str, Any]] = {
+    Heartbeat: {
+        "table_id": "t-1",
+        "latest_version": 7,
+        "commit_timestamp": 1_700_000_000_000,
+        "commit_timestamp_source": "ict",
+        "heartbeat_timestamp": 1_700_000_060_000,
+    },
+    TableReplaced: {
+        "table_id": "t-2",
+        "previous_table_id": "t-1",
+        "previous_version": 9,
+        "reason": "metaData.id changed",
+        "detected_at": 5,
+    },
+    TableDropped: {"table_id": "t-2", "last_version": 3, "reason": "gone", "detected_at": 6},
+    CommitSummary: {
+        "table_id": "t-1",
+        "version": 12,
+        "commit_timestamp": 1,
+        "commit_timestamp_source": "file-time",
+        "snapshot": False,
+        "action_count": 2,
+        "adds": 1,
+        "removes": 0,
+        "cdc_files": 0,
+        "bytes_added": 10,
+        "bytes_removed": 0,
+    },
+}
+
+R = TypeVar("R", Heartbeat, TableReplaced, TableDropped, CommitSummary)
+
+
+def _record(kind: type[R], **over: Any) -> R:
+    """A commits-topic record of ``kind`` with the fields above, ``over`` replacing some."""
+    return kind(schema_version=SCHEMA_VERSION, table_uri=URI, **{**_FIELDS[kind], **over})
+
+
 def test_a_heartbeat_is_keyed_by_table_id_with_kind_and_latest_version() -> None:
-    beat = Heartbeat(
-        schema_version=SCHEMA_VERSION,
-        table_id="t-1",
-        table_uri=URI,
-        latest_version=7,
-        commit_timestamp=1_700_000_000_000,
-        commit_timestamp_source="ict",
-        heartbeat_timestamp=1_700_000_060_000,
-    )
+    beat = _record(Heartbeat)
     record = encode_commits_record(beat)
     assert record.key == b"t-1"
     assert record.headers == [("kind", b"heartbeat"), ("version", b"7")]
@@ -51,23 +85,7 @@ def test_a_heartbeat_is_keyed_by_table_id_with_kind_and_latest_version() -> None
 
 
 def test_table_replaced_and_dropped_carry_only_their_kind() -> None:
-    replaced = TableReplaced(
-        schema_version=SCHEMA_VERSION,
-        table_uri=URI,
-        table_id="t-2",
-        previous_table_id="t-1",
-        previous_version=9,
-        reason="metaData.id changed",
-        detected_at=5,
-    )
-    dropped = TableDropped(
-        schema_version=SCHEMA_VERSION,
-        table_uri=URI,
-        table_id="t-2",
-        last_version=3,
-        reason="gone",
-        detected_at=6,
-    )
+    replaced, dropped = _record(TableReplaced), _record(TableDropped)
     r, d = encode_commits_record(replaced), encode_commits_record(dropped)
     assert (r.key, r.headers) == (b"t-2", [("kind", b"tableReplaced")])
     assert (d.key, d.headers) == (b"t-2", [("kind", b"tableDropped")])
@@ -83,21 +101,7 @@ def test_table_replaced_and_dropped_carry_only_their_kind() -> None:
 
 
 def test_a_summary_names_its_version_and_extra_headers_follow() -> None:
-    summary = CommitSummary(
-        schema_version=SCHEMA_VERSION,
-        table_id="t-1",
-        table_uri=URI,
-        version=12,
-        commit_timestamp=1,
-        commit_timestamp_source="file-time",
-        snapshot=False,
-        action_count=2,
-        adds=1,
-        removes=0,
-        cdc_files=0,
-        bytes_added=10,
-        bytes_removed=0,
-    )
+    summary = _record(CommitSummary)
     record = encode_commits_record(summary, [("clampedFrom", b"1")])
     assert record.key == b"t-1"
     assert record.headers == [("kind", b"commit"), ("version", b"12"), ("clampedFrom", b"1")]
@@ -106,22 +110,7 @@ def test_a_summary_names_its_version_and_extra_headers_follow() -> None:
 
 
 def test_a_summary_longer_than_the_topic_takes_is_split_and_joins_back() -> None:
-    summary = CommitSummary(
-        schema_version=SCHEMA_VERSION,
-        table_id="t-1",
-        table_uri=URI,
-        version=12,
-        commit_timestamp=1,
-        commit_timestamp_source="file-time",
-        snapshot=False,
-        action_count=2,
-        operation="WRITE " + "x" * 600,
-        adds=1,
-        removes=0,
-        cdc_files=0,
-        bytes_added=10,
-        bytes_removed=0,
-    )
+    summary = _record(CommitSummary, operation="WRITE " + "x" * 600)
     whole = encode_commit_summary(summary, extra_headers=[("clampedFrom", b"1")])
     assert list(whole.headers) == [[("kind", b"commit"), ("version", b"12"), ("clampedFrom", b"1")]]
     assert whole.values == [summary.to_json_bytes()]
@@ -139,32 +128,8 @@ def test_a_summary_longer_than_the_topic_takes_is_split_and_joins_back() -> None
 
 
 def test_each_kind_has_its_own_encoder() -> None:
-    beat = Heartbeat(
-        schema_version=SCHEMA_VERSION,
-        table_id="t-1",
-        table_uri=URI,
-        latest_version=7,
-        commit_timestamp=1,
-        commit_timestamp_source="ict",
-        heartbeat_timestamp=2,
-    )
-    replaced = TableReplaced(
-        schema_version=SCHEMA_VERSION,
-        table_uri=URI,
-        table_id="t-2",
-        previous_table_id="t-1",
-        previous_version=9,
-        reason="r",
-        detected_at=5,
-    )
-    dropped = TableDropped(
-        schema_version=SCHEMA_VERSION,
-        table_uri=URI,
-        table_id="t-2",
-        last_version=3,
-        reason="r",
-        detected_at=6,
-    )
+    beat = _record(Heartbeat, commit_timestamp=1, heartbeat_timestamp=2)
+    replaced, dropped = _record(TableReplaced, reason="r"), _record(TableDropped, reason="r")
     assert encode_heartbeat(beat) == encode_commits_record(beat)
     assert encode_table_replaced(replaced) == encode_commits_record(replaced)
     assert encode_table_dropped(dropped) == encode_commits_record(dropped)

@@ -29,12 +29,8 @@ import pytest
 from deltamirror.core import open_table
 from deltamirror.core.changes import read_changes
 from deltamirror.core.errors import EnvironmentMissingError
-from deltamirror.mirror.records.row_changes import (
-    RowChangesFormat,
-    RowRecord,
-    VersionRows,
-    row_changes_options,
-)
+from deltamirror.mirror.records.record import Record
+from deltamirror.mirror.records.row_changes import RowChangesFormat, RowChangesOptions, VersionRows
 from support.debezium_jvm import FLATTEN, JvmRecord, load_pins, run_checks, run_flink
 from support.row_change_expectations import Event, expected_events, table_columns, text
 from support.watching import watch_until
@@ -148,8 +144,8 @@ def version_batches(case: Case) -> Iterator[tuple[int, int, list[pa.RecordBatch]
         )
 
 
-def encode(case: Case) -> tuple[list[RowRecord], dict[int, int]]:
-    options = row_changes_options(
+def encode(case: Case) -> tuple[list[Record], dict[int, int]]:
+    options = RowChangesOptions(
         changes_topic=case.topic,
         transaction_topic=f"deltamirror.{case.name}.transaction",
         table_name=case.name,
@@ -158,7 +154,7 @@ def encode(case: Case) -> tuple[list[RowRecord], dict[int, int]]:
         format=case.fmt,
         tombstones=case.tombstones,
     )
-    records: list[RowRecord] = []
+    records: list[Record] = []
     stamps: dict[int, int] = {}
     for version, ts_ms, batches in version_batches(case):
         stamps[version] = ts_ms
@@ -168,7 +164,7 @@ def encode(case: Case) -> tuple[list[RowRecord], dict[int, int]]:
     return records, stamps
 
 
-def snapshot_records(case: Case) -> list[RowRecord]:
+def snapshot_records(case: Case) -> list[Record]:
     """The table's rows at its latest version as an initial snapshot publishes them (``op: "r"``)."""
     snap = open_table(str(DATA / "tables" / case.expected["table"])).snapshot()
     batches = [
@@ -176,7 +172,7 @@ def snapshot_records(case: Case) -> list[RowRecord]:
         for b in snap.iter_batches()
         if b.num_rows
     ]
-    options = row_changes_options(
+    options = RowChangesOptions(
         changes_topic=case.topic,
         transaction_topic=f"deltamirror.{case.name}.transaction",
         table_name=case.name,
@@ -274,8 +270,8 @@ NON_FINITE_ROW = {**{f.name: None for f in TYPES_SCHEMA}, "i64": 7, "f64": float
 NON_FINITE_ROW["_change_type"] = "insert"
 
 
-def types_records(fmt: RowChangesFormat, rows: Sequence[dict[str, Any]]) -> list[RowRecord]:
-    options = row_changes_options(
+def types_records(fmt: RowChangesFormat, rows: Sequence[dict[str, Any]]) -> list[Record]:
+    options = RowChangesOptions(
         changes_topic="deltamirror.types.changes",
         transaction_topic="deltamirror.types.transaction",
         table_name="types",
@@ -293,7 +289,7 @@ def types_records(fmt: RowChangesFormat, rows: Sequence[dict[str, Any]]) -> list
 
 @dataclass
 class Checked:
-    record: RowRecord
+    record: Record
     profile: str
     result: dict[str, Any]
 
@@ -316,7 +312,7 @@ def profiles_for(case: Case) -> tuple[str, ...]:
 
 @pytest.fixture(scope="module")
 def run() -> Run:
-    planned: list[tuple[str, str, RowRecord]] = []
+    planned: list[tuple[str, str, Record]] = []
     stamps: dict[str, dict[int, int]] = {}
     refused: dict[str, str] = {}
     for case in CASES:
@@ -556,7 +552,7 @@ def test_non_finite_floats_in_plain_json_stay_text(run: Run) -> None:
 # --- records the watcher published -------------------------------------------------------------------
 
 
-def committed_records(bootstrap: str, topic: str) -> list[RowRecord]:
+def committed_records(bootstrap: str, topic: str) -> list[Record]:
     """Every committed record of ``topic`` (one partition), as a read_committed consumer sees them."""
     from confluent_kafka import Consumer, TopicPartition
 
@@ -570,11 +566,11 @@ def committed_records(bootstrap: str, topic: str) -> list[RowRecord]:
     try:
         meta = consumer.list_topics(topic, timeout=10).topics[topic]
         consumer.assign([TopicPartition(topic, p, -2) for p in meta.partitions])
-        out: list[RowRecord] = []
+        out: list[Record] = []
         while msgs := consumer.consume(500, timeout=2.0):
             for m in msgs:
                 assert m.error() is None, m.error()
-                out.append(RowRecord(topic, m.key() or b"", m.value()))
+                out.append(Record(m.value(), m.key() or b"", None, topic))
         return out
     finally:
         consumer.close()

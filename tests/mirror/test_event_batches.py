@@ -24,8 +24,8 @@ from deltamirror.mirror.records.boundary import DEFAULT_RULES, RecordRules
 from deltamirror.mirror.records.event_batches import ActionEventBatch, decode_action_events
 from deltamirror.mirror.records.events import decode_action_event
 from deltamirror.producer.publishing.offline_events import iter_event_values
-from deltamirror.producer.publishing.transactions import encoder_for
 from deltamirror.producer.tailing.snapshot_events import SnapshotWork
+from deltamirror.producer.tailing.summaries import envelope_encoder
 from support.tables import TABLES
 
 TABLES_WITH_FILES = [
@@ -88,7 +88,7 @@ def _values(table_id: str) -> list[bytes]:
     table = open_table(uri)
     snap = table.snapshot(check_features=False)
     work = SnapshotWork(snap, table.uri, snap.timestamp)
-    encoder = encoder_for(work)
+    encoder = envelope_encoder(work)
     snapshot: list[bytes] = []
     for batch in work.batches(1000):
         snapshot.extend(encoder.encode_many(len(snapshot), batch))

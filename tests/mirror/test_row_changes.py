@@ -12,9 +12,9 @@ import pyarrow as pa
 import pytest
 
 from deltamirror.mirror.errors import UnrepresentableValueError
+from deltamirror.mirror.records.record import Record
 from deltamirror.mirror.records.row_changes import (
     RowChangesOptions,
-    RowRecord,
     VersionRows,
     connect_schema,
     skip_records,
@@ -43,12 +43,12 @@ def _batch(ids: list[int], names: list[str | None], kinds: list[str]) -> pa.Reco
     )
 
 
-def _records(options: RowChangesOptions, *batches: pa.RecordBatch, version: int = 5) -> list[RowRecord]:
+def _records(options: RowChangesOptions, *batches: pa.RecordBatch, version: int = 5) -> list[Record]:
     rows = VersionRows(options, lambda: list(batches), version=version, ts_ms=1_700_000_000_123)
     return [r for chunk in rows.records() for r in chunk]
 
 
-def _events(records: list[RowRecord]) -> list[dict[str, Any]]:
+def _events(records: list[Record]) -> list[dict[str, Any]]:
     return [json.loads(r.value) for r in records if r.topic.endswith(".changes") and r.value is not None]
 
 

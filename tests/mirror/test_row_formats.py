@@ -16,15 +16,19 @@ from typing import Any, ClassVar
 import pyarrow as pa
 import pytest
 
+from deltamirror.core.schema import StructType
+from deltamirror.core.schema_types import parse_schema
 from deltamirror.mirror.records import row_formats
-from deltamirror.mirror.records.connect_types import ROW_CHANGES_FORMATS
-from deltamirror.mirror.records.row_changes import RowChangesOptions, RowRecord, VersionRows
+from deltamirror.mirror.records.record import Record
+from deltamirror.mirror.records.row_changes import RowChangesOptions, VersionRows
 from deltamirror.mirror.records.row_formats import (
     ROW_CHANGE_SERIALIZERS,
+    ROW_CHANGES_FORMATS,
     ConnectJsonRowChanges,
     JsonRowChanges,
     row_change_serializer,
 )
+from deltamirror.mirror.records.spark_ddl import row_changes_ddl, row_changes_key_ddl
 from deltamirror.producer.settings import RowChangesConfig
 
 BATCH = pa.record_batch(
@@ -48,7 +52,7 @@ def _options(fmt: str, **over: Any) -> RowChangesOptions:
     )
 
 
-def _records(options: RowChangesOptions) -> list[RowRecord]:
+def _records(options: RowChangesOptions) -> list[Record]:
     rows = VersionRows(options, lambda: [BATCH], version=5, ts_ms=1_700_000_000_123)
     return [r for chunk in rows.records() for r in chunk]
 
@@ -97,6 +101,14 @@ class _Framed:
     def transaction(key: Mapping[str, Any], payload: Mapping[str, Any]) -> tuple[bytes, bytes]:
         return b"<tk>" + json.dumps(key).encode(), b"<tv>" + json.dumps(payload).encode()
 
+    @classmethod
+    def value_ddl(cls, schema: StructType) -> str:
+        return "framed " + ",".join(f.name for f in schema.fields)
+
+    @classmethod
+    def key_ddl(cls, fields: StructType) -> str:
+        return "framed key " + ",".join(f.name for f in fields.fields)
+
 
 def test_a_format_added_as_one_class_writes_every_record_of_a_version(
     monkeypatch: pytest.MonkeyPatch,
@@ -111,3 +123,37 @@ def test_a_format_added_as_one_class_writes_every_record_of_a_version(
     begin, end = framed[0], framed[-1]
     assert begin.key.startswith(b"<tk>") and (begin.value or b"").startswith(b"<tv>")
     assert json.loads((end.value or b"")[4:])["status"] == "END"
+
+
+SCHEMA = json.dumps(
+    {
+        "type": "struct",
+        "fields": [
+            {"name": "id", "type": "long", "nullable": True, "metadata": {}},
+            {"name": "price", "type": "decimal(10,2)", "nullable": True, "metadata": {}},
+        ],
+    }
+)
+
+
+def test_each_format_s_class_says_its_spark_ddl_and_the_ddl_functions_look_it_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for fmt, cls in ROW_CHANGE_SERIALIZERS.items():
+        assert row_changes_ddl(SCHEMA, fmt=fmt) == cls.value_ddl(parse_schema(SCHEMA))  # type: ignore[arg-type]
+    assert "DECIMAL(10,2)" in row_changes_ddl(SCHEMA, fmt="json")
+    assert "BINARY" in row_changes_ddl(SCHEMA, fmt="json-schema") and "DECIMAL" not in row_changes_ddl(
+        SCHEMA, fmt="json-schema"
+    )
+    monkeypatch.setitem(row_formats.ROW_CHANGE_SERIALIZERS, "framed", _Framed)
+    assert row_changes_ddl(SCHEMA, fmt="framed") == "framed id,price"  # type: ignore[arg-type]
+    assert row_changes_key_ddl(SCHEMA, ["id"], fmt="framed") == "framed key id"  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="'avro' is not one deltamirror writes"):
+        row_changes_ddl(SCHEMA, fmt="avro")  # type: ignore[arg-type]
+
+
+def test_the_options_keep_any_sequence_of_key_columns_as_a_tuple() -> None:
+    options = RowChangesOptions(
+        changes_topic="c", transaction_topic="t", table_name="n", table_id="i", key_columns=["id", "x"]
+    )
+    assert options.key_columns == ("id", "x") and hash(options)

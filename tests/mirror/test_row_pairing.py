@@ -14,7 +14,8 @@ import pyarrow as pa
 import pytest
 
 from deltamirror.mirror.errors import RecordTooLargeError
-from deltamirror.mirror.records.row_changes import RowChangesOptions, RowRecord, VersionRows, skip_records
+from deltamirror.mirror.records.record import Record
+from deltamirror.mirror.records.row_changes import RowChangesOptions, VersionRows, skip_records
 
 PAIRS = 6000
 
@@ -58,7 +59,7 @@ def _version(batches: Any, spill: Path, memory: int) -> VersionRows:
     )
 
 
-def _all(rows: VersionRows) -> list[RowRecord]:
+def _all(rows: VersionRows) -> list[Record]:
     return [r for chunk in rows.records() for r in chunk]
 
 
@@ -85,7 +86,7 @@ def _expected(rows: list[tuple[int, str, str]]) -> list[tuple[str, Any, Any]]:
     return out
 
 
-def _events(records: list[RowRecord]) -> list[tuple[str, Any, Any]]:
+def _events(records: list[Record]) -> list[tuple[str, Any, Any]]:
     values = [json.loads(r.value) for r in records if r.topic == "t.changes" and r.value is not None]
     assert [v["source"]["index"] for v in values] == list(range(len(values)))
     return [(v["op"], v["before"], v["after"]) for v in values]

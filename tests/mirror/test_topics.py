@@ -7,7 +7,8 @@ import uuid
 import pytest
 
 from deltamirror.core.errors import ConfigError
-from deltamirror.mirror.topics import default_commits_topic, default_topics, murmur2, murmur2_partition
+from deltamirror.mirror.topic_names import default_commits_topic, default_topics
+from deltamirror.mirror.topics import murmur2, murmur2_partition
 
 
 def test_murmur2_gives_kafkas_own_test_vectors() -> None:

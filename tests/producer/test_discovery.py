@@ -16,12 +16,12 @@ import pytest
 
 from deltamirror.core.errors import ConfigError
 from deltamirror.mirror.records.events import TableDropped, decode_commits_record, json_schema
+from deltamirror.mirror.topic_names import discovered_topic_name
 from deltamirror.producer.discovery.scan import (
     GONE_TABLES,
     DiscoveryLoop,
     GoneTables,
     find_tables,
-    topic_name_for,
 )
 from deltamirror.producer.settings import DiscoverConfig, TableConfig, WatchConfig, merge_overrides
 
@@ -145,14 +145,14 @@ def test_new_and_dropped_tables_in_memory() -> None:
 
 
 def test_topic_names_follow_the_relative_path() -> None:
-    assert topic_name_for("sales/orders") == "sales.orders"
-    assert topic_name_for("orders", "lake1") == "lake1.orders"
+    assert discovered_topic_name("sales/orders") == "sales.orders"
+    assert discovered_topic_name("orders", "lake1") == "lake1.orders"
     # lossy spellings get a digest of the path: a.b/c and a/b.c must not meet
-    dotted, other = topic_name_for("a.b/c"), topic_name_for("a/b.c")
+    dotted, other = discovered_topic_name("a.b/c"), discovered_topic_name("a/b.c")
     assert dotted != other
     assert dotted.startswith("a.b.c-") and len(dotted) == len("a.b.c-") + 8
-    assert topic_name_for("my table/x") == topic_name_for("my table/x")  # deterministic
-    assert len(topic_name_for("x" * 300)) == 200
+    assert discovered_topic_name("my table/x") == discovered_topic_name("my table/x")  # deterministic
+    assert len(discovered_topic_name("x" * 300)) == 200
 
 
 class FakeService:

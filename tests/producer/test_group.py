@@ -207,7 +207,8 @@ def test_a_group_moves_tables_exactly_once_through_kill_term_pause_and_join(
 
 
 def test_a_table_shard_is_kafkas_murmur2_partition_of_its_uri() -> None:
-    from deltamirror.mirror.group import assignment_topic, shard_of
+    from deltamirror.mirror.group import shard_of
+    from deltamirror.mirror.topic_names import assignment_topic
 
     # Kafka's own test vectors (org.apache.kafka.common.utils.UtilsTest): murmur2("21") = -973932308
     assert shard_of("21", 64) == (-973932308 & 0x7FFFFFFF) % 64

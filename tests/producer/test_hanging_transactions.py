@@ -125,3 +125,100 @@ def test_a_transaction_holding_the_actions_topic_is_reported_then_waited_out(
         assert service.wait(30), "the watcher did not stop"
         service.close()
     assert [r.value for r in setup.actions_records(idle_s=0.3)] == kit.events_output(table)
+
+
+def _summary_versions(setup: Any) -> list[int]:
+    return [
+        int(r.json["version"])
+        for r in setup.commits_records(idle_s=0.3)
+        if r.headers.get("kind") == b"commit"
+    ]
+
+
+@pytest.mark.timeout(240)
+def test_actions_aborted_under_a_committed_progress_record_are_published_again(
+    kafka_bootstrap: str,
+    tmp_path: Path,
+    kit: Any,
+    watch_setup: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The state a broker killed mid-commit leaves, then the operator's remedy: Kafka completed the
+    transaction of version 3 on the progress partition but skipped the marker of the actions
+    partition, where its records hang until an operator aborts them. The progress topic then claims
+    version 3 while the actions topic does not hold it; the watcher must publish version 3 again."""
+    import json
+
+    from confluent_kafka import Producer
+
+    table = kit.make_table(tmp_path / "t", versions=3)
+    setup = watch_setup(kafka_bootstrap, table)
+    service = WatchService(setup.cfg())
+    service.start()
+    try:
+        _wait_for(lambda: max(_summary_versions(setup), default=-1) >= 2, 60, "versions 0 to 2")
+    finally:
+        service.request_stop()
+        assert service.wait(30), "the watcher did not stop"
+        service.close()
+
+    kit.append(table, n=4)  # version 3
+    version_3 = [json.loads(v) for v in kit.events_output(table, "--starting-version", "3")]
+    assert {e["version"] for e in version_3} == {3}
+    last = version_3[-1]
+    (progress,) = [r for r in setup.progress_records(idle_s=0.3)][-1:]
+    claimed = {
+        **progress.json,
+        "version": 3,
+        "index": last["index"],
+        "count": last["count"],
+        "snapshot": False,
+        "commitTimestamp": last["commitTimestamp"],
+        "commitTimestampSource": last["commitTimestampSource"],
+    }
+    claimed.pop("rowOffset", None)
+    # the progress partition got its commit marker ...
+    writer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": kit.unique("half-a")})
+    writer.init_transactions(30)
+    writer.begin_transaction()
+    writer.produce(setup.progress, json.dumps(claimed).encode(), progress.key)
+    writer.commit_transaction(30)
+    # ... the actions partition did not: its records of version 3 hang there
+    holder = Producer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "transactional.id": kit.unique("half-b"),
+            "transaction.timeout.ms": 300_000,
+        }
+    )
+    holder.init_transactions(30)
+    holder.begin_transaction()
+    for event in version_3:
+        holder.produce(setup.actions, json.dumps(event).encode(), event["tableId"].encode())
+    holder.flush(30)
+    assert kit.uncommitted_records(kafka_bootstrap, setup.actions) == len(version_3)
+
+    cfg = setup.cfg()
+    cfg = cfg.model_copy(
+        update={"kafka": cfg.kafka.model_copy(update={"extra": {"transaction.timeout.ms": "5000"}})}
+    )
+    monkeypatch.setattr(pipeline_module, "HANG_MARGIN_S", 0.5)
+    caplog.set_level(logging.INFO, logger="deltamirror")
+    service = WatchService(cfg)
+    service.start()
+    try:
+        _wait_for(
+            lambda: any("transaction hanging on" in r.getMessage() for r in caplog.records), 60, "the report"
+        )
+        holder.abort_transaction(30)  # the operator's remedy
+        _wait_for(lambda: 3 in _summary_versions(setup), 60, "version 3 published again")
+        (warning,) = [r for r in caplog.records if "but the actions topic ends at" in r.getMessage()]
+        assert "holds v3#" in warning.getMessage()
+        assert "ends at v2#" in warning.getMessage()
+    finally:
+        service.request_stop()
+        assert service.wait(30), "the watcher did not stop"
+        service.close()
+    assert [r.value for r in setup.actions_records(idle_s=0.3)] == kit.events_output(table)
+    assert sorted(_summary_versions(setup)) == [0, 1, 2, 3]

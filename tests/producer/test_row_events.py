@@ -13,8 +13,8 @@ import pytest
 from deltamirror.core.changes import read_changes
 from deltamirror.core.errors import ChangeDataNotEnabledError, ConfigError, CorruptDataFileError
 from deltamirror.core.table import open_table
-from deltamirror.mirror.records.row_changes import RowRecord
-from deltamirror.mirror.topics import default_topics
+from deltamirror.mirror.records.record import Record
+from deltamirror.mirror.topic_names import default_topics
 from deltamirror.producer.publishing.row_events import RowChangesSource
 from deltamirror.producer.settings import RowChangesConfig, TableConfig, WatchConfig, merge_overrides
 from deltamirror.producer.tailing.snapshot_events import SnapshotWork
@@ -26,11 +26,11 @@ from support.tables import TABLES
 _UNPAIRED = {"update_preimage": "delete", "update_postimage": "insert"}
 
 
-def _records(table_id: str, start: int, config: RowChangesConfig) -> list[RowRecord]:
+def _records(table_id: str, start: int, config: RowChangesConfig) -> list[Record]:
     watcher = TableWatcher(str(TABLES / table_id), mode="from-version", from_version=start)
     watcher.start(None)
     source = RowChangesSource(watcher.table, config, default_topics(watcher.uri), "t")
-    out: list[RowRecord] = []
+    out: list[Record] = []
     while (unit := watcher.next_work()) is not None:
         assert isinstance(unit, CommitWork)
         out += [r for chunk in source.rows_of(unit).records() for r in chunk]
@@ -38,7 +38,7 @@ def _records(table_id: str, start: int, config: RowChangesConfig) -> list[RowRec
     return out
 
 
-def _unpaired(records: list[RowRecord]) -> list[dict[str, Any]]:
+def _unpaired(records: list[Record]) -> list[dict[str, Any]]:
     rows = []
     for r in records:
         if not r.topic.endswith(".changes") or r.value is None:

@@ -1,10 +1,11 @@
-"""Read what is on a topic, and run a watcher in-process until a condition holds (no fixed waits)."""
+"""Read what is on a topic, write the values the watcher writes, and run a watcher in-process until a
+condition holds (no fixed waits)."""
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,30 @@ class Rec:
         import json
 
         return None if self.value is None else json.loads(self.value)
+
+
+def action_values(
+    version: int,
+    actions: Sequence[tuple[str, Any]],
+    *,
+    snapshot: bool = False,
+    table_id: str = "t",
+    table_uri: str = "file:///t",
+) -> list[bytes]:
+    """The actions-topic values of one version (or snapshot) of a made-up table, as the watcher's
+    encoder writes them (index 0 on; commit timestamp 1, from In-Commit Timestamps)."""
+    from deltamirror.mirror.records.events import EnvelopeEncoder
+
+    encoder = EnvelopeEncoder(
+        table_id=table_id,
+        table_uri=table_uri,
+        version=version,
+        commit_timestamp=1,
+        commit_timestamp_source="ict",
+        count=len(actions),
+        snapshot=snapshot,
+    )
+    return encoder.encode_many(0, list(actions))
 
 
 def read_topic(

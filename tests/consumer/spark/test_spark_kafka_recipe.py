@@ -230,7 +230,7 @@ def test_row_changes_ddl_reads_every_type(spark: SparkSession) -> None:
     from pyspark.sql import functions as F
 
     from deltamirror.core.schema import parse_schema, to_arrow_schema
-    from deltamirror.mirror.records.row_changes import VersionRows, row_changes_options
+    from deltamirror.mirror.records.row_changes import RowChangesOptions, VersionRows
 
     arrow = to_arrow_schema(parse_schema(TYPES_SCHEMA)).append(pa.field("_change_type", pa.string()))
     row = {
@@ -252,7 +252,7 @@ def test_row_changes_ddl_reads_every_type(spark: SparkSession) -> None:
         "mi": [(1, "a")],
         "_change_type": "insert",
     }
-    options = row_changes_options(
+    options = RowChangesOptions(
         changes_topic="t.changes", transaction_topic="t.transaction", table_name="t", table_id="x"
     )
     batch = pa.RecordBatch.from_pylist([row], schema=arrow)

@@ -421,3 +421,75 @@ def test_a_refused_record_stops_the_stream_once_the_versions_before_it_are_plann
     assert next_offset(index, {"version": 1}, target=None, limit=None) == {"version": 3}
     with pytest.raises(BadRecordError, match="offset=3"):
         next_offset(index, {"version": 3}, target=None, limit=None)
+
+
+# --- the columns option: what a task reads --------------------------------------------------------
+
+
+def test_the_columns_option_is_names_separated_by_commas() -> None:
+    assert _parse().columns is None
+    assert _parse(columns=" amount , ID").columns == ("amount", "ID")
+    for bad in ("", "id,,name", "id,"):
+        with pytest.raises(InvalidArgumentError, match=r"^option columns must be column names") as err:
+            _parse(columns=bad)
+        assert "\n" not in str(err.value)
+
+
+def _mirrored(tmp_path: Path, name: str) -> tuple[object, ReadSchema, list[object]]:
+    from deltamirror.core.changes import VersionActions
+
+    path = copy_table(name, tmp_path)
+    table = open_table(str(path))
+    stamps = {t.version: t.timestamp for t in table.commit_timestamps()}
+    snapshot = table.snapshot()
+    versions = [
+        VersionActions(v, stamps[v], [next(iter(a.items())) for a in table.read_commit(v)])
+        for v in range(snapshot.version + 1)
+    ]
+    return table, ReadSchema(snapshot.metadata, snapshot.version), versions
+
+
+def test_a_task_decodes_only_the_columns_option_and_gives_the_full_reads_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The source's tasks (change rows of mirrored versions, and the initial snapshot) pass the
+    columns to the Parquet reader: the others are never decoded."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from deltamirror.consumer.spark.rows import change_rows, feed_schema, snapshot_rows
+
+    table, read, versions = _mirrored(tmp_path, "krs__cdf-table")  # partitioned by birthday; cdc files
+    columns = ["birthday", "name"]  # a partition column, a data column; "id" left out
+    cdf = ["_change_type", "_commit_version", "_commit_timestamp"]
+    full = pa.Table.from_batches(list(change_rows(table, read, versions, fail_on_data_loss=True)))
+    last = read.version
+    full_snapshot = pa.Table.from_batches(list(snapshot_rows(table, read, last, 0)))
+
+    asked: list[list[str] | None] = []
+    real = pq.ParquetFile.iter_batches
+
+    def iter_batches(pf: pq.ParquetFile, *args: object, **kw: object) -> object:
+        asked.append(kw.get("columns"))  # type: ignore[arg-type]
+        return real(pf, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", iter_batches)
+    some = pa.Table.from_batches(
+        list(change_rows(table, read, versions, fail_on_data_loss=True, columns=columns))
+    )
+    assert feed_schema(table, read, columns).names == [*columns, *cdf] == some.schema.names
+    assert some.num_rows and some.to_pylist() == full.select(some.schema.names).to_pylist()
+    some_snapshot = pa.Table.from_batches(list(snapshot_rows(table, read, last, 0, columns)))
+    assert some_snapshot.to_pylist() == full_snapshot.select(some_snapshot.schema.names).to_pylist()
+    data_reads = [a for a in asked if a != ["add"]]  # the checkpoint's reads are the log's
+    assert data_reads and all(a is not None and "id" not in a for a in data_reads), data_reads
+
+
+def test_an_unknown_column_in_the_columns_option_is_refused_naming_it(tmp_path: Path) -> None:
+    from deltamirror.consumer.spark.rows import feed_schema
+    from deltamirror.core.errors import UnknownColumnError
+
+    table, read, _ = _mirrored(tmp_path, "krs__cdf-table")
+    with pytest.raises(UnknownColumnError) as err:
+        feed_schema(table, read, ["name", "nope"])  # type: ignore[arg-type]
+    assert err.value.column == "nope" and "\n" not in str(err.value)

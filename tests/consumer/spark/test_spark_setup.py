@@ -128,7 +128,7 @@ def _make_table(path: Path) -> None:
 def test_the_readme_spark_program_runs_as_written_on_a_fresh_machine(
     kafka_bootstrap: str, wrong_python: Path, tmp_path: Path
 ) -> None:
-    from deltamirror.mirror.topics import default_topics
+    from deltamirror.mirror.topic_names import default_topics
 
     env = _fresh_env(wrong_python)
     table = tmp_path / f"events_{uuid.uuid4().hex[:10]}"  # topics are named after the directory

@@ -20,6 +20,8 @@ import pytest
 from support.spark import spark  # noqa: F401
 from support.spark_scenarios import (
     CDF,
+    CDF_META_COLUMNS,
+    CM_NAME,
     DV,
     _create,
     _insert,
@@ -216,6 +218,38 @@ def test_a_schema_change_while_running_fails_the_query_as_in_delta_spark(mirror:
     ours_after = normalize_cdf_rows(_run(mirror.ours(startingVersion=0), mirror.root / "c"))
     theirs_after = normalize_cdf_rows(_run(mirror.theirs(startingVersion=0), mirror.root / "c-theirs"))
     assert ours_after == theirs_after and [r["extra"] for r in ours_after] == ["e"]
+
+
+def test_the_columns_option_is_delta_sparks_stream_with_the_same_select(mirror: Mirror) -> None:
+    """Spark's column pruning does not reach a Python data source: ``columns`` is the projection.
+    Partitioned, column mapping name mode, deletion vectors, change data files (UPDATE, MERGE)."""
+    session, path = mirror.spark, mirror.path
+    _create(session, path, CDF, DV, CM_NAME, partitioned=True)  # CTAS + CDF + column mapping is refused
+    _insert(session, path, 0, 12, partitioned=True)
+    _insert(session, path, 12, 24, partitioned=True)
+    _sql(session, path, "UPDATE {t} SET amount = amount + 1 WHERE id % 5 = 0")
+    _sql(session, path, "DELETE FROM {t} WHERE id IN (3, 13)")
+    last = _merge(session, path, partitioned=True)
+    mirror.publish(last)
+    cdf = list(CDF_META_COLUMNS)
+
+    select = ["amount", "part"]
+    ours = _run(mirror.ours(startingVersion=0, columns=",".join(select)), mirror.root / "c")
+    theirs = _run(mirror.theirs(startingVersion=0).select(*select, *cdf), mirror.root / "c-theirs")
+    assert ours and list(ours[0]) == [*select, *cdf]
+    assert {r["_change_type"] for r in theirs} == {"insert", "delete", "update_preimage", "update_postimage"}
+    assert normalize_cdf_rows(ours) == normalize_cdf_rows(theirs)
+
+    # no starting version: the first micro-batch is the table as inserts, projected alike
+    select = ["part", "id"]
+    ours = _run(mirror.ours(columns="part,id"), mirror.root / "s")
+    theirs = _run(mirror.theirs().select(*select, *cdf), mirror.root / "s-theirs")
+    assert ours and list(ours[0]) == [*select, *cdf]
+    assert normalize_cdf_rows(ours) == normalize_cdf_rows(theirs)
+
+    # a column the table does not have: load() fails naming it, before any micro-batch
+    with pytest.raises(Exception, match="no column 'nope'"):
+        mirror.ours(startingVersion=0, columns="id,nope")
 
 
 def _error(stream: Any, checkpoint: Path) -> str:

@@ -1,0 +1,55 @@
+"""What every unit of work (a commit, a snapshot) says of itself in the same words: the envelope of
+its records (the action values' encoder) and of its commit summary; each kind computes only its
+own counts."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from deltamirror.core.timestamps import CommitTimestamp
+from deltamirror.mirror.records.events import MAX_SUMMED_BYTES, SCHEMA_VERSION, CommitSummary, EnvelopeEncoder
+
+
+class Unit(Protocol):
+    """A version (or a snapshot) to publish, as its records name it."""
+
+    table_id: str
+    table_uri: str
+    version: int
+    timestamp: CommitTimestamp
+    count: int
+    snapshot: bool
+
+
+def envelope_encoder(unit: Unit) -> EnvelopeEncoder:
+    """The action values' encoder of ``unit``: the envelope fields they all share."""
+    return EnvelopeEncoder(
+        table_id=unit.table_id,
+        table_uri=unit.table_uri,
+        version=unit.version,
+        commit_timestamp=unit.timestamp.timestamp,
+        commit_timestamp_source=str(unit.timestamp.source),
+        count=unit.count,
+        snapshot=unit.snapshot,
+    )
+
+
+def commit_summary(unit: Unit, *, bytes_added: int, bytes_removed: int, **counts: Any) -> CommitSummary:
+    """The commit summary of ``unit`` with its own ``counts`` (the fields of :class:`CommitSummary`
+    past the envelope); byte sums are clamped to a long, as every Delta reader sums sizes."""
+    return CommitSummary(
+        schema_version=SCHEMA_VERSION,
+        table_id=unit.table_id,
+        table_uri=unit.table_uri,
+        version=unit.version,
+        commit_timestamp=unit.timestamp.timestamp,
+        commit_timestamp_source=str(unit.timestamp.source),  # type: ignore[arg-type]
+        snapshot=unit.snapshot,
+        action_count=unit.count,
+        bytes_added=min(bytes_added, MAX_SUMMED_BYTES),
+        bytes_removed=min(bytes_removed, MAX_SUMMED_BYTES),
+        **counts,
+    )
+
+
+__all__ = ["Unit", "commit_summary", "envelope_encoder"]
