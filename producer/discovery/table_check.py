@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from deltamirror.core.errors import ConfigError
 from deltamirror.core.storage import TableStorage, storage_refusal
 
-from ..settings import TableConfig
+from ..settings import DiscoverConfig, TableConfig
 from .scan import LOG_DIR, log_has_versions
 
 log = logging.getLogger("deltamirror.watch")
@@ -87,4 +87,36 @@ def check_tables_exist(tables: list[TableConfig]) -> None:
         log.info("waiting for the table to be created", extra={"table": table.normalized_uri})
 
 
-__all__ = ["check_tables_exist"]
+def _prefix_refused(source: DiscoverConfig) -> str | None:
+    """Why the storage refuses to list a discover prefix (None: it lists, or may later)."""
+    try:
+        storage = TableStorage(source.uri, source.storage_options_plain())
+        storage.fs.exists(storage.root)
+    except Exception as exc:  # whatever a storage library raises: refused, or retried
+        return storage_refusal(exc)
+    return None
+
+
+def check_prefixes_reachable(prefixes: list[DiscoverConfig]) -> None:
+    """Refuse (ConfigError, exit 2) a discover prefix whose storage refuses access: no retry of the
+    scan changes that. A prefix that does not exist yet, or a store that does not answer, is left to
+    the scans, which retry."""
+    if not prefixes:
+        return
+    with ThreadPoolExecutor(min(CHECK_THREADS, len(prefixes)), thread_name_prefix="prefix-check") as pool:
+        refused = list(pool.map(_prefix_refused, prefixes))
+    for index, (source, why) in enumerate(zip(prefixes, refused, strict=True)):
+        if why is None:
+            continue
+        keys = ", ".join(sorted(source.storage_options))
+        options = (
+            f"discover[{index}].storage_options ({keys})"
+            if keys
+            else f"discover[{index}].storage_options (none given: the environment's credentials were used)"
+        )
+        raise ConfigError(
+            f"the storage refuses access to discover prefix {source.uri} ({why}): check {options}"
+        )
+
+
+__all__ = ["check_prefixes_reachable", "check_tables_exist"]

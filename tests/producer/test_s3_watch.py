@@ -261,3 +261,46 @@ def test_credentials_the_storage_refuses_are_refused_at_start_and_a_store_that_i
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(30)
     assert code == 0, err.read_text()
+
+
+@pytest.mark.timeout(180)
+def test_a_discover_prefix_whose_storage_refuses_the_credentials_is_refused_at_start(
+    kafka_bootstrap: str, tmp_path: Path, kit: Any, s3: S3Proxy
+) -> None:
+    """The same class one level up: a prefix scanned with a wrong secret was retried forever."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    local = kit.make_table(tmp_path / "t", versions=1)
+    prefix = s3.new_prefix("creds-discover")
+    s3.upload_table(local, prefix + "/sales/orders")
+    name = kit.unique("s3discover")
+    config = tmp_path / f"{name}.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "kafka": {"bootstrap_servers": kafka_bootstrap},
+                "discover": [
+                    {
+                        "uri": s3.url(prefix),
+                        "storage_options": {**s3.storage_options, "secret": "not-the-secret"},
+                    }
+                ],
+                "progress_topic": f"{name}.progress",
+                "transactional_id_prefix": name,
+                "signal_topic": None,
+            }
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "deltamirror.cli.main", "watch", "--config", str(config)],
+        capture_output=True,
+        timeout=120,
+    )
+    lines = done.stderr.decode().strip().splitlines()
+    assert done.returncode == 2, lines
+    assert lines[-1].startswith("deltamirror: error: "), lines
+    assert "discover[0].storage_options" in lines[-1] and prefix in lines[-1], lines[-1]
+    assert b"not-the-secret" not in done.stderr
