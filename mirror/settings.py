@@ -353,8 +353,10 @@ class KafkaSettings(SettingsModel):
         return config
 
     def redacted(self) -> dict[str, Any]:
-        """The settings as plain data for logs: every secret ``***``."""
+        """The settings as plain data for logs: every secret ``***``, ``extra`` by its keys alone
+        (any librdkafka property may carry a credential, whatever its name)."""
         data: dict[str, Any] = for_log(self.model_dump())
+        data["extra"] = sorted(self.extra)
         return data
 
 

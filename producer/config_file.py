@@ -253,8 +253,11 @@ def redacted(cfg: WatchConfig) -> dict[str, Any]:
 
     SecretStr values, values under secret-named keys (at any depth, whatever their type) and the
     userinfo of URLs in any string (a table URI, ``client_kwargs.endpoint_url``) become ``***``.
+    ``kafka.extra`` is shown by its keys alone: any librdkafka property may carry a credential
+    (a rack id, an engine's data), whatever its name.
     """
     data: dict[str, Any] = for_log(cfg.model_dump())
+    data["kafka"]["extra"] = sorted(cfg.kafka.extra)
     return data
 
 

@@ -178,6 +178,8 @@ class TablePipeline:
         self.retention = RetentionWatch(self.uri, metrics.retention_headroom)
         self._needs_start = True
         self._table_failing = False
+        #: the error the table is stopped on, as last logged: said once while it stays the same
+        self._error_said: str | None = None
         #: set once ``tableDropped`` is committed: the table's pipeline has ended for good
         self.dropped = threading.Event()
         #: a stop cut a batch: the open transaction holds records its progress record would not cover
@@ -466,6 +468,7 @@ class TablePipeline:
                 self._step()
                 if self._table_failing:
                     self._table_failing = False
+                    self._error_said = None
                     self.metrics.table_ok(self.uri)
                     log.info("table resumed", extra=self._log_extra)
                 backoff.reset()
@@ -492,8 +495,7 @@ class TablePipeline:
                 self._table_error(exc)
                 self.stop.wait(backoff.next())
             except Exception as exc:  # a bug: keep the other tables going, retry this one
-                log.error("unexpected error", exc_info=exc, extra=self._log_extra)
-                self._table_error(exc)
+                self._table_error(exc, unexpected=True)
                 self.stop.wait(backoff.next())
         self._finish()
 
@@ -508,8 +510,13 @@ class TablePipeline:
         if not self.stop.is_set():
             self._resync = "after an aborted transaction"
 
-    def _table_error(self, exc: BaseException) -> None:
-        """Keep what was published before the error, stop the table, retry later from there."""
+    def _table_error(self, exc: BaseException, *, unexpected: bool = False) -> None:
+        """Keep what was published before the error, stop the table, retry later from there.
+
+        The error is logged once while every retry stops on the same one (its message names the
+        table, the version and the file): /healthz and ``deltamirror_table_up`` keep saying it,
+        the log says it again when it changes or after the table has resumed.
+        """
         if self.txns.in_transaction:
             try:
                 self.txns.commit()
@@ -520,6 +527,13 @@ class TablePipeline:
         self._needs_start = True
         self._table_failing = True
         self.metrics.table_error(self.uri, str(exc))
+        said = f"{type(exc).__name__}: {exc}"
+        if said == self._error_said:
+            log.debug("table still stopped: %s", exc, extra=self._log_extra)
+            return
+        self._error_said = said
+        if unexpected:
+            log.error("unexpected error", exc_info=exc, extra=self._log_extra)
         log.error("table stopped: %s", exc, exc_info=exc, extra=self._log_extra)
 
     def _finish(self) -> None:

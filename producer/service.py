@@ -49,7 +49,7 @@ from deltamirror.mirror.kafka.connection import KafkaConnectionReporter
 from .config_file import redacted
 from .discovery.scan import DiscoveryLoop
 from .discovery.signals import Signal, SignalListener
-from .discovery.table_check import check_tables_exist
+from .discovery.table_check import check_prefixes_reachable, check_tables_exist
 from .discovery.topic_claims import TopicClaims
 from .group.sharing import TableSharing
 from .liveness import PROBE_INTERVAL_S, BrokerHealth, BrokerWatch, StatusLog, Tee
@@ -507,6 +507,7 @@ def run_watch(cfg: WatchConfig) -> int:
     try:
         configure_logging()
         check_tables_exist(cfg.tables)  # a location that holds no table: refused now, not retried forever
+        check_prefixes_reachable(cfg.discover)  # so is a prefix whose storage refuses the credentials
         log.info("starting", extra={"config": json.dumps(redacted(cfg), default=str)})
         service = WatchService(cfg)
 

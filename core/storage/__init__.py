@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from ..errors import InvalidArgumentError, InvalidTableUriError, StorageAccessError, StorageError
 from ..paths import SIDECAR_DIR, PathRules
 from .local import LocalFiles, NotARegularFileError
+from .refusal import storage_refusal
 from .uri import normalize_location, normalize_table_uri, without_password
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "local_options_problem",
     "normalize_location",
     "normalize_table_uri",
+    "storage_refusal",
     "without_password",
 ]
 

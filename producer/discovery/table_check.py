@@ -1,21 +1,25 @@
-"""At start, the named tables must exist: a typo in a location is refused, not retried forever.
+"""At start, the named tables must exist and their storage must let us in: a typo in a location or
+credentials the storage refuses are refused, not retried forever.
 
 A table exists when its ``_delta_log`` holds a commit or a checkpoint (one or two ``info`` calls,
 :func:`.discovery.log_has_versions`). A table configured with ``wait_for_table`` (``watch
 --wait-for-table``) is waited for instead, said in one line; discovered tables exist by definition.
-Only a location that answers "not there" is refused: a storage error (credentials, a store that
-is down) is left to the table's own retries, which say what they meet.
+A location that answers "not there" is refused, and so is one whose storage refuses the request
+(access denied, credentials it does not take: :func:`storage_refusal`), naming the table and its
+``storage_options``: no retry changes that. Any other storage error (a store that is down, a
+timeout) is left to the table's own retries, which say what they meet.
 """
 
 from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
-from deltamirror.core.errors import ConfigError, DeltaMirrorError
-from deltamirror.core.storage import TableStorage
+from deltamirror.core.errors import ConfigError
+from deltamirror.core.storage import TableStorage, storage_refusal
 
-from ..settings import TableConfig
+from ..settings import DiscoverConfig, TableConfig
 from .scan import LOG_DIR, log_has_versions
 
 log = logging.getLogger("deltamirror.watch")
@@ -24,27 +28,54 @@ log = logging.getLogger("deltamirror.watch")
 CHECK_THREADS = 16
 
 
-def _exists(table: TableConfig) -> bool | None:
-    """True or False, or None when the storage could not say (left to the table's retries)."""
+@dataclass(frozen=True)
+class _Found:
+    #: True or False, or None when the storage could not say (left to the table's retries)
+    exists: bool | None
+    #: why the storage refused the request (access denied, credentials), if it did
+    refused: str | None = None
+
+
+def _check(table: TableConfig) -> _Found:
     try:
         storage = TableStorage(table.uri, table.storage_options_plain())
-        return log_has_versions(storage.fs, f"{storage.root.rstrip('/')}/{LOG_DIR}")
+        return _Found(log_has_versions(storage.fs, f"{storage.root.rstrip('/')}/{LOG_DIR}"))
     except FileNotFoundError:
-        return False
-    except (DeltaMirrorError, OSError) as exc:
+        return _Found(False)
+    except Exception as exc:  # whatever a storage library raises: refused, or retried
+        refused = storage_refusal(exc)
+        if refused is not None:
+            return _Found(None, refused)
         log.warning(
             "cannot tell whether the table exists yet: %s", exc, extra={"table": table.normalized_uri}
         )
-        return None
+        return _Found(None)
+
+
+def _refusal(index: int, table: TableConfig, why: str) -> str:
+    keys = ", ".join(sorted(table.storage_options))
+    options = (
+        f"tables[{index}].storage_options ({keys})"
+        if keys
+        else f"tables[{index}].storage_options (none given: the environment's credentials were used)"
+    )
+    return f"the storage refuses access to table {table.normalized_uri} ({why}): check {options}"
 
 
 def check_tables_exist(tables: list[TableConfig]) -> None:
-    """Refuse (ConfigError, exit 2) the named tables that do not exist, unless they are waited for."""
+    """Refuse (ConfigError, exit 2) the named tables that do not exist, unless they are waited for,
+    and those whose storage refuses access (whether waited for or not)."""
     if not tables:
         return
     with ThreadPoolExecutor(min(CHECK_THREADS, len(tables)), thread_name_prefix="table-check") as pool:
-        found = list(pool.map(_exists, tables))
-    missing = [t for t, exists in zip(tables, found, strict=True) if exists is False]
+        found = list(pool.map(_check, tables))
+    refused_access = [
+        _refusal(i, t, f.refused) for i, (t, f) in enumerate(zip(tables, found, strict=True)) if f.refused
+    ]
+    if refused_access:
+        more = len(refused_access) - 1
+        raise ConfigError(refused_access[0] + (f" (and {more} more table(s) refused)" if more else ""))
+    missing = [t for t, f in zip(tables, found, strict=True) if f.exists is False]
     refused = [t.normalized_uri for t in missing if not t.wait_for_table]
     if refused:
         shown = ", ".join(refused[:3]) + (f" and {len(refused) - 3} more" if len(refused) > 3 else "")
@@ -56,4 +87,36 @@ def check_tables_exist(tables: list[TableConfig]) -> None:
         log.info("waiting for the table to be created", extra={"table": table.normalized_uri})
 
 
-__all__ = ["check_tables_exist"]
+def _prefix_refused(source: DiscoverConfig) -> str | None:
+    """Why the storage refuses to list a discover prefix (None: it lists, or may later)."""
+    try:
+        storage = TableStorage(source.uri, source.storage_options_plain())
+        storage.fs.exists(storage.root)
+    except Exception as exc:  # whatever a storage library raises: refused, or retried
+        return storage_refusal(exc)
+    return None
+
+
+def check_prefixes_reachable(prefixes: list[DiscoverConfig]) -> None:
+    """Refuse (ConfigError, exit 2) a discover prefix whose storage refuses access: no retry of the
+    scan changes that. A prefix that does not exist yet, or a store that does not answer, is left to
+    the scans, which retry."""
+    if not prefixes:
+        return
+    with ThreadPoolExecutor(min(CHECK_THREADS, len(prefixes)), thread_name_prefix="prefix-check") as pool:
+        refused = list(pool.map(_prefix_refused, prefixes))
+    for index, (source, why) in enumerate(zip(prefixes, refused, strict=True)):
+        if why is None:
+            continue
+        keys = ", ".join(sorted(source.storage_options))
+        options = (
+            f"discover[{index}].storage_options ({keys})"
+            if keys
+            else f"discover[{index}].storage_options (none given: the environment's credentials were used)"
+        )
+        raise ConfigError(
+            f"the storage refuses access to discover prefix {source.uri} ({why}): check {options}"
+        )
+
+
+__all__ = ["check_prefixes_reachable", "check_tables_exist"]

@@ -1186,6 +1186,8 @@ ELSEWHERE: dict[str, str] = {
     "local kafka start port": "tests/devkafka/test_local_kafka.py::test_local_kafka_lifecycle_through_the_cli",
     "local kafka abort-hanging data_dir": "tests/devkafka/test_local_kafka.py::test_local_kafka_lifecycle_through_the_cli",
     "local kafka abort-hanging port": "tests/devkafka/test_local_kafka.py::test_local_kafka_lifecycle_through_the_cli",
+    "local kafka abort-hanging dry_run": "tests/devkafka/test_local_kafka_tools.py::test_abort_hanging_dry_run_and_max_transaction_timeout_on_transactions_the_coordinator_lost",
+    "local kafka abort-hanging max_transaction_timeout": "tests/devkafka/test_local_kafka_tools.py::test_abort_hanging_dry_run_and_max_transaction_timeout_on_transactions_the_coordinator_lost",
     "local kafka status data_dir": "tests/devkafka/test_local_kafka.py::test_local_kafka_lifecycle_through_the_cli",
     "local kafka status port": "tests/devkafka/test_local_kafka.py::test_local_kafka_lifecycle_through_the_cli",
     "local kafka stop data_dir": "tests/devkafka/test_local_kafka.py::test_local_kafka_lifecycle_through_the_cli",
@@ -1258,10 +1260,7 @@ ELSEWHERE: dict[str, str] = {
 #: the settings that have no observer yet, each a debt (not a pass): a setting added to the code fails
 #: ``test_every_setting_has_an_observer`` unless it has an observer; one of these that gets one must be
 #: struck from here (the same test fails until it is)
-NOT_YET_OBSERVED: dict[str, str] = {
-    "local kafka abort-hanging dry_run": "needs a hanging transaction (a broker killed mid-commit): tests/producer/test_broker_kill.py reaches the remedy through the library, not the flag",
-    "local kafka abort-hanging max_transaction_timeout": "needs a hanging transaction younger than the bound; only its refusal of a negative value and 0 in the lifecycle test are run",
-}
+NOT_YET_OBSERVED: dict[str, str] = {}
 
 
 def _inherited(key: str) -> str | None:

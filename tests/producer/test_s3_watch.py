@@ -180,3 +180,127 @@ def test_tables_discovered_under_an_s3_prefix_are_mirrored_including_one_created
         _wait(lambda: _versions(kit, kafka_bootstrap, returns) == [0], service, 60, "the new table")
     finally:
         _stop(service)
+
+
+def _watch_process(tmp_path: Path, kafka_bootstrap: str, kit: Any, tables: list[dict[str, Any]]) -> Any:
+    import subprocess
+    import sys
+
+    import yaml
+
+    name = kit.unique("s3start")
+    config = tmp_path / f"{name}.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "kafka": {"bootstrap_servers": kafka_bootstrap},
+                "tables": [
+                    {"actions_topic": f"{name}-{i}.actions", "commits_topic": f"{name}-{i}.commits", **t}
+                    for i, t in enumerate(tables)
+                ],
+                "progress_topic": f"{name}.progress",
+                "transactional_id_prefix": name,
+                "signal_topic": None,
+            }
+        )
+    )
+    err = tmp_path / f"{name}.err"
+    with open(err, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "deltamirror.cli.main", "watch", "--config", str(config)],
+            stdout=subprocess.DEVNULL,
+            stderr=out,
+        )
+    return proc, err
+
+
+@pytest.mark.timeout(180)
+def test_credentials_the_storage_refuses_are_refused_at_start_and_a_store_that_is_down_is_retried(
+    kafka_bootstrap: str, tmp_path: Path, kit: Any, s3: S3Proxy
+) -> None:
+    """A wrong secret in a table's ``storage_options``: `watch` exits 2 at once with one line naming
+    the table and ``storage_options`` (it retried forever). A store that does not answer (a closed
+    port) may come back: that table is retried, and the watcher keeps running."""
+    import signal
+    import socket
+
+    local = kit.make_table(tmp_path / "t", versions=1)
+    prefix = s3.new_prefix("creds")
+    good = {"uri": s3.upload_table(local, prefix + "/good"), "storage_options": s3.storage_options}
+    url = s3.upload_table(local, prefix + "/wrong")
+    wrong = {"uri": url, "storage_options": {**s3.storage_options, "secret": "not-the-secret"}}
+
+    proc, err = _watch_process(tmp_path, kafka_bootstrap, kit, [good, wrong])
+    try:
+        code = proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    lines = err.read_text().strip().splitlines()
+    assert code == 2, lines
+    assert lines[-1].startswith("deltamirror: error: "), lines
+    assert "tables[1].storage_options" in lines[-1] and url in lines[-1], lines[-1]
+    assert "not-the-secret" not in err.read_text()
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    down = {
+        "uri": url,
+        "storage_options": {**s3.storage_options, "endpoint_url": f"http://127.0.0.1:{closed}"},
+    }
+    proc, err = _watch_process(tmp_path, kafka_bootstrap, kit, [down])
+    try:
+        deadline = time.monotonic() + 120
+        while "table stopped" not in err.read_text():
+            assert proc.poll() is None, err.read_text()  # not refused: retried
+            assert time.monotonic() < deadline, err.read_text()
+            time.sleep(0.2)
+        assert proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(30)
+    assert code == 0, err.read_text()
+
+
+@pytest.mark.timeout(180)
+def test_a_discover_prefix_whose_storage_refuses_the_credentials_is_refused_at_start(
+    kafka_bootstrap: str, tmp_path: Path, kit: Any, s3: S3Proxy
+) -> None:
+    """The same class one level up: a prefix scanned with a wrong secret was retried forever."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    local = kit.make_table(tmp_path / "t", versions=1)
+    prefix = s3.new_prefix("creds-discover")
+    s3.upload_table(local, prefix + "/sales/orders")
+    name = kit.unique("s3discover")
+    config = tmp_path / f"{name}.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "kafka": {"bootstrap_servers": kafka_bootstrap},
+                "discover": [
+                    {
+                        "uri": s3.url(prefix),
+                        "storage_options": {**s3.storage_options, "secret": "not-the-secret"},
+                    }
+                ],
+                "progress_topic": f"{name}.progress",
+                "transactional_id_prefix": name,
+                "signal_topic": None,
+            }
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "deltamirror.cli.main", "watch", "--config", str(config)],
+        capture_output=True,
+        timeout=120,
+    )
+    lines = done.stderr.decode().strip().splitlines()
+    assert done.returncode == 2, lines
+    assert lines[-1].startswith("deltamirror: error: "), lines
+    assert "discover[0].storage_options" in lines[-1] and prefix in lines[-1], lines[-1]
+    assert b"not-the-secret" not in done.stderr
