@@ -87,7 +87,7 @@ def _groupable(rows: pa.Table, columns: Sequence[str], table: str | None, what: 
 
 def _with_cdf(data: pa.Table, kind: str, last: pa.Table) -> pa.Table:
     """``data``'s columns, then the three CDF columns: ``kind``, and the version and timestamp of ``last``."""
-    out = data.append_column(CHANGE_TYPE, pa.array([kind] * data.num_rows, pa.string()))
+    out = data.append_column(CHANGE_TYPE, pa.repeat(pa.scalar(kind, pa.string()), data.num_rows))
     out = out.append_column(COMMIT_VERSION, last.column(COMMIT_VERSION))
     return out.append_column(COMMIT_TIMESTAMP, last.column(COMMIT_TIMESTAMP))
 
