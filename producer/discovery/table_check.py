@@ -13,6 +13,7 @@ timeout) is left to the table's own retries, which say what they meet.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -52,14 +53,10 @@ def _check(table: TableConfig) -> _Found:
         return _Found(None)
 
 
-def _refusal(index: int, table: TableConfig, why: str) -> str:
-    keys = ", ".join(sorted(table.storage_options))
-    options = (
-        f"tables[{index}].storage_options ({keys})"
-        if keys
-        else f"tables[{index}].storage_options (none given: the environment's credentials were used)"
-    )
-    return f"the storage refuses access to table {table.normalized_uri} ({why}): check {options}"
+def _refusal(what: str, where: str, options: Iterable[str], why: str) -> str:
+    """One line: the storage refused ``what`` (``why``); check ``where``'s storage options (by key)."""
+    keys = ", ".join(sorted(options)) or "none given: the environment's credentials were used"
+    return f"the storage refuses access to {what} ({why}): check {where}.storage_options ({keys})"
 
 
 def check_tables_exist(tables: list[TableConfig]) -> None:
@@ -70,7 +67,9 @@ def check_tables_exist(tables: list[TableConfig]) -> None:
     with ThreadPoolExecutor(min(CHECK_THREADS, len(tables)), thread_name_prefix="table-check") as pool:
         found = list(pool.map(_check, tables))
     refused_access = [
-        _refusal(i, t, f.refused) for i, (t, f) in enumerate(zip(tables, found, strict=True)) if f.refused
+        _refusal(f"table {t.normalized_uri}", f"tables[{i}]", t.storage_options, f.refused)
+        for i, (t, f) in enumerate(zip(tables, found, strict=True))
+        if f.refused
     ]
     if refused_access:
         more = len(refused_access) - 1
@@ -108,14 +107,8 @@ def check_prefixes_reachable(prefixes: list[DiscoverConfig]) -> None:
     for index, (source, why) in enumerate(zip(prefixes, refused, strict=True)):
         if why is None:
             continue
-        keys = ", ".join(sorted(source.storage_options))
-        options = (
-            f"discover[{index}].storage_options ({keys})"
-            if keys
-            else f"discover[{index}].storage_options (none given: the environment's credentials were used)"
-        )
         raise ConfigError(
-            f"the storage refuses access to discover prefix {source.uri} ({why}): check {options}"
+            _refusal(f"discover prefix {source.uri}", f"discover[{index}]", source.storage_options, why)
         )
 
 
