@@ -77,6 +77,33 @@ def _known_location(value: str) -> str:
 Location = Annotated[str, AfterValidator(_known_location)]
 
 
+#: a shorter HMAC key is guessable: the mask would hide nothing
+MIN_MASK_KEY_CHARS = 16
+#: the comparisons a row predicate may make
+PredicateOp = Literal["=", "!=", "<", "<=", ">", ">=", "in", "not in", "is null", "is not null"]
+
+
+class RowPredicate(SettingsModel):
+    """``column op value``: ``in`` and ``not in`` take a list, ``is null`` and ``is not null`` none;
+    the value is read as the column's type (dates and timestamps as ISO-8601 text)."""
+
+    column: str
+    op: PredicateOp
+    value: Any = None
+
+    @model_validator(mode="after")
+    def _value_fits_op(self) -> RowPredicate:
+        if self.op in ("is null", "is not null"):
+            if self.value is not None:
+                raise ValueError(f"{self.op!r} takes no value")
+        elif self.op in ("in", "not in"):
+            if not isinstance(self.value, list) or not self.value:
+                raise ValueError(f"{self.op!r} takes a non-empty list of values")
+        elif self.value is None or isinstance(self.value, list | dict):
+            raise ValueError(f"{self.op!r} takes one value (for null, use 'is null')")
+        return self
+
+
 class RowChangesConfig(SettingsModel):
     """Row-level change events of a table (``deltamirror.mirror.records.row_changes`` has the format).
 
@@ -93,6 +120,34 @@ class RowChangesConfig(SettingsModel):
     format: Literal["json", "json-schema"] = "json"
     tombstones: bool = False
     pairing_memory_mb: int = Field(default=256, ge=1)
+    #: the columns the events carry (None: all), in the table's order; filters may name others
+    columns: list[str] | None = None
+    #: per column: ``drop`` (left out of the events) or ``hmac`` (its value replaced by the hex
+    #: HMAC-SHA256 of its text under ``mask_key``; null stays null)
+    mask: dict[str, Literal["drop", "hmac"]] = Field(default_factory=dict)
+    #: the HMAC's key (at least 16 characters); required by a ``hmac`` mask, refused without one
+    mask_key: SecretStr | None = None
+    #: rows kept: those for which every predicate holds (a null compares as false)
+    where: list[RowPredicate] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _transform_problems(self) -> RowChangesConfig:
+        hashed = sorted(c for c, how in self.mask.items() if how == "hmac")
+        if hashed and self.mask_key is None:
+            raise ValueError(f"mask_key is required by the hmac mask of {', '.join(hashed)}")
+        if self.mask_key is not None and not hashed:
+            raise ValueError("mask_key is given but no column has an hmac mask")
+        if self.mask_key is not None and len(self.mask_key.get_secret_value()) < MIN_MASK_KEY_CHARS:
+            raise ValueError(f"mask_key must have at least {MIN_MASK_KEY_CHARS} characters")
+        published = set(self.columns) if self.columns is not None else None
+        for column in self.key_columns:
+            if published is not None and column not in published:
+                raise ValueError(f"key column {column!r} is not among columns: the key must be published")
+            if self.mask.get(column) == "drop":
+                raise ValueError(f"key column {column!r} has the mask drop: the key must be published")
+        if self.columns is not None and len(set(self.columns)) != len(self.columns):
+            raise ValueError("columns names a column twice")
+        return self
 
 
 def _start_problem(snapshot_mode: str, given: Mapping[str, Any]) -> FieldProblem | None:

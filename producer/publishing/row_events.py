@@ -33,6 +33,7 @@ from deltamirror.mirror.topic_names import TableTopics, table_name
 from ..settings import RowChangesConfig, TableConfig
 from ..tailing.snapshot_events import SnapshotWork
 from ..tailing.work import CommitWork, PublishUnit, iter_raw_actions
+from .row_transform import RowTransform
 
 if TYPE_CHECKING:
     from deltamirror.core.table import DeltaTable
@@ -65,6 +66,8 @@ class RowChangesSource:
         self.batch_size = batch_size
         #: where pairing spills update images (None: the system's temporary directory)
         self.spill_dir: str | None = None
+        #: the rows and columns the events carry (None: all of them, as they are)
+        self.transform = RowTransform.of(config, table=table.uri)
 
     @classmethod
     def of_table(cls, config: TableConfig, table: DeltaTable, topics: TableTopics) -> RowChangesSource | None:
@@ -90,11 +93,13 @@ class RowChangesSource:
         if isinstance(unit, SnapshotWork):
             snap = unit.snap
             self._check_key(options, list(snap.schema.names), unit.version)
+            transform, version = self.transform, unit.version
 
             def snapshot_batches() -> Iterator[pa.RecordBatch]:
                 for batch in snap.iter_batches():
                     if batch.num_rows:
-                        yield batch.append_column("_change_type", pa.array(["insert"] * batch.num_rows))
+                        batch = batch.append_column("_change_type", pa.repeat("insert", batch.num_rows))
+                        yield transform.apply(batch, version) if transform is not None else batch
 
             return VersionRows(
                 options,
@@ -126,7 +131,10 @@ class RowChangesSource:
             feed = changes_from_actions(
                 self.table, metadata, unit.version, decoded, batch_size=self.batch_size
             )
-            return iter(feed)
+            transform = self.transform
+            if transform is None:
+                return iter(feed)
+            return (transform.apply(batch, unit.version) for batch in feed)
 
         return VersionRows(
             options,
@@ -140,6 +148,8 @@ class RowChangesSource:
         )
 
     def _check_key(self, options: RowChangesOptions, columns: list[str], version: int) -> None:
+        if self.transform is not None:
+            self.transform.check_names(columns, version)
         missing = [c for c in options.key_columns if c not in columns]
         if missing:
             raise ConfigError(

@@ -338,3 +338,52 @@ def test_initial_snapshot_rows_are_read_events_then_the_versions_after_it(
     assert {(e["op"], e["source"]["delta_version"], e["source"]["snapshot"]) for e in inserts} == {
         ("c", 2, "false")
     }
+
+
+@pytest.mark.timeout(120)
+def test_a_filter_projection_and_mask_from_the_settings_reach_the_records_and_their_schema(
+    kafka_bootstrap: str, kit: Any
+) -> None:
+    """The row_changes settings columns, mask, mask_key and where, through watch and the broker:
+    the records are those the unit-level tests check against core's change feed (tests/producer/
+    test_row_transform.py), and the json-schema format's schema names the published columns only,
+    the hmac-masked one as a string."""
+    from deltamirror.producer.settings import RowChangesConfig
+    from support.row_events import records as unit_records
+    from support.tables import TABLES
+
+    settings = {
+        "key_columns": ["id"],
+        "format": "json-schema",
+        "columns": ["id", "name"],
+        "mask": {"name": "hmac"},
+        "mask_key": "a key of sixteen chars or more",
+        "where": [{"column": "birthday", "op": ">=", "value": "2023-12-23"}],
+    }
+    path = str(TABLES / "krs__cdf-table")
+    end = open_table(path).latest_version()
+    actions, changes, txn = _topics(kafka_bootstrap)
+    watch_until(
+        kafka_bootstrap,
+        path,
+        actions,
+        end,
+        kit.unique("dm"),
+        snapshot_mode="from-version",
+        changes_topic=changes,
+        transaction_topic=txn,
+        row_changes=settings,
+    )
+    got = [json.loads(r.value) for r in kit.consume(kafka_bootstrap, [changes], idle_s=0.5) if r.value]
+    unit = unit_records("krs__cdf-table", 0, RowChangesConfig(**settings))
+    expected = [json.loads(r.value) for r in unit if r.value and r.topic.endswith(".changes")]
+
+    def said(event: dict[str, Any]) -> tuple[Any, ...]:
+        p = event["payload"]
+        return p["source"]["delta_version"], p["op"], p["before"], p["after"]
+
+    assert got and sorted(map(repr, map(said, got))) == sorted(map(repr, map(said, expected)))
+    assert {said(e)[1] for e in got} == {"c", "d", "u"}  # version 1's updates left the filter: deletes
+    after = next(f for f in got[0]["schema"]["fields"] if f["field"] == "after")
+    assert {f["field"]: f["type"] for f in after["fields"]} == {"id": "int32", "name": "string"}
+    assert all(len((e["payload"]["after"] or e["payload"]["before"])["name"]) == 64 for e in got)

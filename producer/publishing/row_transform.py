@@ -1,0 +1,179 @@
+"""What a table's row events carry: its rows filtered, its columns projected and masked.
+
+Applied to every Arrow batch of change rows (and of a snapshot's rows) before they are encoded, so
+the records, their keys and a format's schema all see the same columns. Each image of an update is
+filtered on its own: when both pass the event is an update; when only the earlier one does, the row
+left the filter and the event is a delete; when only the later one does, it entered and the event
+is a create — what a downstream copy of the filtered rows needs to stay right.
+
+A mask is no projection: ``drop`` leaves the column out, ``hmac`` keeps it with the hex
+HMAC-SHA256 of each value's text under a secret key, so that equal values stay equal (joins and
+keys still work) while the value cannot be read back or guessed by hashing candidates, as a plain
+hash of a low-cardinality column could. Values are hashed once per distinct value of a batch.
+
+Checked against the table's columns before a unit's rows are read (:meth:`RowTransform.check_names`)
+and against their types at the first batch of each schema (:meth:`RowTransform.check_types`): a
+setting that names a column the table lacks, or a mask or predicate its type cannot take, stops the
+table with one line naming the setting, as a key column the table lacks does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from deltamirror.core.errors import ConfigError
+
+from ..settings import RowChangesConfig, RowPredicate
+
+#: the change feed's own columns: always carried, never filtered, projected or masked
+_FEED_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+_COMPARE = {
+    "=": "equal",
+    "!=": "not_equal",
+    "<": "less",
+    "<=": "less_equal",
+    ">": "greater",
+    ">=": "greater_equal",
+}
+
+
+class RowTransform:
+    """One table's filter, projection and masks (:class:`~..settings.RowChangesConfig`)."""
+
+    def __init__(self, config: RowChangesConfig, *, table: str) -> None:
+        self.config = config
+        self.table = table
+        self._key = config.mask_key.get_secret_value().encode() if config.mask_key is not None else b""
+        #: the batch schemas checked already (a table has one, or a few across schema changes)
+        self._checked: set[pa.Schema] = set()
+
+    @classmethod
+    def of(cls, config: RowChangesConfig, *, table: str) -> RowTransform | None:
+        """The transform the settings ask for (None: the rows go out as they are)."""
+        if config.columns is None and not config.mask and not config.where:
+            return None
+        return cls(config, table=table)
+
+    def check_names(self, columns: Sequence[str], version: int) -> None:
+        """A ConfigError naming the setting that names a column the table lacks (its ``columns``)."""
+        named = [("columns", c) for c in self.config.columns or ()]
+        named += [("mask", c) for c in self.config.mask]
+        named += [("where", p.column) for p in self.config.where]
+        for setting, column in named:
+            if column not in columns:
+                raise self._error(
+                    f"row_changes.{setting} names {column!r}, not a column of the table "
+                    f"(columns: {', '.join(columns)})",
+                    version,
+                )
+
+    def check_types(self, schema: pa.Schema, version: int) -> None:
+        """A ConfigError naming the mask or predicate the type of its column cannot take."""
+        if schema in self._checked:
+            return
+        self.check_names([n for n in schema.names if n not in _FEED_COLUMNS], version)
+        for column, how in self.config.mask.items():
+            if how == "hmac" and _nested(schema.field(column).type):
+                raise self._error(
+                    f"row_changes.mask cannot hmac column {column!r}: its type {schema.field(column).type} "
+                    "is nested (mask it with drop)",
+                    version,
+                )
+        for predicate in self.config.where:
+            try:
+                _literals(predicate, schema.field(predicate.column).type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, TypeError, ValueError):
+                raise self._error(
+                    f"row_changes.where: {predicate.value!r} is not a value of column {predicate.column!r} "
+                    f"({schema.field(predicate.column).type})",
+                    version,
+                ) from None
+        self._checked.add(schema)
+
+    def apply(self, batch: pa.RecordBatch, version: int) -> pa.RecordBatch:
+        """The rows of ``batch`` that pass, with the published columns (masked) and the feed's."""
+        self.check_types(batch.schema, version)
+        if self.config.where:
+            batch = batch.filter(self._passes(batch), null_selection_behavior="drop")
+        columns: Sequence[str] = (
+            self.config.columns
+            if self.config.columns is not None
+            else [n for n in batch.schema.names if n not in _FEED_COLUMNS]
+        )
+        # the table's order, whatever order the setting lists them in
+        wanted = set(columns)
+        out_names: list[str] = []
+        out_arrays: list[pa.Array] = []
+        for name in batch.schema.names:
+            feed = name in _FEED_COLUMNS
+            if not feed and (name not in wanted or self.config.mask.get(name) == "drop"):
+                continue
+            array = batch.column(name)
+            if not feed and self.config.mask.get(name) == "hmac":
+                array = self._hmac(array)
+            out_names.append(name)
+            out_arrays.append(array)
+        return pa.RecordBatch.from_arrays(out_arrays, names=out_names)
+
+    def _passes(self, batch: pa.RecordBatch) -> pa.Array:
+        mask: pa.Array | None = None
+        for predicate in self.config.where:
+            column = batch.column(predicate.column)
+            literal = _literals(predicate, column.type)
+            if predicate.op == "is null":
+                holds = pc.is_null(column)
+            elif predicate.op == "is not null":
+                holds = pc.is_valid(column)
+            elif predicate.op in ("in", "not in"):
+                holds = pc.is_in(column, value_set=literal)
+                if predicate.op == "not in":
+                    holds = pc.and_kleene(pc.invert(holds), pc.is_valid(column))
+                else:
+                    holds = pc.and_kleene(holds, pc.is_valid(column))
+            else:
+                holds = getattr(pc, _COMPARE[predicate.op])(column, literal)
+            mask = holds if mask is None else pc.and_kleene(mask, holds)
+        assert mask is not None
+        return mask
+
+    def _hmac(self, array: pa.Array) -> pa.Array:
+        text = array if pa.types.is_string(array.type) or pa.types.is_large_string(array.type) else None
+        if text is None and not (pa.types.is_binary(array.type) or pa.types.is_large_binary(array.type)):
+            text = pc.cast(array, pa.string())
+        encoded = pc.dictionary_encode(text if text is not None else array)
+        distinct = encoded.dictionary.to_pylist()
+        key = self._key
+        digests = pa.array(
+            [
+                hmac.new(key, v if isinstance(v, bytes) else v.encode(), hashlib.sha256).hexdigest()
+                for v in distinct
+            ],
+            pa.string(),
+        )
+        return pc.take(digests, encoded.indices)
+
+    def _error(self, message: str, version: int) -> ConfigError:
+        return ConfigError(message, table=self.table, version=version)
+
+
+def _nested(type_: pa.DataType) -> bool:
+    return bool(pa.types.is_nested(type_) or pa.types.is_dictionary(type_))
+
+
+def _literals(predicate: RowPredicate, type_: pa.DataType) -> pa.Scalar | pa.Array | None:
+    """The predicate's value as ``type_`` (an array for ``in``); a cast that loses it is refused."""
+    if predicate.op in ("is null", "is not null"):
+        return None
+    if _nested(type_):
+        raise TypeError("a nested column has no comparisons")
+    if predicate.op in ("in", "not in"):
+        return pa.array(predicate.value).cast(type_, safe=True)
+    return pa.scalar(predicate.value).cast(type_, safe=True)
+
+
+__all__ = ["RowTransform"]
