@@ -20,6 +20,7 @@ from support.row_events import expected_rows as _expected
 from support.row_events import records as _records
 from support.row_events import unpaired as _unpaired
 from support.spark_scenarios import normalize_cdf_rows
+from support.tables import TABLES
 
 KEY = "a key of sixteen chars or more"
 _OPS = {
@@ -240,3 +241,22 @@ def test_the_mask_key_is_a_secret_never_shown() -> None:
     assert merged.tables[0].row_changes.mask_key.get_secret_value() == KEY
     for shown in (repr(merged), str(merged.model_dump()), str(redacted(merged))):
         assert KEY not in shown
+
+
+def test_a_version_whose_actions_are_all_data_change_false_publishes_no_row_event() -> None:
+    """OPTIMIZE rewrites files without changing a row (dataChange false on every add and remove):
+    the change feed has no rows for it, so no event and no BEGIN/END goes out for that version."""
+    log = TABLES / "krs__cdf-table-data-change" / "_delta_log" / "00000000000000000001.json"
+    actions = [json.loads(line) for line in log.read_text().splitlines()]
+    files = [a.get("add") or a.get("remove") for a in actions if "add" in a or "remove" in a]
+    assert files and not any(f["dataChange"] for f in files)  # the premise: an OPTIMIZE
+    records = _records("krs__cdf-table-data-change", 0, RowChangesConfig(key_columns=["id"]))
+    versions = {
+        json.loads(r.value)["source"]["delta_version"]
+        for r in records
+        if r.value and r.topic.endswith(".changes")
+    }
+    assert 0 in versions and 1 not in versions
+    assert all(
+        json.loads(r.value)["id"].split(":")[1] != "1" for r in records if r.topic.endswith(".transaction")
+    )
