@@ -172,6 +172,7 @@ class TablePipeline:
             batch_size=max(1, min(batch_size, cfg.txn_max_records)),
         )
         self.txns.before_bounded_commit = self._read_while_draining
+        self.txns.drop_file_stats = table.drop_file_stats
         self.txns.rows = RowChangesSource.of_table(table, self.watcher.table, self.topics)
         self._log_extra = {"table": self.uri}
         #: how close the unpublished versions are to the table's log retention (warned, measured)

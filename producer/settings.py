@@ -178,6 +178,9 @@ class PerTableSettings(SettingsModel):
     poll_interval_s: float = Field(default=1.0, gt=0)
     #: locations outside the table root its log may name (a shallow clone's source); see open_table
     allowed_path_prefixes: list[str] = Field(default_factory=list)
+    #: action events without the ``stats`` and ``tags`` of add and remove actions (per-column
+    #: min/max values can reveal what row events mask); they still name every file
+    drop_file_stats: bool = False
 
     @field_validator("storage_options", mode="before")
     @classmethod

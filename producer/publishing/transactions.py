@@ -16,12 +16,13 @@ re-writes its progress only when no table of its shard committed for ``LIVENESS_
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import closing
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from deltamirror.mirror.kafka.producer import TransactionalPublisher
 from deltamirror.mirror.records.actions import ActionRecords
@@ -83,6 +84,29 @@ def action_records_for(
     return ActionRecords(envelope_encoder(unit), extra_headers=extra_headers, oversize=oversize)
 
 
+#: the fields ``drop_file_stats`` takes out of add and remove actions
+FILE_STATS_FIELDS = ("stats", "tags")
+
+
+def without_file_stats(batch: Sequence[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """``batch`` with its add and remove actions' stats and tags left out (the others as they are).
+
+    Decoded only when a body holds one of them (the raw line is kept otherwise): the bytes of an
+    action, a line of the log, name the field as ``"stats":`` whatever its place.
+    """
+    out: list[tuple[str, Any]] = []
+    for name, body in batch:
+        if name in ("add", "remove"):
+            raw = body if isinstance(body, bytes | bytearray) else None
+            if raw is None or any(b'"' + f.encode() + b'"' in raw for f in FILE_STATS_FIELDS):
+                data = json.loads(raw) if raw is not None else dict(body)
+                for field in FILE_STATS_FIELDS:
+                    data.pop(field, None)
+                body = data
+        out.append((name, body))
+    return out
+
+
 class TableTransactions:
     """One table's open transaction: what it holds, and the records that go into it.
 
@@ -132,6 +156,8 @@ class TableTransactions:
         #: called before a transaction that reached its bounds commits, while its records are
         #: still on their way to the broker (the pipeline reads the next versions meanwhile)
         self.before_bounded_commit: Callable[[], None] = lambda: None
+        #: add and remove actions go out without their stats and tags (``drop_file_stats``)
+        self.drop_file_stats = False
         #: the table's row changes (None: not published); their records go in the same
         #: transactions as the version's actions, after them and before its summary
         self.rows: RowChangesSource | None = None
@@ -234,6 +260,8 @@ class TableTransactions:
                 )
                 if there:  # committed already by a transaction Kafka committed on that topic only
                     self._say_already(f"{there} action records of version {unit.version}")
+                if self.drop_file_stats:
+                    batch = without_file_stats(batch)
                 records = encoder.encode(index, batch, skip=there)
                 if records.values:
                     pub.produce_many(topic, records.values, records.key, records.headers, ts)

@@ -1222,6 +1222,7 @@ ELSEWHERE: dict[str, str] = {
     "WatchConfig.tables[].row_changes.where[].op": "tests/producer/test_row_transform.py::test_a_setting_the_table_cannot_take_stops_it_naming_the_setting",
     "WatchConfig.tables[].row_changes.where[].value": "tests/producer/test_row_transform.py::test_a_setting_the_table_cannot_take_stops_it_naming_the_setting",
     "WatchConfig.tables[].row_changes.mask_key": "tests/producer/test_row_transform.py::test_an_hmac_is_keyed_equal_values_stay_equal_and_nulls_stay_null",
+    "WatchConfig.tables[].drop_file_stats": "tests/producer/test_file_stats.py::test_drop_file_stats_publishes_every_file_without_its_stats",
     "WatchConfig.tables[].row_changes.pairing_memory_mb": "tests/producer/test_row_changes_kafka.py::test_kill_9_while_updates_are_paired_through_spill_buckets_leaves_each_row_once",
     "WatchConfig.tables[].changes_topic": "tests/producer/test_row_changes_kafka.py::test_records_equal_delta_spark_change_feed_keys_and_partitions",
     "WatchConfig.tables[].transaction_topic": "tests/producer/test_row_changes_kafka.py::test_records_equal_delta_spark_change_feed_keys_and_partitions",

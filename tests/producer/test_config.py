@@ -722,6 +722,7 @@ _NOT_DEFAULT: dict[str, Any] = {
     "row_changes": {"key_columns": ["id"], "tombstones": True},
     "poll_interval_s": 0.25,
     "allowed_path_prefixes": ["/source"],
+    "drop_file_stats": True,
 }
 
 
