@@ -89,6 +89,7 @@ from deltamirror.mirror.records.events import (
     ActionEvent,
     CommitsTopicRecord,
     CommitSummary,
+    SchemaChanged,
     TableDropped,
     TableReplaced,
     decode_commits_record,
@@ -685,7 +686,9 @@ class SnapshotConsumer:
             self.replace(seen)
             return
         if self.metrics is not None and seen.table_id not in self.retired:
-            published = seen.version if isinstance(seen, CommitSummary) else seen.latest_version
+            published = (
+                seen.version if isinstance(seen, CommitSummary | SchemaChanged) else seen.latest_version
+            )
             self.metrics.version_published(seen.table_uri or seen.table_id, published)
 
     def _commits_problem(self, seen: CommitsTopicRecord, record: Record | None) -> str | None:

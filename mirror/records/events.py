@@ -4,10 +4,11 @@ Four kinds of records, each defined here once as a frozen pydantic model (the co
 source of the committed JSON Schema ``schemas/event.schema.json``):
 
 - :class:`ActionEvent`, on the actions topic: one record per Delta action, keyed by table id;
-- :class:`CommitSummary`, :class:`Heartbeat`, :class:`TableReplaced` and :class:`TableDropped`, on
-  the commits topic (``kind`` tells them apart): one summary per version, optional heartbeats of an
-  idle table, the announcement that the table at a location was deleted and created anew, and the
-  last record of a table that was deleted (a discovered one);
+- :class:`CommitSummary`, :class:`Heartbeat`, :class:`TableReplaced`, :class:`TableDropped` and
+  :class:`SchemaChanged`, on the commits topic (``kind`` tells them apart): one summary per version,
+  optional heartbeats of an idle table, the announcement that the table at a location was deleted
+  and created anew, the last record of a table that was deleted (a discovered one), and what a
+  version changed in the table's schema;
 - :class:`ProgressRecord`, on the compacted progress topic: where the watcher stands, per table.
 
 The models validate at the edges (tests, consumers, one summary per version). The hot path never
@@ -222,6 +223,69 @@ class TableDropped(_Record):
     detected_at: Long = Field(description="Wall-clock time of the detection, epoch ms.")
 
 
+#: the columns one schema change lists (a reader takes no more, whoever wrote the record)
+MAX_SCHEMA_CHANGES = 100_000
+#: a schema, as the record carries it (the Delta schema's JSON text)
+MAX_SCHEMA_CHARS = 16 * 1024 * 1024
+
+
+class ColumnChangeEntry(_Record):
+    """One change of a :class:`SchemaChanged` record."""
+
+    change: Literal[
+        "add", "drop", "rename", "widen", "retype", "nullable", "notNull", "partitioning", "columnMapping"
+    ] = Field(
+        description="add, drop, rename, widen (a wider type), retype (any other type change), nullable, "
+        "notNull, partitioning (the partition columns), columnMapping (its mode)."
+    )
+    change_class: Literal["additive", "widening", "rename", "drop", "incompatible"]
+    column: list[Annotated[str, Field(max_length=MAX_TEXT_CHARS)]] = Field(
+        default_factory=list,
+        max_length=1000,
+        description="Path of the column (its new name; element, key, value inside arrays and maps); "
+        "empty for partitioning and columnMapping.",
+    )
+    before: Text | None = Field(default=None, description="The old name, type, partition columns or mode.")
+    after: Text | None = Field(default=None, description="The new name, type, partition columns or mode.")
+
+
+class PropertyChange(_Record):
+    """A table property (``metaData.configuration``) a schema change changed too."""
+
+    before: Text | None = None
+    after: Text | None = None
+
+
+class SchemaChanged(_Record):
+    """A version's metaData changed the table's schema, partition columns or column mapping.
+
+    On the commits topic after the version's summary, in the same transaction; row changes of the
+    version onward have the new schema. ``changeClass`` is the hardest of ``changes``: additive,
+    widening, rename, drop, incompatible.
+    """
+
+    kind: Literal["schemaChanged"] = "schemaChanged"
+    schema_version: int
+    table_id: TableId
+    table_uri: TableUri
+    version: Version = Field(description="The version whose metaData changed the schema.")
+    commit_timestamp: Long
+    commit_timestamp_source: TimestampSourceName
+    change_class: Literal["additive", "widening", "rename", "drop", "incompatible"]
+    changes: list[ColumnChangeEntry] = Field(min_length=1, max_length=MAX_SCHEMA_CHANGES)
+    previous_schema: str = Field(max_length=MAX_SCHEMA_CHARS, description="schemaString before the version.")
+    table_schema: str = Field(
+        alias="schema", max_length=MAX_SCHEMA_CHARS, description="schemaString of the version."
+    )
+    previous_partition_columns: list[Text] = Field(default_factory=list, max_length=MAX_SCHEMA_CHANGES)
+    partition_columns: list[Text] = Field(default_factory=list, max_length=MAX_SCHEMA_CHANGES)
+    properties: dict[Annotated[str, Field(max_length=MAX_TEXT_CHARS)], PropertyChange] = Field(
+        default_factory=dict,
+        max_length=MAX_SCHEMA_CHANGES,
+        description="Table properties the version changed too: key -> before, after (absent: unset).",
+    )
+
+
 class ProgressRecord(_Record):
     """Where a table's publishing stands; value of the compacted progress topic, key = ``tableUri``.
 
@@ -255,7 +319,7 @@ class ProgressRecord(_Record):
         return self.index + 1 >= self.count and self.row_offset is None
 
 
-CommitsTopicRecord = CommitSummary | Heartbeat | TableReplaced | TableDropped
+CommitsTopicRecord = CommitSummary | Heartbeat | TableReplaced | TableDropped | SchemaChanged
 
 
 def parse_commits_record(value: bytes | str) -> CommitsTopicRecord:
@@ -270,6 +334,8 @@ def parse_commits_record(value: bytes | str) -> CommitsTopicRecord:
         return TableReplaced.model_validate(data)
     if kind == "tableDropped":
         return TableDropped.model_validate(data)
+    if kind == "schemaChanged":
+        return SchemaChanged.model_validate(data)
     raise ValueError(f"unknown commits-topic record kind {kind!r}")
 
 
@@ -325,6 +391,7 @@ _COMMITS_MODELS: dict[str, type[CommitsTopicRecord]] = {
     "heartbeat": Heartbeat,
     "tableReplaced": TableReplaced,
     "tableDropped": TableDropped,
+    "schemaChanged": SchemaChanged,
 }
 #: the record kinds this version knows on the commits topic (a newer watcher may add others)
 COMMITS_KINDS = frozenset(_COMMITS_MODELS)
@@ -523,14 +590,15 @@ def json_schema() -> dict[str, Any]:
     root = ActionEvent.model_json_schema(by_alias=True, mode="validation", ref_template="#/$defs/{model}")
     root.pop("$defs", None)
     root["allOf"] = _action_schemas(defs)
-    for model in (CommitSummary, Heartbeat, TableReplaced, TableDropped, ProgressRecord):
+    for model in (CommitSummary, Heartbeat, TableReplaced, TableDropped, SchemaChanged, ProgressRecord):
         schema = model.model_json_schema(by_alias=True, mode="validation", ref_template="#/$defs/{model}")
         for key, sub in schema.pop("$defs", {}).items():
             defs.setdefault(key, sub)
         defs[model.__name__] = schema
     defs["CommitsTopicRecord"] = {
         "oneOf": [
-            {"$ref": f"#/$defs/{m.__name__}"} for m in (CommitSummary, Heartbeat, TableReplaced, TableDropped)
+            {"$ref": f"#/$defs/{m.__name__}"}
+            for m in (CommitSummary, Heartbeat, TableReplaced, TableDropped, SchemaChanged)
         ]
     }
     return {
@@ -552,11 +620,14 @@ __all__: Sequence[str] = [
     "MAX_SUMMED_BYTES",
     "SCHEMA_VERSION",
     "ActionEvent",
+    "ColumnChangeEntry",
     "CommitSummary",
     "CommitsTopicRecord",
     "EnvelopeEncoder",
     "Heartbeat",
     "ProgressRecord",
+    "PropertyChange",
+    "SchemaChanged",
     "TableDropped",
     "TableReplaced",
     "decode_action_event",

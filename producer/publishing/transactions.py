@@ -29,6 +29,7 @@ from deltamirror.mirror.records.actions import ActionRecords
 from deltamirror.mirror.records.commits import (
     encode_commit_summary,
     encode_heartbeat,
+    encode_schema_changed,
     encode_table_dropped,
     encode_table_replaced,
 )
@@ -292,6 +293,11 @@ class TableTransactions:
                 unit.summary(), extra_headers=hdr_c, oversize=self._oversize(commits)
             )
             pub.produce_many(commits, summary.values, summary.key, summary.headers, ts_c)
+            # after the summary, in its transaction and partition: both are there, or neither
+            changed = unit.schema_change() if isinstance(unit, CommitWork) else None
+            if changed is not None:
+                record = encode_schema_changed(changed, extra_headers=hdr_c, oversize=self._oversize(commits))
+                pub.produce_many(commits, record.values, record.key, record.headers, ts_c)
         self.produced = position_after(unit, unit.count - 1)
         self._completed.append((unit.version, unit.timestamp.timestamp))
 

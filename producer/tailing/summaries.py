@@ -6,8 +6,18 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from deltamirror.core.models import Metadata
+from deltamirror.core.schema_changes import SchemaChange
 from deltamirror.core.timestamps import CommitTimestamp
-from deltamirror.mirror.records.events import MAX_SUMMED_BYTES, SCHEMA_VERSION, CommitSummary, EnvelopeEncoder
+from deltamirror.mirror.records.events import (
+    MAX_SUMMED_BYTES,
+    SCHEMA_VERSION,
+    ColumnChangeEntry,
+    CommitSummary,
+    EnvelopeEncoder,
+    PropertyChange,
+    SchemaChanged,
+)
 
 
 class Unit(Protocol):
@@ -52,4 +62,32 @@ def commit_summary(unit: Unit, *, bytes_added: int, bytes_removed: int, **counts
     )
 
 
-__all__ = ["Unit", "commit_summary", "envelope_encoder"]
+def schema_changed(unit: Unit, change: SchemaChange, previous: Metadata, current: Metadata) -> SchemaChanged:
+    """The ``schemaChanged`` record of ``unit``'s version: ``change``, from ``previous`` to ``current``."""
+    return SchemaChanged(
+        schema_version=SCHEMA_VERSION,
+        table_id=unit.table_id,
+        table_uri=unit.table_uri,
+        version=unit.version,
+        commit_timestamp=unit.timestamp.timestamp,
+        commit_timestamp_source=str(unit.timestamp.source),  # type: ignore[arg-type]
+        change_class=change.change_class,
+        changes=[
+            ColumnChangeEntry(
+                change=c.change,
+                change_class=c.change_class,
+                column=list(c.column),
+                before=c.before,
+                after=c.after,
+            )
+            for c in change.changes
+        ],
+        previous_schema=previous.schema_string or "",
+        schema=current.schema_string or "",
+        previous_partition_columns=list(previous.partition_columns),
+        partition_columns=list(current.partition_columns),
+        properties={k: PropertyChange(before=b, after=a) for k, (b, a) in change.properties.items()},
+    )
+
+
+__all__ = ["Unit", "commit_summary", "envelope_encoder", "schema_changed"]

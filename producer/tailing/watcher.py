@@ -20,6 +20,7 @@ probe cannot see:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import threading
@@ -285,6 +286,10 @@ class TableWatcher:
             self._gap(position.version, latest, position)
             return
         scan = scan_version(self.storage, position.version, info, metadata=head.metadata)
+        previous = None
+        if scan.checked.metadata is not None and position.version > 0:  # what a schemaChanged compares
+            with contextlib.suppress(VersionNotFoundError):  # cleaned: the version's record says nothing
+                previous = read_head(self.table, position.version - 1, check_features=False).metadata
         self._pending.append(
             CommitWork(
                 self.storage,
@@ -295,6 +300,7 @@ class TableWatcher:
                 start,
                 metadata=head.metadata,
                 row_offset=position.row_offset or 0,
+                previous_metadata=previous,
             )
         )
 
@@ -357,6 +363,7 @@ class TableWatcher:
         self._prefetch.want(itertools.islice(self._ahead, 1, None))
         scan = scan_version(self.storage, version, info, data, self._metadata, self._tracker)
         metadata = scan.checked.metadata
+        previous = self._metadata if metadata is not None else None
         if metadata is not None:
             self._metadata = metadata
             if metadata.id != self._table_id:
@@ -373,7 +380,15 @@ class TableWatcher:
         self._cursor = version
         self._cursor_file = (version, info)
         assert self._table_id is not None
-        return CommitWork(self.storage, self._table_id, version, ts, scan, metadata=self._metadata)
+        return CommitWork(
+            self.storage,
+            self._table_id,
+            version,
+            ts,
+            scan,
+            metadata=self._metadata,
+            previous_metadata=previous,
+        )
 
     def _current_position(self) -> Position:
         assert self._table_id is not None

@@ -31,16 +31,17 @@ from deltamirror.core.commits import (
 from deltamirror.core.errors import CorruptLogError
 from deltamirror.core.log import commit_name
 from deltamirror.core.models import Metadata
+from deltamirror.core.schema_changes import schema_change
 from deltamirror.core.storage import FileInfo, TableStorage
 from deltamirror.core.timestamps import CommitTimestamp
-from deltamirror.mirror.records.events import CommitSummary
+from deltamirror.mirror.records.events import CommitSummary, SchemaChanged
 from deltamirror.producer.tailing.snapshot_events import (
     MAX_PARTITIONS_LISTED,
     ActionBatch,
     Body,
     SnapshotWork,
 )
-from deltamirror.producer.tailing.summaries import commit_summary
+from deltamirror.producer.tailing.summaries import commit_summary, schema_changed
 
 # --- positions and units of work --------------------------------------------------------------
 
@@ -165,10 +166,14 @@ class CommitWork:
         *,
         metadata: Metadata | None = None,
         row_offset: int = 0,
+        previous_metadata: Metadata | None = None,
     ) -> None:
         self._storage = storage
         #: the metaData in force at this version (its own, or the one before): its row changes' schema
         self.metadata = metadata
+        #: the metaData in force before this version, when the version has one of its own (what a
+        #: ``schemaChanged`` record compares it with; None: the version has none, or it is the first)
+        self.previous_metadata = previous_metadata
         #: row-change records published already (a restart in the middle of the version's rows)
         self.row_offset = row_offset
         self.table_id = table_id
@@ -200,6 +205,15 @@ class CommitWork:
                 version=self.version,
                 file=self._storage.log_file(commit_name(self.version)),
             )
+
+    def schema_change(self) -> SchemaChanged | None:
+        """The ``schemaChanged`` record of the version (None: its metaData, if any, changed neither
+        the schema, the partition columns nor the column mapping)."""
+        current = self.scan.checked.metadata
+        if current is None or self.previous_metadata is None:
+            return None
+        change = schema_change(self.previous_metadata, current)
+        return None if change is None else schema_changed(self, change, self.previous_metadata, current)
 
     def summary(self) -> CommitSummary:
         s = self.scan.summary
