@@ -60,6 +60,10 @@ The document (also what consume-snapshot --format jsonl prints):
    "previousVersion", "reason", "droppedVersion", "droppedFiles"}, and a table
   deleted for good {"kind":"tableDropped", "tableId", "tableUri", "lastVersion",
    "reason", "droppedVersion", "droppedFiles"}: drop everything of the table.
+  A version that changed the table's schema also gives {"kind":"schemaChanged",
+   "tableId", "tableUri", "version", "commitTimestamp", "changeClass" (additive,
+   widening, rename, drop, incompatible), "changes", "changesCount",
+   "changesTruncated", "previousPartitionColumns", "partitionColumns"}.
 """
 
 INVALIDATE_EXAMPLE = """\
@@ -320,7 +324,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         'previous table\'s state is dropped and one line {"kind":"tableReplaced","tableId",'
         '"previousTableId","previousVersion","droppedVersion","droppedFiles","tableUri"} is printed '
         "(with --format jsonl, the tableReplaced document); a tableDropped record (a table deleted "
-        'for good) drops its state the same way and prints {"kind":"tableDropped",...}. '
+        'for good) drops its state the same way and prints {"kind":"tableDropped",...}; a schemaChanged '
+        'record prints {"kind":"schemaChanged","tableId","version","changeClass","changes"} (with '
+        "--format jsonl, the schemaChanged document). "
         "Stops cleanly on SIGTERM/SIGINT (exit 0) within 10 s, the broker gone or not (the state is saved "
         "first; a warning says when the group's last offsets may not be committed). "
         "The jsonl document is described in `deltamirror invalidate --help`.",
@@ -549,6 +555,7 @@ def cmd_consume_snapshot(args: argparse.Namespace) -> int:
         SnapshotConsumer,
         TableReplacement,
     )
+    from deltamirror.mirror.records.events import SchemaChanged
 
     settings = command_settings(args)
     source = _Source(settings)
@@ -597,8 +604,24 @@ def cmd_consume_snapshot(args: argparse.Namespace) -> int:
                 }
             )
 
+        def report_schema(record: SchemaChanged) -> None:
+            _write(
+                {
+                    "kind": "schemaChanged",
+                    "tableId": record.table_id,
+                    "version": record.version,
+                    "changeClass": record.change_class,
+                    "changes": len(record.changes),
+                }
+            )
+
         consumer = SnapshotConsumer(
-            source.servers, source.topic, on_applied=report, on_replaced=report_replaced, **options
+            source.servers,
+            source.topic,
+            on_applied=report,
+            on_replaced=report_replaced,
+            on_schema_changed=report_schema,
+            **options,
         )
     with source.running(consumer):
         _run(consumer, settings.once)
@@ -619,6 +642,8 @@ def _outcome_line(outcome: Any) -> dict[str, Any]:
         line.update(version=payload["version"], snapshot=payload["snapshot"])
     elif payload["kind"] == "tableReplaced":
         line["previousTableId"] = payload["previousTableId"]
+    elif payload["kind"] == "schemaChanged":
+        line.update(version=payload["version"], changeClass=payload["changeClass"])
     else:  # tableDropped: the table is tableId
         line["lastVersion"] = payload.get("lastVersion")
     line.update(attempts=outcome.attempts, outcome="deadLettered" if outcome.dead_lettered else "delivered")

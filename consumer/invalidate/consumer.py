@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 from deltamirror.core.errors import ConfigError
 from deltamirror.mirror.errors import StopRequested, TopicNotFoundError
-from deltamirror.mirror.records.events import TableDropped, TableReplaced
+from deltamirror.mirror.records.events import SchemaChanged, TableDropped, TableReplaced
 
 from ..snapshot import IncrementalSnapshot, Invalidation, SnapshotConsumer, TableReplacement
-from .payload import DEFAULT_MAX_ITEMS, Payload, replacement_payload, version_payload
+from .payload import DEFAULT_MAX_ITEMS, Payload, replacement_payload, schema_payload, version_payload
 
 if TYPE_CHECKING:
     from deltamirror.mirror.kafka.consumer import Record
@@ -98,6 +98,7 @@ class InvalidationConsumer(SnapshotConsumer):
             group_id=group_id,
             on_applied=self._applied,
             on_replaced=self._replaced,
+            on_schema_changed=self._schema_changed,
             **options,
         )
         self.on_payload = on_payload
@@ -109,6 +110,8 @@ class InvalidationConsumer(SnapshotConsumer):
         self._open: dict[str, _Unit] = {}
         self._done: dict[tuple[str, int, bool], _Unit] = {}
         self._replaced_at: dict[TableReplacement, tuple[int, int]] = {}
+        #: where each schemaChanged not handed over yet was read: (table id, version) -> (partition, offset)
+        self._schema_at: dict[tuple[str, int], tuple[int, int]] = {}
         self._commits_at: tuple[int, int] | None = None
         self._in_flight: tuple[str, tuple[int, int] | None] | None = None
         #: a report failed or was stopped: the state is past a document not handled (see checkpoint)
@@ -201,6 +204,11 @@ class InvalidationConsumer(SnapshotConsumer):
             self._replaced_at[notice] = self._commits_at
         return notice
 
+    def schema_changed(self, record: SchemaChanged) -> None:
+        super().schema_changed(record)
+        if self._commits_at is not None:
+            self._schema_at[(record.table_id, record.version)] = self._commits_at
+
     # --- reports -----------------------------------------------------------------------------------
 
     def _acknowledged(self, topic: str | None, at: tuple[int, int] | None) -> bool:
@@ -232,6 +240,15 @@ class InvalidationConsumer(SnapshotConsumer):
             return
         self._in_flight = (self.commits_topic or "", at)
         self.on_payload(replacement_payload(notice))
+        self._in_flight = None
+
+    def _schema_changed(self, record: SchemaChanged) -> None:
+        at = self._schema_at.pop((record.table_id, record.version), None)
+        if self._acknowledged(self.commits_topic, at):
+            self.acknowledged_before += 1
+            return
+        self._in_flight = (self.commits_topic or "", at)
+        self.on_payload(schema_payload(record, max_items=self.max_items))
         self._in_flight = None
 
     # --- offsets: stored after the reports -----------------------------------------------------------
@@ -274,6 +291,7 @@ class InvalidationConsumer(SnapshotConsumer):
             pending.append(self._in_flight)
         pending.extend((self.topic, u.end) for u in self._done.values())
         pending.extend((self.commits_topic, at) for at in self._replaced_at.values())
+        pending.extend((self.commits_topic, at) for at in self._schema_at.values())
         capped = dict(offsets)
         for topic, at in pending:
             if topic is None or at is None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from deltamirror.mirror.records.events import SchemaChanged
+
 from ..snapshot import Invalidation, TableReplacement
 
 #: the longest list a document carries (paths added, paths removed, partitions)
@@ -86,8 +88,30 @@ def replacement_payload(notice: TableReplacement) -> Payload:
     }
 
 
+def schema_payload(record: SchemaChanged, *, max_items: int = DEFAULT_MAX_ITEMS) -> Payload:
+    """The document of a schema change (``kind`` ``schemaChanged``): the version, its class and its
+    changes (cut at ``max_items``); the schemas themselves are left to the table (or the commits
+    topic's record), since a wide table's would make every body large."""
+    changes, cut = _capped(record.changes, max_items)
+    return {
+        "kind": "schemaChanged",
+        "tableId": record.table_id,
+        "tableUri": record.table_uri,
+        "version": record.version,
+        "commitTimestamp": record.commit_timestamp,
+        "changeClass": record.change_class,
+        "changes": [c.model_dump(by_alias=True, exclude_none=True) for c in changes],
+        "changesCount": len(record.changes),
+        "changesTruncated": cut,
+        "previousPartitionColumns": list(record.previous_partition_columns),
+        "partitionColumns": list(record.partition_columns),
+    }
+
+
 def delivery_id(payload: Mapping[str, Any]) -> str:
     """The same text for every delivery of the same document (receivers deduplicate with it)."""
+    if payload.get("kind") == "schemaChanged":
+        return f"{payload['tableId']}:{payload['version']}:schema"
     if payload.get("kind") == "tableReplaced":
         return f"{payload['previousTableId']}:replaced:{payload['tableId']}"
     if payload.get("kind") == "tableDropped":
@@ -102,6 +126,8 @@ def describe(payload: Mapping[str, Any]) -> str:
         return f"the replacement of table {payload['previousTableId']} by {payload['tableId']}"
     if payload.get("kind") == "tableDropped":
         return f"the drop of table {payload['tableId']}"
+    if payload.get("kind") == "schemaChanged":
+        return f"the schema change of table {payload['tableId']} at version {payload['version']}"
     what = "snapshot" if payload.get("snapshot") else "version"
     return f"{what} {payload['version']} of table {payload['tableId']}"
 
@@ -112,5 +138,6 @@ __all__ = [
     "delivery_id",
     "describe",
     "replacement_payload",
+    "schema_payload",
     "version_payload",
 ]

@@ -146,6 +146,7 @@ class TableReplacement:
 
 AppliedCallback = Callable[[Invalidation, IncrementalSnapshot], None]
 ReplacedCallback = Callable[[TableReplacement], None]
+SchemaChangedCallback = Callable[[SchemaChanged], None]
 
 
 @runtime_checkable
@@ -172,8 +173,9 @@ class SnapshotConsumer:
     Every partition of the topic (and of ``commits_topic``, when given) is assigned to this
     consumer (no group rebalancing: each instance keeps the whole state, so run one per
     ``state_dir``). ``on_applied`` is called for each applied version, ``on_replaced`` for each
-    ``tableReplaced`` read from ``commits_topic``, in the order they happened, once the batch
-    that completes them is handled (before the save that includes them: at least once).
+    ``tableReplaced`` read from ``commits_topic``, ``on_schema_changed`` for each ``schemaChanged``
+    of a table it keeps, in the order they happened, once the batch that completes them is
+    handled (before the save that includes them: at least once).
     ``checkpoint_interval_versions`` / ``checkpoint_interval_s`` say how often the state is saved
     to ``state_dir`` (None: never on that count; the loop's end always saves), once :meth:`run`
     has caught up with the backlog it started with (``catch_up_saves``: throughout; see the
@@ -193,6 +195,7 @@ class SnapshotConsumer:
         batch_size: int = DEFAULT_BATCH_SIZE,
         commits_topic: str | None = None,
         on_replaced: ReplacedCallback | None = None,
+        on_schema_changed: SchemaChangedCallback | None = None,
         metrics: MetricsSink | None = None,
         checkpoint_interval_versions: int | None = DEFAULT_CHECKPOINT_INTERVAL_VERSIONS,
         checkpoint_interval_s: float | None = DEFAULT_CHECKPOINT_INTERVAL_S,
@@ -257,6 +260,7 @@ class SnapshotConsumer:
         self._retired_at: dict[str, str] = {}
         self.on_applied = on_applied
         self.on_replaced = on_replaced
+        self.on_schema_changed = on_schema_changed
         #: what operators see (consumer/metrics.py: ConsumerMetrics); None measures nothing
         self.metrics = metrics
         self.stop_event = stop or threading.Event()
@@ -268,7 +272,7 @@ class SnapshotConsumer:
         self._starts: dict[int, dict[str, int]] = {}
         self._dirty: set[str] = set()
         self._dropped: set[str] = set()
-        self._notices: list[tuple[Invalidation, IncrementalSnapshot] | TableReplacement] = []
+        self._notices: list[tuple[Invalidation, IncrementalSnapshot] | TableReplacement | SchemaChanged] = []
         #: events of retired tables that were skipped
         self.skipped_retired_events = 0
         #: records refused and passed over (on_bad_record skip or dead-letter), and records of a
@@ -685,6 +689,8 @@ class SnapshotConsumer:
         if isinstance(seen, TableReplaced | TableDropped):
             self.replace(seen)
             return
+        if isinstance(seen, SchemaChanged) and seen.table_id not in self.retired:
+            self.schema_changed(seen)
         if self.metrics is not None and seen.table_id not in self.retired:
             published = (
                 seen.version if isinstance(seen, CommitSummary | SchemaChanged) else seen.latest_version
@@ -766,6 +772,18 @@ class SnapshotConsumer:
         self._notices.append(notice)
         return notice
 
+    def schema_changed(self, record: SchemaChanged) -> None:
+        """A version changed the table's schema: handed on (``on_schema_changed``) at the next
+        checkpoint, with what the batch applied. Kafka orders nothing across the two topics: the
+        version it names may be applied before or after."""
+        log.info(
+            "table %s: version %d changed its schema (%s)",
+            shown(record.table_id),
+            record.version,
+            record.change_class,
+        )
+        self._notices.append(record)
+
     # --- position and checkpoints --------------------------------------------------------------
 
     @property
@@ -801,6 +819,9 @@ class SnapshotConsumer:
             if isinstance(notice, TableReplacement):
                 if self.on_replaced is not None:
                     self.on_replaced(notice)
+            elif isinstance(notice, SchemaChanged):
+                if self.on_schema_changed is not None:
+                    self.on_schema_changed(notice)
             elif self.on_applied is not None:
                 self.on_applied(*notice)
         if changed and self._save_due():
@@ -847,6 +868,7 @@ __all__ = [
     "DEFAULT_GROUP_ID",
     "AppliedCallback",
     "ReplacedCallback",
+    "SchemaChangedCallback",
     "SnapshotConsumer",
     "TableReplacement",
 ]

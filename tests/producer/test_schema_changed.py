@@ -96,3 +96,43 @@ def test_a_real_writers_type_widening_from_the_corpus(kafka_bootstrap: str, kit:
     assert set(found) == {2}
     assert found[2].change_class == "widening" and len(found[2].changes) == 13
     assert {c.change for c in found[2].changes} == {"widen"}
+
+
+@pytest.mark.timeout(180)
+def test_consume_snapshot_and_the_invalidation_document_hand_the_schema_change_on(
+    kafka_bootstrap: str, kit: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from deltamirror.cli.main import main
+
+    path = TABLES / "krs__type-widening"
+    prefix = kit.unique("handon")
+    actions = f"{prefix}.actions"
+    watch_until(kafka_bootstrap, path, actions, 2, prefix, snapshot_mode="from-version")
+    commits = actions.replace(".actions", ".commits")
+    lines = {}
+    for fmt in ("counts", "jsonl"):
+        argv = ["consume-snapshot", "--bootstrap-servers", kafka_bootstrap, "--topic", actions]
+        argv += ["--commits-topic", commits, "--once", "--format", fmt, "--group-id", kit.unique(fmt)]
+        capsys.readouterr()
+        assert main(argv) == 0
+        printed = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.strip()]
+        lines[fmt] = [p for p in printed if p.get("kind") == "schemaChanged"]
+    assert [(d["version"], d["changeClass"], d["changes"]) for d in lines["counts"]] == [(2, "widening", 13)]
+    (document,) = lines["jsonl"]
+    assert (document["version"], document["changeClass"], document["changesCount"]) == (2, "widening", 13)
+    assert {
+        "change": "widen",
+        "changeClass": "widening",
+        "column": ["int_long"],
+        "before": "integer",
+        "after": "long",
+    } in document["changes"]
+    assert not document["changesTruncated"] and document["tableUri"].endswith("krs__type-widening")
+
+
+def test_the_schema_documents_delivery_id_and_description_name_table_and_version() -> None:
+    from deltamirror.consumer.invalidate import delivery_id, describe
+
+    payload = {"kind": "schemaChanged", "tableId": "t1", "version": 7}
+    assert delivery_id(payload) == "t1:7:schema"  # never the version document's "t1:7"
+    assert describe(payload) == "the schema change of table t1 at version 7"
