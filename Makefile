@@ -27,7 +27,7 @@ install: $(STAMP) ## create .venv and install deltamirror with its Spark and tes
 demo: install ## start a local Kafka broker, mirror a demo table, commit, print the events
 	$(BIN)/deltamirror demo
 
-test: install ## the whole suite: real Kafka, real delta-spark (about 10 minutes on 2 cores)
+test: install ## the whole suite: real Kafka, real delta-spark (about 35 minutes on 2 cores)
 	$(BIN)/python -m pytest
 
 test-fast: install ## the suite without Kafka, Spark and S3 (no Java needed)
