@@ -26,6 +26,7 @@ import logging
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -156,6 +157,24 @@ def _let_frames_go(exc: BaseException) -> None:
         todo += [current.__cause__, current.__context__]
 
 
+def _weak_callback(method: Any) -> Any:
+    """``method``, called only while its object lives: a callback handed to a librdkafka client.
+
+    The C client holds its callbacks, and every record awaiting its delivery report holds the
+    delivery callback, where the garbage collector does not see them: a bound method there would
+    keep its publisher, and through it the client, alive for good once the publisher is dropped
+    without :meth:`TransactionalPublisher.close` (a client outliving its owner).
+    """
+    target = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> None:
+        bound = target()
+        if bound is not None:
+            bound(*args)
+
+    return call
+
+
 class TransactionalPublisher:
     """A transactional producer that knows how big its open transaction is."""
 
@@ -174,11 +193,12 @@ class TransactionalPublisher:
         config = producer_config(
             kafka, transactional_id, max_message_bytes=max_message_bytes, linger_ms=linger_ms
         )
-        config["on_delivery"] = self._on_delivery
+        # held weakly: a publisher dropped without close() is collected, and its client destroyed
+        config["on_delivery"] = _weak_callback(self._on_delivery)
         if logger is not None:
             config["logger"] = logger
         self._outer_error_cb: Any = config.get("error_cb")
-        config["error_cb"] = self._on_client_error
+        config["error_cb"] = _weak_callback(self._on_client_error)
         #: the client's fatal error (fenced...), for a poll/flush that fails without saying it
         self._fatal: _RdKafkaError | None = None
         self._producer = new_producer(config)

@@ -50,6 +50,29 @@ def test_a_fenced_publisher_in_a_transaction_is_closed(
         fenced.begin()
 
 
+def test_a_publisher_dropped_without_close_lets_its_client_go(
+    kafka_bootstrap: str, request: pytest.FixtureRequest
+) -> None:
+    """An owner that loses its publisher without closing it (an error on the way to the close)
+    leaves nothing alive: the client is destroyed with the publisher. The publisher's callbacks are
+    held by the C client and by every record awaiting its delivery report, where the garbage
+    collector does not see them: as bound methods they kept the publisher, and so its client, alive
+    until the process ended (a fenced one then raised "Failed to end transaction" at the session's
+    end)."""
+    import gc
+
+    from deltamirror.mirror.kafka.producer import TransactionalPublisher
+
+    topic = new_topic(kafka_bootstrap, f"drop-{uuid.uuid4().hex[:8]}")
+    dropped = TransactionalPublisher({"bootstrap.servers": kafka_bootstrap}, f"drop-{uuid.uuid4().hex[:8]}")
+    dropped.init()
+    dropped.begin()
+    dropped.produce(topic, b"first", b"k")  # its delivery report is not served: no poll, no flush
+    del dropped
+    gc.collect()
+    assert live_clients(request.node.nodeid) == []
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_publisher_whose_broker_froze_mid_transaction_closes_at_once_and_its_client_is_gone(
