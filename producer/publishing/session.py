@@ -68,15 +68,17 @@ def close_publisher(
     if pub is None:
         return
     txns.pub = None
-    left = time_left()
-    if pub.in_transaction and left > 0:
-        with contextlib.suppress(KafkaError):
-            pub.abort(min(5.0, left))
-    if pub.in_transaction and stop.is_set():
-        txns.pub = pub  # for the report
-        say_abandoned()
-        txns.pub = None
-    pub.close(max(0.0, min(5.0, time_left())))
+    try:
+        left = time_left()
+        if pub.in_transaction and left > 0:
+            with contextlib.suppress(KafkaError):
+                pub.abort(min(5.0, left))
+        if pub.in_transaction and stop.is_set():
+            txns.pub = pub  # for the report
+            say_abandoned()
+            txns.pub = None
+    finally:  # whatever the abort raised: the client (or the shard's lease) is let go
+        pub.close(max(0.0, min(5.0, time_left())))
 
 
 __all__ = ["CONNECT_SLICE_S", "close_publisher", "transactional_id", "wait_for_brokers"]

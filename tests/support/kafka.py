@@ -147,9 +147,9 @@ def _close_within_bounds(client: Any) -> None:
             client.close()
 
 
-def open_clients() -> list[str]:
-    """Kafka clients still open (see :func:`live_clients`), each described with the test that
-    opened it and what holds it; closed here.
+def open_clients(opened_by: str | None = None) -> list[str]:
+    """Kafka clients still open (see :func:`live_clients`; of the test ``opened_by`` names, if
+    given), each described with the test that opened it and what holds it; closed here.
 
     A client left open when the broker stops retries it and prints librdkafka's raw ``FAIL``
     lines after the run's summary.
@@ -157,7 +157,7 @@ def open_clients() -> list[str]:
     import gc
 
     found: list[str] = []
-    for client in live_clients():
+    for client in live_clients(opened_by):
         referrers = [type(r).__name__ for r in gc.get_referrers(client) if not isinstance(r, list | type(gc))]
         opened_by = getattr(client, "opened_by", "(made before the check was loaded)")
         found.append(
