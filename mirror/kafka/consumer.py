@@ -249,6 +249,11 @@ class MirrorConsumer:
                 slice_s = max(0.1, min(METADATA_SLICE_S, deadline - time.monotonic()))
                 found = self._consumer.list_topics(topic, timeout=slice_s).topics.get(topic)
             except KafkaException as exc:
+                if not self._assigned:
+                    # the error callback (a broker unreachable, a login refused) is served only by a
+                    # poll: without one the first word of a dead broker came after two timeouts (60 s).
+                    # Nothing is assigned, so the poll cannot take a record away from the reader.
+                    self._consumer.poll(0)
                 if time.monotonic() >= deadline and not wait_for_topic:
                     raise KafkaError(
                         f"cannot read the metadata of topic {topic}: {_reason(exc)}", topic=topic

@@ -49,6 +49,8 @@ class DeadBrokerRun:
     #: a pattern of the stderr line saying the broker does not answer; None: wait for the command to exit
     says: str | None
     env: dict[str, str] = field(default_factory=dict)
+    #: how soon the line must come (a consumer once said nothing for 60 s: two metadata timeouts)
+    within_s: float = SAY_WITHIN_S
 
 
 def leaf_commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
@@ -92,10 +94,14 @@ def runs(tmp_path: Path) -> dict[tuple[str, ...], DeadBrokerRun]:
             ["demo", "--dir", str(tmp_path / "demo")], unreachable, {"KAFKA_BOOTSTRAP_SERVERS": dead}
         ),
         ("consume-snapshot",): DeadBrokerRun(
-            ["consume-snapshot", "--bootstrap-servers", dead, "--topic", "t.actions"], unreachable
+            ["consume-snapshot", "--bootstrap-servers", dead, "--topic", "t.actions"],
+            unreachable,
+            within_s=15.0,
         ),
         ("invalidate",): DeadBrokerRun(
-            ["invalidate", "--bootstrap-servers", dead, "--topic", "t.actions", "--exec", "true"], unreachable
+            ["invalidate", "--bootstrap-servers", dead, "--topic", "t.actions", "--exec", "true"],
+            unreachable,
+            within_s=15.0,
         ),
         ("signal", "snapshot"): DeadBrokerRun(
             ["signal", "snapshot", str(table), "--bootstrap-servers", dead, "--timeout", "2"], None
@@ -144,7 +150,9 @@ def _run(run: DeadBrokerRun, tmp_path: Path) -> tuple[list[str], int]:
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
-        assert said.wait(SAY_WITHIN_S), f"{run.argv[0]} said nothing of its dead broker: {lines[-5:]}"
+        assert said.wait(run.within_s), (
+            f"{run.argv[0]} said nothing of its dead broker within {run.within_s:.0f} s: {lines[-5:]}"
+        )
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
         code = proc.wait(30)
