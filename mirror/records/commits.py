@@ -38,29 +38,31 @@ def encode_commits_record(record: CommitsTopicRecord, extra_headers: Headers | N
     return Record(record.to_json_bytes(), record.table_id.encode(), _headers(record, extra_headers))
 
 
-def encode_commit_summary(
-    summary: CommitSummary, *, extra_headers: Headers | None = None, oversize: Oversize | None = None
+def _versioned(
+    record: CommitSummary | SchemaChanged, extra_headers: Headers | None, oversize: Oversize | None
 ) -> KeyedRecords:
-    """A version's summary: one record, or its fragments when longer than ``oversize`` allows."""
-    values = [summary.to_json_bytes()]
-    headers: list[Headers] = [_headers(summary, extra_headers)]
-    if oversize is None:
-        return KeyedRecords(summary.table_id.encode(), values, headers)
-    split_values, split_headers = oversize.split(values, headers, summary.version, -1)
-    return KeyedRecords(summary.table_id.encode(), split_values, split_headers)
-
-
-def encode_schema_changed(
-    record: SchemaChanged, *, extra_headers: Headers | None = None, oversize: Oversize | None = None
-) -> KeyedRecords:
-    """What a version changed in the table's schema: one record (``kind`` and ``version`` headers),
-    or its fragments when longer than ``oversize`` allows (a wide table's two schemas)."""
+    """A record of one version: one record, or its fragments when longer than ``oversize`` allows."""
     values = [record.to_json_bytes()]
     headers: list[Headers] = [_headers(record, extra_headers)]
     if oversize is None:
         return KeyedRecords(record.table_id.encode(), values, headers)
     split_values, split_headers = oversize.split(values, headers, record.version, -1)
     return KeyedRecords(record.table_id.encode(), split_values, split_headers)
+
+
+def encode_commit_summary(
+    summary: CommitSummary, *, extra_headers: Headers | None = None, oversize: Oversize | None = None
+) -> KeyedRecords:
+    """A version's summary: one record, or its fragments when longer than ``oversize`` allows."""
+    return _versioned(summary, extra_headers, oversize)
+
+
+def encode_schema_changed(
+    record: SchemaChanged, *, extra_headers: Headers | None = None, oversize: Oversize | None = None
+) -> KeyedRecords:
+    """What a version changed in the table's schema (``kind`` and ``version`` headers), split as a
+    summary is when longer than ``oversize`` allows (a wide table's two schemas)."""
+    return _versioned(record, extra_headers, oversize)
 
 
 def encode_heartbeat(heartbeat: Heartbeat) -> Record:

@@ -44,16 +44,23 @@ def envelope_encoder(unit: Unit) -> EnvelopeEncoder:
     )
 
 
+def _about(unit: Unit) -> dict[str, Any]:
+    """The fields every commits-topic record of a version starts with: whose, which, when."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "table_id": unit.table_id,
+        "table_uri": unit.table_uri,
+        "version": unit.version,
+        "commit_timestamp": unit.timestamp.timestamp,
+        "commit_timestamp_source": str(unit.timestamp.source),
+    }
+
+
 def commit_summary(unit: Unit, *, bytes_added: int, bytes_removed: int, **counts: Any) -> CommitSummary:
     """The commit summary of ``unit`` with its own ``counts`` (the fields of :class:`CommitSummary`
     past the envelope); byte sums are clamped to a long, as every Delta reader sums sizes."""
     return CommitSummary(
-        schema_version=SCHEMA_VERSION,
-        table_id=unit.table_id,
-        table_uri=unit.table_uri,
-        version=unit.version,
-        commit_timestamp=unit.timestamp.timestamp,
-        commit_timestamp_source=str(unit.timestamp.source),  # type: ignore[arg-type]
+        **_about(unit),
         snapshot=unit.snapshot,
         action_count=unit.count,
         bytes_added=min(bytes_added, MAX_SUMMED_BYTES),
@@ -65,12 +72,7 @@ def commit_summary(unit: Unit, *, bytes_added: int, bytes_removed: int, **counts
 def schema_changed(unit: Unit, change: SchemaChange, previous: Metadata, current: Metadata) -> SchemaChanged:
     """The ``schemaChanged`` record of ``unit``'s version: ``change``, from ``previous`` to ``current``."""
     return SchemaChanged(
-        schema_version=SCHEMA_VERSION,
-        table_id=unit.table_id,
-        table_uri=unit.table_uri,
-        version=unit.version,
-        commit_timestamp=unit.timestamp.timestamp,
-        commit_timestamp_source=str(unit.timestamp.source),  # type: ignore[arg-type]
+        **_about(unit),
         change_class=change.change_class,
         changes=[
             ColumnChangeEntry(
