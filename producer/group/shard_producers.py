@@ -210,7 +210,12 @@ class ProducerLease:
         return self._gen.pub.started_at
 
     def in_flight(self) -> int:
-        return self._gen.pub.in_flight() if self._holding else 0
+        if not self._holding:
+            return 0
+        try:
+            return self._gen.pub.in_flight()
+        except RuntimeError:  # closed by the table that replaced the generation: nothing can land
+            return 0
 
     @property
     def disconnects(self) -> int:
@@ -268,6 +273,17 @@ class ProducerLease:
     def _call(self, fn: Callable[..., Any], *args: Any) -> Any:
         try:
             result = fn(*args)
+        except RuntimeError as exc:
+            if self._gen is self.shard.current:
+                self._after(exc)
+                raise
+            # the table that replaced the generation closed it (see ShardProducer.generation): this
+            # table's transaction on it is over, as after any broken producer, and it reconnects
+            replaced = KafkaError(
+                "the shard's producer was replaced; reconnecting", transactional_id=self.transactional_id
+            )
+            self._after(replaced)
+            raise replaced from None
         except BaseException as exc:
             self._after(exc)
             raise

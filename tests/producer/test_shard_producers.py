@@ -275,3 +275,41 @@ def test_a_fenced_producer_is_renewed_only_by_the_assignment_never_by_a_reconnec
     finally:
         mine.close(1.0)
         theirs.close(1.0)
+
+
+def test_a_transaction_open_on_a_generation_another_table_replaced_ends_in_a_kafka_error(
+    kafka_bootstrap: str,
+) -> None:
+    """The shard is renewed while table a's transaction is open; table b's next lease makes the new
+    generation and closes the stale one at once. a's commit on it must say "reconnect" (a
+    KafkaError the pipeline handles), never the closed client's RuntimeError."""
+    import threading
+
+    from deltamirror.mirror.errors import KafkaError
+    from deltamirror.mirror.kafka.producer import TransactionalPublisher
+    from deltamirror.mirror.topics import TopicManager
+    from deltamirror.producer.group.shard_producers import ShardProducers
+
+    run = f"sx{uuid.uuid4().hex[:6]}"
+    topic = f"deltamirror.{run}.actions"
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    TopicManager(kafka, max_record_bytes=1_000_000).ensure_event_topic(topic)
+    registry = ShardProducers(lambda txn_id: TransactionalPublisher(kafka, txn_id), prefix=run, group=run)
+    a = registry.lease(1, stop=threading.Event(), time_left=lambda: float("inf"))
+    b = None
+    try:
+        a.init()
+        a.begin()
+        a.produce(topic, b"a", b"k")
+        registry.renew([1])  # the shard assigned here again: the next open makes a new generation
+        b = registry.lease(1, stop=threading.Event(), time_left=lambda: float("inf"))
+        with pytest.raises(KafkaError):
+            a.commit(30)
+        assert not a.in_transaction
+        with pytest.raises(KafkaError):  # and its next transaction is told to reconnect too
+            a.begin()
+    finally:
+        a.close(1.0)
+        if b is not None:
+            b.close(1.0)
+    assert registry.live() == 0
