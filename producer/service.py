@@ -96,6 +96,9 @@ class WatchService:
         stop_budget_s: float = STOP_BUDGET_S,
     ) -> None:
         self.cfg = cfg
+        #: the configured locations were checked (tables exist, storages take the credentials):
+        #: by :meth:`start`, or by its caller before (``run_watch``, before its ``starting`` line)
+        self.locations_checked = False
         self.metrics: Metrics = metrics if metrics is not None else WatcherMetrics()
         if cfg.metrics_port is not None and not isinstance(self.metrics, ServedMetrics):
             raise ConfigError(
@@ -284,7 +287,16 @@ class WatchService:
 
     # --- running ----------------------------------------------------------------------------
 
+    def check_locations(self) -> None:
+        """Refuse now (ConfigError) a configured table that does not exist (and is not waited for)
+        and a table or discover prefix whose storage refuses the credentials: no retry changes them."""
+        check_tables_exist(self.cfg.tables)
+        check_prefixes_reachable(self.cfg.discover)
+        self.locations_checked = True
+
     def start(self) -> None:
+        if not self.locations_checked:  # a library caller gets the refusals the command gives
+            self.check_locations()
         if self.cfg.metrics_port is not None:
             assert isinstance(self.metrics, ServedMetrics)  # checked when built
             self._server = serve(self.metrics, self.cfg.metrics_host, self.cfg.metrics_port)
@@ -506,10 +518,11 @@ def run_watch(cfg: WatchConfig) -> int:
         stops = own = StopSignals().install()
     try:
         configure_logging()
-        check_tables_exist(cfg.tables)  # a location that holds no table: refused now, not retried forever
-        check_prefixes_reachable(cfg.discover)  # so is a prefix whose storage refuses the credentials
-        log.info("starting", extra={"config": json.dumps(redacted(cfg), default=str)})
         service = WatchService(cfg)
+        # a location that holds no table, or whose storage refuses the credentials: refused now,
+        # before the starting line, not retried forever
+        service.check_locations()
+        log.info("starting", extra={"config": json.dumps(redacted(cfg), default=str)})
 
         def on_stop(now: bool) -> None:  # on the signal thread, never in a signal handler
             if now:

@@ -320,3 +320,21 @@ def test_wait_for_table_waits_for_a_table_that_does_not_exist(
     with caplog.at_level("INFO", logger="deltamirror.watch"):
         check_tables_exist(list(cfg.tables))  # not refused: said once
     assert [r.getMessage() for r in caplog.records] == ["waiting for the table to be created"]
+
+
+def test_a_library_caller_gets_the_same_refusal_from_watch_service_start(tmp_path: Path) -> None:
+    """``WatchService(cfg).start()`` refuses what ``watch`` refuses at start (it once went on and
+    retried the table forever): a library caller is not given less than the command."""
+    from deltamirror.core.errors import ConfigError
+    from deltamirror.producer.service import WatchService
+
+    missing = tmp_path / "no-such-table"
+    cfg = WatchConfig.model_validate(
+        {"kafka": {"bootstrap_servers": "127.0.0.1:1"}, "tables": [str(missing)]}
+    )
+    service = WatchService(cfg)
+    try:
+        with pytest.raises(ConfigError, match=f"no Delta table at file://{missing}"):
+            service.start()
+    finally:
+        service.close()
