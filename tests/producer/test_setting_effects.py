@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
+from deltamirror.core.errors import ConfigError
 from deltamirror.mirror.records.events import ProgressRecord
 from deltamirror.producer import WatchConfig
 from deltamirror.producer.service import WatchService
@@ -478,7 +479,7 @@ def test_discover_interval_s_is_how_soon_a_table_created_under_the_prefix_is_fou
 
 @pytest.mark.s3
 def test_storage_options_are_how_the_watcher_reaches_a_table_on_an_object_store(
-    kafka_bootstrap: str, tmp_path: Path, kit: Any, s3: Any, caplog: pytest.LogCaptureFixture
+    kafka_bootstrap: str, tmp_path: Path, kit: Any, s3: Any
 ) -> None:
     local = kit.make_table(tmp_path / "t", versions=2)
     url = s3.upload_table(local, s3.new_prefix("fx") + "/t")
@@ -494,12 +495,13 @@ def test_storage_options_are_how_the_watcher_reaches_a_table_on_an_object_store(
     wrong = _cfg(
         kafka_bootstrap, kit, local, table_settings={**table_settings, "storage_options": wrong_options}
     )
-    caplog.set_level(logging.ERROR, logger="deltamirror")
-    with Running(wrong) as service:
-        stopped = _until(
-            service,
-            lambda: [r.getMessage() for r in caplog.records if r.getMessage().startswith("table stopped")],
-            "the table stopped on the storage's refusal",
-        )
-    assert "storage refused" in stopped[0] and "not-the-secret" not in stopped[0], stopped[0]
+    # the wrong secret: refused when the service starts (as `watch` refuses it), naming the setting
+    service = WatchService(wrong, stop_budget_s=5.0)
+    try:
+        with pytest.raises(ConfigError) as refused:
+            service.start()
+    finally:
+        service.close()
+    said = str(refused.value)
+    assert "tables[0].storage_options" in said and "not-the-secret" not in said, said
     assert _commit_versions(kafka_bootstrap, wrong) == []
