@@ -56,6 +56,7 @@ from .liveness import PROBE_INTERVAL_S, BrokerHealth, BrokerWatch, StatusLog, Te
 from .log_format import configure_logging
 from .metrics import GroupMetrics, Metrics, ServedMetrics, ServerHandle, WatcherMetrics, serve
 from .pipeline import STOP_BUDGET_S, TablePipeline
+from .publishing.row_transform import check_row_settings
 from .publishing.shared_clients import SharedClients
 from .settings import TableConfig, WatchConfig
 
@@ -288,10 +289,12 @@ class WatchService:
     # --- running ----------------------------------------------------------------------------
 
     def check_locations(self) -> None:
-        """Refuse now (ConfigError) a configured table that does not exist (and is not waited for)
-        and a table or discover prefix whose storage refuses the credentials: no retry changes them."""
+        """Refuse now (ConfigError) a configured table that does not exist (and is not waited for),
+        a table or discover prefix whose storage refuses the credentials, and a table whose
+        row_changes name a column it lacks: no retry changes them."""
         check_tables_exist(self.cfg.tables)
         check_prefixes_reachable(self.cfg.discover)
+        check_row_settings(self.cfg.tables)  # a filter or key naming a column the table lacks
         self.locations_checked = True
 
     def start(self) -> None:

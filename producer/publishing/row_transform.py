@@ -27,8 +27,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltamirror.core.errors import ConfigError
+from deltamirror.core.head import read_head
+from deltamirror.core.table import open_table
 
-from ..settings import RowChangesConfig, RowPredicate
+from ..settings import RowChangesConfig, RowPredicate, TableConfig
 
 #: the change feed's own columns: always carried, never filtered, projected or masked
 _FEED_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
@@ -61,16 +63,9 @@ class RowTransform:
 
     def check_names(self, columns: Sequence[str], version: int) -> None:
         """A ConfigError naming the setting that names a column the table lacks (its ``columns``)."""
-        named = [("columns", c) for c in self.config.columns or ()]
-        named += [("mask", c) for c in self.config.mask]
-        named += [("where", p.column) for p in self.config.where]
-        for setting, column in named:
-            if column not in columns:
-                raise self._error(
-                    f"row_changes.{setting} names {column!r}, not a column of the table "
-                    f"(columns: {', '.join(columns)})",
-                    version,
-                )
+        problem = row_settings_problem(self.config, columns, keys=False)  # keys: said by the source
+        if problem is not None:
+            raise self._error(problem, version)
 
     def check_types(self, schema: pa.Schema, version: int) -> None:
         """A ConfigError naming the mask or predicate the type of its column cannot take."""
@@ -161,6 +156,47 @@ class RowTransform:
         return ConfigError(message, table=self.table, version=version)
 
 
+def row_settings_problem(
+    config: RowChangesConfig, columns: Sequence[str], *, keys: bool = True
+) -> str | None:
+    """What of a table's ``row_changes`` names a column the table lacks (None: nothing), in the
+    words of the setting: for a check at start, before the first unit is read (``keys``: the key
+    columns too)."""
+    named = [("key_columns", c) for c in config.key_columns] if keys else []
+    named += [("columns", c) for c in config.columns or ()]
+    named += [("mask", c) for c in config.mask]
+    named += [("where", p.column) for p in config.where]
+    for setting, column in named:
+        if column not in columns:
+            return f"row_changes.{setting} names {column!r}, not a column of the table (columns: {', '.join(columns)})"
+    return None
+
+
+def check_row_settings(tables: Sequence[TableConfig]) -> None:
+    """Refuse (ConfigError, exit 2) a configured table whose ``row_changes`` names a column the table
+    lacks, at start: its schema is read from the log's head (metaData only, no file list). Tables
+    that name no column, do not exist yet (waited for) or cannot be read now are left to their
+    first unit, which checks the same."""
+    for index, table in enumerate(tables):
+        config = table.row_changes
+        if config is None or not config.enabled:
+            continue
+        if not (config.key_columns or config.columns is not None or config.mask or config.where):
+            continue
+        try:
+            opened = open_table(
+                table.uri, table.storage_options_plain(), allowed_path_prefixes=table.allowed_path_prefixes
+            )
+            columns = read_head(
+                opened, opened.latest_version(), check_features=False
+            ).metadata.table_schema.names
+        except Exception:
+            continue
+        problem = row_settings_problem(config, columns)
+        if problem is not None:
+            raise ConfigError(f"tables[{index}].{problem}", table=table.normalized_uri)
+
+
 def _nested(type_: pa.DataType) -> bool:
     return bool(pa.types.is_nested(type_) or pa.types.is_dictionary(type_))
 
@@ -176,4 +212,4 @@ def _literals(predicate: RowPredicate, type_: pa.DataType) -> pa.Scalar | pa.Arr
     return pa.scalar(predicate.value).cast(type_, safe=True)
 
 
-__all__ = ["RowTransform"]
+__all__ = ["RowTransform", "check_row_settings", "row_settings_problem"]

@@ -338,3 +338,25 @@ def test_a_library_caller_gets_the_same_refusal_from_watch_service_start(tmp_pat
             service.start()
     finally:
         service.close()
+
+
+def test_a_row_filter_naming_a_column_the_table_lacks_is_refused_at_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Refused in one line naming the setting before any broker is asked (the broker here answers
+    nothing), from the table's schema at its latest version."""
+    table = Path(__file__).resolve().parents[1] / "data" / "tables" / "krs__cdf-table"
+    config = tmp_path / "watch.yaml"
+    config.write_text(
+        "kafka: {bootstrap_servers: '127.0.0.1:1'}\n"
+        f"tables:\n  - uri: '{table}'\n"
+        "    row_changes: {where: [{column: nope, op: '=', value: 1}]}\n"
+    )
+    assert watch("--config", str(config)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "tables[0].row_changes.where names 'nope'" in err, err
+    config.write_text(
+        config.read_text().replace("where: [{column: nope, op: '=', value: 1}]", "key_columns: [nope]")
+    )
+    assert watch("--config", str(config)) == 2
+    assert "tables[0].row_changes.key_columns names 'nope'" in capsys.readouterr().err
