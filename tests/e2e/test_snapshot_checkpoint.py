@@ -470,3 +470,38 @@ def test_a_saved_state_whose_files_do_not_read_is_refused_naming_its_checkpoint(
     pq.write_table(table.slice(0, table.num_rows - state.file_count - 1), checkpoint)  # footer kept
     with pytest.raises(ConfigError, match=str(checkpoint)):
         StateStore(tmp_path, "t.actions").load()
+
+
+def test_a_save_holds_none_of_the_versions_it_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What :meth:`SnapshotConsumer.checkpoint` reported (a snapshot's report lists every file of
+    the table) is let go before the save it then makes: a save never holds a second copy of the
+    paths of every file."""
+    import gc
+    import weakref
+
+    path = TABLES / "golden__dv-partitioned-with-checkpoint"
+    values = list(iter_event_values(str(path)))
+    reported: list[weakref.ref[Invalidation]] = []
+    alive_at_save: list[int] = []
+
+    def on_applied(invalidation: Invalidation, state: IncrementalSnapshot) -> None:
+        reported.append(weakref.ref(invalidation))
+
+    real_save = StateStore.save
+
+    def save(self: StateStore, *args: Any, **kwargs: Any) -> None:
+        gc.collect()
+        alive_at_save.append(sum(ref() is not None for ref in reported))
+        real_save(self, *args, **kwargs)
+
+    monkeypatch.setattr(StateStore, "save", save)
+    consumer = SnapshotConsumer(
+        "unused:9092", "t.actions", state_dir=tmp_path, on_applied=on_applied, checkpoint_interval_versions=1
+    )
+    for offset, value in enumerate(values):
+        consumer.handle("t.actions", 0, offset, value)
+    consumer.checkpoint()  # every version reported, then saved at the interval
+    assert reported and consumer.saves == 1
+    assert alive_at_save == [0]
