@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Callable
-from itertools import accumulate
+from itertools import accumulate, pairwise
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -72,18 +72,24 @@ class PathIndex:
         if len(paths) == 0:
             return
         positions = positions_from(first, len(paths))
+        if not self._runs and self._lookup is not None and len(paths) >= KEEP_PATHS_BELOW:
+            # the first run of a large index (the state's files): never sorted whole, nor copied
+            # (its chunks are read where they are: no contiguous copy of every path)
+            order = pc.array_sort_indices(paths)
+            if isinstance(order, pa.ChunkedArray):
+                order = order.combine_chunks()
+            self.size += len(paths)
+            self._distinct = not paths.null_count and _sorted_distinct(paths, order)
+            at = pc.multiply(positions_from(0, (len(paths) + FENCE_EVERY - 1) // FENCE_EVERY), FENCE_EVERY)
+            fences = _Fences(take_values(paths, order.take(at)), at)
+            self._runs.append((None, positions.take(order), fences))
+            return
         # one contiguous copy: a take over chunks would combine them first, then copy them sorted
         given = paths.combine_chunks() if isinstance(paths, pa.ChunkedArray) else paths
         order = pc.array_sort_indices(given)
         self.size += len(given)
         if not self._runs:
             self._distinct = not given.null_count and _sorted_distinct(given, order)
-        if not self._runs and self._lookup is not None and len(given) >= KEEP_PATHS_BELOW:
-            # the first run of a large index (the state's files): never sorted whole
-            at = pc.multiply(positions_from(0, (len(given) + FENCE_EVERY - 1) // FENCE_EVERY), FENCE_EVERY)
-            fences = _Fences(given.take(order.take(at)), at)
-            self._runs.append((None, positions.take(order), fences))
-            return
         self._runs.append((given.take(order), positions.take(order), None))
         while len(self._runs) > 1 and len(self._runs[-2][1]) <= 2 * len(self._runs[-1][1]):
             (p2, r2, _), (p1, r1, _) = self._runs.pop(), self._runs.pop()
@@ -196,11 +202,40 @@ class _Fences:
         return _Fences(self.values, before.take(self.at))
 
 
-def _sorted_distinct(values: pa.Array, order: pa.Array) -> bool:
+def take_values(values: pa.Array | pa.ChunkedArray, indices: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """``values`` at ``indices``, in that order, read from the chunks that hold them: pyarrow's
+    take over a chunked array first combines its chunks (a copy of every value)."""
+    if isinstance(indices, pa.ChunkedArray):
+        indices = indices.combine_chunks()
+    if isinstance(values, pa.Array):
+        return values.take(indices)
+    if values.num_chunks == 1:
+        return values.chunk(0).take(indices)
+    if len(indices) == 0:
+        return pa.array([], values.type)
+    indices = indices.cast(pa.int64())
+    lengths = [len(c) for c in values.chunks]
+    starts = pa.array(list(accumulate(lengths, initial=0)), pa.int64())
+    # the chunk of each index (its last start at or before it), then the indices chunk by chunk
+    which = pc.subtract(pc.search_sorted(starts, indices, side="right"), 1)
+    by_chunk = pc.sort_indices(which)  # stable: each chunk's indices keep their order
+    bounds = pc.search_sorted(which.take(by_chunk), pa.array(range(len(lengths) + 1), pa.int64()))
+    bounds_list = bounds.to_pylist()
+    local = pc.subtract(indices.take(by_chunk), starts.take(which.take(by_chunk)))
+    parts = [
+        values.chunk(c).take(local.slice(lo, hi - lo))
+        for c, (lo, hi) in enumerate(pairwise(bounds_list))
+        if hi > lo
+    ]
+    gathered = pa.concat_arrays(parts)  # in the order of by_chunk: put back in the order asked
+    return gathered.take(pc.sort_indices(by_chunk))
+
+
+def _sorted_distinct(values: pa.Array | pa.ChunkedArray, order: pa.Array) -> bool:
     """Whether no value repeats, seen in ``order`` (their sort) a slice at a time."""
     step = 65_536
     for start in range(0, len(order), step):
-        run = values.take(order.slice(start, step + 1))  # one more: the next slice's first
+        run = take_values(values, order.slice(start, step + 1))  # one more: the next slice's first
         if len(run) > 1 and pc.any(pc.equal(run.slice(1), run.slice(0, len(run) - 1))).as_py():
             return False
     return True

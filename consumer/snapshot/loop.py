@@ -814,6 +814,13 @@ class SnapshotConsumer:
                 stored.update({(self.commits_topic, p): o for p, o in self._commits_offsets.items()})
             if stored:
                 consumer.store_offsets(stored)
+        self._report()
+        if changed and self._save_due():
+            self.save(offsets)
+
+    def _report(self) -> None:
+        """Each notice to its callback, oldest first; none is held once reported (a snapshot's
+        lists every file of the table: a save after the report must not hold a second copy)."""
         notices, self._notices = self._notices, []
         for notice in notices:
             if isinstance(notice, TableReplacement):
@@ -824,8 +831,6 @@ class SnapshotConsumer:
                     self.on_schema_changed(notice)
             elif self.on_applied is not None:
                 self.on_applied(*notice)
-        if changed and self._save_due():
-            self.save(offsets)
 
     @property
     def unsaved(self) -> bool:

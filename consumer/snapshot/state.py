@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
@@ -107,7 +107,11 @@ class IncrementalSnapshot:
         self.txns: dict[str, dict[str, Any]] = {}
         self.domains: dict[str, dict[str, Any]] = {}
         #: the files, and rows removed since (their positions in it, dropped when read: :attr:`files`)
-        self._files: pa.Table = action_schema.ADD.empty_table()
+        self._files_held: pa.Table = action_schema.ADD.empty_table()
+        #: a state loaded from its checkpoint reads its files there when first needed (a restart
+        #: with nothing new to apply reads none): the reader, and how many files it gives
+        self._files_loader: Callable[[], pa.Table] | None = None
+        self._files_unread = 0
         self._dead: set[int] = set()
         self._paths: PathIndex | None = None  # built on first use
         #: where the files' stats are when they are not in memory (:meth:`spill_stats`): then the
@@ -124,7 +128,28 @@ class IncrementalSnapshot:
     # --- reading -------------------------------------------------------------------------------
 
     @property
+    def _files(self) -> pa.Table:
+        """The files held, read from the saved checkpoint on first use (:meth:`from_document`)."""
+        loader = self._files_loader
+        if loader is not None:
+            self._files_held = loader()
+            self._files_loader = None
+        return self._files_held
+
+    @_files.setter
+    def _files(self, files: pa.Table) -> None:
+        self._files_loader = None
+        self._files_held = files
+
+    @property
+    def files_loaded(self) -> bool:
+        """False while the files of a loaded state are still only in its saved checkpoint."""
+        return self._files_loader is None
+
+    @property
     def file_count(self) -> int:
+        if self._files_loader is not None:
+            return self._files_unread
         return int(self._files.num_rows) - len(self._dead)
 
     @property
@@ -500,13 +525,29 @@ class IncrementalSnapshot:
 
     @classmethod
     def from_document(
-        cls, data: Mapping[str, Any], files: pa.Table, spill: StatsSpill | None = None
+        cls,
+        data: Mapping[str, Any],
+        files: pa.Table | Callable[[], pa.Table],
+        spill: StatsSpill | None = None,
+        *,
+        file_count: int | None = None,
     ) -> IncrementalSnapshot:
         """The state from a format-3 document (a checkpoint's footer) and its files (with a
-        ``spill``, their ``stats`` are its references: :meth:`spill_stats`)."""
+        ``spill``, their ``stats`` are its references: :meth:`spill_stats`).
+
+        ``files`` may be a function that reads them, with their ``file_count``: it is called when
+        the files are first needed (a version to apply, :attr:`files`, a save), not before."""
         if data.get("format") != STATE_FORMAT:
             raise ConfigError(f"unknown snapshot state format {data.get('format')!r}")
-        return cls._with_files(data, files, spill)
+        if isinstance(files, pa.Table):
+            return cls._with_files(data, files, spill)
+        if file_count is None:
+            raise ValueError("files read later need their file_count")
+        read, schema = files, action_schema.ADD if spill is None else SPILLED
+        state = cls._with_files(data, schema.empty_table(), spill)
+        state._files_loader = lambda: action_schema.conform(read(), schema)
+        state._files_unread = file_count
+        return state
 
     @classmethod
     def _with_files(

@@ -151,18 +151,37 @@ def read_folder(folder: Path, spill_dir: Path | None = None) -> IncrementalSnaps
         if type(count) is not int:
             raise ConfigError(f"{path}: its document has no file count")
         columns = LOADED_COLUMNS if spill_dir is None else LOADED_WITHOUT_STATS
-        rows = pf.iter_batches(batch_size=ROW_GROUP_ROWS, columns=columns)
         total = pf.metadata.num_rows
-        files = files_from_rows(rows, total, count, str(path))
+        if not 0 <= count <= total:
+            raise ConfigError(f"{path} has {total} rows, its document says {count} files")
+        missing = [c for c in columns if c.split(".")[0] not in pf.schema_arrow.names]
+        if missing:
+            raise ConfigError(f"{path} has no column {missing[0]}: not a state this consumer wrote")
         spill = None
         if spill_dir is not None:
             spill = StatsSpill.with_base(spill_dir, pf, STATS_COLUMN, total - count, count)
-            files = files.append_column("stats", pa.chunked_array([StatsSpill.base_refs(count)]))
     except (OSError, pa.ArrowException, ValueError) as exc:
         if isinstance(exc, ConfigError):
             raise
         raise ConfigError(f"{path} cannot be read ({' '.join(str(exc).split())})") from None
-    return IncrementalSnapshot.from_document(doc, files, spill)
+
+    def read_files() -> pa.Table:
+        """The files, read when the state first needs them (the file stays open until then)."""
+        try:
+            rows = pf.iter_batches(batch_size=ROW_GROUP_ROWS, columns=columns)
+            files = files_from_rows(rows, total, count, str(path))
+            if spill is not None:
+                files = files.append_column("stats", pa.chunked_array([StatsSpill.base_refs(count)]))
+        except (OSError, pa.ArrowException, ValueError) as exc:
+            if isinstance(exc, ConfigError):
+                raise
+            raise ConfigError(f"{path} cannot be read ({' '.join(str(exc).split())})") from None
+        if spill is None:
+            pf.close()
+        return files
+
+    # the files are read when first needed: a restart with nothing new to apply reads none
+    return IncrementalSnapshot.from_document(doc, read_files, spill, file_count=count)
 
 
 # --- cleaning -----------------------------------------------------------------------------------

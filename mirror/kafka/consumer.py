@@ -46,6 +46,13 @@ CLOSE_TIMEOUT_S = 5.0
 #: partition assigned exactly at its last stable offset is reported by no fetch)
 END_CHECK_AFTER_S = 0.5
 
+#: librdkafka prefetches records ahead of the reader into a queue per partition, by default up to
+#: 64 MB and 100,000 records, and backs off 1 s once that is full: a reader slower than the broker
+#: (one that applies what it reads) holds the whole queue in memory. 16 MB keeps the fetches ahead
+#: of the reader; a 10 ms back-off refills it as soon as the reader took its records. A setting
+#: of the cluster's ``kafka`` mapping takes precedence.
+FETCH_QUEUE_BOUNDS: dict[str, int] = {"queued.max.messages.kbytes": 16_384, "fetch.queue.backoff.ms": 10}
+
 #: what a reader that handles refused records itself does with one (``batches(on_bad_record=...)``)
 BadRecordHandler = Callable[[BadRecordError], None]
 
@@ -161,6 +168,7 @@ class MirrorConsumer:
             # that finds nothing new for fetch.wait.max.ms (500 ms by default): a reader that reads
             # to the end asks for 10 ms; a long-running one keeps librdkafka's default
             **({} if fetch_wait_max_ms is None else {"fetch.wait.max.ms": fetch_wait_max_ms}),
+            **FETCH_QUEUE_BOUNDS,
             **kafka,
             "group.id": self._group_id,
             "isolation.level": "read_committed",
@@ -588,4 +596,4 @@ def _names(partitions: Iterable[tuple[str, int]]) -> str:
     return ", ".join(f"{t}[{p}]" for t, p in sorted(partitions))
 
 
-__all__ = ["BEGINNING", "MirrorConsumer", "Record", "RecordBatch"]
+__all__ = ["BEGINNING", "FETCH_QUEUE_BOUNDS", "MirrorConsumer", "Record", "RecordBatch"]

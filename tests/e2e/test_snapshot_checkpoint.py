@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from deltamirror.consumer.snapshot import IncrementalSnapshot, Invalidation, SnapshotConsumer, StateStore
-from deltamirror.core.errors import IncompleteTableStateError
+from deltamirror.core.errors import ConfigError, IncompleteTableStateError
 from deltamirror.core.table import open_table
 from deltamirror.producer.publishing.offline_events import iter_event_values
 from support.tables import TABLES
@@ -409,3 +409,99 @@ def test_with_a_state_dir_the_stats_stay_on_disk_and_come_back_whole(
     stats = dict(zip(again.files["path"].to_pylist(), again.files["stats"].to_pylist(), strict=True))
     assert stats == dict(zip(core["path"].to_pylist(), core["stats"].to_pylist(), strict=True))
     assert any(stats.values())
+
+
+@pytest.mark.parametrize("stats_on_disk", [True, False], ids=["state-dir", "store-load"])
+def test_a_restart_reads_the_saved_files_only_when_a_version_needs_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stats_on_disk: bool
+) -> None:
+    """A restart with nothing new to apply reads none of the saved files (their count comes from
+    the checkpoint's document); the first version to apply, a read of ``files`` or a save reads
+    them, once, and the state is then the one a consumer that never stopped holds."""
+    import deltamirror.consumer.snapshot.table_folder as table_folder
+
+    path = TABLES / "golden__dv-partitioned-with-checkpoint"
+    values = list(iter_event_values(str(path)))
+    versions = _versions(values)
+    half = sum(len(v) for v in versions[: len(versions) // 2])
+    in_memory = IncrementalSnapshot(json.loads(values[0])["tableId"])
+    in_memory.apply_values(values[:half])
+    first = SnapshotConsumer("unused:9092", "t.actions", state_dir=tmp_path)
+    for offset in range(half):
+        first.handle("t.actions", 0, offset, values[offset])
+    first.save()
+
+    reads: list[int] = []
+    real = table_folder.files_from_rows
+
+    def counted(*args: Any) -> pa.Table:
+        reads.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(table_folder, "files_from_rows", counted)
+    if stats_on_disk:
+        second = SnapshotConsumer("unused:9092", "t.actions", state_dir=tmp_path)
+        (loaded,) = second.tables.values()
+    else:
+        (loaded,) = StateStore(tmp_path, "t.actions").load()[0].values()
+    assert not loaded.files_loaded and reads == []
+    assert (loaded.version, loaded.file_count) == (in_memory.version, in_memory.file_count)
+    assert in_memory.file_count > 0
+    if stats_on_disk:
+        second.checkpoint()  # nothing applied: nothing read, nothing saved
+        assert reads == [] and second.saves == 0
+        for offset in range(half, len(values)):
+            second.handle("t.actions", 0, offset, values[offset])
+        assert loaded.files_loaded and reads == [1]
+        in_memory.apply_values(values[half:])
+    else:
+        assert loaded.files.equals(in_memory.files) and reads == [1]
+    assert loaded.files.equals(in_memory.files) and reads == [1]
+    assert loaded.file_count == in_memory.file_count
+
+
+def test_a_saved_state_whose_files_do_not_read_is_refused_naming_its_checkpoint(tmp_path: Path) -> None:
+    """The files are read when first needed; a checkpoint whose document and rows disagree is
+    still refused when the state is loaded, naming the file."""
+    state = _state(TABLES / "golden__dv-partitioned-with-checkpoint")
+    folder = _saved_folder(state, tmp_path)
+    checkpoint = folder / "_delta_log" / f"{state.version:020d}.checkpoint.parquet"
+    table = pq.read_table(checkpoint)
+    pq.write_table(table.slice(0, table.num_rows - state.file_count - 1), checkpoint)  # footer kept
+    with pytest.raises(ConfigError, match=str(checkpoint)):
+        StateStore(tmp_path, "t.actions").load()
+
+
+def test_a_save_holds_none_of_the_versions_it_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What :meth:`SnapshotConsumer.checkpoint` reported (a snapshot's report lists every file of
+    the table) is let go before the save it then makes: a save never holds a second copy of the
+    paths of every file."""
+    import gc
+    import weakref
+
+    path = TABLES / "golden__dv-partitioned-with-checkpoint"
+    values = list(iter_event_values(str(path)))
+    reported: list[weakref.ref[Invalidation]] = []
+    alive_at_save: list[int] = []
+
+    def on_applied(invalidation: Invalidation, state: IncrementalSnapshot) -> None:
+        reported.append(weakref.ref(invalidation))
+
+    real_save = StateStore.save
+
+    def save(self: StateStore, *args: Any, **kwargs: Any) -> None:
+        gc.collect()
+        alive_at_save.append(sum(ref() is not None for ref in reported))
+        real_save(self, *args, **kwargs)
+
+    monkeypatch.setattr(StateStore, "save", save)
+    consumer = SnapshotConsumer(
+        "unused:9092", "t.actions", state_dir=tmp_path, on_applied=on_applied, checkpoint_interval_versions=1
+    )
+    for offset, value in enumerate(values):
+        consumer.handle("t.actions", 0, offset, value)
+    consumer.checkpoint()  # every version reported, then saved at the interval
+    assert reported and consumer.saves == 1
+    assert alive_at_save == [0]

@@ -1033,3 +1033,47 @@ def test_the_path_index_reading_the_states_paths_finds_exactly_their_rows(
             assert index.size == len(table)
     finally:
         files_module.KEEP_PATHS_BELOW, files_module.FENCE_EVERY = original
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.lists(st.sampled_from(["a", "b", "c", "dd", None]), max_size=6), min_size=1, max_size=8),
+    st.lists(st.integers(0, 60), max_size=30),
+)
+def test_values_taken_from_chunks_are_those_of_a_take_over_the_combined_chunks(
+    chunks: list[list[str | None]], wanted: list[int]
+) -> None:
+    """``take_values`` reads each value from its chunk (empty chunks and nulls included) and gives
+    them in the order asked, as a take over the combined chunks does."""
+    from deltamirror.consumer.snapshot.files import take_values
+
+    values = pa.chunked_array([pa.array(c, pa.string()) for c in chunks], pa.string())
+    indices = pa.array([w for w in wanted if w < len(values)], pa.int64())
+    expected = values.combine_chunks().take(indices)
+    assert take_values(values, indices).equals(expected)
+    assert take_values(values, pa.chunked_array([indices], pa.int64())).equals(expected)
+
+
+def test_a_large_first_run_of_chunked_paths_is_indexed_without_a_copy_of_them() -> None:
+    """The state's files come in chunks: the index of the first (large) run sorts them where they
+    are, holds positions and fences only, and finds every row of a path, as an index built from
+    the combined paths does."""
+    from deltamirror.consumer.snapshot import files as files_module
+    from deltamirror.consumer.snapshot.files import PathIndex, take_values
+
+    if not PathIndex.available:
+        pytest.skip("pyarrow without search_sorted")
+    names = [f"part={i % 7}/f-{(i * 7919) % 5000:05d}.parquet" for i in range(5000)]
+    chunked = pa.chunked_array([pa.array(names[i : i + 333], pa.string()) for i in range(0, 5000, 333)])
+    original = files_module.KEEP_PATHS_BELOW
+    files_module.KEEP_PATHS_BELOW = 1000
+    try:
+        index = PathIndex(chunked, lookup=lambda rows: take_values(chunked, rows))
+        flat = PathIndex(chunked.combine_chunks(), lookup=lambda rows: take_values(chunked, rows))
+    finally:
+        files_module.KEEP_PATHS_BELOW = original
+    assert index.distinct() and index.size == 5000
+    probes = pa.array([names[0], names[4321], names[2500], "part=0/none.parquet"], pa.string())
+    expected = sorted(i for i, n in enumerate(names) if n in probes.to_pylist())
+    assert sorted(index.positions(probes).to_pylist()) == expected
+    assert sorted(flat.positions(probes).to_pylist()) == expected

@@ -302,6 +302,30 @@ def test_a_continuous_read_yields_quiet_batches_sees_new_records_and_returns_on_
     assert empty_after_all == 3
 
 
+# --- the prefetch queue ---------------------------------------------------------------------------
+
+
+def test_a_reader_bounds_its_prefetch_queue_and_the_cluster_settings_take_precedence(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """librdkafka's prefetch queue (64 MB by default, and a 1 s back-off once full) is bounded by
+    FETCH_QUEUE_BOUNDS in every reader's client; a ``kafka`` setting of the cluster's overrides it."""
+    from deltamirror.mirror.kafka import clients
+    from deltamirror.mirror.kafka.consumer import FETCH_QUEUE_BOUNDS
+
+    made: list[dict[str, Any]] = []
+    real = clients.consumer
+    monkeypatch.setattr(clients, "consumer", lambda config: made.append(dict(config)) or real(config))
+    MirrorConsumer({"bootstrap.servers": "127.0.0.1:9"}).close(0.5)
+    MirrorConsumer(
+        {"bootstrap.servers": "127.0.0.1:9", "queued.max.messages.kbytes": 65_536}, fetch_wait_max_ms=None
+    ).close(0.5)
+    assert FETCH_QUEUE_BOUNDS["queued.max.messages.kbytes"] <= 16_384
+    assert {k: made[0][k] for k in FETCH_QUEUE_BOUNDS} == FETCH_QUEUE_BOUNDS
+    assert made[1]["queued.max.messages.kbytes"] == 65_536
+    assert made[1]["fetch.queue.backoff.ms"] == FETCH_QUEUE_BOUNDS["fetch.queue.backoff.ms"]
+
+
 # --- offsets of a group -----------------------------------------------------------------------------
 
 
