@@ -139,3 +139,44 @@ def test_the_session_check_names_a_client_that_raises_on_use_rather_than_failing
     assert len(named) == 1 and "FencedOnPoll" in named[0]
     with pytest.raises(RuntimeError, match="closed"):
         left_open.flush(0)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_an_error_its_caller_keeps_does_not_keep_a_let_go_client_alive(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The broker freezes before a commit: the commit's error (kept by the caller, as a pipeline
+    keeps its last error) must not keep the client alive once close() let it go. Its traceback
+    kept the frame that called the client, with the client's bound method in it (a session's check
+    once found such a producer of the broker-kill test alive at the end)."""
+    from deltamirror.devkafka.broker import LocalKafka
+    from deltamirror.mirror.errors import KafkaError
+    from deltamirror.mirror.kafka.producer import TransactionalPublisher
+
+    broker = LocalKafka(port=free_port_pair(), data_dir=tmp_path / "kafka")
+    bootstrap = broker.start()
+    pid = broker.status()["pid"]
+    assert pid is not None
+    frozen = False
+    try:
+        topic = new_topic(bootstrap, "kept")
+        pub = TransactionalPublisher({"bootstrap.servers": bootstrap}, f"kept-{uuid.uuid4().hex[:8]}")
+        pub.init()
+        pub.begin()
+        pub.produce(topic, b"first", b"k")
+        deadline = time.monotonic() + 30
+        while pub.in_flight():  # delivered: only the commit is left to ask the broker
+            assert time.monotonic() < deadline
+            pub.poll(0.1)
+        os.kill(pid, signal.SIGSTOP)
+        frozen = True
+        with pytest.raises(KafkaError) as kept:
+            pub.commit(1.0)
+        pub.close(1.0)
+        assert live_clients(request.node.nodeid) == []
+        assert kept.value is not None  # still held here
+    finally:
+        if frozen:
+            os.kill(pid, signal.SIGCONT)
+        broker.stop()
