@@ -306,7 +306,7 @@ class TransactionalPublisher:
         except KafkaException as exc:
             # the error's traceback keeps this frame: not the client's bound method with it (an
             # error kept by its catcher would keep a client alive that close() let go)
-            fn = args = None
+            del fn, args
             raise self._classify(exc, what) from exc
 
     def _check_stop(self) -> None:
@@ -460,7 +460,7 @@ class TransactionalPublisher:
         try:
             return fn(*args)
         except (KafkaException, SystemError) as exc:
-            fn = args = None  # as in _call: the raised error's frame must not hold the client
+            del fn, args  # as in _call: the raised error's frame must not hold the client
             if isinstance(exc, SystemError):
                 _let_frames_go(exc)
             cause = exc if isinstance(exc, KafkaException) else exc.__cause__
