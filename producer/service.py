@@ -297,9 +297,20 @@ class WatchService:
         check_row_settings(self.cfg.tables)  # a filter or key naming a column the table lacks
         self.locations_checked = True
 
+    def let_wakers_go(self) -> None:
+        """For a service refused before it started: its tables' wakers subscribed to the process's
+        file notifier when they were made; their subscriptions go (the notifier stops with the last)."""
+        with self._lock:
+            for entry in self._running.values():
+                entry.pipeline.waker.close()
+
     def start(self) -> None:
         if not self.locations_checked:  # a library caller gets the refusals the command gives
-            self.check_locations()
+            try:
+                self.check_locations()
+            except BaseException:
+                self.let_wakers_go()
+                raise
         if self.cfg.metrics_port is not None:
             assert isinstance(self.metrics, ServedMetrics)  # checked when built
             self._server = serve(self.metrics, self.cfg.metrics_host, self.cfg.metrics_port)
@@ -523,8 +534,12 @@ def run_watch(cfg: WatchConfig) -> int:
         configure_logging()
         service = WatchService(cfg)
         # a location that holds no table, or whose storage refuses the credentials: refused now,
-        # before the starting line, not retried forever
-        service.check_locations()
+        # before the starting line, not retried forever (start() lets the wakers go on a refusal)
+        try:
+            service.check_locations()
+        except BaseException:
+            service.let_wakers_go()
+            raise
         log.info("starting", extra={"config": json.dumps(redacted(cfg), default=str)})
 
         def on_stop(now: bool) -> None:  # on the signal thread, never in a signal handler
