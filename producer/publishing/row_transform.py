@@ -124,12 +124,11 @@ class RowTransform:
                 holds = pc.is_null(column)
             elif predicate.op == "is not null":
                 holds = pc.is_valid(column)
-            elif predicate.op in ("in", "not in"):
-                holds = pc.is_in(column, value_set=literal)
-                if predicate.op == "not in":
-                    holds = pc.and_kleene(pc.invert(holds), pc.is_valid(column))
-                else:
-                    holds = pc.and_kleene(holds, pc.is_valid(column))
+            elif predicate.op in ("in", "not in"):  # a null is in no list, and not out of one either
+                found = pc.is_in(column, value_set=literal)
+                holds = pc.and_kleene(
+                    found if predicate.op == "in" else pc.invert(found), pc.is_valid(column)
+                )
             else:
                 holds = getattr(pc, _COMPARE[predicate.op])(column, literal)
             mask = holds if mask is None else pc.and_kleene(mask, holds)
@@ -137,10 +136,15 @@ class RowTransform:
         return mask
 
     def _hmac(self, array: pa.Array) -> pa.Array:
-        text = array if pa.types.is_string(array.type) or pa.types.is_large_string(array.type) else None
-        if text is None and not (pa.types.is_binary(array.type) or pa.types.is_large_binary(array.type)):
-            text = pc.cast(array, pa.string())
-        encoded = pc.dictionary_encode(text if text is not None else array)
+        t = array.type
+        if not (
+            pa.types.is_string(t)
+            or pa.types.is_large_string(t)
+            or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t)
+        ):
+            array = pc.cast(array, pa.string())  # a value's text, as the docs say it is hashed
+        encoded = pc.dictionary_encode(array)
         distinct = encoded.dictionary.to_pylist()
         key = self._key
         digests = pa.array(
