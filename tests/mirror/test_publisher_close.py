@@ -6,12 +6,15 @@ lines); a close that waits for a broker that does not answer holds a stop up wit
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,15 +76,10 @@ def test_a_publisher_dropped_without_close_lets_its_client_go(
     assert live_clients(request.node.nodeid) == []
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(240)
-def test_a_publisher_whose_broker_froze_mid_transaction_closes_at_once_and_its_client_is_gone(
-    tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
-    """The broker stops answering (SIGSTOP) while a transaction is open: the client's own close
-    would abort the transaction and wait for the broker without a bound (seen: still waiting after
-    40 s). close(1.0) returns within a bound, and the client is destroyed even though the publisher
-    is still referenced: the broker aborts the transaction after transaction.timeout.ms."""
+@contextlib.contextmanager
+def _frozen_mid_transaction(tmp_path: Path, name: str) -> Iterator[tuple[Any, str]]:
+    """A publisher of a broker of its own (and its topic), in a transaction whose first record the
+    broker stored (the coordinator has the partition in it), then the broker frozen (SIGSTOP)."""
     from deltamirror.devkafka.broker import LocalKafka
     from deltamirror.mirror.kafka.producer import TransactionalPublisher
 
@@ -91,17 +89,34 @@ def test_a_publisher_whose_broker_froze_mid_transaction_closes_at_once_and_its_c
     assert pid is not None
     frozen = False
     try:
-        topic = new_topic(bootstrap, "frozen")
-        pub = TransactionalPublisher({"bootstrap.servers": bootstrap}, f"frozen-{uuid.uuid4().hex[:8]}")
+        topic = new_topic(bootstrap, name)
+        pub = TransactionalPublisher({"bootstrap.servers": bootstrap}, f"{name}-{uuid.uuid4().hex[:8]}")
         pub.init()
         pub.begin()
         pub.produce(topic, b"first", b"k")
         deadline = time.monotonic() + 30
-        while pub.in_flight():  # delivered: the coordinator has the partition in the transaction
+        while pub.in_flight():
             assert time.monotonic() < deadline
             pub.poll(0.1)
         os.kill(pid, signal.SIGSTOP)
         frozen = True
+        yield pub, topic
+    finally:
+        if frozen:
+            os.kill(pid, signal.SIGCONT)
+        broker.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_publisher_whose_broker_froze_mid_transaction_closes_at_once_and_its_client_is_gone(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """The broker stops answering (SIGSTOP) while a transaction is open: the client's own close
+    would abort the transaction and wait for the broker without a bound (seen: still waiting after
+    40 s). close(1.0) returns within a bound, and the client is destroyed even though the publisher
+    is still referenced: the broker aborts the transaction after transaction.timeout.ms."""
+    with _frozen_mid_transaction(tmp_path, "frozen") as (pub, topic):
         pub.produce(topic, b"second", b"k")
         closed = threading.Event()
         closer = threading.Thread(target=lambda: (pub.close(1.0), closed.set()), daemon=True)
@@ -110,10 +125,6 @@ def test_a_publisher_whose_broker_froze_mid_transaction_closes_at_once_and_its_c
         assert closed.wait(15), "close waited for the frozen broker"
         assert time.monotonic() - started < 15
         assert live_clients(request.node.nodeid) == []
-    finally:
-        if frozen:
-            os.kill(pid, signal.SIGCONT)
-        broker.stop()
 
 
 def test_the_session_check_names_a_client_that_raises_on_use_rather_than_failing_on_it(
@@ -150,33 +161,11 @@ def test_an_error_its_caller_keeps_does_not_keep_a_let_go_client_alive(
     keeps its last error) must not keep the client alive once close() let it go. Its traceback
     kept the frame that called the client, with the client's bound method in it (a session's check
     once found such a producer of the broker-kill test alive at the end)."""
-    from deltamirror.devkafka.broker import LocalKafka
     from deltamirror.mirror.errors import KafkaError
-    from deltamirror.mirror.kafka.producer import TransactionalPublisher
 
-    broker = LocalKafka(port=free_port_pair(), data_dir=tmp_path / "kafka")
-    bootstrap = broker.start()
-    pid = broker.status()["pid"]
-    assert pid is not None
-    frozen = False
-    try:
-        topic = new_topic(bootstrap, "kept")
-        pub = TransactionalPublisher({"bootstrap.servers": bootstrap}, f"kept-{uuid.uuid4().hex[:8]}")
-        pub.init()
-        pub.begin()
-        pub.produce(topic, b"first", b"k")
-        deadline = time.monotonic() + 30
-        while pub.in_flight():  # delivered: only the commit is left to ask the broker
-            assert time.monotonic() < deadline
-            pub.poll(0.1)
-        os.kill(pid, signal.SIGSTOP)
-        frozen = True
+    with _frozen_mid_transaction(tmp_path, "kept") as (pub, _):
         with pytest.raises(KafkaError) as kept:
             pub.commit(1.0)
         pub.close(1.0)
         assert live_clients(request.node.nodeid) == []
         assert kept.value is not None  # still held here
-    finally:
-        if frozen:
-            os.kill(pid, signal.SIGCONT)
-        broker.stop()
