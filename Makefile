@@ -89,8 +89,8 @@ bench: install ## every performance goal beside its peers, 7 rounds (ROUNDS=, ON
 bench-scale: install ## one group member with 100/1,000 tables idle (CPU, threads, pickup; SIZES=100,1000) and tables moving after SIGKILL/SIGTERM; bench/results/scale.*
 	$(BIN)/python bench/bench_scale.py $(if $(SIZES),--tables $(SIZES)) --rounds $(or $(ROUNDS),1) $(if $(MOVE_TABLES),--move-tables $(MOVE_TABLES))
 
-bench-rows: install ## row changes end to end beside the change feed and raw confluent-kafka; memory at 5M rows (ROWS=, MEM_ROWS=, ROUNDS=)
-	$(BIN)/python bench/bench_row_changes.py --rows $(or $(ROWS),1000000) --mem-rows $(or $(MEM_ROWS),5000000) --rounds $(or $(ROUNDS),5)
+bench-rows: install ## row changes end to end beside the change feed, raw confluent-kafka and (SPARK=1) the Spark job a user would write; memory at 5M rows (ROWS=, MEM_ROWS=, ROUNDS=, SPARK=1)
+	$(BIN)/python bench/bench_row_changes.py --rows $(or $(ROWS),1000000) --mem-rows $(or $(MEM_ROWS),5000000) --rounds $(or $(ROUNDS),5) $(if $(SPARK),--spark)
 
 bench-quick: install ## the benchmark harness on tiny inputs, 1 round: a smoke check, never judged by time
 	$(BIN)/python bench/run.py --quick

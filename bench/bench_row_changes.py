@@ -21,8 +21,18 @@ by one each round:
   transactional, committing at the watcher's default ``txn_max_records``/``txn_max_bytes`` bounds,
   ``produce`` called positionally in 1000-record batches. Warmed up (one record) before the clock.
 
-Ratios are per round (same run, same table): watch/feed = feed seconds / watch seconds, watch/raw =
-raw seconds / watch seconds; their median, quartiles and range are reported with the load average.
+- ``spark_job`` (with ``--spark``): the job a user would write instead, on the same table from the
+  same version: ``readStream.format("delta").option("readChangeFeed", "true")`` ->
+  ``to_json(struct(*))`` keyed by ``id`` -> ``writeStream.format("kafka")``, ``Trigger.AvailableNow``,
+  in its own local[2] SparkSession (bench_spark's). Timed from ``start()`` to ``awaitTermination()``
+  returning; CPU is the JVM's over that interval, memory the JVM's peak plus its Python driver's.
+  It writes every change-feed row (``3 * --rows``: inserts, then pre- and post-images, unpaired);
+  the read-back must count them all.
+
+Row changes/s is the same figure for every contender: ``2 * --rows`` (rows inserted plus rows
+updated) over its timed seconds. Ratios are per round (same run, same table): watch/feed = feed seconds / watch seconds, watch/raw =
+raw seconds / watch seconds, watch/spark_job = Spark seconds / watch seconds (above 1: the
+watcher mirrors the same versions faster), with CPU and peak memory as watcher / Spark job; their median, quartiles and range are reported with the load average.
 
 Memory: the peak RSS (``VmHWM``) of a watcher process publishing only version 1 (the update
 version) of the table above and of a second table with ``--mem-rows`` rows updated in one version.
@@ -36,6 +46,7 @@ the peak RSS should stay flat from 1M to 5M updated rows.
 
     python bench/bench_row_changes.py [--rows 1000000] [--mem-rows 5000000] [--rounds 5]
                                       [--only throughput|memory] [--bootstrap HOST:PORT] [--quick]
+                                      [--spark]
 
 Results: bench/results/row-changes.json. Exit code 1 when a read-back found a record missing or
 duplicated.
@@ -64,6 +75,7 @@ import harness  # noqa: E402  (bench/ is not a package)
 DATA = BENCH / ".data" / "row-changes"
 RESULT = BENCH / "results" / "row-changes.json"
 CONTENDERS = ("watch", "feed", "raw")
+SPARK = "spark_job"
 RAW_BATCH = 1000
 MEMORY_TXN_TIMEOUT_MS = 900_000
 
@@ -254,6 +266,70 @@ def feed(clock: Any, params: dict[str, Any]) -> dict[str, Any]:
     return {"change_feed_rows": rows}
 
 
+def _jvm_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, every thread) of another process, from ``/proc/<pid>/stat``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def spark_job(clock: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """Timed: the Spark job a user would write instead, from ``start()`` to ``awaitTermination()``:
+    ``readStream.format("delta").option("readChangeFeed", "true")`` from the same version, every
+    change row as ``to_json(struct(*))`` keyed by ``id``, ``writeStream.format("kafka")`` with
+    ``Trigger.AvailableNow`` (Spark's Kafka sink: idempotent, not transactional). Its CPU is the
+    JVM's over the interval; its memory the JVM's peak plus this driver's."""
+    from bench_spark import _jvm_peak_mb, _session
+    from pyspark.sql import functions as F
+
+    from deltamirror.mirror.topics import TopicManager
+
+    work_dir = tempfile.mkdtemp(prefix="dmbench-rows-spark-")
+    names = _names()
+    TopicManager({"bootstrap.servers": params["bootstrap"]}, max_record_bytes=1_000_000).ensure_event_topic(
+        names["changes"], compacted_ok=True
+    )
+    try:
+        spark = _session(work_dir)
+        jvm = int(spark.sparkContext._jvm.ProcessHandle.current().pid())
+        clock.imported()
+        cpu0 = _jvm_cpu_s(jvm)
+        clock.start()
+        changes = (
+            spark.readStream.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", str(params.get("from_version", 0)))
+            .load(params["path"])
+        )
+        query = (
+            changes.select(
+                F.col("id").cast("string").alias("key"), F.to_json(F.struct(*changes.columns)).alias("value")
+            )
+            .writeStream.format("kafka")
+            .option("kafka.bootstrap.servers", params["bootstrap"])
+            .option("topic", names["changes"])
+            .option("checkpointLocation", str(Path(work_dir) / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+        clock.stop()
+        cpu = _jvm_cpu_s(jvm) - cpu0
+        if query.exception() is not None:
+            raise SystemExit(f"the query failed: {query.exception()}")
+        jvm_peak = _jvm_peak_mb(spark)
+        spark.stop()
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    records = _read_back(params["bootstrap"], names["changes"])
+    _delete_topics(params["bootstrap"], [names["changes"]])
+    return {
+        "changes_records": records,
+        "jvm_cpu_s": cpu,
+        "jvm_peak_rss_mb": jvm_peak,
+        "peak_rss_mb_with_driver": jvm_peak + harness.peak_rss_mb(),
+    }
+
+
 def raw(clock: Any, params: dict[str, Any]) -> dict[str, Any]:
     """Timed: the saved records produced transactionally by bare confluent-kafka (watcher's bounds)."""
     from confluent_kafka import Producer
@@ -372,6 +448,11 @@ def main() -> int:
     )
     parser.add_argument("--keep-broker", action="store_true", help="leave a broker started here running")
     parser.add_argument("--only", choices=("throughput", "memory"), help="one of the two measurements")
+    parser.add_argument(
+        "--spark",
+        action="store_true",
+        help="add the Spark job a user would write instead (delta CDF stream -> to_json -> Kafka sink)",
+    )
     parser.add_argument("--quick", action="store_true", help="10,000 rows, 2 rounds, memory at 20,000 rows")
     parser.add_argument("--output", type=Path, default=RESULT)
     args = parser.parse_args()
@@ -395,14 +476,18 @@ def main() -> int:
     records_file = DATA / f"records-{args.rows}.marshal"
     base = {"bootstrap": bootstrap, "path": table["path"], "last_version": 1}
     events = 2 * args.rows
+    spark_records = 3 * args.rows  # the change feed's rows: inserts, then pre- and post-images
     failures: list[str] = []
     if args.only != "memory":
         setup = spawn("watch", base | {"save_records": str(records_file)}, log_dir, "setup")
         expected = setup["facts"]["changes_records"]
         if expected != events or setup["facts"]["transaction_records"] != 4:
             failures.append(f"set-up read back {expected} change records (expected {events})")
-    runs: dict[str, list[dict[str, Any]]] = {c: [] for c in CONTENDERS}
+    contenders = (*CONTENDERS, SPARK) if args.spark else CONTENDERS
+    runs: dict[str, list[dict[str, Any]]] = {c: [] for c in contenders}
     ratios: dict[str, list[float]] = {"watch/feed": [], "watch/raw": []}
+    if args.spark:  # throughput (its time / ours), CPU and memory (ours / its) against the Spark job
+        ratios |= {"watch/spark_job": [], "cpu watch/spark_job": [], "memory watch/spark_job": []}
     loads: list[list[float]] = []
     memory: dict[str, Any] = {}
 
@@ -422,7 +507,7 @@ def main() -> int:
             "row_changes": events,
             "change_feed_rows": runs["feed"][0]["facts"]["change_feed_rows"] if runs["feed"] else None,
             "rounds": args.rounds,
-            "row_changes_per_s": {name: per_s(name) for name in CONTENDERS if runs[name]},
+            "row_changes_per_s": {name: per_s(name) for name in contenders if runs[name]},
             "ratios": {k: harness.spread(v) for k, v in ratios.items() if v},
             "memory": memory,
             "failures": failures,
@@ -434,7 +519,8 @@ def main() -> int:
         return report
 
     for r in range(args.rounds if args.only != "memory" else 0):
-        order = CONTENDERS[r % 3 :] + CONTENDERS[: r % 3]
+        turn = r % len(contenders)
+        order = contenders[turn:] + contenders[:turn]
         seconds: dict[str, float] = {}
         for name in order:
             params = base | ({"records_file": str(records_file)} if name == "raw" else {})
@@ -442,6 +528,8 @@ def main() -> int:
             facts = res["facts"]
             if name == "watch" and (facts["changes_records"] != events or facts["transaction_records"] != 4):
                 failures.append(f"round {r}: read back {facts['changes_records']} change records")
+            if name == SPARK and facts["changes_records"] != spark_records:
+                failures.append(f"round {r}: the Spark job wrote {facts['changes_records']} records")
             seconds[name] = res["seconds"]
             runs[name].append(
                 {
@@ -455,6 +543,13 @@ def main() -> int:
         loads.append(harness.load_average())
         ratios["watch/feed"].append(seconds["feed"] / seconds["watch"])
         ratios["watch/raw"].append(seconds["raw"] / seconds["watch"])
+        if args.spark:
+            ours, theirs = runs["watch"][-1], runs[SPARK][-1]
+            ratios["watch/spark_job"].append(seconds[SPARK] / seconds["watch"])
+            ratios["cpu watch/spark_job"].append(ours["cpu_s"] / theirs["facts"]["jvm_cpu_s"])
+            ratios["memory watch/spark_job"].append(
+                ours["facts"]["watcher_peak_rss_mb"] / theirs["facts"]["peak_rss_mb_with_driver"]
+            )
         print(
             f"round {r}: "
             + ", ".join(f"{k} {events / v:,.0f} row changes/s" for k, v in seconds.items())
