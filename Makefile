@@ -76,6 +76,7 @@ format: install ## apply ruff's fixes and formatting
 
 fuzz: install ## the full mutation campaign over real tables (SEED=11; failures by class in build/fuzz-report.md)
 	$(BIN)/python tests/mutation --size full --seed $(or $(SEED),11) --report build/fuzz-report.md
+	DELTAMIRROR_MUTATION_SIZE=full DELTAMIRROR_MUTATION_SEED=$(or $(SEED),11) $(BIN)/python -m pytest tests/core/test_boundary_agreement.py -q -k mutation
 
 chaos: install ## the seeded fault campaign on a local broker (SEED=7, DURATION= s of faults per class); build/chaos-report.md
 	$(BIN)/python tests/chaos --seed $(or $(SEED),7) $(if $(DURATION),--duration $(DURATION)) --report build/chaos-report.md

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Annotated, Any, Literal
 
+import msgspec
 from pydantic_core import PydanticCustomError, SchemaValidator, ValidationError
 from pydantic_core import core_schema as cs
 
@@ -64,15 +65,28 @@ _FREE = cs.union_schema(
 )
 _STRICT = cs.CoreConfig(strict=True, allow_inf_nan=False)
 
-#: (schema, what it expects) of the field types the protocol uses
-_Type = tuple[cs.CoreSchema, str]
-_STR: _Type = (cs.str_schema(), "a string")
-_PATH: _Type = (cs.str_schema(min_length=1), "a non-empty string")
-_BOOL: _Type = (cs.bool_schema(), "true or false")
-_LONG: _Type = (cs.int_schema(ge=I64_MIN, le=I64_MAX), "a 64-bit integer")
-_SIZE: _Type = (cs.int_schema(ge=0, le=I64_MAX), "a non-negative 64-bit integer")
-_INT32: _Type = (cs.int_schema(ge=0, le=I32_MAX), "a non-negative 32-bit integer")
-_VERSION: _Type = (cs.int_schema(ge=1, le=I32_MAX), "a positive 32-bit integer")
+#: (schema, what it expects, the same type for msgspec or None) of the field types the protocol
+#: uses: each rule is written once, here, and compiled for both (:data:`STRUCTS`)
+_Type = tuple[cs.CoreSchema, str, Any]
+_STR: _Type = (cs.str_schema(), "a string", str)
+_PATH: _Type = (cs.str_schema(min_length=1), "a non-empty string", Annotated[str, msgspec.Meta(min_length=1)])
+_BOOL: _Type = (cs.bool_schema(), "true or false", bool)
+_LONG: _Type = (
+    cs.int_schema(ge=I64_MIN, le=I64_MAX),
+    "a 64-bit integer",
+    Annotated[int, msgspec.Meta(ge=I64_MIN, le=I64_MAX)],
+)
+_SIZE: _Type = (
+    cs.int_schema(ge=0, le=I64_MAX),
+    "a non-negative 64-bit integer",
+    Annotated[int, msgspec.Meta(ge=0, le=I64_MAX)],
+)
+_INT32: _Type = (
+    cs.int_schema(ge=0, le=I32_MAX),
+    "a non-negative 32-bit integer",
+    Annotated[int, msgspec.Meta(ge=0, le=I32_MAX)],
+)
+_VERSION: _Type = (cs.int_schema(ge=1, le=I32_MAX), "a positive 32-bit integer", None)
 
 #: expected text by field pattern: ("add", "partitionValues", "*") is any entry of that map
 _EXPECT: dict[tuple[str, ...], str] = {}
@@ -85,34 +99,88 @@ _Field = tuple[_Type, bool | str]
 def _string_map(where: tuple[str, ...], *, nulls: bool = True) -> _Type:
     value = cs.nullable_schema(cs.str_schema()) if nulls else cs.str_schema()
     _EXPECT[(*where, "*")] = "a string or null" if nulls else "a string"
-    return cs.dict_schema(cs.str_schema(), value), "an object of strings" + (" or nulls" if nulls else "")
+    text = "an object of strings" + (" or nulls" if nulls else "")
+    return cs.dict_schema(cs.str_schema(), value), text, dict[str, str | None] if nulls else dict[str, str]
 
 
 def _free_map(where: tuple[str, ...]) -> _Type:
     _EXPECT[(*where, "*")] = _FINITE.removeprefix("expected ")
-    return cs.dict_schema(cs.str_schema(), _FREE), "an object"
+    return cs.dict_schema(cs.str_schema(), _FREE), "an object", None
 
 
 def _string_list(where: tuple[str, ...]) -> _Type:
     _EXPECT[(*where, "#")] = "a string"
-    return cs.list_schema(cs.str_schema()), "an array of strings"
+    return cs.list_schema(cs.str_schema()), "an array of strings", None
 
 
 def _object(where: tuple[str, ...], fields: dict[str, _Field]) -> _Type:
-    """A JSON object with these fields (optional ones may be null); other fields are kept."""
+    """A JSON object with these fields (optional ones may be null); other fields are kept.
+
+    Where every field's type has a msgspec form, the object is also compiled to a
+    :class:`msgspec.Struct` of the same fields (:func:`_struct`)."""
     typed = {}
-    for name, ((schema, text), presence) in fields.items():
+    for name, ((schema, text, _), presence) in fields.items():
         _EXPECT[(*where, name)] = text
         if presence is False:
             schema = cs.nullable_schema(schema)
         typed[name] = cs.typed_dict_field(schema, required=presence is True)
     _EXPECT[where] = "a JSON object"
     schema = cs.typed_dict_schema(typed, extra_behavior="allow", extras_schema=_FREE, config=_STRICT)
-    return schema, "a JSON object"
+    return schema, "a JSON object", _struct(where, fields)
+
+
+def _struct(where: tuple[str, ...], fields: dict[str, _Field]) -> type[msgspec.Struct] | None:
+    """The msgspec form of an object: the same fields, types and presence, and no other field (a
+    line with one is left to the pydantic-core validator, which keeps it and checks it)."""
+    if any(kind is None or presence is OMITTABLE for (_, _, kind), presence in fields.values()):
+        return None
+    required = [(name, kind) for name, ((_, _, kind), presence) in fields.items() if presence is True]
+    optional = [
+        (name, kind | None, None) for name, ((_, _, kind), presence) in fields.items() if presence is False
+    ]
+    struct = msgspec.defstruct(
+        "_".join(where),
+        [*required, *optional],
+        kw_only=True,
+        forbid_unknown_fields=True,
+        # decoded from JSON, a value holds no reference cycle: the collector need not track it
+        gc=False,
+        module=__name__,
+    )
+    _NESTED[struct] = {
+        name: kind
+        for name, ((_, _, kind), _) in fields.items()
+        if isinstance(kind, type) and issubclass(kind, msgspec.Struct)
+    }
+    return struct
+
+
+#: per Struct, its fields that are Structs themselves (a deletion vector)
+_NESTED: dict[type[msgspec.Struct], dict[str, type[msgspec.Struct]]] = {}
+
+
+def _known(kind: type[msgspec.Struct], value: dict[str, Any]) -> dict[str, Any]:
+    nested = _NESTED[kind]
+    return {
+        name: _known(nested[name], value[name]) if name in nested and value[name] is not None else value[name]
+        for name in kind.__struct_fields__
+        if name in value
+    }
+
+
+def to_struct(name: str, value: dict[str, Any]) -> msgspec.Struct:
+    """The Struct of a file action :data:`VALIDATORS` accepted (fields unknown to this version,
+    checked there, are left out: the action's own bytes still hold them)."""
+    kind = STRUCTS[name]
+    return msgspec.convert(_known(kind, value), kind)
 
 
 def _dv(where: tuple[str, ...]) -> _Type:
-    storage_type: _Type = (cs.literal_schema(["u", "i", "p"]), "one of 'u', 'i', 'p'")
+    storage_type: _Type = (
+        cs.literal_schema(["u", "i", "p"]),
+        "one of 'u', 'i', 'p'",
+        Literal["u", "i", "p"],
+    )
     return _object(
         where,
         {
@@ -127,6 +195,10 @@ def _dv(where: tuple[str, ...]) -> _Type:
 
 
 def _action_schemas() -> dict[str, cs.CoreSchema]:
+    return {name: schema for name, (schema, _, _) in _action_types().items()}
+
+
+def _action_types() -> dict[str, _Type]:
     a, r, c = ("add",), ("remove",), ("cdc",)
     md, fmt = ("metaData",), ("metaData", "format")
     return {
@@ -145,7 +217,7 @@ def _action_schemas() -> dict[str, cs.CoreSchema]:
                 "defaultRowCommitVersion": (_SIZE, False),
                 "clusteringProvider": (_STR, False),
             },
-        )[0],
+        ),
         "remove": _object(
             r,
             {
@@ -161,7 +233,7 @@ def _action_schemas() -> dict[str, cs.CoreSchema]:
                 "baseRowId": (_SIZE, False),
                 "defaultRowCommitVersion": (_SIZE, False),
             },
-        )[0],
+        ),
         "cdc": _object(
             c,
             {
@@ -171,7 +243,7 @@ def _action_schemas() -> dict[str, cs.CoreSchema]:
                 "dataChange": (_BOOL, True),
                 "tags": (_string_map((*c, "tags")), False),
             },
-        )[0],
+        ),
         "metaData": _object(
             md,
             {
@@ -194,7 +266,7 @@ def _action_schemas() -> dict[str, cs.CoreSchema]:
                 "configuration": (_string_map((*md, "configuration"), nulls=False), True),
                 "createdTime": (_LONG, False),
             },
-        )[0],
+        ),
         "protocol": _object(
             ("protocol",),
             {
@@ -203,14 +275,14 @@ def _action_schemas() -> dict[str, cs.CoreSchema]:
                 "readerFeatures": (_string_list(("protocol", "readerFeatures")), False),
                 "writerFeatures": (_string_list(("protocol", "writerFeatures")), False),
             },
-        )[0],
+        ),
         "txn": _object(
             ("txn",), {"appId": (_STR, True), "version": (_LONG, True), "lastUpdated": (_LONG, False)}
-        )[0],
+        ),
         "domainMetadata": _object(
             ("domainMetadata",),
             {"domain": (_STR, True), "configuration": (_STR, True), "removed": (_BOOL, True)},
-        )[0],
+        ),
         "commitInfo": _object(
             ("commitInfo",),
             {
@@ -225,14 +297,14 @@ def _action_schemas() -> dict[str, cs.CoreSchema]:
                 "engineInfo": (_STR, False),
                 "txnId": (_STR, False),
             },
-        )[0],
+        ),
         "checkpointMetadata": _object(
             ("checkpointMetadata",),
             {
                 "version": (_SIZE, True),
                 "tags": (_string_map(("checkpointMetadata", "tags"), nulls=False), False),
             },
-        )[0],
+        ),
         "sidecar": _object(
             ("sidecar",),
             {
@@ -241,7 +313,7 @@ def _action_schemas() -> dict[str, cs.CoreSchema]:
                 "modificationTime": (_LONG, True),
                 "tags": (_string_map(("sidecar", "tags"), nulls=False), False),
             },
-        )[0],
+        ),
     }
 
 
@@ -282,10 +354,19 @@ def _checked(name: str, schema: cs.CoreSchema) -> cs.CoreSchema:
     return schema if after is None else cs.no_info_after_validator_function(after, schema)
 
 
+_TYPES = _action_types()
 VALIDATORS: dict[str, SchemaValidator] = {
-    name: SchemaValidator(_checked(name, s)) for name, s in _action_schemas().items()
+    name: SchemaValidator(_checked(name, schema)) for name, (schema, _, _) in _TYPES.items()
 }
 KNOWN_ACTIONS = frozenset(VALIDATORS)
+#: the file actions compiled to msgspec Structs, from the same fields: what :data:`VALIDATORS`
+#: accepts of a line without fields unknown to this version, decoded in C without a dict per object.
+#: A line one refuses is left to :data:`VALIDATORS`, whose verdict stands (and names the field);
+#: tests/core/test_boundary_agreement.py holds the two to the same answers.
+STRUCTS: dict[str, type[msgspec.Struct]] = {name: _TYPES[name][2] for name in sorted(FILE_ACTIONS)}
+STRUCT_DECODERS: dict[str, msgspec.json.Decoder[Any]] = {
+    name: msgspec.json.Decoder(kind) for name, kind in STRUCTS.items()
+}
 #: an action type this version does not know: any JSON value with finite numbers
 _UNKNOWN = SchemaValidator(_FREE, config=_STRICT)
 

@@ -111,7 +111,9 @@ def read_version(
     be readable and its own metaData's schema supported (:mod:`.features`). ``in_force`` is the
     metaData in force before the version. With ``timestamps``, the tracker of the versions
     before, the commit timestamp is resolved (and the tracker moves on). ``observe`` sees every
-    run of actions as it is read (a caller summarizing the commit reads it once).
+    run of actions as it is read (a caller summarizing the commit reads it once); file actions
+    come as Structs (:func:`.actions.read_actions` with ``structs``): the caller publishes their
+    bytes and reads a few fields.
 
     A small commit is read whole (unless ``data``, its bytes read already, is given) and its
     actions kept; a large one is streamed, keeping nothing but what ``observe`` keeps.
@@ -136,9 +138,11 @@ def read_version(
                 file=path,
             ) from None
         kept = []
-        runs: Iterator[ActionRun] = read_actions(data, table=storage.uri, file=path, version=version)
-    else:
-        runs = stream_commit(storage, version)  # listed: gone now means the log was cleaned under us
+        runs: Iterator[ActionRun] = read_actions(
+            data, table=storage.uri, file=path, version=version, structs=True
+        )
+    else:  # listed: gone now means the log was cleaned under us
+        runs = stream_commit(storage, version, structs=True)
     for run in runs:
         count += len(run)
         name = run.name
@@ -188,7 +192,7 @@ def version_actions(storage: TableStorage, checked: CheckedVersion) -> Iterator[
     if checked.actions is not None:
         yield from checked.actions
         return
-    for run in stream_commit(storage, checked.version):
+    for run in stream_commit(storage, checked.version, structs=True):
         yield from zip(repeat(run.name), run.bodies)
 
 

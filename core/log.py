@@ -325,8 +325,11 @@ def open_commit(storage: TableStorage, version: int) -> IO[bytes]:
         ) from None
 
 
-def stream_commit(storage: TableStorage, version: int, *, only: Sequence[bytes] = ()) -> Iterator[ActionRun]:
-    """The validated actions of one commit, streamed (a commit may hold millions of actions).
+def stream_commit(
+    storage: TableStorage, version: int, *, only: Sequence[bytes] = (), structs: bool = False
+) -> Iterator[ActionRun]:
+    """The validated actions of one commit, streamed (a commit may hold millions of actions);
+    ``only`` and ``structs`` as :func:`.actions.read_actions` has them.
 
     A file without any action (emptied, or only whitespace) is refused once it is read through, by
     every reader, as :func:`check_commit` refuses it: even one that looks for a few actions only
@@ -340,6 +343,7 @@ def stream_commit(storage: TableStorage, version: int, *, only: Sequence[bytes] 
             file=file,
             version=version,
             only=only,
+            structs=structs,
         )
     if not content[0]:
         raise Where(storage.uri, file, version).refuse(

@@ -125,10 +125,10 @@ class _Summary:
             self.bytes_added += sum(map(_SIZE, run.values))
         elif run.name == "remove":
             self.removes += n
-            self.bytes_removed += sum(filter(None, map(_GET_SIZE, run.values)))
+            self.bytes_removed += sum(filter(None, map(_SIZE, run.values)))
         else:
             self.cdc += n
-            self.bytes_cdc += sum(filter(None, map(_GET_SIZE, run.values)))
+            self.bytes_cdc += sum(filter(None, map(_SIZE, run.values)))
         for entries in partitions:
             if entries:
                 self._touch(entries)
@@ -146,8 +146,7 @@ class _Summary:
             self._seen[entries] = None
 
 
-_SIZE = operator.itemgetter("size")
-_GET_SIZE = operator.methodcaller("get", "size")
+_SIZE = operator.attrgetter("size")  # file actions come as Structs (read_version)
 
 
 class CommitWork:
