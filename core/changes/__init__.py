@@ -28,6 +28,7 @@ from .read_schema import (
     check_schema_readable,
     is_cdf_enabled,
 )
+from .row_ids import ROW_COMMIT_VERSION, ROW_ID, ROW_ID_COLUMNS, row_tracking_enabled
 
 __all__ = [
     "CDF_COLUMNS",
@@ -35,6 +36,9 @@ __all__ = [
     "COMMIT_TIMESTAMP",
     "COMMIT_VERSION",
     "DEFAULT_BATCH_SIZE",
+    "ROW_COMMIT_VERSION",
+    "ROW_ID",
+    "ROW_ID_COLUMNS",
     "TIMESTAMP_TYPE",
     "ActionsChangeFeed",
     "ChangeFeed",
@@ -51,4 +55,5 @@ __all__ = [
     "is_cdf_enabled",
     "net_changes",
     "read_changes",
+    "row_tracking_enabled",
 ]
