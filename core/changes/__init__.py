@@ -9,6 +9,7 @@ any row is read, :mod:`.rows` turns one version's actions into change rows, :mod
 reads small files ahead on threads, :mod:`.feed` holds the entry points and the feeds.
 """
 
+from ..row_tracking import ROW_COMMIT_VERSION, ROW_ID, ROW_ID_COLUMNS, row_tracking_enabled
 from .cdf_columns import CDF_COLUMNS, CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION, TIMESTAMP_TYPE
 from .feed import (
     DEFAULT_BATCH_SIZE,
@@ -28,7 +29,6 @@ from .read_schema import (
     check_schema_readable,
     is_cdf_enabled,
 )
-from .row_ids import ROW_COMMIT_VERSION, ROW_ID, ROW_ID_COLUMNS, row_tracking_enabled
 
 __all__ = [
     "CDF_COLUMNS",

@@ -25,6 +25,7 @@ from ..deletion_vectors import keep_mask, read_deleted_rows
 from ..errors import CorruptLogError
 from ..log import commit_name
 from ..read import AppendColumns, read_data_file
+from ..row_tracking import ROW_COMMIT_VERSION, ROW_ID, ROW_ID_COLUMNS, RowTracking
 from ..schema import (
     ColumnMappingMode,
     PrimitiveType,
@@ -46,7 +47,6 @@ from .cdf_columns import (
 from .file_filter import FileFilter, PartitionFilter
 from .prefetch import FileRead, prefetchable, prefetched
 from .read_schema import ReadSchema
-from .row_ids import ROW_COMMIT_VERSION, ROW_ID, ROW_ID_COLUMNS, RowTracking
 
 if TYPE_CHECKING:
     from ..table import DeltaTable

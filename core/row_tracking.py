@@ -9,22 +9,25 @@ value, else the action's ``defaultRowCommitVersion``. These are the values delta
 ``_metadata.row_id`` and ``_metadata.row_commit_version`` give.
 
 Change data files (``cdc`` actions) carry no row ids a reader may use: the change feed takes a
-version's row ids from its data files (:mod:`.rows`).
+version's row ids from its data files (:mod:`.changes.rows`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import CorruptLogError, InvalidArgumentError
-from ..models import Metadata
-from ..read import open_parquet, read_error
-from ..storage import TableStorage
+from .errors import CorruptLogError, InvalidArgumentError
+from .models import Metadata
+from .read import open_parquet, read_error
+from .storage import TableStorage
+
+if TYPE_CHECKING:
+    from .table import Snapshot
 
 ROW_ID = "_row_id"
 ROW_COMMIT_VERSION = "_row_commit_version"
@@ -161,3 +164,54 @@ def _positions(num_rows: int, base: int) -> pa.Int64Array:
         return pa.array([], pa.int64())
     ones = pa.repeat(pa.scalar(1, pa.int64()), num_rows)
     return pc.add(pc.cumulative_sum(ones), int(base) - 1)
+
+
+def snapshot_batches_with_row_ids(snapshot: Snapshot) -> Iterator[pa.RecordBatch]:
+    """The rows of ``snapshot`` (every column, in the table's order) followed by ``_row_id`` and
+    ``_row_commit_version``, one data file at a time: what delta-spark's
+    ``SELECT *, _metadata.row_id, _metadata.row_commit_version`` reads."""
+    from .deletion_vectors import keep_mask, read_deleted_rows
+    from .read import read_data_file
+    from .schema import column_mapping_mode
+
+    table = snapshot.table
+    uri = table.uri
+    tracking = RowTracking.of(snapshot.metadata, table=uri, version=snapshot.version)
+    snapshot.check_readable()
+    files = snapshot.files.to_table()
+    if files.num_rows == 0:
+        return
+    table.storage.check_paths(files.column("path"))
+    mode = column_mapping_mode(snapshot.metadata.configuration)
+    wanted = ["path", "partitionValues", "deletionVector", "baseRowId", "defaultRowCommitVersion"]
+    for chunk in files.select(wanted).to_batches(max_chunksize=1024):
+        for action in chunk.to_pylist():
+            path = action["path"]
+            ids, versions = tracking.of_file(table.storage, action, table=uri, version=snapshot.version)
+            dv = action.get("deletionVector")
+            deleted = (
+                read_deleted_rows(table.storage, dv, table=uri, data_file=path, num_rows=len(ids))
+                if dv is not None
+                else pa.array([], pa.uint64())
+            )
+            rows = pc.indices_nonzero(keep_mask(deleted, len(ids), data_file=path))
+            if not len(rows):
+                continue
+            at = 0
+            for batch in read_data_file(
+                table.storage,
+                path,
+                schema=snapshot.schema,
+                partition_columns=snapshot.partition_columns,
+                column_mapping=mode,
+                partition_values=dict(action.get("partitionValues") or ()),
+                only_rows=rows,
+                table=uri,
+            ):
+                n = batch.num_rows
+                taken = rows.slice(at, n)
+                yield pa.RecordBatch.from_arrays(
+                    [*batch.columns, ids.take(taken), versions.take(taken)],
+                    names=[*batch.schema.names, ROW_ID, ROW_COMMIT_VERSION],
+                )
+                at += n
