@@ -302,7 +302,8 @@ class ChangeRows:
         version is this version (``update_preimage`` then ``update_postimage``), a row copied
         unchanged otherwise (no change); a row id on one side only is a delete or an insert. On a
         table with row tracking these are the rows of the version's change data files, each with
-        the row id and commit version the protocol lets a reader take from data files only.
+        the row id and commit version the protocol lets a reader take from data files only. The
+        rows taken away come first, then those added (files in commit order on each side).
         """
         version = meta.version
         uri = self.table.uri
@@ -341,7 +342,8 @@ class ChangeRows:
         added = [t for t in tracked if not t[2]]
         new_ids = _unique_ids([t[4] for t in added], "added", uri, version)
         new_versions = pa.concat_arrays([t[5] for t in added]) if added else pa.array([], pa.int64())
-        for action, rows, taken, partition_from, ids, versions in tracked:
+        # what was taken away first, then what was added: an update's pre-image before its post-image
+        for action, rows, taken, partition_from, ids, versions in sorted(tracked, key=lambda t: not t[2]):
             if taken:
                 at = pc.index_in(ids, value_set=new_ids)
                 matched = pc.is_valid(at)
