@@ -17,7 +17,6 @@ import pyarrow as pa
 
 from .. import arguments
 from ..actions import Where, check_actions
-from ..errors import InvalidArgumentError
 from ..models import Metadata
 from .cdf_columns import COMMIT_VERSION
 from .file_filter import PartitionFilter
@@ -69,10 +68,9 @@ def read_changes(
         partition_filter=partition_filter,
         batch_size=batch_size,
         progress=progress,
+        row_ids=row_ids,
     )
     plan = plan_changes(table, starting_version, starting_timestamp, ending_version, ending_timestamp)
-    if not isinstance(row_ids, bool):
-        raise InvalidArgumentError(f"row_ids must be True or False, not {row_ids!r}", table=table.uri)
     feed = ChangeFeed(table, plan, columns, partition_filter, batch_size, row_ids)
     feed.progress = progress
     return feed
@@ -113,9 +111,9 @@ def changes_from_actions(
     :func:`read_changes` (``metadata`` must have row tracking enabled).
     """
     uri = arguments.actions_feed(table, metadata, metadata_version, versions)
-    arguments.change_feed(uri, columns=columns, partition_filter=partition_filter, batch_size=batch_size)
-    if not isinstance(row_ids, bool):
-        raise InvalidArgumentError(f"row_ids must be True or False, not {row_ids!r}", table=uri)
+    arguments.change_feed(
+        uri, columns=columns, partition_filter=partition_filter, batch_size=batch_size, row_ids=row_ids
+    )
     read = ReadSchema(metadata, metadata_version)
     return ActionsChangeFeed(table, read, versions, columns, partition_filter, batch_size, row_ids)
 
