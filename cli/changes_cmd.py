@@ -38,6 +38,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "have is refused before any row is read",
     )
     p.add_argument(
+        "--row-ids",
+        action="store_true",
+        help="also _row_id and _row_commit_version after the CDF columns, as delta-spark's "
+        "_metadata.row_id and _metadata.row_commit_version give them (tables with row tracking, "
+        "delta.enableRowTracking=true, only; refused otherwise). They are read from data files: "
+        "a version with change data files is read from its data files, matched by row id",
+    )
+    p.add_argument(
         "--net",
         action="store_true",
         help="one row per changed row: what the range did to it (insert, delete, or an update's "
@@ -47,7 +55,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--key",
         metavar="A,B",
-        help="with --net: the columns that identify a row (unique at every version)",
+        help="with --net: the columns that identify a row (unique at every version; with --row-ids "
+        "the default is _row_id)",
     )
     add_output_arguments(p, ["jsonl", "parquet", "csv"], "jsonl")
     add_progress_argument(p)
@@ -65,6 +74,10 @@ def cmd_changes(args: argparse.Namespace) -> int:
     table = open_table_from_args(args)
     columns = parse_columns(args.columns)
     keys = parse_columns(args.key)
+    if args.row_ids and args.net and keys is None:  # a row id is what identifies a row
+        from deltamirror.core.changes import ROW_ID
+
+        keys = [ROW_ID]
     with ProgressLine(wanted(args)) as line:
         feed = read_changes(
             table,
@@ -74,6 +87,7 @@ def cmd_changes(args: argparse.Namespace) -> int:
             ending_timestamp=args.ending_timestamp,
             columns=columns,
             progress=line.callback("changes", "versions"),
+            row_ids=args.row_ids,
         )
         if args.format == "csv":
             check_csv_schema(feed.schema)

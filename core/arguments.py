@@ -213,6 +213,7 @@ def change_feed(
     partition_filter: object = None,
     batch_size: object = 1,
     progress: object = None,
+    row_ids: object = False,
 ) -> None:
     """The arguments of a change-feed read but its versions (whose checks and messages are
     delta-spark's, in :mod:`.changes.ranges`)."""
@@ -222,6 +223,7 @@ def change_feed(
     partition_filter_argument("partition_filter", partition_filter, table)
     positive_int("batch_size", batch_size, table)
     function("progress", progress, table)
+    flag("row_ids", row_ids, table)
 
 
 def partition_values(column: str, value: object, data_type: Any, table: str | None) -> Any:

@@ -454,6 +454,7 @@ class DeltaTable:
         partition_filter: PartitionFilter | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
         progress: Callable[[int, int], None] | None = None,
+        row_ids: bool = False,
     ) -> ChangeFeed:
         """The change data feed between two bounds: :func:`deltamirror.core.changes.read_changes`."""
         return read_changes(
@@ -466,6 +467,7 @@ class DeltaTable:
             partition_filter=partition_filter,
             batch_size=batch_size,
             progress=progress,
+            row_ids=row_ids,
         )
 
 

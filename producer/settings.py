@@ -107,8 +107,9 @@ class RowPredicate(SettingsModel):
 class RowChangesConfig(SettingsModel):
     """Row-level change events of a table (``deltamirror.mirror.records.row_changes`` has the format).
 
-    ``key_columns``: the row's key (Delta has no primary key); none: the whole row is the key, and
-    updates are published as a delete and an insert. ``tombstones``: a null-value record after each
+    ``key_columns``: the row's key (Delta has no primary key); none: on a table with row tracking
+    the row id (``{"_row_id": n}``, updates paired by it), else the whole row, and updates are
+    published as a delete and an insert. ``tombstones``: a null-value record after each
     delete, for a compacted changes topic. ``pairing_memory_mb``: what pairing a version's update
     images by key may hold in memory; beyond it they spill to temporary files (the system's
     temporary directory, ``TMPDIR``).

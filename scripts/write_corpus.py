@@ -46,6 +46,7 @@ class Written:
     cdf_from: int | None = None  # first version of the change feed to compare (None: CDF off)
     notes: str = ""
     marks: dict[str, int] = field(default_factory=dict)
+    row_ids: bool = False  # also record delta-spark's _metadata.row_id / row_commit_version per version
 
 
 @dataclass
@@ -131,12 +132,19 @@ def spark_expected(spark: Any, path: Path, written: Written) -> dict[str, Any]:
         try:
             df = spark.read.format("delta").option("versionAsOf", v).load(str(path))
             rows = collect(df)
+            with_ids = (
+                collect(df.select("*", "_metadata.row_id", "_metadata.row_commit_version"))
+                if written.row_ids
+                else None
+            )
             detail = spark.sql(f"DESCRIBE DETAIL delta.`{path}`") if v == latest else None
             versions[str(v)] = {
                 "rows": rows,
                 "columns": [f.name for f in df.schema.fields],
                 "num_files": None if detail is None else int(detail.collect()[0]["numFiles"]),
             }
+            if with_ids is not None:
+                versions[str(v)]["rows_with_row_ids"] = with_ids
         except Exception as exc:  # a version the writer cannot read (files cleaned): recorded as such
             versions[str(v)] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
     cdf = None
@@ -357,6 +365,56 @@ def spark_tables(spark: Any, root: Path, corpus: Corpus) -> list[tuple[Written, 
         )
 
     table("dv_row_tracking", [], dv_row_tracking)
+
+    def row_ids(t: str, dvs: bool) -> Written:
+        """Row tracking through every kind of rewrite: delta-spark's _metadata.row_id and
+        row_commit_version are recorded at every version (the row-id oracle of the change feed)."""
+        name = "row_ids_dv" if dvs else "row_ids"
+        sql(
+            f"CREATE TABLE {t} (id BIGINT, name STRING, part STRING) USING delta PARTITIONED BY (part) "
+            f"TBLPROPERTIES ({cdf}, 'delta.enableRowTracking' = 'true', "
+            f"'delta.enableDeletionVectors' = '{str(dvs).lower()}')"
+        )
+        # two files per partition (two inserts), several rows each
+        sql(
+            f"INSERT INTO {t} SELECT * FROM VALUES (1L, 'a', 'x'), (2L, 'b', 'x'), (3L, 'c', 'x'), "
+            "(4L, 'd', 'y'), (5L, 'e', 'y') AS s(id, name, part)"
+        )
+        sql(
+            f"INSERT INTO {t} SELECT * FROM VALUES (6L, 'f', 'x'), (7L, 'g', 'y'), (8L, 'h', 'y') AS s(id, name, part)"
+        )
+        sql(f"UPDATE {t} SET name = 'bb' WHERE id = 2")
+        sql(f"DELETE FROM {t} WHERE id = 4")
+        sql(
+            f"MERGE INTO {t} AS x USING (SELECT * FROM VALUES (3L, 'c2', 'x'), (5L, NULL, 'y'), (9L, 'i', 'y') "
+            "AS s(id, name, part)) AS s ON x.id = s.id "
+            "WHEN MATCHED AND s.name IS NULL THEN DELETE "
+            "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+        )
+        sql(f"OPTIMIZE {t}")
+        sql(f"UPDATE {t} SET name = 'hh' WHERE id = 8")  # a row whose id is materialized by OPTIMIZE
+        sql(f"UPDATE {t} SET name = name WHERE id = 6")  # an update that changes no value
+        sql(f"DELETE FROM {t} WHERE part = 'y'")  # whole files removed
+        sql(f"INSERT INTO {t} VALUES (10, 'j', 'x')")
+        return Written(
+            name,
+            "delta-spark",
+            [
+                "row tracking with delta-spark's _metadata.row_id and row_commit_version at every version",
+                f"deletion vectors {'on' if dvs else 'off'}",
+                "WRITE append",
+                "UPDATE (before and after OPTIMIZE, and one that changes no value)",
+                "DELETE (some rows, whole files)",
+                "MERGE (update, delete, insert)",
+                "OPTIMIZE",
+                "CDF on",
+            ],
+            cdf_from=0,
+            row_ids=True,
+        )
+
+    table("row_ids", [], lambda t: row_ids(t, False))
+    table("row_ids_dv", [], lambda t: row_ids(t, True))
 
     def v2_sidecars(t: str) -> Written:
         sql(

@@ -56,6 +56,7 @@ KNOWN = {
         "allowPathPrefixes",
         "onBadRecord",
         "columns",
+        "rowIds",
         "readChangeFeed",
         "readChangeData",
         "skipChangeCommits",
@@ -133,6 +134,8 @@ class SourceOptions:
     #: ``columns``: the table columns to read, as given (None: all); checked against the read
     #: schema by the source, which knows it
     columns: tuple[str, ...] | None = None
+    #: ``rowIds``: also ``_row_id`` and ``_row_commit_version`` (tables with row tracking only)
+    row_ids: bool = False
 
     @classmethod
     def parse(cls, given: Mapping[str, str]) -> SourceOptions:
@@ -177,6 +180,7 @@ class SourceOptions:
             fail_on_data_loss=boolean("failOnDataLoss", options.get("failondataloss"), True, uri),
             allowed_path_prefixes=prefixes,
             columns=column_names(options.get("columns"), uri),
+            row_ids=boolean("rowIds", options.get("rowids"), False, uri),
         )
 
     def table(self) -> DeltaTable:

@@ -34,6 +34,12 @@ from deltamirror.core.changes.prefetch import FileRead
 from deltamirror.core.changes.rows import ChangeRows
 from deltamirror.core.errors import DataFileNotFoundError, SchemaChangedError
 from deltamirror.core.models import Metadata, Protocol
+from deltamirror.core.row_tracking import (
+    ROW_COMMIT_VERSION,
+    ROW_ID,
+    ROW_ID_COLUMNS,
+    snapshot_batches_with_row_ids,
+)
 
 if TYPE_CHECKING:
     from deltamirror.core.table import DeltaTable
@@ -41,10 +47,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def feed_schema(table: DeltaTable, read: ReadSchema, columns: Sequence[str] | None = None) -> pa.Schema:
+def feed_schema(
+    table: DeltaTable, read: ReadSchema, columns: Sequence[str] | None = None, row_ids: bool = False
+) -> pa.Schema:
     """The rows' schema: the read schema's columns (``columns`` only, in that order), then the
-    three change-feed columns. A column the read schema lacks is an UnknownColumnError."""
-    return changes_from_actions(table, read.metadata, read.version, (), columns=columns).schema
+    three change-feed columns (then ``_row_id`` and ``_row_commit_version`` with ``row_ids``). A
+    column the read schema lacks is an UnknownColumnError; row ids on a table without row tracking
+    an InvalidArgumentError."""
+    return changes_from_actions(
+        table, read.metadata, read.version, (), columns=columns, row_ids=row_ids
+    ).schema
 
 
 def change_rows(
@@ -54,10 +66,11 @@ def change_rows(
     *,
     fail_on_data_loss: bool,
     columns: Sequence[str] | None = None,
+    row_ids: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """The change rows of ``versions`` (checked as the stream checks them), in order; only
-    ``columns`` (None: all) are read from the data files."""
-    rows = ChangeRows(table, read, columns, None, DEFAULT_BATCH_SIZE)
+    ``columns`` (None: all) are read from the data files; ``row_ids`` adds the rows' row ids."""
+    rows = ChangeRows(table, read, columns, None, DEFAULT_BATCH_SIZE, row_ids)
     reads = (
         _guarded(file_read, fail_on_data_loss)
         for entry in checked_versions(versions, read, table.uri)
@@ -136,13 +149,16 @@ def snapshot_rows(
     version: int,
     timestamp_ms: int,
     columns: Sequence[str] | None = None,
+    row_ids: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """The table at ``version`` as inserts, as delta-spark begins a stream with no starting option
-    (``columns`` only, None: all)."""
-    schema = feed_schema(table, read, columns)
+    (``columns`` only, None: all; ``row_ids``: with each row's row id and row commit version)."""
+    schema = feed_schema(table, read, columns, row_ids)
     snapshot = table.snapshot(version=version)
-    names = [f.name for f in schema if f.name not in (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP)]
-    for batch in snapshot.iter_batches(columns=names):
+    feed_columns = (CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP, *ROW_ID_COLUMNS)
+    names = [f.name for f in schema if f.name not in feed_columns]
+    batches = snapshot_batches_with_row_ids(snapshot) if row_ids else snapshot.iter_batches(columns=names)
+    for batch in batches:
         n = batch.num_rows
         if n == 0:
             continue
@@ -152,6 +168,7 @@ def snapshot_rows(
                 pa.array(["insert"] * n, pa.string()),
                 pa.array([version] * n, pa.int64()),
                 pa.array([timestamp_ms * 1000] * n, TIMESTAMP_TYPE),
+                *((batch.column(ROW_ID), batch.column(ROW_COMMIT_VERSION)) if row_ids else ()),
             ],
             schema=schema,
         )

@@ -46,6 +46,11 @@ by name any it does not read; docs/spark.md has the table of delta-spark's optio
     decoded from the data files. Spark's column pruning does not reach a Python data source (its
     scan builder pushes filters only), so a ``select`` alone still reads every column. A name the
     table does not have fails the query at ``load`` with one line naming it.
+``rowIds``
+    ``true``: also ``_row_id`` and ``_row_commit_version`` after the change-feed columns, the values
+    delta-spark's ``_metadata.row_id`` / ``_metadata.row_commit_version`` give (tables with row
+    tracking only; refused at ``load`` otherwise). They come from the data files, never from change
+    data files: a version with change data files is read from its data files, matched by row id.
 
 A schema change after the stream started fails the query (DELTA_SCHEMA_CHANGED_WITH_VERSION), as
 delta-spark's does: restart it to read with the new schema.
@@ -132,8 +137,9 @@ class DeltaMirrorSource(DataSource):
         snapshot.check_readable()
         self._read = ReadSchema(snapshot.metadata, snapshot.version)
         # the columns option as the read schema names them: an unknown one fails here, at load()
-        self._schema = feed_schema(table, self._read, self._parsed.columns)
-        self._columns = None if self._parsed.columns is None else tuple(self._schema.names[:-3])
+        self._schema = feed_schema(table, self._read, self._parsed.columns, self._parsed.row_ids)
+        feed_columns = 5 if self._parsed.row_ids else 3  # the CDF columns (and the row ids) follow
+        self._columns = None if self._parsed.columns is None else tuple(self._schema.names[:-feed_columns])
 
     def schema(self) -> SparkStructType:
         return from_arrow_schema(self._schema)
@@ -275,7 +281,9 @@ class MirrorChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         table = self._options.table()
         read = self._read_schema()
         if isinstance(partition, _SnapshotPartition):
-            yield from snapshot_rows(table, read, partition.version, partition.timestamp_ms, self._columns)
+            yield from snapshot_rows(
+                table, read, partition.version, partition.timestamp_ms, self._columns, self._options.row_ids
+            )
             return
         assert isinstance(partition, _VersionsPartition)
         versions = read_mirror_versions(
@@ -288,7 +296,12 @@ class MirrorChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
             skip_lost=not self._options.fail_on_data_loss,
         )
         yield from change_rows(
-            table, read, versions, fail_on_data_loss=self._options.fail_on_data_loss, columns=self._columns
+            table,
+            read,
+            versions,
+            fail_on_data_loss=self._options.fail_on_data_loss,
+            columns=self._columns,
+            row_ids=self._options.row_ids,
         )
 
 

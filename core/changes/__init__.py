@@ -9,6 +9,7 @@ any row is read, :mod:`.rows` turns one version's actions into change rows, :mod
 reads small files ahead on threads, :mod:`.feed` holds the entry points and the feeds.
 """
 
+from ..row_tracking import ROW_COMMIT_VERSION, ROW_ID, ROW_ID_COLUMNS, row_tracking_enabled
 from .cdf_columns import CDF_COLUMNS, CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION, TIMESTAMP_TYPE
 from .feed import (
     DEFAULT_BATCH_SIZE,
@@ -35,6 +36,9 @@ __all__ = [
     "COMMIT_TIMESTAMP",
     "COMMIT_VERSION",
     "DEFAULT_BATCH_SIZE",
+    "ROW_COMMIT_VERSION",
+    "ROW_ID",
+    "ROW_ID_COLUMNS",
     "TIMESTAMP_TYPE",
     "ActionsChangeFeed",
     "ChangeFeed",
@@ -51,4 +55,5 @@ __all__ = [
     "is_cdf_enabled",
     "net_changes",
     "read_changes",
+    "row_tracking_enabled",
 ]

@@ -43,6 +43,7 @@ def read_changes(
     partition_filter: PartitionFilter | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     progress: Callable[[int, int], None] | None = None,
+    row_ids: bool = False,
 ) -> ChangeFeed:
     """The change data feed of ``table`` between two bounds (both inclusive).
 
@@ -53,6 +54,11 @@ def read_changes(
     ``{column: value or list of values}`` or a callable given ``{column: value}`` for each file.
     Range, feature and schema errors are raised here, before any row is read. ``progress(done,
     total)`` is told, while the feed is iterated, how many of its versions are read.
+
+    ``row_ids=True`` (tables with row tracking only) adds ``_row_id`` and ``_row_commit_version``
+    after the change feed's columns, as delta-spark's ``_metadata.row_id`` and
+    ``_metadata.row_commit_version`` give them; they come from data files, never from change data
+    files, so a version with change data files is read from its data files, matched by row id.
     """
     arguments.change_feed(
         arguments.delta_table("table", table),
@@ -62,9 +68,10 @@ def read_changes(
         partition_filter=partition_filter,
         batch_size=batch_size,
         progress=progress,
+        row_ids=row_ids,
     )
     plan = plan_changes(table, starting_version, starting_timestamp, ending_version, ending_timestamp)
-    feed = ChangeFeed(table, plan, columns, partition_filter, batch_size)
+    feed = ChangeFeed(table, plan, columns, partition_filter, batch_size, row_ids)
     feed.progress = progress
     return feed
 
@@ -92,6 +99,7 @@ def changes_from_actions(
     columns: Sequence[str] | None = None,
     partition_filter: PartitionFilter | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
+    row_ids: bool = False,
 ) -> ActionsChangeFeed:
     """The change rows of versions whose actions the caller already has, read with ``metadata``'s schema.
 
@@ -99,12 +107,15 @@ def changes_from_actions(
     for the versions (change data feed enabled, schema changes readable, reader features supported;
     :func:`~deltamirror.core.changes.check_change_metadata` checks one metaData). Each version's
     actions get the checks a log line gets. ``versions`` is consumed once, lazily, so the returned
-    feed can be iterated once only. Data files are read from ``table``'s storage.
+    feed can be iterated once only. Data files are read from ``table``'s storage. ``row_ids`` as in
+    :func:`read_changes` (``metadata`` must have row tracking enabled).
     """
     uri = arguments.actions_feed(table, metadata, metadata_version, versions)
-    arguments.change_feed(uri, columns=columns, partition_filter=partition_filter, batch_size=batch_size)
+    arguments.change_feed(
+        uri, columns=columns, partition_filter=partition_filter, batch_size=batch_size, row_ids=row_ids
+    )
     read = ReadSchema(metadata, metadata_version)
-    return ActionsChangeFeed(table, read, versions, columns, partition_filter, batch_size)
+    return ActionsChangeFeed(table, read, versions, columns, partition_filter, batch_size, row_ids)
 
 
 class ChangeFeed:
@@ -124,10 +135,11 @@ class ChangeFeed:
         columns: Sequence[str] | None,
         partition_filter: PartitionFilter | None,
         batch_size: int,
+        row_ids: bool = False,
     ) -> None:
         self.table = table
         self._plan = plan
-        self._rows = ChangeRows(table, plan.read, columns, partition_filter, batch_size)
+        self._rows = ChangeRows(table, plan.read, columns, partition_filter, batch_size, row_ids)
         self.schema: pa.Schema = self._rows.schema
 
     def __repr__(self) -> str:
@@ -179,9 +191,10 @@ class ActionsChangeFeed:
         columns: Sequence[str] | None,
         partition_filter: PartitionFilter | None,
         batch_size: int,
+        row_ids: bool = False,
     ) -> None:
         self.table = table
-        self._rows = ChangeRows(table, read, columns, partition_filter, batch_size)
+        self._rows = ChangeRows(table, read, columns, partition_filter, batch_size, row_ids)
         self.schema: pa.Schema = self._rows.schema
         self._versions = iter(versions)
 

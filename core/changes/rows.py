@@ -21,10 +21,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import arguments
-from ..deletion_vectors import read_deleted_rows
+from ..deletion_vectors import keep_mask, read_deleted_rows
 from ..errors import CorruptLogError
 from ..log import commit_name
 from ..read import AppendColumns, read_data_file
+from ..row_tracking import ROW_COMMIT_VERSION, ROW_ID, ROW_ID_COLUMNS, RowTracking
 from ..schema import (
     ColumnMappingMode,
     PrimitiveType,
@@ -69,9 +70,14 @@ class ChangeRows:
         columns: Sequence[str] | None,
         partition_filter: PartitionFilter | None,
         batch_size: int,
+        row_ids: bool = False,
     ) -> None:
         self.table = table
         self.read = read
+        #: the table's row tracking when the rows carry their row ids (None: they do not)
+        self._tracking = (
+            RowTracking.of(read.metadata, table=table.uri, version=read.version) if row_ids else None
+        )
         self._batch_size = batch_size
         metadata = read.metadata
         self._table_schema: StructType = metadata.table_schema
@@ -80,7 +86,9 @@ class ChangeRows:
         self._data_columns = self._select(columns)
         # read batches come in table order: asked for in that order, they need no reordering
         chosen = set(self._data_columns)
-        self._in_table_order = self._data_columns == [c for c in self._table_schema.names if c in chosen]
+        self._in_table_order = self._tracking is None and self._data_columns == [
+            c for c in self._table_schema.names if c in chosen
+        ]
         self._data_positions: dict[tuple[str, ...], list[int]] = {}
         # columns=None reads every column without building a projected schema per file
         every = self._data_columns == list(self._table_schema.names)
@@ -99,6 +107,11 @@ class ChangeRows:
                 pa.field(CHANGE_TYPE, pa.string()),
                 pa.field(COMMIT_VERSION, pa.int64()),
                 pa.field(COMMIT_TIMESTAMP, TIMESTAMP_TYPE),
+                *(
+                    [pa.field(ROW_ID, pa.int64()), pa.field(ROW_COMMIT_VERSION, pa.int64())]
+                    if self._tracking is not None
+                    else []
+                ),
             ]
         )
 
@@ -107,7 +120,7 @@ class ChangeRows:
             return list(self._table_schema.names)
         out: list[str] = []
         for name in columns:
-            if name in CDF_COLUMNS:
+            if name in CDF_COLUMNS or (self._tracking is not None and name in ROW_ID_COLUMNS):
                 continue
             canonical = arguments.column_name(self._table_schema, name, self.table.uri)
             if canonical not in out:
@@ -161,6 +174,9 @@ class ChangeRows:
             elif name == "commitInfo" and commit_info is None:
                 commit_info = body
         meta = CommitColumns(version, timestamp_ms * 1000)
+        if cdc and self._tracking is not None:  # row ids are never read from change data files
+            yield from self._derived_reads(self._tracking, adds, removes, meta)
+            return
         if cdc:
             for action in cdc:
                 if self._filter.keeps(action, version):
@@ -226,6 +242,23 @@ class ChangeRows:
         only_rows: pa.UInt64Array | None = None,
         partition_from: Mapping[str, Any] | None = None,
     ) -> Iterator[pa.RecordBatch]:
+        if self._tracking is not None:
+            ids, versions = self._tracking.of_file(
+                self.table.storage, action, table=self.table.uri, version=meta.version
+            )
+            if only_rows is None:
+                only_rows = _alive(self._deleted_rows(dv, action["path"]), len(ids), action["path"])
+            n = len(only_rows)
+            yield from self._read_rows(
+                action,
+                only_rows,
+                repeated_string(change_type, n),
+                ids.take(only_rows),
+                versions.take(only_rows),
+                meta,
+                partition_from,
+            )
+            return
         partition_values = self._partition_values(partition_from or action, meta.version)
         append = None
         if self._in_table_order:  # the CDF columns are added in the same batch
@@ -253,6 +286,124 @@ class ChangeRows:
             return
         for batch in batches:
             yield self._finish(batch, repeated_string(change_type, batch.num_rows), meta)
+
+    def _derived_reads(
+        self,
+        tracking: RowTracking,
+        adds: Mapping[str, Mapping[str, Any]],
+        removes: Mapping[str, Mapping[str, Any]],
+        meta: CommitColumns,
+    ) -> Iterator[FileRead]:
+        """A version with change data files, read from its data files by row id instead.
+
+        The rows the version took away (removed files' live rows, rows a new deletion vector
+        deletes) and the rows it added (added files' live rows, rows a deletion vector gave back)
+        are matched by row id: a row id on both sides is an update when the added row's commit
+        version is this version (``update_preimage`` then ``update_postimage``), a row copied
+        unchanged otherwise (no change); a row id on one side only is a delete or an insert. On a
+        table with row tracking these are the rows of the version's change data files, each with
+        the row id and commit version the protocol lets a reader take from data files only. The
+        rows taken away come first, then those added (files in commit order on each side).
+        """
+        version = meta.version
+        uri = self.table.uri
+        # (action, its rows in the change (None: those its deletion vector leaves), whether they
+        # were taken away, the action with the partition values)
+        sides: list[tuple[Mapping[str, Any], pa.UInt64Array | None, bool, Mapping[str, Any] | None]] = []
+        for path, add in adds.items():
+            remove = removes.get(path)
+            if remove is None:
+                sides.append((add, None, False, None))
+                continue
+            self._check_dv_pair(add, remove, meta)
+            before = self._deleted_rows(remove.get("deletionVector"), path)
+            after = self._deleted_rows(add.get("deletionVector"), path)
+            sides.append((remove, _difference(after, before), True, add))
+            sides.append((add, _difference(before, after), False, None))
+        for path, remove in removes.items():
+            if path not in adds:
+                sides.append((remove, None, True, None))
+        tracked = []
+        for action, only, taken, partition_from in sides:
+            ids, versions = tracking.of_file(self.table.storage, action, table=uri, version=version)
+            path = action["path"]
+            rows = only
+            if rows is None:
+                rows = _alive(self._deleted_rows(action.get("deletionVector"), path), len(ids), path)
+            if len(rows) and pc.max(rows).as_py() >= len(ids):
+                raise CorruptLogError(
+                    f"deletion vector names row {pc.max(rows).as_py()} of a {len(ids)}-row file",
+                    table=uri,
+                    version=version,
+                    file=action["path"],
+                )
+            tracked.append((action, rows, taken, partition_from, ids.take(rows), versions.take(rows)))
+        gone = _unique_ids([t[4] for t in tracked if t[2]], "taken away", uri, version)
+        added = [t for t in tracked if not t[2]]
+        new_ids = _unique_ids([t[4] for t in added], "added", uri, version)
+        new_versions = pa.concat_arrays([t[5] for t in added]) if added else pa.array([], pa.int64())
+        # what was taken away first, then what was added: an update's pre-image before its post-image
+        for action, rows, taken, partition_from, ids, versions in sorted(tracked, key=lambda t: not t[2]):
+            if taken:
+                at = pc.index_in(ids, value_set=new_ids)
+                matched = pc.is_valid(at)
+                updated = pc.and_(matched, pc.equal(pc.fill_null(new_versions.take(at), -1), version))
+                kinds = pc.if_else(updated, "update_preimage", "delete")
+            else:
+                matched = pc.is_in(ids, value_set=gone)
+                updated = pc.and_(matched, pc.equal(versions, version))
+                kinds = pc.if_else(updated, "update_postimage", "insert")
+            changed = pc.or_(pc.invert(matched), updated)  # a matched row not updated was copied
+            if not pc.any(changed).as_py() or not self._filter.keeps(partition_from or action, version):
+                continue
+            yield FileRead(
+                version,
+                action.get("size"),
+                partial(
+                    self._read_rows,
+                    action,
+                    rows.filter(changed),
+                    kinds.filter(changed),
+                    ids.filter(changed),
+                    versions.filter(changed),
+                    meta,
+                    partition_from,
+                ),
+            )
+
+    def _read_rows(
+        self,
+        action: Mapping[str, Any],
+        rows: pa.UInt64Array,
+        change_types: pa.Array,
+        ids: pa.Int64Array,
+        versions: pa.Int64Array,
+        meta: CommitColumns,
+        partition_from: Mapping[str, Any] | None,
+    ) -> Iterator[pa.RecordBatch]:
+        """The rows ``rows`` of a data file (physical indexes, ascending), with their change types,
+        row ids and row commit versions."""
+        if not len(rows):
+            return
+        partition_values = self._partition_values(partition_from or action, meta.version)
+        at = 0
+        for batch in read_data_file(
+            self.table.storage,
+            action["path"],
+            schema=self._table_schema,
+            partition_columns=self._partition_columns,
+            column_mapping=self._mode,
+            partition_values=partition_values,
+            columns=self._columns_arg,
+            only_rows=rows,
+            table=self.table.uri,
+            use_threads=not prefetchable(action),
+        ):
+            n = batch.num_rows
+            yield self._finish(
+                batch, change_types.slice(at, n), meta, ids.slice(at, n), versions.slice(at, n)
+            )
+            at += n
 
     def _read_cdc_file(self, action: Mapping[str, Any], meta: CommitColumns) -> Iterator[pa.RecordBatch]:
         """A change data file: the data columns plus its physical ``_change_type`` column."""
@@ -310,7 +461,13 @@ class ChangeRows:
             if types is not None:
                 types.close()
 
-    def _finish(self, batch: pa.RecordBatch, change_types: pa.Array, meta: CommitColumns) -> pa.RecordBatch:
+    def _finish(
+        self,
+        batch: pa.RecordBatch,
+        change_types: pa.Array,
+        meta: CommitColumns,
+        *row_ids: pa.Array,
+    ) -> pa.RecordBatch:
         n = batch.num_rows
         names = tuple(batch.schema.names)
         positions = self._data_positions.get(names)
@@ -318,7 +475,9 @@ class ChangeRows:
             positions = self._data_positions[names] = [names.index(c) for c in self._data_columns]
         columns = batch.columns
         data = [columns[i] for i in positions]
-        return pa.RecordBatch.from_arrays([*data, change_types, *meta.columns(n)], schema=self.schema)
+        return pa.RecordBatch.from_arrays(
+            [*data, change_types, *meta.columns(n), *row_ids], schema=self.schema
+        )
 
     def _partition_values(self, action: Mapping[str, Any], version: int) -> Mapping[str, str | None]:
         """The file's ``partitionValues`` (a key the map lacks is a null value, as delta-spark
@@ -346,6 +505,23 @@ def _difference(left: pa.UInt64Array, right: pa.UInt64Array) -> pa.UInt64Array:
     if len(right) == 0 or len(left) == 0:
         return left
     return left.filter(pc.invert(pc.is_in(left, value_set=right)))
+
+
+def _alive(deleted: pa.UInt64Array, num_rows: int, path: str) -> pa.UInt64Array:
+    """The row indexes of a ``num_rows``-row file that ``deleted`` leaves, ascending."""
+    return pc.indices_nonzero(keep_mask(deleted, num_rows, data_file=path))
+
+
+def _unique_ids(parts: list[pa.Array], side: str, table: str, version: int) -> pa.Array:
+    """The row ids of one side of a version, refused if one is there twice (never in a valid log)."""
+    ids = pa.concat_arrays(parts) if parts else pa.array([], pa.int64())
+    if len(ids) and pc.count_distinct(ids).as_py() != len(ids):
+        raise CorruptLogError(
+            f"a row id is among the rows the version {side} more than once: row ids are not unique",
+            table=table,
+            version=version,
+        )
+    return ids
 
 
 def _is_noop_merge(commit_info: Mapping[str, Any]) -> bool:

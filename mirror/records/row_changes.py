@@ -5,7 +5,8 @@ connectors publish, so that Debezium-aware consumers (Kafka Connect's ``JsonConv
 ``schemas.enable=true`` and ``ExtractNewRecordState``, Flink's ``debezium-json``, Spark's
 ``from_json``) read it unchanged::
 
-    key   {"id": 7}                                  (the configured key columns; the whole row without)
+    key   {"id": 7}                                  (the configured key columns; else {"_row_id": n} on
+                                                      a table with row tracking; else the whole row)
     value {"before": {...}|null, "after": {...}|null, "op": "c"|"u"|"d"|"r", "ts_ms": <commit ms>,
            "source": {"version", "connector": "deltamirror", "name", "ts_ms", "snapshot": "true"|"false"|"last",
                       "db", "table", "table_id", "delta_version", "index"},
@@ -53,6 +54,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltamirror.core.errors import CorruptDataFileError
+from deltamirror.core.row_tracking import ROW_COMMIT_VERSION, ROW_ID
 
 from ..errors import RecordTooLargeError, UnrepresentableValueError
 from .connect_types import column_values, connect_schema
@@ -68,6 +70,8 @@ from .row_records import (
 CHANGE_TYPE = "_change_type"
 #: the change feed's own columns: never part of a row's image
 CDF_COLUMNS = frozenset({"_change_type", "_commit_version", "_commit_timestamp"})
+#: with row ids (row tracking): the change feed's columns and the row id columns
+CDF_AND_ROW_ID_COLUMNS = CDF_COLUMNS | {ROW_ID, ROW_COMMIT_VERSION}
 CONNECTOR = "deltamirror"
 
 _UPDATE_IMAGES = pa.array(["update_preimage", "update_postimage"])
@@ -113,7 +117,8 @@ class RowChangeEncoder:
 
     def __init__(self, options: RowChangesOptions, schema: pa.Schema) -> None:
         self.options = options
-        self.columns = [f.name for f in schema if f.name not in CDF_COLUMNS]
+        feed_columns = CDF_AND_ROW_ID_COLUMNS if options.row_ids else CDF_COLUMNS
+        self.columns = [f.name for f in schema if f.name not in feed_columns]
         fields = {f.name: f for f in schema}
         missing = [c for c in options.key_columns if c not in fields]
         if missing:
@@ -152,7 +157,9 @@ class RowChangeEncoder:
         if not self.key_columns:
             return [b"{}"] * batch.num_rows
         convert = self.serializer.column_values
-        columns = [values[c] if values else convert(batch.column(c)) for c in self.key_columns]
+        columns = [
+            values[c] if values and c in values else convert(batch.column(c)) for c in self.key_columns
+        ]
         names = self.key_columns
         encode = _encode_row_json
         return [encode(dict(zip(names, k, strict=True))).encode() for k in zip(*columns, strict=True)]

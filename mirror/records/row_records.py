@@ -16,7 +16,9 @@ from .row_formats import RowChangeSerializer, RowChangesFormat, row_change_seria
 @dataclass(frozen=True)
 class RowChangesOptions:
     """What the encoder needs to know of a table; ``key_columns`` (any sequence, kept as a tuple)
-    empty: the whole row is the key."""
+    empty: the whole row is the key. ``row_ids``: the rows carry ``_row_id`` and
+    ``_row_commit_version`` (row tracking), which are not part of a row's image; the key is then
+    ``_row_id`` unless key columns are configured."""
 
     changes_topic: str
     transaction_topic: str
@@ -25,6 +27,7 @@ class RowChangesOptions:
     key_columns: Sequence[str] = ()
     format: RowChangesFormat = "json"
     tombstones: bool = False
+    row_ids: bool = False
     #: the format's serializer, chosen once from ``format``
     serializer: type[RowChangeSerializer] = field(init=False, repr=False, compare=False)
 

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from deltamirror.core.schema import StructType
+from deltamirror.core.row_tracking import ROW_ID
+from deltamirror.core.schema import PrimitiveType, StructField, StructType
 from deltamirror.core.schema_types import parse_schema
 
 from .row_formats import RowChangesFormat, row_change_serializer
@@ -95,11 +96,22 @@ def row_changes_ddl(schema: StructType | str, *, fmt: RowChangesFormat = "json")
 
 
 def row_changes_key_ddl(
-    schema: StructType | str, key_columns: Sequence[str] = (), *, fmt: RowChangesFormat = "json"
+    schema: StructType | str,
+    key_columns: Sequence[str] = (),
+    *,
+    fmt: RowChangesFormat = "json",
+    row_tracking: bool = False,
 ) -> str:
-    """The DDL of a changes-topic key: the key columns (the whole row when none are configured)."""
+    """The DDL of a changes-topic key: the key columns; when none are configured, ``_row_id`` on a
+    table with row tracking (``row_tracking``: ``delta.enableRowTracking`` is on), else the whole row."""
     parsed = _schema(schema)
-    return row_change_serializer(fmt).key_ddl(parsed.select(key_columns) if key_columns else parsed)
+    if key_columns:
+        fields = parsed.select(key_columns)
+    elif row_tracking:
+        fields = StructType(fields=(StructField(name=ROW_ID, type=PrimitiveType(name="long")),))
+    else:
+        fields = parsed
+    return row_change_serializer(fmt).key_ddl(fields)
 
 
 __all__ = [

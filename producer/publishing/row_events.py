@@ -27,6 +27,8 @@ from deltamirror.core.changes import (
     check_change_metadata,
 )
 from deltamirror.core.errors import ConfigError
+from deltamirror.core.models import Metadata
+from deltamirror.core.row_tracking import ROW_ID, row_tracking_enabled, snapshot_batches_with_row_ids
 from deltamirror.mirror.records.row_changes import RowChangesOptions, VersionRows
 from deltamirror.mirror.topic_names import TableTopics, table_name
 
@@ -76,30 +78,44 @@ class RowChangesSource:
             return None
         return cls(table, config.row_changes, topics, table_name(config.normalized_uri, config.topic_name))
 
-    def options(self, table_id: str) -> RowChangesOptions:
+    def options(self, table_id: str, metadata: Metadata | None = None) -> RowChangesOptions:
+        """The options of a unit's records; ``metadata`` (in force at the unit) decides the key: the
+        configured key columns, else the row id on a table with row tracking, else the whole row."""
+        row_ids = self.keyed_by_row_id(metadata)
         return RowChangesOptions(
             changes_topic=self.topics.changes,
             transaction_topic=self.topics.transaction,
             table_name=self.table_name,
             table_id=table_id,
-            key_columns=self.config.key_columns,
+            key_columns=(ROW_ID,) if row_ids else self.config.key_columns,
             format=self.config.format,
             tombstones=self.config.tombstones,
+            row_ids=row_ids,
         )
+
+    def keyed_by_row_id(self, metadata: Metadata | None) -> bool:
+        """No key columns configured, and the table has row tracking enabled."""
+        return not self.config.key_columns and metadata is not None and row_tracking_enabled(metadata)
 
     def rows_of(self, unit: PublishUnit) -> VersionRows:
         """The records of ``unit``'s row changes (a version's change feed, or a snapshot as ``"r"``)."""
-        options = self.options(unit.table_id)
         if isinstance(unit, SnapshotWork):
             snap = unit.snap
+            options = self.options(unit.table_id, snap.metadata)
+            row_ids = options.row_ids
             self._check_key(options, list(snap.schema.names), unit.version)
             transform, version = self.transform, unit.version
 
             def snapshot_batches() -> Iterator[pa.RecordBatch]:
-                for batch in snap.iter_batches():
+                rows = snapshot_batches_with_row_ids(snap) if row_ids else snap.iter_batches()
+                for batch in rows:
                     if batch.num_rows:
                         batch = batch.append_column("_change_type", pa.repeat("insert", batch.num_rows))
-                        yield transform.apply(batch, version) if transform is not None else batch
+                        yield (
+                            transform.apply(batch, version, row_ids=row_ids)
+                            if transform is not None
+                            else batch
+                        )
 
             return VersionRows(
                 options,
@@ -113,6 +129,8 @@ class RowChangesSource:
         metadata = unit.metadata
         if metadata is None:  # the watcher always knows it; a unit built elsewhere must say it
             raise ConfigError("row changes need the metaData in force at each version", table=self.table.uri)
+        options = self.options(unit.table_id, metadata)
+        row_ids = options.row_ids
         summary = unit.scan.summary
         self._check_key(options, metadata.table_schema.names, unit.version)
         has_rows = summary.adds + summary.removes + summary.cdc > 0
@@ -129,12 +147,12 @@ class RowChangesSource:
                 actions = _decoded_actions(self.table, unit)
                 decoded.append(VersionActions(unit.version, unit.timestamp.timestamp, actions))
             feed = changes_from_actions(
-                self.table, metadata, unit.version, decoded, batch_size=self.batch_size
+                self.table, metadata, unit.version, decoded, batch_size=self.batch_size, row_ids=row_ids
             )
             transform = self.transform
             if transform is None:
                 return iter(feed)
-            return (transform.apply(batch, unit.version) for batch in feed)
+            return (transform.apply(batch, unit.version, row_ids=row_ids) for batch in feed)
 
         return VersionRows(
             options,
@@ -150,7 +168,7 @@ class RowChangesSource:
     def _check_key(self, options: RowChangesOptions, columns: list[str], version: int) -> None:
         if self.transform is not None:
             self.transform.check_names(columns, version)
-        missing = [c for c in options.key_columns if c not in columns]
+        missing = [c for c in options.key_columns if c not in columns and not options.row_ids]
         if missing:
             raise ConfigError(
                 f"row_changes.key_columns names {', '.join(map(repr, missing))}, not a column of the table "

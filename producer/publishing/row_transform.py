@@ -28,12 +28,14 @@ import pyarrow.compute as pc
 
 from deltamirror.core.errors import ConfigError
 from deltamirror.core.head import read_head
+from deltamirror.core.row_tracking import ROW_ID_COLUMNS
 from deltamirror.core.table import open_table
 
 from ..settings import RowChangesConfig, RowPredicate, TableConfig
 
 #: the change feed's own columns: always carried, never filtered, projected or masked
 _FEED_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
+_FEED_AND_ROW_ID_COLUMNS = (*_FEED_COLUMNS, *ROW_ID_COLUMNS)
 _COMPARE = {
     "=": "equal",
     "!=": "not_equal",
@@ -67,11 +69,12 @@ class RowTransform:
         if problem is not None:
             raise self._error(problem, version)
 
-    def check_types(self, schema: pa.Schema, version: int) -> None:
+    def check_types(self, schema: pa.Schema, version: int, *, row_ids: bool = False) -> None:
         """A ConfigError naming the mask or predicate the type of its column cannot take."""
         if schema in self._checked:
             return
-        self.check_names([n for n in schema.names if n not in _FEED_COLUMNS], version)
+        feed_columns = _feed_columns(row_ids)
+        self.check_names([n for n in schema.names if n not in feed_columns], version)
         for column, how in self.config.mask.items():
             if how == "hmac" and _nested(schema.field(column).type):
                 raise self._error(
@@ -90,22 +93,24 @@ class RowTransform:
                 ) from None
         self._checked.add(schema)
 
-    def apply(self, batch: pa.RecordBatch, version: int) -> pa.RecordBatch:
-        """The rows of ``batch`` that pass, with the published columns (masked) and the feed's."""
-        self.check_types(batch.schema, version)
+    def apply(self, batch: pa.RecordBatch, version: int, *, row_ids: bool = False) -> pa.RecordBatch:
+        """The rows of ``batch`` that pass, with the published columns (masked) and the feed's
+        (``_row_id`` and ``_row_commit_version`` among them when ``row_ids``: the rows' key)."""
+        feed_columns = _feed_columns(row_ids)
+        self.check_types(batch.schema, version, row_ids=row_ids)
         if self.config.where:
             batch = batch.filter(self._passes(batch), null_selection_behavior="drop")
         columns: Sequence[str] = (
             self.config.columns
             if self.config.columns is not None
-            else [n for n in batch.schema.names if n not in _FEED_COLUMNS]
+            else [n for n in batch.schema.names if n not in feed_columns]
         )
         # the table's order, whatever order the setting lists them in
         wanted = set(columns)
         out_names: list[str] = []
         out_arrays: list[pa.Array] = []
         for name in batch.schema.names:
-            feed = name in _FEED_COLUMNS
+            feed = name in feed_columns
             if not feed and (name not in wanted or self.config.mask.get(name) == "drop"):
                 continue
             array = batch.column(name)
@@ -217,3 +222,9 @@ def _literals(predicate: RowPredicate, type_: pa.DataType) -> pa.Scalar | pa.Arr
 
 
 __all__ = ["RowTransform", "check_row_settings", "row_settings_problem"]
+
+
+def _feed_columns(row_ids: bool) -> tuple[str, ...]:
+    """The columns a transform passes on as they are: the change feed's, and the row ids when the
+    rows are keyed by them."""
+    return _FEED_AND_ROW_ID_COLUMNS if row_ids else _FEED_COLUMNS

@@ -329,6 +329,34 @@ def _columns(ctx: Ctx) -> None:
         assert "id" in every and "id" not in chosen and "name" in chosen, command
 
 
+@observes("changes row_ids")
+def _row_ids(ctx: Ctx) -> None:
+    """delta-spark's row ids (tests/data/corpus, written with row tracking) as columns, or refused."""
+    from support.corpus import CORPUS
+
+    table = CORPUS / "tables" / "spark__row_ids"
+    rows = [
+        json.loads(line)
+        for line in ctx.ok(
+            "changes", str(table), "--starting-version", "3", "--ending-version", "3", "--row-ids"
+        ).splitlines()
+    ]
+    assert {(r["_change_type"], r["_row_id"]) for r in rows} == {
+        ("update_preimage", 1),
+        ("update_postimage", 1),
+    }
+    plain = ctx.ok("changes", str(table), "--starting-version", "3", "--ending-version", "3")
+    assert "_row_id" not in plain
+    ctx.refused(
+        "changes",
+        str(make_table(ctx.tmp / "t", 2)),
+        "--starting-version",
+        "0",
+        "--row-ids",
+        naming="row tracking",
+    )
+
+
 @observes("changes net", "changes key")
 def _net_changes(ctx: Ctx) -> None:
     """A real change feed with updates, deletes and a key used twice (krs__cdf-table-non-partitioned)."""

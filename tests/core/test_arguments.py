@@ -48,6 +48,7 @@ BAD: dict[str, list[Any]] = {
     "ending_timestamp": ["not a time", [], 1.5, True],
     "partition_filter": [5, "part=1", [("part", "1")], {1: "1"}],
     "batch_size": [0, -5, "10", 2.5, True],
+    "row_ids": ["yes", 1, None],
     "table": [str(TABLE), None, 5],
     "metadata": [{"schemaString": "{}"}, None, "metaData"],
     "metadata_version": [-1, "0", 1.5, True],

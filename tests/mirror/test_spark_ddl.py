@@ -99,6 +99,9 @@ def test_row_changes_ddl_with_inline_schema_reads_the_payload() -> None:
 
 def test_row_changes_key_ddl() -> None:
     assert row_changes_key_ddl(SCHEMA, ["id", "d"]) == "`id` BIGINT, `d` INT"
+    # a table with row tracking: keyed by the row id, unless key columns are configured
+    assert row_changes_key_ddl(SCHEMA, row_tracking=True) == "`_row_id` BIGINT"
+    assert row_changes_key_ddl(SCHEMA, ["id"], row_tracking=True) == "`id` BIGINT"
     assert row_changes_key_ddl(SCHEMA, ["id"], fmt="json-schema") == "payload STRUCT<`id`: BIGINT>"
     assert row_changes_key_ddl(SCHEMA) == (  # no key columns: the whole row
         "`id` BIGINT, `a``b` DECIMAL(10,2), `d` INT, `ts` BIGINT, `st` STRUCT<`x`: SMALLINT>, "

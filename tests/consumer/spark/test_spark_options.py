@@ -493,3 +493,58 @@ def test_an_unknown_column_in_the_columns_option_is_refused_naming_it(tmp_path: 
     with pytest.raises(UnknownColumnError) as err:
         feed_schema(table, read, ["name", "nope"])  # type: ignore[arg-type]
     assert err.value.column == "nope" and "\n" not in str(err.value)
+
+
+def test_the_row_ids_option_adds_delta_spark_row_ids_to_change_and_snapshot_rows() -> None:
+    """rowIds: the tasks' rows carry the row ids read_changes gives (checked there against
+    delta-spark's _metadata.row_id), after the three change-feed columns; refused without row tracking."""
+    import pyarrow as pa
+
+    from deltamirror.consumer.spark.rows import change_rows, feed_schema, snapshot_rows
+    from deltamirror.core.changes import VersionActions, read_changes
+    from deltamirror.core.errors import InvalidArgumentError as Refused
+    from support.corpus import CORPUS, normal_rows
+
+    assert _parse().row_ids is False and _parse(rowIds="TRUE").row_ids is True
+    with pytest.raises(InvalidArgumentError, match="rowIds"):
+        _parse(rowIds="maybe")
+    table = open_table(str(CORPUS / "tables" / "spark__row_ids_dv"))
+    stamps = {t.version: t.timestamp for t in table.commit_timestamps()}
+    snapshot = table.snapshot()
+    read = ReadSchema(snapshot.metadata, snapshot.version)
+    versions = [
+        VersionActions(v, stamps[v], [next(iter(a.items())) for a in table.read_commit(v)])
+        for v in range(snapshot.version + 1)
+    ]
+    schema = feed_schema(table, read, row_ids=True)
+    assert schema.names[-5:] == [
+        "_change_type",
+        "_commit_version",
+        "_commit_timestamp",
+        "_row_id",
+        "_row_commit_version",
+    ]
+    rows = pa.Table.from_batches(
+        list(change_rows(table, read, versions, fail_on_data_loss=True, row_ids=True))
+    )
+    expected = read_changes(table, starting_version=0, row_ids=True).to_arrow()
+    assert rows.num_rows and normal_rows(rows.to_pylist()) == normal_rows(expected.to_pylist())
+    snap = pa.Table.from_batches(
+        list(snapshot_rows(table, read, snapshot.version, 0, ["name"], row_ids=True))
+    )
+    assert snap.schema.names == [
+        "name",
+        "_change_type",
+        "_commit_version",
+        "_commit_timestamp",
+        "_row_id",
+        "_row_commit_version",
+    ]
+    oracle = json.loads((CORPUS / "expected" / "spark__row_ids_dv.json").read_text())
+    latest = oracle["versions"][str(snapshot.version)]["rows_with_row_ids"]
+    assert sorted((r["name"], r["_row_id"], r["_row_commit_version"]) for r in snap.to_pylist()) == sorted(
+        (r["name"], r["row_id"], r["row_commit_version"]) for r in latest
+    )
+    plain = open_table(str(CORPUS / "tables" / "spark__dml"))
+    with pytest.raises(Refused, match="row tracking"):
+        feed_schema(plain, ReadSchema(plain.snapshot().metadata, 0), row_ids=True)

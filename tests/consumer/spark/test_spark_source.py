@@ -390,3 +390,41 @@ def test_a_shallow_clone_reads_through_the_source_with_allow_path_prefixes(
     assert expected and rows(got) == rows(expected)
     with pytest.raises(Exception, match="outside the table root"):  # the query's error, as Spark raises it
         _run(stream(), tmp_path / "without")
+
+
+def test_the_row_ids_option_streams_delta_spark_row_ids(
+    spark: Any,  # noqa: F811
+    kafka_bootstrap: str,
+    tmp_path: Path,
+) -> None:
+    """rowIds through Spark: the rows of a delta-spark row-tracking table (tests/data/corpus, whose
+    row ids the fast tests hold against delta-spark's _metadata.row_id) with their row ids, projected
+    by ``columns``, the same as read_changes gives them."""
+    import shutil
+
+    from deltamirror.consumer.spark.source import register
+    from deltamirror.core.table import open_table
+    from support.corpus import CORPUS
+
+    table = tmp_path / "t"
+    shutil.copytree(CORPUS / "tables" / "spark__row_ids_dv", table)
+    latest = open_table(str(table)).latest_version()
+    actions = f"rowids-{uuid.uuid4().hex[:10]}.actions"
+    watch_until(
+        kafka_bootstrap, table, actions, latest, f"dm-{actions}", snapshot_mode="from-version", from_version=0
+    )
+    register(spark)
+    stream = (
+        spark.readStream.format("deltamirror")
+        .option("kafka.bootstrap.servers", kafka_bootstrap)
+        .option("actionsTopic", actions)
+        .option("commitsTopic", actions.replace(".actions", ".commits"))
+        .option("startingVersion", "0")
+        .option("columns", "name")
+        .option("rowIds", "true")
+        .load(str(table))
+    )
+    got = _run(stream, tmp_path / "cp")
+    assert got and list(got[0]) == ["name", *CDF_META_COLUMNS, "_row_id", "_row_commit_version"]
+    expected = open_table(str(table)).changes(starting_version=0, columns=["name"], row_ids=True).to_arrow()
+    assert normalize_cdf_rows(got) == normalize_cdf_rows(expected.to_pylist())
