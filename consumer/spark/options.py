@@ -56,6 +56,8 @@ KNOWN = {
         "allowPathPrefixes",
         "onBadRecord",
         "columns",
+        "netChanges",
+        "keyColumns",
         "readChangeFeed",
         "readChangeData",
         "skipChangeCommits",
@@ -133,6 +135,10 @@ class SourceOptions:
     #: ``columns``: the table columns to read, as given (None: all); checked against the read
     #: schema by the source, which knows it
     columns: tuple[str, ...] | None = None
+    #: ``netChanges``: each micro-batch gives the net changes of its versions (``changes --net``)
+    net_changes: bool = False
+    #: ``keyColumns``: the columns that tell rows apart for the net changes (None: all their values)
+    key_columns: tuple[str, ...] | None = None
 
     @classmethod
     def parse(cls, given: Mapping[str, str]) -> SourceOptions:
@@ -177,6 +183,7 @@ class SourceOptions:
             fail_on_data_loss=boolean("failOnDataLoss", options.get("failondataloss"), True, uri),
             allowed_path_prefixes=prefixes,
             columns=column_names(options.get("columns"), uri),
+            **net_options(options, uri),
         )
 
     def table(self) -> DeltaTable:
@@ -328,16 +335,28 @@ def path_prefixes(value: str | None, table: str) -> tuple[str, ...]:
     return prefixes
 
 
-def column_names(value: str | None, table: str) -> tuple[str, ...] | None:
-    """``columns``: table column names, comma-separated (None: every column)."""
+def column_names(value: str | None, table: str, name: str = "columns") -> tuple[str, ...] | None:
+    """``columns`` (or ``name``): table column names, comma-separated (None: every column)."""
     if value is None:
         return None
     names = tuple(c.strip() for c in value.split(","))
     if not all(names):
         raise InvalidArgumentError(
-            f"option columns must be column names separated by commas, got {value!r}", table=table
+            f"option {name} must be column names separated by commas, got {value!r}", table=table
         )
     return names
+
+
+def net_options(options: Mapping[str, str], table: str) -> dict[str, Any]:
+    """``netChanges`` and ``keyColumns`` (the key only with net changes: nothing else reads it)."""
+    net = boolean("netChanges", options.get("netchanges"), False, table)
+    keys = column_names(options.get("keycolumns"), table, "keyColumns")
+    if keys is not None and not net:
+        raise InvalidArgumentError(
+            "option keyColumns names the columns netChanges tells rows apart by: set netChanges to true too",
+            table=table,
+        )
+    return {"net_changes": net, "key_columns": keys}
 
 
 #: what the stream does with a record of the mirror the boundary refuses (no dead-letter topic here)
@@ -374,5 +393,6 @@ __all__ = [
     "SourceOptions",
     "column_names",
     "kafka_settings",
+    "net_options",
     "non_negative_int",
 ]
