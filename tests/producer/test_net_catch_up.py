@@ -171,3 +171,44 @@ def test_kill_9_during_a_net_catch_up_leaves_nothing_then_the_restart_publishes_
     actions = kit.consume(kafka_bootstrap, [setup.actions], idle_s=0.3)
     assert [s["version"] for s in summaries if s.get("kind") == "commit"] == [0, 1]
     assert len(actions) == sum(s["actionCount"] for s in summaries if s.get("kind") == "commit")
+
+
+@pytest.mark.timeout(120)
+def test_an_error_inside_the_catch_up_publishes_nothing_of_it(
+    kafka_bootstrap: str, tmp_path: Path, kit: Any, watch_setup: Any
+) -> None:
+    import time
+
+    from deltalake import DeltaTable, write_deltalake
+
+    table = tmp_path / "t"
+    rows = pa.table({"id": pa.array([1, 2], pa.int64()), "name": pa.array(["a", "b"])})
+    write_deltalake(str(table), rows, configuration={"delta.enableChangeDataFeed": "true"})  # v0
+    write_deltalake(str(table), rows.slice(0, 1), mode="overwrite")  # v1
+    DeltaTable(str(table)).alter.set_table_properties({"delta.enableChangeDataFeed": "false"})  # v2
+    write_deltalake(str(table), rows.slice(1), mode="append")  # v3: no change data feed
+    topics = _topic_names()
+    setup = watch_setup(
+        kafka_bootstrap,
+        table,
+        table_settings={
+            "snapshot_mode": "from-version",
+            "from_version": 0,
+            "changes_topic": topics["changes"],
+            "transaction_topic": topics["transaction"],
+            "row_changes": {"key_columns": ["id"], "net_catch_up": True},
+        },
+        txn_max_records=1,
+    )
+    log = tmp_path / "watch.log"
+    proc = setup.start_process(log=log)
+    try:
+        deadline = time.monotonic() + 60
+        while "table stopped" not in (log.read_text() if log.exists() else ""):
+            assert time.monotonic() < deadline and proc.poll() is None, "the table did not stop on the error"
+            time.sleep(0.2)
+    finally:
+        assert kit.stop_process(proc) == 0
+    assert "DELTA_MISSING_CHANGE_DATA" in log.read_text()
+    # the range's actions were produced before its rows failed: aborted with them, none committed
+    assert kit.consume(kafka_bootstrap, [setup.actions, setup.commits, setup.progress], idle_s=0.3) == []
