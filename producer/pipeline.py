@@ -683,6 +683,10 @@ class TablePipeline:
             behind = self.watcher.versions_ahead + len(self._drained)
             self.metrics.versions_behind(self.uri, behind)
             self.retention.published(work.timestamp.timestamp, behind, self.watcher.configuration)
+        elif isinstance(work, TableReplacedWork) and txns.atomic:
+            # re-created during a net catch-up: none of it is committed, the new table starts afresh
+            self._abort()
+            return
         elif isinstance(work, TableReplacedWork):
             txns.announce_replaced(work)
             return  # the new table's first work goes in the same transaction
