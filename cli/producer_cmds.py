@@ -77,6 +77,15 @@ WATCH_FLAGS: tuple[Flag, ...] = (
         switch=True,
     ),
     Flag(
+        "net_catch_up",
+        ("--net-catch-up",),
+        "with --snapshot-mode from-version or from-timestamp and row changes: publish the versions up "
+        "to the table's current one as net row changes (one event per changed row, in one "
+        "transaction with their actions), then every later version as usual (config "
+        "row_changes: {net_catch_up: true})",
+        switch=True,
+    ),
+    Flag(
         "wait_for_table",
         ("--wait-for-table",),
         "wait for a TABLE that does not exist yet (no _delta_log with a commit) instead of refusing it "

@@ -65,7 +65,15 @@ from .tailing.retention import RetentionWatch
 from .tailing.snapshot_events import SnapshotWork
 from .tailing.waker import LogWaker
 from .tailing.watcher import TableWatcher
-from .tailing.work import CommitWork, Position, PositionWork, TableDroppedWork, TableReplacedWork, Work
+from .tailing.work import (
+    CommitWork,
+    NetCatchUpWork,
+    Position,
+    PositionWork,
+    TableDroppedWork,
+    TableReplacedWork,
+    Work,
+)
 
 if TYPE_CHECKING:  # for the type checker only: importing it loads prometheus_client
     from .metrics import Metrics
@@ -159,6 +167,9 @@ class TablePipeline:
             from_timestamp=table.from_timestamp,
             allowed_path_prefixes=table.allowed_path_prefixes,
             drop_when_gone=table.when_deleted == "drop",
+            net_catch_up=table.row_changes_on
+            and table.row_changes is not None
+            and table.row_changes.net_catch_up,
         )
         self.waker = LogWaker(self.watcher.storage, enabled=cfg.use_notifications)
         self.txns = TableTransactions(
@@ -518,7 +529,14 @@ class TablePipeline:
         table, the version and the file): /healthz and ``deltamirror_table_up`` keep saying it,
         the log says it again when it changes or after the table has resumed.
         """
-        if self.txns.in_transaction:
+        if self.txns.in_transaction and self.txns.atomic:  # a net catch-up commits whole or not at all
+            try:
+                self._abort()
+            except (ProducerFencedError, ConfigError):
+                raise
+            except KafkaError:
+                pass  # the restart's init_transactions() aborts it
+        elif self.txns.in_transaction:
             try:
                 self.txns.commit()
             except (ProducerFencedError, ConfigError):
@@ -549,11 +567,15 @@ class TablePipeline:
             try:
                 if self._cut_mid_batch:  # records past the last batch boundary: never commit them
                     raise RetriableKafkaError("a batch was cut by the stop")
+                if self.txns.atomic and not self.txns.catch_up_published:
+                    raise RetriableKafkaError("a net catch-up was cut by the stop")
                 self.txns.commit(timeout_s=max(0.0, self.time_left()))
             except ProducerFencedError:
                 raise
             except KafkaError as exc:
-                if not self._cut_mid_batch:
+                if self.txns.atomic and not self.txns.catch_up_published:
+                    log.info("stopped during a net catch-up: aborted, published whole on the next start")
+                elif not self._cut_mid_batch:
                     log.warning("could not commit on stop; aborting", exc_info=exc, extra=self._log_extra)
                 try:
                     left = self.time_left()
@@ -635,10 +657,18 @@ class TablePipeline:
             self._resync = "the connection to the brokers was lost"
             self._needs_start = True
             return
-        if txns.in_transaction and not self._drained and self.watcher.next_commit_size() > LARGE_COMMIT_BYTES:
+        if (
+            txns.in_transaction
+            and not txns.atomic
+            and not self._drained
+            and self.watcher.next_commit_size() > LARGE_COMMIT_BYTES
+        ):
             # reading a big commit may outlast transaction.timeout.ms: do not keep a transaction open
             txns.commit()
         work = self._next_work()
+        if work is None and txns.atomic:  # a catch-up's versions exist: read again (never commit a part)
+            self.waker.wait(self.table.poll_interval_s, self.stop)
+            return
         if work is None:
             if txns.in_transaction:
                 txns.commit()
@@ -653,6 +683,10 @@ class TablePipeline:
             behind = self.watcher.versions_ahead + len(self._drained)
             self.metrics.versions_behind(self.uri, behind)
             self.retention.published(work.timestamp.timestamp, behind, self.watcher.configuration)
+        elif isinstance(work, TableReplacedWork) and txns.atomic:
+            # re-created during a net catch-up: none of it is committed, the new table starts afresh
+            self._abort()
+            return
         elif isinstance(work, TableReplacedWork):
             txns.announce_replaced(work)
             return  # the new table's first work goes in the same transaction
@@ -663,8 +697,14 @@ class TablePipeline:
             return
         elif isinstance(work, PositionWork):
             txns.produced = work.position
+        elif isinstance(work, NetCatchUpWork):
+            txns.begin_catch_up(work)
+            return
+        if txns.catch_up_published:  # the whole catch-up is in: commit it
+            txns.commit()
+            return
         # publish may have committed its last chunk already (a stop mid-version): no txn, no commit
-        if txns.in_transaction and txns.bounds_reached():
+        if txns.in_transaction and not txns.atomic and txns.bounds_reached():
             self._read_while_draining()
             txns.commit()
 

@@ -112,7 +112,9 @@ class RowChangesConfig(SettingsModel):
     published as a delete and an insert. ``tombstones``: a null-value record after each
     delete, for a compacted changes topic. ``pairing_memory_mb``: what pairing a version's update
     images by key may hold in memory; beyond it they spill to temporary files (the system's
-    temporary directory, ``TMPDIR``).
+    temporary directory, ``TMPDIR``). ``net_catch_up``: with snapshot mode ``from-version`` or
+    ``from-timestamp``, the versions from the start to the table's version when the watcher starts
+    go out as their net row changes (one event per row), all in one transaction with their actions.
     """
 
     enabled: bool = True
@@ -130,9 +132,14 @@ class RowChangesConfig(SettingsModel):
     mask_key: SecretStr | None = None
     #: rows kept: those for which every predicate holds (a null compares as false)
     where: list[RowPredicate] = Field(default_factory=list)
+    #: a fresh start from a version or timestamp publishes the range up to the table's current
+    #: version as net row changes, then every later version as usual
+    net_catch_up: bool = False
 
     @model_validator(mode="after")
     def _transform_problems(self) -> RowChangesConfig:
+        if self.net_catch_up and not self.enabled:
+            raise ValueError("net_catch_up is set but row changes are not enabled")
         hashed = sorted(c for c, how in self.mask.items() if how == "hmac")
         if hashed and self.mask_key is None:
             raise ValueError(f"mask_key is required by the hmac mask of {', '.join(hashed)}")
@@ -162,6 +169,21 @@ def _start_problem(snapshot_mode: str, given: Mapping[str, Any]) -> FieldProblem
         if present and snapshot_mode != mode:
             return FieldProblem(field, f"only allowed with snapshot_mode {mode!r} (it is {snapshot_mode!r})")
     return None
+
+
+#: the snapshot modes a net catch-up applies to: those that start at a version of the log
+NET_CATCH_UP_MODES = ("from-version", "from-timestamp")
+
+
+def _net_catch_up_problem(snapshot_mode: str, row_changes: RowChangesConfig | None) -> FieldProblem | None:
+    """``row_changes.net_catch_up`` with a snapshot mode that publishes no range of versions."""
+    if row_changes is None or not row_changes.net_catch_up or snapshot_mode in NET_CATCH_UP_MODES:
+        return None
+    return FieldProblem(
+        "row_changes",
+        f"net_catch_up applies to snapshot_mode from-version or from-timestamp (it is {snapshot_mode!r}: "
+        "no range of versions to net)",
+    )
 
 
 class PerTableSettings(SettingsModel):
@@ -259,6 +281,7 @@ class TableConfig(PerTableSettings):
         problem = _start_problem(
             self.snapshot_mode, {"from_version": self.from_version, "from_timestamp": self.from_timestamp}
         ) or self._local_options_problem(self.uri)
+        problem = problem or _net_catch_up_problem(self.snapshot_mode, self.row_changes)
         if problem is not None:
             raise problem
         if self.actions_topic is not None and self.actions_topic == self.commits_topic:
@@ -353,6 +376,7 @@ class DiscoverConfig(PerTableSettings):
         problem = _start_problem(
             self.snapshot_mode, {"from_timestamp": self.from_timestamp}
         ) or self._local_options_problem(self.uri)
+        problem = problem or _net_catch_up_problem(self.snapshot_mode, self.row_changes)
         if problem is not None:
             raise problem
         return self
@@ -518,6 +542,7 @@ TABLE_OVERRIDES = (
     "storage_options",
     "poll_interval_s",
     "row_changes",
+    "net_catch_up",
     "wait_for_table",
 )
 #: every name :func:`merge_overrides` accepts: the broker list, tables to add, the per-table
@@ -530,6 +555,7 @@ FLAG_NAMES = {
     "from_version": "--from-version",
     "wait_for_table": "--wait-for-table",
     "discover": "--discover",
+    "net_catch_up": "--net-catch-up",
 }
 
 
@@ -586,6 +612,17 @@ def _apply_per_table(entry: dict[str, Any], given: Mapping[str, Any], mode: str 
     if given.get("row_changes"):  # on for every table, each keeping its own key and format
         own = entry.get("row_changes")
         entry["row_changes"] = {**(dict(own) if isinstance(own, Mapping) else {}), "enabled": True}
+    if given.get("net_catch_up"):  # on the row changes each table has (none: refused by the caller)
+        own = entry.get("row_changes")
+        if isinstance(own, Mapping) and own.get("enabled", True):
+            entry["row_changes"] = {**own, "net_catch_up": True}
+        else:
+            what = "discover prefix" if "include" in fields else "table"
+            raise ConfigError(
+                f"{_flag('net_catch_up')} nets the row changes of a catch-up, and the {what} "
+                f"{entry.get('uri')} publishes none: give --row-changes too (or row_changes: in the "
+                "configuration)"
+            )
     if "wait_for_table" in given and "wait_for_table" in fields:
         entry["wait_for_table"] = given["wait_for_table"]
 
@@ -629,7 +666,8 @@ def merge_overrides(
     - ``storage_options`` are merged into every table's options, the override winning per key;
       ``poll_interval_s`` applies to every table; ``row_changes`` (True) turns row-level change
       events on for every table (each keeping its own key columns and format); ``wait_for_table``
-      (True) waits for every named table that does not exist yet;
+      (True) waits for every named table that does not exist yet; ``net_catch_up`` (True) sets
+      ``row_changes.net_catch_up`` on every table and prefix (one without row changes is refused);
     - ``discover`` URIs are added after the file's prefixes (one already there keeps its settings);
       every per-table override a prefix takes applies to every prefix as to every table (so to the
       tables it finds). One it cannot take is refused: ``from_version`` (a version number names a

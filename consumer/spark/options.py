@@ -57,6 +57,8 @@ KNOWN = {
         "onBadRecord",
         "columns",
         "rowIds",
+        "netChanges",
+        "keyColumns",
         "readChangeFeed",
         "readChangeData",
         "skipChangeCommits",
@@ -136,6 +138,10 @@ class SourceOptions:
     columns: tuple[str, ...] | None = None
     #: ``rowIds``: also ``_row_id`` and ``_row_commit_version`` (tables with row tracking only)
     row_ids: bool = False
+    #: ``netChanges``: each micro-batch gives the net changes of its versions (``changes --net``)
+    net_changes: bool = False
+    #: ``keyColumns``: the columns that tell rows apart for the net changes (None: all their values)
+    key_columns: tuple[str, ...] | None = None
 
     @classmethod
     def parse(cls, given: Mapping[str, str]) -> SourceOptions:
@@ -180,7 +186,7 @@ class SourceOptions:
             fail_on_data_loss=boolean("failOnDataLoss", options.get("failondataloss"), True, uri),
             allowed_path_prefixes=prefixes,
             columns=column_names(options.get("columns"), uri),
-            row_ids=boolean("rowIds", options.get("rowids"), False, uri),
+            **net_options(options, uri, row_ids=boolean("rowIds", options.get("rowids"), False, uri)),
         )
 
     def table(self) -> DeltaTable:
@@ -332,16 +338,32 @@ def path_prefixes(value: str | None, table: str) -> tuple[str, ...]:
     return prefixes
 
 
-def column_names(value: str | None, table: str) -> tuple[str, ...] | None:
-    """``columns``: table column names, comma-separated (None: every column)."""
+def column_names(value: str | None, table: str, name: str = "columns") -> tuple[str, ...] | None:
+    """``columns`` (or ``name``): table column names, comma-separated (None: every column)."""
     if value is None:
         return None
     names = tuple(c.strip() for c in value.split(","))
     if not all(names):
         raise InvalidArgumentError(
-            f"option columns must be column names separated by commas, got {value!r}", table=table
+            f"option {name} must be column names separated by commas, got {value!r}", table=table
         )
     return names
+
+
+def net_options(options: Mapping[str, str], table: str, *, row_ids: bool) -> dict[str, Any]:
+    """``rowIds``, ``netChanges`` and ``keyColumns`` (the key only with net changes: nothing else
+    reads it; with ``rowIds`` and no ``keyColumns``, rows are told apart by ``_row_id``, as
+    ``deltamirror changes --row-ids --net`` does)."""
+    net = boolean("netChanges", options.get("netchanges"), False, table)
+    keys = column_names(options.get("keycolumns"), table, "keyColumns")
+    if keys is not None and not net:
+        raise InvalidArgumentError(
+            "option keyColumns names the columns netChanges tells rows apart by: set netChanges to true too",
+            table=table,
+        )
+    if net and row_ids and keys is None:
+        keys = ("_row_id",)
+    return {"row_ids": row_ids, "net_changes": net, "key_columns": keys}
 
 
 #: what the stream does with a record of the mirror the boundary refuses (no dead-letter topic here)
@@ -378,5 +400,6 @@ __all__ = [
     "SourceOptions",
     "column_names",
     "kafka_settings",
+    "net_options",
     "non_negative_int",
 ]

@@ -51,6 +51,12 @@ by name any it does not read; docs/spark.md has the table of delta-spark's optio
     delta-spark's ``_metadata.row_id`` / ``_metadata.row_commit_version`` give (tables with row
     tracking only; refused at ``load`` otherwise). They come from the data files, never from change
     data files: a version with change data files is read from its data files, matched by row id.
+``netChanges``, ``keyColumns``
+    ``netChanges`` ``true``: each micro-batch gives the net changes of its versions (as
+    ``deltamirror changes --net``): per row, told apart by ``keyColumns`` (comma-separated, unique
+    per row at every version), with ``rowIds`` and no ``keyColumns`` by ``_row_id``, or else by all
+    its values, what the batch's versions did to it. The
+    micro-batch is read by one task, and its change rows are held in memory while netted.
 
 A schema change after the stream started fails the query (DELTA_SCHEMA_CHANGED_WITH_VERSION), as
 delta-spark's does: restart it to read with the new schema.
@@ -73,7 +79,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from deltamirror.core.changes import ReadSchema
+from deltamirror.core.changes import CDF_COLUMNS, ReadSchema, net_changes
 from deltamirror.core.errors import InvalidArgumentError
 from deltamirror.core.models import Metadata
 from deltamirror.mirror.kafka.login_check import refuse_wrong_credentials
@@ -140,12 +146,36 @@ class DeltaMirrorSource(DataSource):
         self._schema = feed_schema(table, self._read, self._parsed.columns, self._parsed.row_ids)
         feed_columns = 5 if self._parsed.row_ids else 3  # the CDF columns (and the row ids) follow
         self._columns = None if self._parsed.columns is None else tuple(self._schema.names[:-feed_columns])
+        if self._parsed.net_changes:
+            _check_net(self._schema, self._parsed.key_columns, self._parsed.settings.table_uri)
 
     def schema(self) -> SparkStructType:
         return from_arrow_schema(self._schema)
 
     def streamReader(self, schema: SparkStructType) -> DataSourceStreamReader:
         return MirrorChangeStreamReader(self._parsed, self._read, self._columns)
+
+
+def _check_net(schema: pa.Schema, keys: Sequence[str] | None, table: str) -> None:
+    """Refuse at ``load()`` what netting the rows would refuse in a task: a key column not read,
+    or, without keys, a column of a nested type (a row is then told apart by all its values)."""
+    if keys is not None:
+        missing = [k for k in keys if k not in schema.names or k in CDF_COLUMNS]
+        if missing:
+            raise InvalidArgumentError(
+                f"option keyColumns names {', '.join(map(repr, missing))}, not a column read "
+                f"(columns: {', '.join(n for n in schema.names if n not in CDF_COLUMNS)})",
+                table=table,
+            )
+        net_changes(schema.empty_table(), keys, table=table)  # a nested key column: refused by name
+        return
+    nested = [f.name for f in schema if f.name not in CDF_COLUMNS and pa.types.is_nested(f.type)]
+    if nested:
+        raise InvalidArgumentError(
+            f"option netChanges without keyColumns tells rows apart by all their values, and column "
+            f"{nested[0]!r} is nested: give keyColumns (or columns without it)",
+            table=table,
+        )
 
 
 @dataclass(frozen=True)
@@ -161,6 +191,13 @@ class _VersionsPartition(InputPartition):
     start_timestamp_ms: int
     table_id: str
     kafka_partition: int
+
+
+@dataclass(frozen=True)
+class _NetPartition(InputPartition):
+    """A whole micro-batch, read by one task and netted (``netChanges``)."""
+
+    parts: tuple[_SnapshotPartition | _VersionsPartition, ...]
 
 
 class MirrorChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -253,10 +290,10 @@ class MirrorChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
             first += 1
         last = int(end["version"]) - 1
         if first > last:
-            return parts
+            return self._netted(parts)
         runs = planning.readable_runs(index, first, last, fail_on_data_loss=self._options.fail_on_data_loss)
         if not runs:
-            return parts
+            return self._netted(parts)
         assert index.table_id is not None
         kafka_partition = index.actions_partition()
         step = self._options.versions_per_partition
@@ -264,7 +301,15 @@ class MirrorChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
             for lo in range(run_first, run_last + 1, step):
                 hi = min(lo + step - 1, run_last)
                 parts.append(_VersionsPartition(lo, hi, index.timestamp(lo), index.table_id, kafka_partition))
-        return parts
+        return self._netted(parts)
+
+    def _netted(self, parts: list[InputPartition]) -> list[InputPartition]:
+        """With ``netChanges``, the micro-batch as one partition: a row's changes may span them all."""
+        if not self._options.net_changes or not parts:
+            return parts
+        return [
+            _NetPartition(tuple(p for p in parts if isinstance(p, _SnapshotPartition | _VersionsPartition)))
+        ]
 
     def commit(self, end: dict[str, Any]) -> None:
         if self._index is not None:
@@ -278,6 +323,15 @@ class MirrorChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
     # --- reading (tasks) ---
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, _NetPartition):
+            rows = [batch for part in partition.parts for batch in self._read(part)]
+            if rows:
+                net = net_changes(rows, self._options.key_columns, table=self._uri)
+                yield from net.to_batches()
+            return
+        yield from self._read(partition)
+
+    def _read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         table = self._options.table()
         read = self._read_schema()
         if isinstance(partition, _SnapshotPartition):

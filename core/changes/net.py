@@ -18,7 +18,9 @@ each distinct row gives as many ``insert`` or ``delete`` rows as the range added
 difference between the table's state before the range and after it.
 
 ``_commit_version`` and ``_commit_timestamp`` of a net row are those of the row's last change. Rows
-come out in the order of their last change. The whole range's change rows are held in Arrow while
+are taken in version order, a version's removed images (``delete``, ``update_preimage``) before its
+added ones whatever the order a writer gave them in (delta-rs writes an update's post-images
+first), and come out in the order of their last change. The whole range's change rows are held in Arrow while
 grouping (grouping and taking are Arrow kernels: no Python object per row).
 """
 
@@ -62,8 +64,12 @@ def _numbered(rows: pa.Table) -> pa.Table:
         bad = pc.filter(kinds, unknown)[0].as_py()
         raise NetChangesError(f"a change row has _change_type {bad!r}: no net change can be made of it")
     sign = pc.if_else(adds, 1, -1).cast(pa.int64())
-    rows = rows.append_column(_SEQ, _arange(rows.num_rows))
-    return rows.append_column(_SIGN, sign)
+    # a version's removes before its adds: a writer may put an update's post-image first (delta-rs
+    # does), and a row's state before a version is its removed image, after it its added one
+    order = pa.table({"v": rows.column(COMMIT_VERSION), "s": sign, "i": _arange(rows.num_rows)})
+    at = pc.sort_indices(order, sort_keys=[("v", "ascending"), ("s", "ascending"), ("i", "ascending")])
+    rows = rows.append_column(_SIGN, sign).take(at)
+    return rows.append_column(_SEQ, _arange(rows.num_rows)).select([*rows.schema.names, _SEQ])
 
 
 def _data_columns(schema: pa.Schema) -> list[str]:

@@ -21,10 +21,13 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from deltamirror.core.changes import (
+    CDF_COLUMNS,
     ReadSchema,
     VersionActions,
     changes_from_actions,
     check_change_metadata,
+    net_changes,
+    read_changes,
 )
 from deltamirror.core.errors import ConfigError
 from deltamirror.core.models import Metadata
@@ -162,6 +165,38 @@ class RowChangesSource:
             may_have_updates=summary.cdc > 0,  # update images only come from change data files
             pairing_memory_bytes=self.config.pairing_memory_mb * 1024 * 1024,
             expected_image_bytes=summary.bytes_cdc * IMAGE_BYTES_PER_CDC_BYTE,
+            spill_dir=self.spill_dir,
+        )
+
+    def net_rows_of(self, unit: CommitWork, first: int) -> VersionRows:
+        """The records of the net row changes of versions ``first`` to ``unit``'s (a net catch-up).
+
+        Core's change feed over the range, netted by the key columns (by whole rows without them,
+        :func:`~deltamirror.core.changes.net_changes`), then filtered and masked like any row
+        events. The events carry ``unit``'s version and commit time (the state they lead to), in one
+        BEGIN/END block of that version. The range's rows are held in Arrow while netting.
+        """
+        options = self.options(unit.table_id)
+        version = unit.version
+        keys = self.config.key_columns or None
+        feed = read_changes(
+            self.table, starting_version=first, ending_version=version, batch_size=self.batch_size
+        )
+        self._check_key(options, [n for n in feed.schema.names if n not in CDF_COLUMNS], version)
+        net = net_changes(feed, keys, schema=feed.schema, table=self.table.uri)
+        transform = self.transform
+        batches = [
+            transform.apply(b, version) if transform is not None else b
+            for b in net.to_batches(max_chunksize=self.batch_size)
+            if b.num_rows
+        ]
+        return VersionRows(
+            options,
+            lambda: iter(batches),
+            version=version,
+            ts_ms=unit.timestamp.timestamp,
+            may_have_updates=keys is not None,  # netted updates are paired by key only
+            pairing_memory_bytes=self.config.pairing_memory_mb * 1024 * 1024,
             spill_dir=self.spill_dir,
         )
 

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from contextlib import closing
 from typing import TYPE_CHECKING, Any
 
+from deltamirror.mirror.errors import StopRequested
 from deltamirror.mirror.kafka.producer import TransactionalPublisher
 from deltamirror.mirror.records.actions import ActionRecords
 from deltamirror.mirror.records.commits import (
@@ -53,6 +54,7 @@ from ..tailing.snapshot_events import ProgressBar, SnapshotWork
 from ..tailing.summaries import envelope_encoder
 from ..tailing.work import (
     CommitWork,
+    NetCatchUpWork,
     Position,
     PublishUnit,
     TableDroppedWork,
@@ -162,6 +164,37 @@ class TableTransactions:
         #: the table's row changes (None: not published); their records go in the same
         #: transactions as the version's actions, after them and before its summary
         self.rows: RowChangesSource | None = None
+        #: the net catch-up under way in the open transaction (None: none)
+        self.catch_up: NetCatchUpWork | None = None
+        #: True once the catch-up's last version is in the open transaction: commit it next
+        self.catch_up_published = False
+
+    @property
+    def atomic(self) -> bool:
+        """The open transaction holds a net catch-up: it commits whole (at its end) or aborts, never
+        in chunks, nor on a stop or an error."""
+        return self.catch_up is not None
+
+    def begin_catch_up(self, work: NetCatchUpWork) -> None:
+        """The versions ``work`` names go out in the open transaction, committed once all are in."""
+        assert self.in_transaction
+        self.catch_up = work
+        self.catch_up_published = False
+        log.info(
+            "net catch-up of versions %d to %d: one transaction, row changes netted",
+            work.first,
+            work.last,
+            extra=self._log_extra,
+        )
+
+    def _cut(self) -> bool:
+        """A transaction that reached its bounds or a stop may end here (a chunk) unless it is a net
+        catch-up: then a stop ends the publishing (the catch-up is aborted and done again)."""
+        if self.atomic:
+            if self.stop.is_set():
+                raise StopRequested("stop requested during a net catch-up")
+            return False
+        return self.bounds_reached() or self.stop.is_set()
 
     def resume(self, committed: Position | None, already: AlreadyPublished | None = None) -> None:
         """A new session starts from the committed progress: nothing is open. ``already``: what the
@@ -271,7 +304,7 @@ class TableTransactions:
                 self.produced = position_after(unit, index - 1)
                 if bar is not None:
                     bar.advance(len(batch))
-                if index < unit.count and (self.bounds_reached() or self.stop.is_set()):
+                if index < unit.count and self._cut():
                     if not self.stop.is_set():
                         self.before_bounded_commit()
                     self.commit()  # a chunk of a version larger than a transaction
@@ -282,7 +315,11 @@ class TableTransactions:
         finally:
             if bar is not None:
                 bar.close()
-        if self.rows is not None and not self._publish_rows(unit):
+        catch_up = self.catch_up
+        if catch_up is not None:
+            if self.rows is not None and unit.version == catch_up.last:
+                self._publish_rows(unit, net_from=catch_up.first)
+        elif self.rows is not None and not self._publish_rows(unit):
             return  # a stop committed part of the version's row changes
         if self.already and self.already.skip_summary(unit.table_id, unit.version, unit.snapshot):
             self._say_already(f"the summary of version {unit.version}")
@@ -300,6 +337,8 @@ class TableTransactions:
                 pub.produce_many(commits, record.values, record.key, record.headers, ts_c)
         self.produced = position_after(unit, unit.count - 1)
         self._completed.append((unit.version, unit.timestamp.timestamp))
+        if catch_up is not None and unit.version >= catch_up.last:
+            self.catch_up_published = True
 
     def _say_already(self, what: str) -> None:
         log.warning(
@@ -309,24 +348,31 @@ class TableTransactions:
             extra=self._log_extra,
         )
 
-    def _publish_rows(self, unit: PublishUnit) -> bool:
+    def _publish_rows(self, unit: PublishUnit, *, net_from: int | None = None) -> bool:
         """The row changes of ``unit`` (its actions are in), from the record the progress counts.
 
         Streamed a batch at a time; a transaction that reaches its bounds ends between two batches
         with a progress record counting the row-change records in it (``row_offset``), as an action
         chunk does. False when a stop ended the publishing (what was produced is committed).
+        ``net_from``: the net row changes of versions ``net_from`` to ``unit``'s instead (a net
+        catch-up: never cut).
         """
         pub, rows = self.pub, self.rows
         assert pub is not None and rows is not None
         last = unit.count - 1
         done = unit.row_offset
         self.produced = position_after(unit, last, done)
-        stream = rows.rows_of(unit)
+        if net_from is not None:
+            assert isinstance(unit, CommitWork) and not done
+            stream = rows.net_rows_of(unit, net_from)
+        else:
+            stream = rows.rows_of(unit)
         changes = rows.topics.changes
         limits = self.limits.get(changes)
         stream.max_record_bytes = limits.max_value_bytes if limits is not None else self.cfg.max_record_bytes
         if (
             stream.pairing_pass
+            and not self.atomic
             and isinstance(unit, CommitWork)
             and unit.scan.summary.bytes_cdc > PAIRING_PASS_COMMIT_BYTES
             and pub.records
@@ -347,7 +393,7 @@ class TableTransactions:
                     pub.produce_keyed(part, timestamps, headers or None)
                     done += len(part)
                     self.produced = position_after(unit, last, done)
-                    if self.bounds_reached() or self.stop.is_set():
+                    if self._cut():
                         if not self.stop.is_set():
                             self.before_bounded_commit()
                         self.commit()  # row changes larger than a transaction
@@ -451,6 +497,7 @@ class TableTransactions:
             )
         pub.commit(timeout_s)
         self._txn_first_version = None
+        self.catch_up, self.catch_up_published = None, False
         self.committed = self.produced
         self._last_txn_end = time.monotonic()
         self.metrics.transaction_committed(self.uri)
@@ -470,6 +517,7 @@ class TableTransactions:
             self.metrics.transaction_aborted(self.uri)
             self.pub.abort(timeout_s)
         self._txn_first_version = None
+        self.catch_up, self.catch_up_published = None, False
         self.produced = self.committed
         self._completed.clear()
         self._events_in_txn = 0

@@ -50,6 +50,7 @@ from deltamirror.producer.tailing.waker import LogWaker
 from deltamirror.producer.tailing.work import (
     SMALL_COMMIT_BYTES,
     CommitWork,
+    NetCatchUpWork,
     Position,
     PositionWork,
     PublishUnit,
@@ -87,6 +88,7 @@ class TableWatcher:
         clock: Callable[[], float] = time.monotonic,
         allowed_path_prefixes: Iterable[str] = (),
         drop_when_gone: bool = False,
+        net_catch_up: bool = False,
     ) -> None:
         if mode not in SNAPSHOT_MODES:
             raise ValueError(f"unknown snapshot mode {mode!r}")
@@ -99,6 +101,8 @@ class TableWatcher:
         self.check_interval_s = check_interval_s
         #: discovery no longer finding the table and its log empty end it with TableDroppedWork
         self.drop_when_gone = drop_when_gone
+        #: a fresh start at a version hands out the versions up to the latest as one net catch-up
+        self.net_catch_up = net_catch_up
         #: set by another thread (an operator's signal): a fresh snapshot at the cursor comes next
         self.snapshot_requested = threading.Event()
         self._clock = clock
@@ -207,6 +211,8 @@ class TableWatcher:
             found = version_at_or_after(self.table.commit_timestamps(ict=ict), ts_ms, ict, table=self.uri)
             start = latest + 1 if found is None else found
         self._begin_at(start, latest)
+        if self.net_catch_up and not replaced and start <= latest:
+            self._pending.append(NetCatchUpWork(start, latest))
 
     def _begin_at(self, start: int, latest: int) -> None:
         """Publish from version ``start`` on (it may not exist yet)."""

@@ -93,6 +93,16 @@ class TableDroppedWork:
 
 
 @dataclass(frozen=True)
+class NetCatchUpWork:
+    """The versions ``first`` to ``last`` that come next are a catch-up: their row changes go out
+    once, netted over the range, after the actions of ``last``; the range's actions, summaries,
+    net rows and progress are committed in one transaction (all of it, or none)."""
+
+    first: int
+    last: int
+
+
+@dataclass(frozen=True)
 class PositionWork:
     """Nothing to publish, but a position to record (``latest`` mode's starting point)."""
 
@@ -237,7 +247,7 @@ class CommitWork:
 
 
 PublishUnit = CommitWork | SnapshotWork
-Work = CommitWork | SnapshotWork | TableReplacedWork | TableDroppedWork | PositionWork
+Work = CommitWork | SnapshotWork | TableReplacedWork | TableDroppedWork | PositionWork | NetCatchUpWork
 
 
 def position_after(unit: PublishUnit, index: int, row_offset: int | None = None) -> Position:
@@ -306,6 +316,7 @@ def iter_raw_actions(storage: TableStorage, version: int, scan: VersionScan) -> 
 __all__ = [
     "SMALL_COMMIT_BYTES",
     "CommitWork",
+    "NetCatchUpWork",
     "Position",
     "PositionWork",
     "PublishUnit",

@@ -360,3 +360,47 @@ def test_a_row_filter_naming_a_column_the_table_lacks_is_refused_at_start(
     )
     assert watch("--config", str(config)) == 2
     assert "tables[0].row_changes.key_columns names 'nope'" in capsys.readouterr().err
+
+
+def test_net_catch_up_from_the_flag_or_the_file_reaches_each_table(
+    tmp_path: Path, handed: list[WatchConfig]
+) -> None:
+    flags = ["--bootstrap-servers", "k:9092", str(tmp_path / "a"), "--from-version", "3"]
+    assert watch(*flags, "--row-changes", "--net-catch-up") == 0
+    config = tmp_path / "w.yaml"
+    config.write_text(
+        "kafka: {bootstrap_servers: 'k:9092'}\ntables:\n  - uri: " + str(tmp_path / "b") + "\n"
+        "    snapshot_mode: from-timestamp\n    from_timestamp: '2026-01-01T00:00:00Z'\n"
+        "    row_changes: {key_columns: [id], net_catch_up: true}\n"
+    )
+    assert watch("--config", str(config)) == 0
+    assert watch("--config", str(config), "--row-changes") == 0  # the file's key stays
+    rows = [t.row_changes for cfg in handed for t in cfg.tables]
+    assert [(r.net_catch_up, r.key_columns) for r in rows if r is not None] == [
+        (True, []),
+        (True, ["id"]),
+        (True, ["id"]),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--from-version", "3", "--net-catch-up"], "--net-catch-up"),  # no row changes to net
+        (["--row-changes", "--net-catch-up"], "net_catch_up"),  # initial: no range of versions
+        (["--row-changes", "--net-catch-up", "--snapshot-mode", "latest"], "net_catch_up"),
+        (["--row-changes", "--net-catch-up", "--snapshot-mode", "when-needed"], "net_catch_up"),
+    ],
+)
+def test_net_catch_up_where_it_cannot_apply_is_refused_in_one_line(
+    tmp_path: Path,
+    handed: list[WatchConfig],
+    capsys: pytest.CaptureFixture[str],
+    flags: list[str],
+    named: str,
+) -> None:
+    assert watch("--bootstrap-servers", "k:9092", str(tmp_path / "a"), *flags) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert named in err
+    assert handed == []

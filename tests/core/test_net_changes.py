@@ -191,3 +191,39 @@ def test_net_changes_equal_the_difference_of_delta_spark_snapshots(
     assert _ours(keyed) == _expected_keyed(before, after)
     assert _ours(net_changes(feed, schema=feed.schema)) == _expected_unkeyed(before, after)
     assert set(keyed.column("_commit_version").to_pylist()) <= set(range(sc.start_version, end + 1))
+
+
+def test_a_versions_post_images_before_its_pre_images_still_pair_as_delta_rs_writes_them() -> None:
+    feed = _feed(
+        (1, "a", "insert", 0),
+        (2, "b", "insert", 0),
+        (1, "a2", "update_postimage", 1),  # delta-rs: a version's post-images, then its pre-images
+        (2, "b2", "update_postimage", 1),
+        (1, "a", "update_preimage", 1),
+        (2, "b", "update_preimage", 1),
+    )
+    assert _rows(net_changes(feed, ["id"])) == [(1, "a2", "insert", 1), (2, "b2", "insert", 1)]
+    assert _rows(net_changes(feed.slice(2), ["id"])) == [
+        (1, "a", "update_preimage", 1),
+        (1, "a2", "update_postimage", 1),
+        (2, "b", "update_preimage", 1),
+        (2, "b2", "update_postimage", 1),
+    ]
+
+
+def test_net_changes_of_a_table_delta_rs_updated_equal_its_state(tmp_path: Any) -> None:
+    from deltalake import DeltaTable, write_deltalake
+
+    from deltamirror.core.changes import read_changes
+    from deltamirror.core.table import open_table
+
+    data = pa.table({"id": pa.array(range(4), pa.int64()), "name": pa.array(list("abcd"))})
+    write_deltalake(str(tmp_path), data, configuration={"delta.enableChangeDataFeed": "true"})
+    DeltaTable(str(tmp_path)).update(updates={"name": "'z'"})  # post-images first, then pre-images
+    net = net_changes(read_changes(open_table(str(tmp_path)), starting_version=0), ["id"])
+    assert sorted(_rows(net)) == [
+        (0, "z", "insert", 1),
+        (1, "z", "insert", 1),
+        (2, "z", "insert", 1),
+        (3, "z", "insert", 1),
+    ]

@@ -772,6 +772,7 @@ def test_every_per_table_override_reaches_discovered_tables_or_is_refused() -> N
         "storage_options": {"region": "eu"},
         "poll_interval_s": 0.25,
         "row_changes": True,
+        "net_catch_up": True,
         "wait_for_table": True,
     }
     assert set(samples) == set(TABLE_OVERRIDES)
@@ -788,3 +789,28 @@ def test_every_per_table_override_reaches_discovered_tables_or_is_refused() -> N
             continue
         table = _found(cfg.discover[0].model_dump())
         assert table != plain, f"{name} was taken but does not reach the discovered tables"
+
+
+@pytest.mark.parametrize(
+    ("entry", "problem"),
+    [
+        ("    row_changes: {net_catch_up: true}\n", "snapshot_mode from-version or from-timestamp"),
+        (
+            "    snapshot_mode: latest\n    row_changes: {net_catch_up: true}\n",
+            "snapshot_mode from-version or from-timestamp",
+        ),
+        (
+            "    snapshot_mode: from-version\n    from_version: 0\n"
+            "    row_changes: {enabled: false, net_catch_up: true}\n",
+            "row changes are not enabled",
+        ),
+    ],
+)
+def test_net_catch_up_that_cannot_apply_is_refused_by_name(tmp_path: Path, entry: str, problem: str) -> None:
+    for where in ("tables", "discover"):
+        if where == "discover" and "from-version" in entry:
+            continue  # a prefix refuses from-version by itself
+        text = f"kafka: {{bootstrap_servers: 'k:9092'}}\n{where}:\n  - uri: /lake\n{entry}"
+        with pytest.raises(ConfigError) as info:
+            load_config(write(tmp_path, "w.yaml", text), environ={})
+        assert f"{where}[0].row_changes" in str(info.value) and problem in str(info.value)

@@ -19,9 +19,11 @@ def watch_until(
     table_id: str | None = None,
     snapshot_mode: str = "initial",
     timeout_s: float = 40,
+    top_settings: dict[str, Any] | None = None,
     **table_settings: Any,
 ) -> None:
-    """Mirror ``table`` to ``actions`` (and its ``.commits`` partner) until ``until_version`` is committed."""
+    """Mirror ``table`` to ``actions`` (and its ``.commits`` partner) until ``until_version`` is
+    committed; ``top_settings`` go on the WatchConfig itself."""
     from deltamirror.producer import WatchConfig
     from deltamirror.producer.service import WatchService
 
@@ -43,6 +45,7 @@ def watch_until(
             ],
             "progress_topic": actions.replace(".actions", ".progress"),
             "transactional_id_prefix": prefix,
+            **(top_settings or {}),
         }
     )
     service = WatchService(cfg)

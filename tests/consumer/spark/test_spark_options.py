@@ -112,6 +112,9 @@ def test_allow_path_prefixes_reach_the_table_and_the_mirror_reader(tmp_path: Pat
         ({"maxBytesPerTrigger": "1.5g"}, r"^option maxBytesPerTrigger must be a size such as '10g'"),
         ({"failOnDataLoss": "yes"}, r"^option failOnDataLoss must be 'true' or 'false', got 'yes'"),
         ({"readChangeFeed": "false"}, r"^option readChangeFeed is false, but this source reads only"),
+        ({"keyColumns": "id"}, r"^option keyColumns names the columns netChanges tells rows apart by"),
+        ({"netChanges": "yes"}, r"^option netChanges must be 'true' or 'false', got 'yes'"),
+        ({"netChanges": "true", "keyColumns": "id,"}, r"^option keyColumns must be column names"),
         ({"startingVersoin": "3"}, r"^unknown option 'startingversoin' for format\(\"deltamirror\"\)"),
         (
             {"excludeRegex": ".*"},

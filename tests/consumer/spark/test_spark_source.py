@@ -126,6 +126,17 @@ def test_from_a_starting_version_then_restarted_matches_delta_spark(mirror: Mirr
     assert theirs and {r["_change_type"] for r in theirs} >= {"insert", "delete", "update_preimage"}
     assert ours == theirs
 
+    # netChanges: each micro-batch's net changes are those of a replay of delta-spark's feed
+    netted = _net_batches(mirror, startingVersion=0, keyColumns="id", maxFilesPerTrigger=6)
+    assert len(netted) > 1 and [v for versions, _ in netted for v in versions] == list(range(last + 1))
+    for versions, rows in netted:
+        full = [r for r in theirs if r["_commit_version"] in versions]
+        assert normalize_cdf_rows(rows) == normalize_cdf_rows(_net_by_replay(full, "id"))
+    kinds = {r["_change_type"] for _, rows in netted for r in rows}
+    assert kinds == {"insert", "delete", "update_preimage", "update_postimage"}
+    with pytest.raises(Exception, match="option keyColumns names 'nope'"):
+        mirror.ours(netChanges="true", keyColumns="nope")
+
     # new commits; both queries restart from their checkpoints and read only those
     _sql(mirror.spark, mirror.path, "UPDATE {t} SET amount = amount + 1 WHERE id > 15")
     last = _insert(mirror.spark, mirror.path, 100, 105)
@@ -428,3 +439,55 @@ def test_the_row_ids_option_streams_delta_spark_row_ids(
     assert got and list(got[0]) == ["name", *CDF_META_COLUMNS, "_row_id", "_row_commit_version"]
     expected = open_table(str(table)).changes(starting_version=0, columns=["name"], row_ids=True).to_arrow()
     assert normalize_cdf_rows(got) == normalize_cdf_rows(expected.to_pylist())
+
+
+def _net_by_replay(rows: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    """The net changes of delta-spark's change rows, by replaying them per key: the state before
+    (a key's first change removes it) and after (its last change adds it)."""
+    removes = {"delete", "update_preimage"}
+    ordered = sorted(rows, key=lambda r: (r["_commit_version"], r["_change_type"] not in removes))
+    before: dict[Any, dict[str, Any] | None] = {}
+    after: dict[Any, dict[str, Any] | None] = {}
+    last: dict[Any, dict[str, Any]] = {}
+    for row in ordered:
+        k = row[key]
+        image = {c: v for c, v in row.items() if c not in CDF_META_COLUMNS}
+        if k not in before:
+            before[k] = image if row["_change_type"] in removes else None
+        after[k] = None if row["_change_type"] in removes else image
+        last[k] = row
+    out: list[dict[str, Any]] = []
+    for k in before:
+        meta = {c: last[k][c] for c in ("_commit_version", "_commit_timestamp")}
+        old, new = before[k], after[k]
+        if old is None and new is not None:
+            out.append({**new, "_change_type": "insert", **meta})
+        elif old is not None and new is None:
+            out.append({**old, "_change_type": "delete", **meta})
+        elif old is not None and new is not None and old != new:
+            out.append({**old, "_change_type": "update_preimage", **meta})
+            out.append({**new, "_change_type": "update_postimage", **meta})
+    return out
+
+
+def _net_batches(mirror: Mirror, **options: Any) -> list[tuple[range, list[dict[str, Any]]]]:
+    """``netChanges`` micro-batches (trigger availableNow): each one's versions and rows."""
+    rows: dict[int, list[dict[str, Any]]] = {}
+
+    def collect(df: Any, batch_id: int) -> None:
+        rows[batch_id] = [r.asDict(recursive=True) for r in df.collect()]
+
+    stream = mirror.ours(netChanges="true", **options)
+    checkpoint = str(mirror.root / "net")
+    query = stream.writeStream.foreachBatch(collect).option("checkpointLocation", checkpoint)
+    query = query.trigger(availableNow=True).start()
+    query.awaitTermination()
+    assert query.exception() is None, query.exception()
+    out = []
+    start = int(options["startingVersion"])  # the first batch's start offset is not reported
+    for progress in query.recentProgress:
+        if progress.batchId in rows and progress.sources[0].endOffset:
+            end = json.loads(progress.sources[0].endOffset)["version"]
+            out.append((range(start, end), rows[progress.batchId]))
+            start = end
+    return out
