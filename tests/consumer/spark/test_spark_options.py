@@ -511,6 +511,10 @@ def test_the_row_ids_option_adds_delta_spark_row_ids_to_change_and_snapshot_rows
     assert _parse().row_ids is False and _parse(rowIds="TRUE").row_ids is True
     with pytest.raises(InvalidArgumentError, match="rowIds"):
         _parse(rowIds="maybe")
+    # netChanges with rowIds tells rows apart by _row_id unless keyColumns says otherwise
+    assert _parse(rowIds="true", netChanges="true").key_columns == ("_row_id",)
+    assert _parse(rowIds="true", netChanges="true", keyColumns="id").key_columns == ("id",)
+    assert _parse(netChanges="true").key_columns is None
     table = open_table(str(CORPUS / "tables" / "spark__row_ids_dv"))
     stamps = {t.version: t.timestamp for t in table.commit_timestamps()}
     snapshot = table.snapshot()
