@@ -537,6 +537,12 @@ def main() -> int:
                     "cpu_s": res["cpu_s"],
                     "row_changes_per_s": events / res["seconds"],
                     "peak_rss_mb": res["peak_rss_mb"],
+                    # the Spark job's own memory is its JVM's (plus this driver's), the watcher's its process's
+                    **{
+                        k: facts[k]
+                        for k in ("peak_rss_mb_with_driver", "jvm_cpu_s", "watcher_peak_rss_mb")
+                        if k in facts
+                    },
                     "facts": facts,
                 }
             )
