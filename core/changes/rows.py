@@ -267,19 +267,8 @@ class ChangeRows:
                 return repeated_string(change_type, n), *meta.columns(n)
 
             append = AppendColumns(self.schema, cdf_columns)
-        batches = read_data_file(
-            self.table.storage,
-            action["path"],
-            schema=self._table_schema,
-            partition_columns=self._partition_columns,
-            column_mapping=self._mode,
-            partition_values=partition_values,
-            deletion_vector=dv,
-            columns=self._columns_arg,
-            only_rows=only_rows,
-            table=self.table.uri,
-            use_threads=not prefetchable(action),
-            append=append,
+        batches = self._read_data_file(
+            action, partition_values, deletion_vector=dv, only_rows=only_rows, append=append
         )
         if append is not None:
             yield from batches
@@ -387,7 +376,19 @@ class ChangeRows:
             return
         partition_values = self._partition_values(partition_from or action, meta.version)
         at = 0
-        for batch in read_data_file(
+        for batch in self._read_data_file(action, partition_values, only_rows=rows):
+            n = batch.num_rows
+            yield self._finish(
+                batch, change_types.slice(at, n), meta, ids.slice(at, n), versions.slice(at, n)
+            )
+            at += n
+
+    def _read_data_file(
+        self, action: Mapping[str, Any], partition_values: Mapping[str, Any], **how: Any
+    ) -> Iterator[pa.RecordBatch]:
+        """A data file of the table, read with the feed's schema, columns and mapping (``how``: the
+        deletion vector, the rows to keep, the columns to append)."""
+        return read_data_file(
             self.table.storage,
             action["path"],
             schema=self._table_schema,
@@ -395,15 +396,10 @@ class ChangeRows:
             column_mapping=self._mode,
             partition_values=partition_values,
             columns=self._columns_arg,
-            only_rows=rows,
             table=self.table.uri,
             use_threads=not prefetchable(action),
-        ):
-            n = batch.num_rows
-            yield self._finish(
-                batch, change_types.slice(at, n), meta, ids.slice(at, n), versions.slice(at, n)
-            )
-            at += n
+            **how,
+        )
 
     def _read_cdc_file(self, action: Mapping[str, Any], meta: CommitColumns) -> Iterator[pa.RecordBatch]:
         """A change data file: the data columns plus its physical ``_change_type`` column."""

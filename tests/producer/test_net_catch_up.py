@@ -48,6 +48,24 @@ def _topic_names() -> dict[str, str]:
     return {"actions": f"{name}.actions", "changes": f"{name}.changes", "transaction": f"{name}.transaction"}
 
 
+def _net_catch_up_watch(
+    watch_setup: Any, bootstrap: str, table: Path, topics: dict[str, str], *, txn_max_records: int
+) -> Any:
+    """A watcher process's set-up: the table from version 0 with a net catch-up keyed by ``id``."""
+    return watch_setup(
+        bootstrap,
+        table,
+        table_settings={
+            "snapshot_mode": "from-version",
+            "from_version": 0,
+            "changes_topic": topics["changes"],
+            "transaction_topic": topics["transaction"],
+            "row_changes": {"key_columns": ["id"], "net_catch_up": True},
+        },
+        txn_max_records=txn_max_records,
+    )
+
+
 @pytest.mark.timeout(120)
 def test_a_net_catch_up_is_one_transaction_equal_to_the_state_difference_then_tailing_goes_on(
     kafka_bootstrap: str, tmp_path: Path, kit: Any
@@ -123,18 +141,7 @@ def test_kill_9_during_a_net_catch_up_leaves_nothing_then_the_restart_publishes_
     write_deltalake(str(table), data, configuration={"delta.enableChangeDataFeed": "true"})
     DeltaTable(str(table)).update(updates={"name": "'changed'"})  # v1
     topics = _topic_names()
-    setup = watch_setup(
-        kafka_bootstrap,
-        table,
-        table_settings={
-            "snapshot_mode": "from-version",
-            "from_version": 0,
-            "changes_topic": topics["changes"],
-            "transaction_topic": topics["transaction"],
-            "row_changes": {"key_columns": ["id"], "net_catch_up": True},
-        },
-        txn_max_records=25,
-    )
+    setup = _net_catch_up_watch(watch_setup, kafka_bootstrap, table, topics, txn_max_records=25)
     log = tmp_path / "watch.log"
     proc = setup.start_process(log=log)
     try:  # the catch-up's first actions are on the broker, in its open transaction
@@ -188,18 +195,7 @@ def test_an_error_inside_the_catch_up_publishes_nothing_of_it(
     DeltaTable(str(table)).alter.set_table_properties({"delta.enableChangeDataFeed": "false"})  # v2
     write_deltalake(str(table), rows.slice(1), mode="append")  # v3: no change data feed
     topics = _topic_names()
-    setup = watch_setup(
-        kafka_bootstrap,
-        table,
-        table_settings={
-            "snapshot_mode": "from-version",
-            "from_version": 0,
-            "changes_topic": topics["changes"],
-            "transaction_topic": topics["transaction"],
-            "row_changes": {"key_columns": ["id"], "net_catch_up": True},
-        },
-        txn_max_records=1,
-    )
+    setup = _net_catch_up_watch(watch_setup, kafka_bootstrap, table, topics, txn_max_records=1)
     log = tmp_path / "watch.log"
     proc = setup.start_process(log=log)
     try:
