@@ -10,7 +10,9 @@ or ``update_postimage`` comes last). So each key gives
 - ``delete`` (the state before the range) for a row that existed before and does not after,
 - ``update_preimage`` (before) then ``update_postimage`` (after) for a row that existed on both
   sides with other values,
-- nothing for a row inserted and deleted inside the range, or changed back to what it was.
+- nothing for a row inserted and deleted inside the range, or changed back to what it was (its
+  ``_row_commit_version``, when row ids are read, is not a value: a row rewritten with its own
+  values is unchanged).
 
 Without key columns a row is its values: the feed is a difference of two multisets of rows, and
 each distinct row gives as many ``insert`` or ``delete`` rows as the range added or removed of it
@@ -32,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import NetChangesError
+from ..row_tracking import ROW_COMMIT_VERSION
 from .cdf_columns import CDF_COLUMNS, CHANGE_TYPE, COMMIT_TIMESTAMP, COMMIT_VERSION
 
 _SEQ = "__dm_seq"
@@ -133,7 +136,10 @@ def _keyed(rows: pa.Table, keys: Sequence[str], data: list[str], table: str | No
         )
     inserted = pc.and_(pc.invert(before), after)
     deleted = pc.and_(before, pc.invert(after))
-    changed = pc.and_(pc.and_(before, after), pc.invert(_same_values(first, last, data)))
+    # a row's commit version is where it was last written, not a value: a row rewritten with the
+    # values it had (an UPDATE that changes nothing, a change undone) is unchanged over the range
+    values = [name for name in data if name != ROW_COMMIT_VERSION]
+    changed = pc.and_(pc.and_(before, after), pc.invert(_same_values(first, last, values)))
     parts = [
         (inserted, 0, last, "insert"),
         (deleted, 0, first, "delete"),

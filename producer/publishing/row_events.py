@@ -171,22 +171,28 @@ class RowChangesSource:
     def net_rows_of(self, unit: CommitWork, first: int) -> VersionRows:
         """The records of the net row changes of versions ``first`` to ``unit``'s (a net catch-up).
 
-        Core's change feed over the range, netted by the key columns (by whole rows without them,
+        Core's change feed over the range, netted by the key columns (by the row id on a table with
+        row tracking and no key columns, by whole rows otherwise,
         :func:`~deltamirror.core.changes.net_changes`), then filtered and masked like any row
         events. The events carry ``unit``'s version and commit time (the state they lead to), in one
         BEGIN/END block of that version. The range's rows are held in Arrow while netting.
         """
-        options = self.options(unit.table_id)
-        version = unit.version
-        keys = self.config.key_columns or None
+        options = self.options(unit.table_id, unit.metadata)
+        version, row_ids = unit.version, options.row_ids
+        # keyed as the per-version events are: configured keys, else the row id (row tracking)
+        keys = [ROW_ID] if row_ids else (self.config.key_columns or None)
         feed = read_changes(
-            self.table, starting_version=first, ending_version=version, batch_size=self.batch_size
+            self.table,
+            starting_version=first,
+            ending_version=version,
+            batch_size=self.batch_size,
+            row_ids=row_ids,
         )
         self._check_key(options, [n for n in feed.schema.names if n not in CDF_COLUMNS], version)
         net = net_changes(feed, keys, schema=feed.schema, table=self.table.uri)
         transform = self.transform
         batches = [
-            transform.apply(b, version) if transform is not None else b
+            transform.apply(b, version, row_ids=row_ids) if transform is not None else b
             for b in net.to_batches(max_chunksize=self.batch_size)
             if b.num_rows
         ]

@@ -227,3 +227,21 @@ def test_net_changes_of_a_table_delta_rs_updated_equal_its_state(tmp_path: Any) 
         (2, "z", "insert", 1),
         (3, "z", "insert", 1),
     ]
+
+
+def test_a_row_rewritten_with_its_own_values_is_unchanged_whatever_its_row_commit_version() -> None:
+    """With row ids read, a row an UPDATE rewrote with the values it had gets a new
+    ``_row_commit_version``; that is where it was written, not a value: no net change."""
+    feed = _feed(
+        (1, "a", "update_preimage", 2),
+        (1, "a", "update_postimage", 2),
+        (2, "b", "update_preimage", 2),
+        (2, "b2", "update_postimage", 2),
+    )
+    feed = feed.append_column("_row_id", pa.array([10, 10, 11, 11], pa.int64()))
+    feed = feed.append_column("_row_commit_version", pa.array([1, 2, 1, 2], pa.int64()))
+    net = net_changes(feed, ["_row_id"])
+    assert [(r["_row_id"], r["name"], r["_change_type"]) for r in net.to_pylist()] == [
+        (11, "b", "update_preimage"),
+        (11, "b2", "update_postimage"),
+    ]

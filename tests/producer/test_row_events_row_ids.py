@@ -17,7 +17,7 @@ from deltamirror.mirror.topic_names import default_topics
 from deltamirror.producer.publishing.row_events import RowChangesSource
 from deltamirror.producer.settings import RowChangesConfig
 from deltamirror.producer.tailing.watcher import TableWatcher
-from deltamirror.producer.tailing.work import CommitWork
+from deltamirror.producer.tailing.work import CommitWork, NetCatchUpWork
 from support.corpus import CorpusTable, corpus_tables, normal_rows
 
 TABLES = {t.id: t for t in corpus_tables() if t.id in ("spark__row_ids", "spark__row_ids_dv")}
@@ -108,3 +108,45 @@ def test_snapshot_rows_are_keyed_by_row_id() -> None:
     assert got.keys() == oracle.keys() and got
     for row_id, after in got.items():
         assert normal_rows([after]) == normal_rows([oracle[row_id]])
+
+
+@pytest.mark.parametrize(
+    ("table_id", "first"), [("spark__row_ids", 2), ("spark__row_ids_dv", 3), ("spark__row_ids_dv", 5)]
+)
+def test_a_net_catch_up_by_row_id_is_delta_spark_s_state_difference(table_id: str, first: int) -> None:
+    """The net block of a catch-up from ``first`` on a table delta-spark wrote with row tracking:
+    per row id, ``c`` with delta-spark's last row, ``d`` with its row before the range, ``u`` with
+    both; nothing for a row the range left as it was. (The broker tests check the one transaction.)"""
+    table = TABLES[table_id]
+    watcher = TableWatcher(str(table.path), mode="from-version", from_version=first, net_catch_up=True)
+    watcher.start(None)
+    source = RowChangesSource(watcher.table, RowChangesConfig(), default_topics(watcher.uri), "t")
+    catch_up = watcher.next_work()
+    assert isinstance(catch_up, NetCatchUpWork) and catch_up.first == first
+    records: list[Record] = []
+    while (unit := watcher.next_work()) is not None:
+        if isinstance(unit, CommitWork) and unit.version == catch_up.last:
+            records = [r for chunk in source.net_rows_of(unit, first).records() for r in chunk]
+    watcher.close()
+    events = [
+        (json.loads(r.key)["_row_id"], json.loads(r.value)) for r in records if r.topic.endswith(".changes")
+    ]
+
+    before, after = _oracle(table, first - 1), _oracle(table, catch_up.last)
+    want = {
+        **{k: ("c", None, after[k]) for k in after.keys() - before.keys()},
+        **{k: ("d", before[k], None) for k in before.keys() - after.keys()},
+        **{k: ("u", before[k], after[k]) for k in before.keys() & after.keys() if before[k] != after[k]},
+    }
+    got = {row_id: (e["op"], e["before"], e["after"]) for row_id, e in events}
+    assert (
+        len(got) == len(events)
+        and got.keys() == want.keys()
+        and {op for op, _, _ in want.values()} >= {"d", "u"}
+    )
+    for row_id, (op, b, a) in want.items():
+        g_op, g_b, g_a = got[row_id]
+        assert g_op == op, row_id
+        assert (g_b is None) == (b is None) and (b is None or normal_rows([g_b]) == normal_rows([b])), row_id
+        assert (g_a is None) == (a is None) and (a is None or normal_rows([g_a]) == normal_rows([a])), row_id
+    assert {e["source"]["delta_version"] for _, e in events} == {catch_up.last}
