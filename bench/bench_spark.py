@@ -27,6 +27,7 @@ Peak memory is the JVM's (``VmHWM``); the Python workers of the deltamirror sour
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import tempfile
@@ -106,14 +107,40 @@ def _jvm_peak_mb(spark: Any) -> float:
     return peak_rss_mb(str(spark.sparkContext._jvm.ProcessHandle.current().pid()))
 
 
-def _count_and_hash(df: Any) -> tuple[int, int]:
+def _count_and_hash(df: Any, by_version: dict[str, list[int]] | None = None) -> tuple[int, int]:
     """One pass that needs every column of every row: the row count and the sum of a hash of each
-    row (its columns in name order), which two readers of the same changes must agree on."""
+    row (its columns in name order), which two readers of the same changes must agree on.
+
+    ``by_version`` (smoke runs): the same per ``_commit_version`` into this dict, as [rows, hash of
+    the columns but ``_commit_timestamp``, latest ``_commit_timestamp`` in us], so that a
+    disagreement names the versions and the part that differ."""
     from pyspark.sql import functions as F
 
     every_column = F.hash(*[F.col(f"`{c}`") for c in sorted(df.columns)])
-    row = df.agg(F.count(F.lit(1)).alias("rows"), F.sum(every_column.cast("long")).alias("h")).collect()[0]
-    return int(row["rows"]), int(row["h"] or 0)
+    if by_version is None:
+        row = df.agg(F.count(F.lit(1)).alias("rows"), F.sum(every_column.cast("long")).alias("h")).collect()[
+            0
+        ]
+        return int(row["rows"]), int(row["h"] or 0)
+    data = F.hash(*[F.col(f"`{c}`") for c in sorted(df.columns) if c != "_commit_timestamp"])
+    rows = (
+        df.groupBy("_commit_version")
+        .agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.sum(every_column.cast("long")).alias("h"),
+            F.sum(data.cast("long")).alias("d"),
+            F.max(F.unix_micros("_commit_timestamp")).alias("ts"),
+        )
+        .collect()
+    )
+    for r in rows:
+        old = by_version.setdefault(str(r["_commit_version"]), [0, 0, 0])
+        by_version[str(r["_commit_version"])] = [
+            old[0] + r["rows"],
+            old[1] + int(r["d"]),
+            max(old[2], r["ts"]),
+        ]
+    return sum(int(r["rows"]) for r in rows), sum(int(r["h"] or 0) for r in rows)
 
 
 def _stream(clock: Any, params: dict[str, Any], ours: bool) -> dict[str, Any]:
@@ -139,9 +166,10 @@ def _stream(clock: Any, params: dict[str, Any], ours: bool) -> dict[str, Any]:
         for key, value in params.get("options", {}).items():
             reader = reader.option(key, str(value))
         totals: list[tuple[int, int]] = []
+        by_version: dict[str, list[int]] | None = {} if params.get("by_version") else None
 
         def every_row(df: Any, _batch_id: int) -> None:
-            totals.append(_count_and_hash(df))
+            totals.append(_count_and_hash(df, by_version))
 
         query = (
             reader.load(params["path"])
@@ -159,7 +187,10 @@ def _stream(clock: Any, params: dict[str, Any], ours: bool) -> dict[str, Any]:
         batches = sum(1 for n, _ in totals if n)
         peak = _jvm_peak_mb(spark)
         spark.stop()
-        return {"rows": rows, "checksum": checksum, "batches": batches, "peak_rss_mb": peak, "ok": rows > 0}
+        facts = {"rows": rows, "checksum": checksum, "batches": batches, "peak_rss_mb": peak, "ok": rows > 0}
+        if by_version is not None:
+            facts["by_version"] = json.dumps(by_version, sort_keys=True)
+        return facts
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
 
@@ -188,10 +219,14 @@ def spark_delta_batch(clock: Any, params: dict[str, Any]) -> dict[str, Any]:
             .option("startingVersion", "0")
             .load(params["path"])
         )
-        rows, checksum = _count_and_hash(df)
+        by_version: dict[str, list[int]] | None = {} if params.get("by_version") else None
+        rows, checksum = _count_and_hash(df, by_version)
         clock.stop()
         peak = _jvm_peak_mb(spark)
         spark.stop()
-        return {"rows": rows, "checksum": checksum, "peak_rss_mb": peak, "ok": rows > 0}
+        facts = {"rows": rows, "checksum": checksum, "peak_rss_mb": peak, "ok": rows > 0}
+        if by_version is not None:
+            facts["by_version"] = json.dumps(by_version, sort_keys=True)
+        return facts
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)

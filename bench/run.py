@@ -299,13 +299,13 @@ GROUPS: tuple[Group, ...] = (
             Contender("delta-spark", "spark_delta_stream", "peer", "delta-spark readChangeFeed stream"),
         ),
         {"versions": 30, "rows_per_version": 50, "options": {"maxFilesPerTrigger": 3}},
-        {"versions": 24, "rows_per_version": 20, "options": {"maxFilesPerTrigger": 20}},
+        {"versions": 24, "rows_per_version": 20, "options": {"maxFilesPerTrigger": 20}, "by_version": True},
         goals=(
             Goal("5. Spark source >= 1.0x delta-spark's stream, small table", "work_s", 1.0, "delta-spark"),
         ),
         needs=frozenset({"kafka", "spark"}),
         warmup=False,
-        agree=("rows", "checksum"),
+        agree=("rows", "checksum", "by_version"),
     ),
     Group(
         "spark-large",
@@ -318,13 +318,13 @@ GROUPS: tuple[Group, ...] = (
             Contender("delta-spark-batch", "spark_delta_batch", "peer", "delta-spark batch readChangeFeed"),
         ),
         {"versions": 40, "rows_per_version": 20_000},
-        {"versions": 24, "rows_per_version": 200},
+        {"versions": 24, "rows_per_version": 200, "by_version": True},
         goals=(
             Goal("5. Spark source >= 1.0x delta-spark's stream, large table", "work_s", 1.0, "delta-spark"),
         ),
         needs=frozenset({"kafka", "spark"}),
         warmup=False,
-        agree=("rows", "checksum"),
+        agree=("rows", "checksum", "by_version"),
     ),
 )
 
@@ -640,6 +640,21 @@ def _spawn_contender(
     )
 
 
+def _versions_apart(seen: dict[str, set[Any]]) -> str:
+    """The versions whose facts (a JSON object of version -> [rows, hash of the columns but
+    ``_commit_timestamp``, latest ``_commit_timestamp`` in us]) differ between contenders."""
+    by_contender = {name: [json.loads(v) for v in values] for name, values in seen.items()}
+    versions = sorted({int(k) for runs in by_contender.values() for run in runs for k in run})
+    apart = []
+    for version in versions:
+        facts = {
+            name: {tuple(run.get(str(version)) or ()) for run in runs} for name, runs in by_contender.items()
+        }
+        if len({f for fs in facts.values() for f in fs}) > 1:
+            apart.append(f"v{version} {facts}")
+    return "; ".join(apart) or "none (the runs of one contender differ)"
+
+
 def _disagreements(group: Group, runs: list[dict[str, Any]]) -> list[str]:
     out = []
     for fact in group.agree:
@@ -648,7 +663,9 @@ def _disagreements(group: Group, runs: list[dict[str, Any]]) -> list[str]:
             if "error" not in run and fact in run["facts"]:
                 seen.setdefault(run["contender"], set()).add(run["facts"][fact])
         values = {v for vs in seen.values() for v in vs}
-        if len(values) > 1:
+        if len(values) > 1 and fact == "by_version":
+            out.append(f"the contenders disagree on these versions: {_versions_apart(seen)}")
+        elif len(values) > 1:
             out.append(f"the contenders disagree on {fact}: {seen}")
     return out
 
