@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .constant_columns import repeated_int64
 from .errors import CorruptLogError, InvalidArgumentError
 from .models import Metadata
 from .read import open_parquet, read_error
@@ -145,14 +146,7 @@ def _fill(
             version=version,
             file=path,
         )
-    if positional:
-        generated = _positions(num_rows, default)
-    else:
-        generated = pa.Array.from_buffers(
-            pa.int64(),
-            num_rows,
-            [None, pa.py_buffer(int(default).to_bytes(8, "little", signed=True) * num_rows)],
-        )
+    generated = _positions(num_rows, default) if positional else repeated_int64(int(default), num_rows)
     if values is None:
         return generated
     return pc.coalesce(values, generated)

@@ -6,12 +6,12 @@ every batch; each batch holds one version, so the last two are one value repeate
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from ..constant_columns import repeated_int64
 from ..errors import CorruptLogError
 from ..read import BATCH_SIZE as READ_BATCH_ROWS
 from ..read import open_parquet, read_error
@@ -40,17 +40,10 @@ class CommitColumns:
         )
 
 
-_INT64 = struct.Struct("=q")  # Arrow buffers hold native-endian values
 #: "insert"/"delete" columns sliced per batch, grown (doubling, up to the longest batch
 #: read_data_file yields) as longer batches come: small files never pay for a 64k-row column
 _STRING_RUNS: dict[str, pa.Array] = {}
 _FIRST_RUN_ROWS = 4096
-
-
-def repeated_int64(value: int, n: int, arrow_type: pa.DataType) -> pa.Array:
-    """``n`` copies of a 64-bit value (int64, timestamp): straight from bytes, several times faster
-    than ``pa.repeat`` for the per-batch ``_commit_version``/``_commit_timestamp`` columns."""
-    return pa.Array.from_buffers(arrow_type, n, [None, pa.py_buffer(_INT64.pack(value) * n)])
 
 
 def repeated_string(value: str, n: int) -> pa.Array:
