@@ -674,12 +674,14 @@ def net_catch_up_kills(run: Run, plan: Plan) -> ClassResult:
             result.faults.append(inject())
         # the last run's catch-up commits, then the versions after it go out one by one
         wait_for(scene.progress.read, SETTLE_S, "the catch-up to commit", every_s=0.5)
-        span = _catch_up_range(watcher, watcher.starts - 1)
+        # the last run that began a catch-up committed it (the runs after it found progress)
+        began = [(n, r) for n in range(watcher.starts) if (r := _catch_up_range(watcher, n)) is not None]
+        span = began[-1][1] if began else None
         if span is None:
-            result.failures.append("the last run logged no catch-up")
+            result.failures.append("no run of the watcher logged a catch-up")
         else:
             result.notes.append(
-                f"the committed catch-up: v{span[0]} to v{span[1]} (run {watcher.starts} of the watcher)"
+                f"the committed catch-up: v{span[0]} to v{span[1]} (run {began[-1][0] + 1} of the watcher)"
             )
             path = scene.topics[0].path
             wait_for(
