@@ -12,6 +12,10 @@ from chaos.faults import CLASSES, TITLES, Plan
 from chaos.report import details, table
 from chaos.scene import ClassResult, Run
 
+#: classes the ``ci`` size leaves out unless named with --class (the net catch-up's kills: a
+#: minute or more each, past what the CI subset can spend)
+FULL_ONLY = {7}
+
 #: (seconds of faults per class, faults that must land per class, tables of the group)
 SIZES = {
     "ci": {"duration_s": 5.0, "need": 1, "tables_group": 20, "broker_kills": False},
@@ -42,7 +46,7 @@ def run_campaign(
     print(header, flush=True)
     try:
         for number, fn in CLASSES.items():
-            if only and number not in only:
+            if (only and number not in only) or (not only and size == "ci" and number in FULL_ONLY):
                 continue
             started = time.monotonic()
             try:

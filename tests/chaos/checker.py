@@ -12,6 +12,12 @@
   partition, (version, index) increasing;
 - transaction topic: per version with row changes one ``BEGIN`` then one ``END`` whose
   ``event_count`` is the version's row count, versions in order.
+
+A table watched with a net catch-up (``net_from``) has one block more to account for: its first
+committed ``BEGIN`` names the catch-up's last version Vc (the table's version when the run whose
+catch-up committed started, at least ``net_from``). The changes expected up to Vc are then ``deltamirror changes --net
+--key id`` over 0..Vc, all at version Vc (one ``BEGIN``/``END`` block), and per version after it,
+as above; a second block (a catch-up committed twice) is counted duplicated, a block missing lost.
 """
 
 from __future__ import annotations
@@ -40,6 +46,9 @@ class TableTopics:
     commits: str
     changes: str | None = None
     transaction: str | None = None
+    #: with a net catch-up: the table's version when its first watcher started (the net block's
+    #: version is at least that); None: no net catch-up
+    net_from: int | None = None
 
 
 @dataclass
@@ -210,29 +219,57 @@ def _image(row: dict[str, Any] | None, columns: list[str]) -> tuple[str | None, 
     return None if row is None else tuple(text(row.get(c)) for c in columns)
 
 
+COLUMNS = ["id", "bucket", "name", "amount"]
+
+
+def _changes_table(path: Path, first: int, last: int, *, net_at: int | None = None) -> dict[str, Any]:
+    """``deltamirror changes`` over ``first``..``last`` as an expected change feed; with ``net_at``
+    its ``--net --key id`` rows, every one at version ``net_at`` (the version a net block carries)."""
+    args = ["--starting-version", str(first), "--ending-version", str(last), "--format", "jsonl"]
+    if net_at is not None:
+        args += ["--net", "--key", ",".join(KEY_COLUMNS)]
+    rows = [json.loads(line) for line in _cli_lines("changes", str(path), *args, "--no-progress")]
+    return {
+        "columns": [*COLUMNS, "_change_type", "_commit_version"],
+        "rows": [
+            [r[c] for c in COLUMNS] + [r["_change_type"], r["_commit_version"] if net_at is None else net_at]
+            for r in rows
+        ],
+    }
+
+
+def net_block_version(txn: list[dict[str, Any]]) -> int | None:
+    """The version of the first committed ``BEGIN`` of a transaction topic: a net catch-up's block
+    comes before any other (None: no block at all)."""
+    begins = [int(r["id"].rsplit(":", 1)[1]) for r in txn if r["status"] == "BEGIN"]
+    return begins[0] if begins else None
+
+
+def expected_row_events(path: Path, last_version: int, net_at: int | None) -> Counter[Any]:
+    """(op, before, after, version) of every row event expected on the changes topic: per version
+    0..``last_version``, or one net block at ``net_at`` then per version after it."""
+    if net_at is None:
+        return expected_events(_changes_table(path, 0, last_version), KEY_COLUMNS)
+    want = expected_events(_changes_table(path, 0, net_at, net_at=net_at), KEY_COLUMNS)
+    if net_at < last_version:
+        want += expected_events(_changes_table(path, net_at + 1, last_version), KEY_COLUMNS)
+    return want
+
+
 def _check_changes(bootstrap: str, t: TableTopics, last_version: int, tally: Tally) -> None:
     assert t.changes is not None and t.transaction is not None
     name = t.path.name
-    rows = [
-        json.loads(line)
-        for line in _cli_lines(
-            "changes",
-            str(t.path),
-            "--starting-version",
-            "0",
-            "--ending-version",
-            str(last_version),
-            "--format",
-            "jsonl",
-            "--no-progress",
+    txn = [json.loads(m.value) for m in read_topic(bootstrap, t.transaction)]
+    tally.records += len(txn)
+    net_at = net_block_version(txn) if t.net_from is not None else None
+    if t.net_from is not None and (net_at is None or net_at < t.net_from):
+        # rows before the table's version at start went out per version: no net block at all
+        tally.mismatched += 1
+        tally.problems.append(
+            f"{name}: first BEGIN at v{net_at} where a net block of v{t.net_from} or later was expected"
         )
-    ]
-    columns = ["id", "bucket", "name", "amount"]
-    table = {
-        "columns": [*columns, "_change_type", "_commit_version"],
-        "rows": [[r[c] for c in columns] + [r["_change_type"], r["_commit_version"]] for r in rows],
-    }
-    want = expected_events(table, KEY_COLUMNS)
+    columns = COLUMNS
+    want = expected_row_events(t.path, last_version, net_at)
     per_version_rows: Counter[int] = Counter()
     for (_, _, _, version), n in want.items():
         per_version_rows[version] += n
@@ -259,8 +296,6 @@ def _check_changes(bootstrap: str, t: TableTopics, last_version: int, tally: Tal
             f"e.g. {next(iter(lost or extra))}"
         )
 
-    txn = [json.loads(m.value) for m in read_topic(bootstrap, t.transaction)]
-    tally.records += len(txn)
     begins = [int(r["id"].rsplit(":", 1)[1]) for r in txn if r["status"] == "BEGIN"]
     ends = {int(r["id"].rsplit(":", 1)[1]): r["event_count"] for r in txn if r["status"] == "END"}
     end_order = [int(r["id"].rsplit(":", 1)[1]) for r in txn if r["status"] == "END"]

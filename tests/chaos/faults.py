@@ -1,4 +1,4 @@
-"""The six fault classes. Each builds its scene, lets the writer commit, injects faults at seeded
+"""The seven fault classes. Each builds its scene, lets the writer commit, injects faults at seeded
 moments, records where each one hit (:mod:`chaos.evidence`), lets everything catch up, and checks.
 
 A fault *lands* when the evidence shows it interrupted work in flight; a class fails when fewer
@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from chaos.checker import net_block_version, read_topic
 from chaos.procs import Proc, poll_until, wait_for
-from chaos.scene import ClassResult, Fault, Run, Scene
+from chaos.scene import ClassResult, Fault, Run, Scene, latest_version
 
 #: how long anything may take to catch up, resume or exit on this (shared, loaded) machine
 SETTLE_S = 240.0
@@ -580,6 +583,127 @@ def row_change_kills(run: Run, plan: Plan) -> ClassResult:
     return result
 
 
+# --- 7 ------------------------------------------------------------------------------------------------
+
+#: versions the writer commits before the watcher's first start: the first catch-up's range
+AHEAD_VERSIONS = 40
+#: versions published one by one after the catch-up committed, the writer still writing
+TAIL_VERSIONS = 10
+#: the watcher's transaction.timeout.ms here: a catch-up is one transaction, growing with the table
+NET_TXN_TIMEOUT_MS = 120_000
+CATCH_UP = re.compile(r"net catch-up of versions (\d+) to (\d+)")
+
+
+def _catch_up_range(proc: Proc, run: int) -> tuple[int, int] | None:
+    """The versions the ``run``-th run of ``proc`` said its net catch-up covers (None: not begun)."""
+    for line in proc.run_lines(run):
+        found = CATCH_UP.search(str(line.get("msg", "")))
+        if found:
+            return int(found.group(1)), int(found.group(2))
+    return None
+
+
+def net_catch_up_kills(run: Run, plan: Plan) -> ClassResult:
+    """A table the writer is ahead on at start, watched with a net catch-up from version 0: the
+    watcher is killed while the catch-up's one transaction is open (its run's log names the range,
+    the broker holds records of it open, no progress is committed), restarted (its catch-up reaches
+    the version the table has then), and killed again, the writer still writing; then the catch-up
+    commits and the next versions go out one by one."""
+    result = ClassResult(7, TITLES[7], plan.need)
+    scene = Scene(
+        run,
+        "net",
+        1,
+        row_changes=True,
+        net_catch_up=True,
+        weights={"update": 30, "delete": 12, "large-append": 8},
+        txn_timeout_ms=NET_TXN_TIMEOUT_MS,
+        max_pause_s=0.5,
+    )
+    try:
+        for _ in range(AHEAD_VERSIONS):
+            scene.writer.step()
+        scene.start_writer()
+        scene.net_started()
+        watcher = scene.watcher("watch").start()
+        clock = Clock()
+        committed: list[str] = []
+
+        def inject() -> Fault:
+            at = clock.now()
+            n = watcher.starts - 1
+            # in turn: while the range's actions go out, or once its net events do
+            phase = (".actions", ".changes")[len(result.faults) % 2]
+            partitions = [p for p in scene.partitions() if phase in p[0]]
+            # the run's catch-up has begun (its log says so) and has records of it on the broker
+            poll_until(
+                lambda: (
+                    not watcher.alive()
+                    or bool(scene.progress.read(idle_s=0.0))
+                    or (_catch_up_range(watcher, n) is not None and scene.open_on(partitions))
+                ),
+                SETTLE_S,
+                every_s=0.02,
+            )
+            if phase == ".actions":
+                time.sleep(scene.rng.uniform(0, 0.3))  # a seeded moment inside it
+            if not watcher.alive():
+                code = watcher.wait_exit(0)
+                result.failures.append(f"the watcher exited {code} during its catch-up")
+                watcher.start()
+                return Fault("kill -9", at, [f"the watcher had exited {code} before the kill"], False)
+            watcher.kill9()
+            span = _catch_up_range(watcher, n)
+            where = [f"catch-up of v{span[0]} to v{span[1]} begun" if span else "no catch-up begun"]
+            still_open = scene.open_now()
+            where += [f"open transaction {k}: {c} records" for k, c in still_open.items()]
+            progress = scene.progress.read()
+            if progress:
+                committed.append(f"the catch-up of run {n} committed before the kill")
+                where += committed
+            else:
+                where.append("no progress committed")
+            watcher.start()
+            return Fault("kill -9", at, where, span is not None and bool(still_open) and not progress)
+
+        while (
+            not committed
+            and len(result.faults) < plan.max_faults
+            and (clock.now() < plan.duration_s or result.landed < plan.need)
+        ):
+            result.faults.append(inject())
+        # the last run's catch-up commits, then the versions after it go out one by one
+        wait_for(scene.progress.read, SETTLE_S, "the catch-up to commit", every_s=0.5)
+        # the last run that began a catch-up committed it (the runs after it found progress)
+        began = [(n, r) for n in range(watcher.starts) if (r := _catch_up_range(watcher, n)) is not None]
+        span = began[-1][1] if began else None
+        if span is None:
+            result.failures.append("no run of the watcher logged a catch-up")
+        else:
+            result.notes.append(
+                f"the committed catch-up: v{span[0]} to v{span[1]} (run {began[-1][0] + 1} of the watcher)"
+            )
+            path = scene.topics[0].path
+            wait_for(
+                lambda: latest_version(path) >= span[1] + TAIL_VERSIONS,
+                SETTLE_S,
+                f"{TAIL_VERSIONS} versions after the catch-up",
+            )
+        _finish(scene, result, [watcher])
+        t = scene.topics[0]
+        assert t.transaction is not None
+        on_topic = net_block_version(
+            [json.loads(m.value) for m in read_topic(run.broker.bootstrap, t.transaction)]
+        )
+        if span is not None and on_topic != span[1]:
+            result.failures.append(
+                f"the net block is of v{on_topic}, the committed catch-up's log says v{span[1]}"
+            )
+    finally:
+        scene.close()
+    return result
+
+
 CLASSES = {
     1: watcher_kills,
     2: group_faults,
@@ -587,6 +711,7 @@ CLASSES = {
     4: fencing,
     5: consumer_kills,
     6: row_change_kills,
+    7: net_catch_up_kills,
 }
 
 TITLES = {
@@ -596,4 +721,5 @@ TITLES = {
     4: "two watchers on one table",
     5: "kill -9 of consume-snapshot and invalidate",
     6: "kill -9 while rows are paired and published",
+    7: "kill -9 during a net catch-up",
 }

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +78,8 @@ class Scene:
         weights: dict[str, int] | None = None,
         top: dict[str, Any] | None = None,
         max_pause_s: float = 0.3,
+        net_catch_up: bool = False,
+        txn_timeout_ms: int | None = None,
     ) -> None:
         self.run = run
         self.bootstrap = run.broker.bootstrap
@@ -121,13 +123,18 @@ class Scene:
                 entry.update(
                     changes_topic=t.changes,
                     transaction_topic=t.transaction,
-                    row_changes={"enabled": True, "key_columns": ["id"], "pairing_memory_mb": 1},
+                    row_changes={
+                        "enabled": True,
+                        "key_columns": ["id"],
+                        "pairing_memory_mb": 1,
+                        **({"net_catch_up": True} if net_catch_up else {}),
+                    },
                 )
             table_entries.append(entry)
         config = {
             "kafka": {
                 "bootstrap_servers": self.bootstrap,
-                "extra": {"transaction.timeout.ms": str(run.txn_timeout_ms)},
+                "extra": {"transaction.timeout.ms": str(txn_timeout_ms or run.txn_timeout_ms)},
             },
             "tables": table_entries,
             "progress_topic": self.progress_topic,
@@ -140,6 +147,9 @@ class Scene:
         self.progress = ProgressTail(self.bootstrap, self.progress_topic)
         self.commits = CommitsReader(self.bootstrap, [t.commits for t in self.topics])
         self.procs: list[Proc] = []
+        #: with a net catch-up: each table's version when its first watcher started (see net_started)
+        self.net_catch_up = net_catch_up
+        self.net_from: dict[Path, int] = {}
         self._stop_writer = threading.Event()
         self._writer_thread: threading.Thread | None = None
 
@@ -215,9 +225,17 @@ class Scene:
         where += [f"mid-version {m}" for m in mid_version(self.progress.read())]
         return where
 
+    def net_started(self) -> None:
+        """Note each table's version now, as its first watcher starts: a net catch-up's block is of
+        that version or a later one."""
+        for t in self.topics:
+            self.net_from.setdefault(t.path, latest_version(t.path))
+
     def check(self) -> Tally:
         tally = Tally()
         for t in self.topics:
+            if self.net_catch_up:
+                t = replace(t, net_from=self.net_from.get(t.path, 0))
             tally.add(check_table(self.bootstrap, t, latest_version(t.path)))
         for proc in self.procs:
             tally.problems += [f"{proc.name}: traceback: {tb}" for tb in proc.tracebacks()]
