@@ -23,9 +23,8 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import IO, Any, cast
+from typing import IO, TYPE_CHECKING, Any, cast
 
-import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -34,6 +33,9 @@ from ..paths import SIDECAR_DIR, PathRules
 from .local import LocalFiles, NotARegularFileError
 from .refusal import storage_refusal
 from .uri import normalize_location, normalize_table_uri, without_password
+
+if TYPE_CHECKING:  # fsspec loads with the first filesystem opened (a local table never needs it)
+    import fsspec
 
 __all__ = [
     "LOG_DIR",
@@ -189,6 +191,8 @@ class TableStorage:
                 # a log and a prefix change under us: a cached listing would hide new commits and tables
                 options.setdefault("use_listings_cache", False)
             try:
+                import fsspec.core  # loaded with the first filesystem: local reads never need it
+
                 fs, root = fsspec.core.url_to_fs(self._access_uri, **options)
             except ImportError as exc:
                 extra = _EXTRAS.get(self.uri.split(":", 1)[0])
@@ -204,6 +208,11 @@ class TableStorage:
     @property
     def root(self) -> str:
         """The table root in the filesystem's own path syntax."""
+        if self._root is None and self.is_local and os.name == "posix":
+            # the normalized location is file:// + an absolute path: no filesystem object needed
+            self._root = self.uri.removeprefix("file://").rstrip("/") or "/"
+        if self._root is not None:
+            return self._root
         _ = self.fs
         assert self._root is not None
         return self._root
@@ -287,6 +296,8 @@ class TableStorage:
             ) from exc
 
     def exists(self, path: str) -> bool:
+        if self.is_local:
+            return bool(self._call("exists", path, os.path.exists, path))
         return bool(self._call("exists", path, self.fs.exists, path))
 
     # Every open of a table file is one of the methods below; ``path`` is a log file's
@@ -318,6 +329,9 @@ class TableStorage:
 
     def info(self, path: str) -> FileInfo:
         """A file's size and time; FileNotFoundError when it is missing (one request on S3)."""
+        if self.is_local:  # no filesystem object for a local file (and its time in whole ns)
+            st = self._call("stat", path, os.stat, path)
+            return FileInfo(path.rsplit("/", 1)[-1], st.st_size, st.st_mtime_ns // 1_000_000)
         fs = self.fs
         if hasattr(fs, "call_s3"):  # s3fs
             d = self._call("stat", path, _s3_head, fs, path)
@@ -349,6 +363,8 @@ class TableStorage:
     # --- listing ------------------------------------------------------------------------------
 
     def _find_takes_prefix(self) -> bool:
+        if self.is_local:  # a local folder is listed whole
+            return False
         try:
             return "prefix" in inspect.signature(self.fs.find).parameters
         except (TypeError, ValueError):

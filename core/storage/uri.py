@@ -10,8 +10,6 @@ from __future__ import annotations
 import os
 import urllib.parse
 
-import fsspec
-
 from ..errors import InvalidTableUriError
 
 __all__ = ["normalize_location", "normalize_table_uri", "without_password"]
@@ -37,6 +35,8 @@ def normalize_location(uri: str) -> str:
         if parsed.scheme == "file" and parsed.netloc not in ("", "localhost"):
             raise InvalidTableUriError("file:// URL with a host is not supported", table=uri)
         return "file://" + os.path.abspath(os.path.expanduser(path)).rstrip("/")
+    import fsspec  # only for an object store's location: a local table never loads it
+
     if parsed.scheme not in fsspec.available_protocols() and parsed.scheme not in fsspec.registry:
         raise InvalidTableUriError(f"unknown storage protocol {parsed.scheme!r}", table=uri)
     return uri.rstrip("/")

@@ -40,3 +40,19 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
     else:
         raise AssertionError("an unknown name resolved")
     assert "open_table" in dir(core)
+
+
+def test_reading_a_local_table_never_loads_fsspec() -> None:
+    """fsspec (and the asyncio it loads) is for object stores: a local table's snapshot, history,
+    change feed and commit times are read without it (a consumer's restart pays no import for it)."""
+    from support.tables import TABLES
+
+    path = TABLES / "drs__simple_table_with_cdc"
+    loaded = _modules_after(
+        "from deltamirror.core import open_table\n"
+        f"t = open_table({str(path)!r})\n"
+        "t.snapshot().to_arrow(); t.history(); t.changes(starting_version=0).to_arrow()\n"
+        "import deltamirror.cli.main, deltamirror.consumer.snapshot"
+    )
+    assert "deltamirror.core.table" in loaded
+    assert not {m for m in loaded if m.split(".")[0] in ("fsspec", "asyncio")}
