@@ -8,6 +8,11 @@ meant for the watchers running then). A snapshot signal makes the table's watche
 snapshot of the table at the last version published (``snapshot: true`` events and summary, as an
 initial snapshot), in order between two versions, without a restart: no version is skipped or
 published twice, and the versions after it follow as usual.
+``deltamirror signal net-changes TABLE --from-version N`` makes it publish the net row changes of
+versions N to the last version published as one backfill block in a transaction of its own
+(:meth:`~deltamirror.producer.publishing.transactions.TableTransactions.publish_net_block`), or
+refuse it: the owner's ``on_signal`` returns the reason, logged and written in the ``done``
+record (``refused``), where ``signal --wait`` reads it.
 
 A signal for a table that does not run on this instance is kept in memory, one per table (a newer
 signal replaces an older one), for :data:`PENDING_TTL_S`: if the table starts here meanwhile (its

@@ -68,8 +68,9 @@ def test_signal_net_changes_publishes_one_marked_block_equal_to_the_net_changes_
 
     from deltamirror.producer.service import WatchService
 
-    name, plain_name = kit.unique("ns"), kit.unique("nsplain")
+    name, plain_name, nocdf_name = kit.unique("ns"), kit.unique("nsplain"), kit.unique("nsnocdf")
     table, plain = tmp_path / name, kit.make_table(tmp_path / plain_name, versions=2)
+    nocdf = kit.make_table(tmp_path / nocdf_name, versions=2)  # row changes, but no change data feed
     latest = _cdf_table(table)
     signals, progress = kit.unique("signals"), kit.unique("progress")
     cfg = WatchConfig.model_validate(
@@ -78,6 +79,7 @@ def test_signal_net_changes_publishes_one_marked_block_equal_to_the_net_changes_
             "tables": [
                 {"uri": str(table), "poll_interval_s": 0.2, "row_changes": {"key_columns": ["id"]}},
                 {"uri": str(plain), "poll_interval_s": 0.2},
+                {"uri": str(nocdf), "poll_interval_s": 0.2, "row_changes": {"key_columns": ["id"]}},
             ],
             "signal_topic": signals,
             "progress_topic": progress,
@@ -94,12 +96,13 @@ def test_signal_net_changes_publishes_one_marked_block_equal_to_the_net_changes_
 
     try:
         kit.consume(kafka_bootstrap, [commits], until=lambda rs: summaries(rs) == [latest], timeout_s=30)
-        kit.consume(
-            kafka_bootstrap,
-            [f"deltamirror.{plain_name}.commits"],
-            until=lambda rs: len(summaries(rs)) == 1,
-            timeout_s=30,
-        )
+        for other in (plain_name, nocdf_name):
+            kit.consume(
+                kafka_bootstrap,
+                [f"deltamirror.{other}.commits"],
+                until=lambda rs: len(summaries(rs)) == 1,
+                timeout_s=30,
+            )
         assert service.signals is not None and service.signals.listening.wait(30)
         initial = len(kit.consume(kafka_bootstrap, [changes], idle_s=0.3))
 
@@ -108,14 +111,20 @@ def test_signal_net_changes_publishes_one_marked_block_equal_to_the_net_changes_
         assert "beyond the last version published" in capsys.readouterr().err
         assert _send(kafka_bootstrap, plain, signals, "--from-version", "0") == 2
         assert "publishes no row changes" in capsys.readouterr().err
+        assert _send(kafka_bootstrap, nocdf, signals, "--from-version", "0") == 2
+        assert "DELTA_MISSING_CHANGE_DATA" in capsys.readouterr().err
 
         assert _send(kafka_bootstrap, table, signals, "--from-version", "1") == 0
         sent = json.loads(capsys.readouterr().out)
         assert (sent["signal"], sent["fromVersion"], sent["taken"]) == ("net-changes", 1, True)
         expected = _expected(table, 1, latest)
-        kit.consume(kafka_bootstrap, [changes], until=lambda rs: len(rs) == initial + len(expected), timeout_s=30)
+        kit.consume(
+            kafka_bootstrap, [changes], until=lambda rs: len(rs) == initial + len(expected), timeout_s=30
+        )
         DeltaTable(str(table)).update(updates={"name": "'later'"}, predicate="id = 5")  # tailing goes on
-        kit.consume(kafka_bootstrap, [commits], until=lambda rs: summaries(rs) == [latest, latest + 1], timeout_s=30)
+        kit.consume(
+            kafka_bootstrap, [commits], until=lambda rs: summaries(rs) == [latest, latest + 1], timeout_s=30
+        )
         assert service._failure is None, service._failure
     finally:
         service.request_stop()
@@ -129,7 +138,9 @@ def test_signal_net_changes_publishes_one_marked_block_equal_to_the_net_changes_
     assert [e["source"]["snapshot"] for e in block] == ["true"] * (len(block) - 1) + ["last"]
     assert {e["source"]["snapshot"] for e in events[:initial]} <= {"true", "last"}  # the initial snapshot
     later = events[initial + len(block) :]
-    assert [(e["op"], e["after"]["name"], e["source"]["snapshot"]) for e in later] == [("u", "later", "false")]
+    assert [(e["op"], e["after"]["name"], e["source"]["snapshot"]) for e in later] == [
+        ("u", "later", "false")
+    ]
 
     # one BEGIN/END block for the net events, alone in its transaction (committed, nothing interleaved)
     txns = [json.loads(r.value) for r in kit.consume(kafka_bootstrap, [txn_topic], idle_s=0.3)]
