@@ -1,9 +1,12 @@
-"""``deltamirror signal snapshot TABLE``: ask the running watchers for a fresh snapshot of a table.
+"""``deltamirror signal snapshot TABLE``: ask the running watchers for a fresh snapshot of a table;
+``deltamirror signal net-changes TABLE --from-version N``: for the net row changes of versions N to
+the last one published, as one block.
 
 Prints one JSON line (the signal written, the topic and brokers it went to) and exits 0 once the
 broker has stored it; the watcher that runs the table publishes the snapshot within a poll
 interval (docs/discovery.md). With ``--wait`` it exits 0 only once a watcher running the table
-took the signal (its ``done`` record on the topic). Everything is bounded by ``--timeout``: a
+took the signal (its ``done`` record on the topic); a watcher that refused it (a ``done`` saying
+why) is one line, exit 2. Everything is bounded by ``--timeout``: a
 broker that does not answer is one line naming the reason (exit 1), and librdkafka's own lines go
 to the ``deltamirror.librdkafka`` logger, never to stderr.
 """
@@ -25,10 +28,12 @@ DEFAULT_TIMEOUT_S = 15.0
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "signal",
-        help="send a signal to the running watchers (snapshot: publish a fresh snapshot of a table)",
+        help="send a signal to the running watchers (snapshot: a fresh snapshot of a table; net-changes: "
+        "its net row changes from a version)",
         description="Write a signal to the signal topic every `deltamirror watch` reads. `snapshot TABLE`: "
         "the watcher running TABLE publishes a fresh snapshot of it at the last version it published, "
-        "between two versions, without a restart. Only watchers running when the signal is written act "
+        "between two versions, without a restart. `net-changes TABLE --from-version N`: it publishes the "
+        "net row changes of versions N to the last one it published, as one block. Only watchers running when the signal is written act "
         "on it; one where TABLE does not run yet keeps it for 10 minutes and acts if TABLE starts there.",
     )
     kinds = p.add_subparsers(dest="signal_kind", metavar="SIGNAL", required=True)
@@ -41,6 +46,39 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "discover prefixes, a check that TABLE is one of them (else refused: no watcher of FILE runs "
         "it). Prints one JSON line: the signal, the topic and the brokers it was written to.",
     )
+    _common_arguments(snap)
+    net = kinds.add_parser(
+        "net-changes",
+        help="publish the net row changes of TABLE from a version (a consumer re-seeding itself)",
+        description="Ask the watcher running TABLE (with row changes) for the net row changes of versions "
+        "--from-version N to the last version it published: per key one c, u or d event, in one "
+        "BEGIN/END block marked as a backfill (source.snapshot true, last on its last event), in one "
+        "Kafka transaction of its own; tailing goes on after it with no gap and no duplicate. The "
+        "watcher refuses it (said with --wait: one line, exit 2) for a table without row changes, N "
+        "beyond the last version published, or a range without the change data feed. --config FILE "
+        "as for snapshot.",
+    )
+    net.add_argument(
+        "--from-version",
+        type=_version,
+        required=True,
+        metavar="N",
+        help="the range's first version (as watch --from-version names the first version of a catch-up)",
+    )
+    _common_arguments(net)
+
+
+def _version(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a version: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a version is 0 or more, not {value}")
+    return value
+
+
+def _common_arguments(snap: argparse.ArgumentParser) -> None:
     snap.add_argument("table", metavar="TABLE", help="the table's location, as the watcher was given it")
     add_kafka_arguments(snap)
     snap.add_argument(
@@ -52,7 +90,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     snap.add_argument(
         "--wait",
         action="store_true",
-        help="exit 0 only once a watcher running TABLE took the signal (exit 1 if none did within --timeout)",
+        help="exit 0 only once a watcher running TABLE took the signal (exit 1 if none did within "
+        "--timeout, exit 2 if it refused it)",
     )
     snap.add_argument(
         "--timeout",
@@ -95,11 +134,14 @@ def cmd_signal(args: argparse.Namespace) -> int:
         "signal": signal.kind,
         "tableUri": uri,
         "id": signal.id,
+        **({"fromVersion": signal.from_version} if signal.from_version is not None else {}),
         "topic": topic,
         "bootstrapServers": kafka.bootstrap_servers,
     }
     if args.wait:
-        sender.wait_for_done(signal)
+        refused = sender.wait_for_done(signal)
+        if refused is not None:
+            raise ConfigError(f"the watcher running {uri} refused the signal: {refused}")
         line["taken"] = True
     sys.stdout.write(json.dumps(line) + "\n")
     return 0
@@ -176,23 +218,25 @@ def _runs(cfg: Any, uri: str) -> bool:
     return False
 
 
-def _new_signal(uri: str) -> Any:
+def _new_signal(uri: str, args: argparse.Namespace) -> Any:
     from deltamirror.mirror.records.signals import new_signal
 
+    if args.signal_kind == "net-changes":
+        return new_signal("net-changes", uri, from_version=args.from_version)
     return new_signal("snapshot", uri)
 
 
-def _is_done(value: bytes, signal: Any) -> bool:
-    """Whether a record of the signal topic is a watcher's ``done`` for ``signal`` (other records,
-    whatever they are, are not)."""
+def _done(value: bytes, signal: Any) -> Any:
+    """The watcher's ``done`` for ``signal`` a record of the signal topic is, else None (other
+    records, whatever they are, are not)."""
     from deltamirror.mirror.records.boundary import BadRecordError
     from deltamirror.mirror.records.signals import decode_signal
 
     try:
         seen = decode_signal(value)
     except BadRecordError:
-        return False
-    return seen.kind == "done" and seen.id == signal.id
+        return None
+    return seen if seen.kind == "done" and seen.id == signal.id else None
 
 
 class _Sender:
@@ -232,7 +276,7 @@ class _Sender:
             topics.ensure_signal_topic(self.topic)
             if self.args.wait:  # where the watchers' answer will be: after what is there now
                 self.ends = topics.end_offsets(self.topic, committed=False)
-            signal = _new_signal(uri)
+            signal = _new_signal(uri, self.args)
             # a producer's delivery timeout is at least 1 s: the deadline may pass by that much
             producer = RecordProducer(
                 self.config, delivery_timeout_s=max(1.0, _left(self.deadline, self.args))
@@ -247,8 +291,9 @@ class _Sender:
             raise self._failed(exc, f"the signal was not sent to {self.topic}") from None
         return signal
 
-    def wait_for_done(self, signal: Any) -> None:
-        """Return once a watcher's ``done`` record for ``signal`` is on the topic; else a KafkaError."""
+    def wait_for_done(self, signal: Any) -> str | None:
+        """Once a watcher's ``done`` record for ``signal`` is on the topic: None, or why the watcher
+        refused it; else a KafkaError."""
         import threading
 
         from deltamirror.mirror.errors import KafkaError, StopRequested
@@ -261,8 +306,11 @@ class _Sender:
             with MirrorConsumer(self.config, purpose="signal", fetch_wait_max_ms=None) as consumer:
                 consumer.assign((self.topic, p, o) for p, o in sorted(self.ends.items()))
                 for batch in consumer.batches(until_end=False, stop=stop, poll_s=0.2):
-                    if any(_is_done(record.value, signal) for record in batch):
-                        return
+                    for record in batch:
+                        done = _done(record.value, signal)
+                        if done is not None:
+                            refused: str | None = done.refused
+                            return refused
         except StopRequested:
             pass
         except KafkaError as exc:

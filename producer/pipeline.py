@@ -68,6 +68,7 @@ from .tailing.watcher import TableWatcher
 from .tailing.work import (
     CommitWork,
     NetCatchUpWork,
+    NetChangesWork,
     Position,
     PositionWork,
     TableDroppedWork,
@@ -236,6 +237,32 @@ class TablePipeline:
     def request_snapshot(self) -> None:
         """Publish a fresh snapshot of the table next, at the last version published (a signal)."""
         self.watcher.snapshot_requested.set()
+
+    def request_net_changes(self, first: int) -> str | None:
+        """Publish the net row changes of versions ``first`` to the last version published next, as
+        one block in a transaction of its own (a signal); or why not (refused, nothing done)."""
+        rows, committed = self.txns.rows, self.txns.committed
+        if rows is None:
+            return f"table {self.uri} publishes no row changes (row_changes is not configured)"
+        if self.txns.atomic:
+            return f"table {self.uri} is in its net catch-up"
+        if committed is None or first > committed.version:
+            last = "none" if committed is None else str(committed.version)
+            return f"version {first} is beyond the last version published ({last})"
+        try:  # the range must have the change data feed (and one readable schema): said now
+            from deltamirror.core.changes import read_changes
+            from deltamirror.core.table import open_table
+
+            table = open_table(
+                self.table.uri,
+                self.table.storage_options_plain(),
+                allowed_path_prefixes=self.table.allowed_path_prefixes,
+            )
+            read_changes(table, starting_version=first, ending_version=committed.version)
+        except DeltaMirrorError as exc:
+            return f"versions {first} to {committed.version}: {exc}"
+        self.watcher.request_net_changes(first)
+        return None
 
     def unfinished_work(self) -> str:
         """What a stop now would leave undone, in words."""
@@ -675,6 +702,12 @@ class TablePipeline:
             self.metrics.versions_behind(self.uri, 0)
             txns.idle_duties()
             self.waker.wait(self.table.poll_interval_s, self.stop)
+            return
+        if isinstance(work, NetChangesWork):
+            if txns.atomic:  # never inside a net catch-up's transaction
+                log.warning("signal net-changes during a net catch-up: not published", extra=self._log_extra)
+            else:
+                txns.publish_net_block(work)
             return
         if not txns.in_transaction:
             txns.begin()

@@ -199,12 +199,18 @@ class WatchService:
         if normalized_uri not in self.running_tables():
             self.reports.forget_table(normalized_uri)
 
-    def _on_signal(self, signal: Signal) -> bool:
-        """A snapshot signal for a table running here: its pipeline publishes a fresh snapshot."""
+    def _on_signal(self, signal: Signal) -> bool | str:
+        """A signal for a table running here: its pipeline publishes a fresh snapshot, or the net row
+        changes from the signal's version (or says why it refuses: the signal is answered so)."""
         with self._lock:
             entry = self._running.get(signal.table_uri)
         if entry is None or entry.pipeline.release_reason is not None:
             return False
+        if signal.kind == "net-changes":
+            if signal.from_version is None:
+                return "a net-changes signal names no fromVersion"
+            refused = entry.pipeline.request_net_changes(signal.from_version)
+            return True if refused is None else refused
         entry.pipeline.request_snapshot()
         return True
 

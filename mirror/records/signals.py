@@ -22,13 +22,15 @@ from .record import Record
 #: a signal is a few hundred bytes: a larger record is refused unread
 MAX_SIGNAL_BYTES = 16_384
 
-SignalKind = Literal["snapshot", "done"]
+SignalKind = Literal["snapshot", "net-changes", "done"]
 
 
 class Signal(BaseModel):
     """One signal: what to do (``kind``), to which table, when it was asked for (epoch ms).
 
-    ``done`` is written by the instance that acted on the signal of the same ``id``.
+    ``done`` is written by the instance that acted on the signal of the same ``id``; ``refused``
+    (on a ``done``) says why that instance refused it instead. ``net-changes`` names the first
+    version of its range (``fromVersion``).
     """
 
     model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True, extra="ignore")
@@ -37,18 +39,29 @@ class Signal(BaseModel):
     table_uri: str = Field(min_length=1, max_length=MAX_URI_CHARS)
     id: str = Field(min_length=1, max_length=128)
     requested_at: int = Field(ge=0, le=2**63 - 1)
+    from_version: int | None = Field(default=None, ge=0, le=2**63 - 1)
+    refused: str | None = Field(default=None, max_length=1000)
 
     def to_json_bytes(self) -> bytes:
-        return self.model_dump_json(by_alias=True).encode()
+        return self.model_dump_json(by_alias=True, exclude_none=True).encode()
 
 
-def new_signal(kind: SignalKind, table_uri: str, signal_id: str | None = None) -> Signal:
+def new_signal(
+    kind: SignalKind,
+    table_uri: str,
+    signal_id: str | None = None,
+    *,
+    from_version: int | None = None,
+    refused: str | None = None,
+) -> Signal:
     """A signal asked for now: a fresh id (or ``signal_id``: a ``done`` names the signal it answers)."""
     return Signal(
         kind=kind,
         table_uri=table_uri,
         id=signal_id if signal_id is not None else uuid.uuid4().hex,
         requested_at=int(time.time() * 1000),
+        from_version=from_version,
+        refused=refused[:1000] if refused is not None else None,
     )
 
 

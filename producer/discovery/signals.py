@@ -8,6 +8,11 @@ meant for the watchers running then). A snapshot signal makes the table's watche
 snapshot of the table at the last version published (``snapshot: true`` events and summary, as an
 initial snapshot), in order between two versions, without a restart: no version is skipped or
 published twice, and the versions after it follow as usual.
+``deltamirror signal net-changes TABLE --from-version N`` makes it publish the net row changes of
+versions N to the last version published as one backfill block in a transaction of its own
+(:meth:`~deltamirror.producer.publishing.transactions.TableTransactions.publish_net_block`), or
+refuse it: the owner's ``on_signal`` returns the reason, logged and written in the ``done``
+record (``refused``), where ``signal --wait`` reads it.
 
 A signal for a table that does not run on this instance is kept in memory, one per table (a newer
 signal replaces an older one), for :data:`PENDING_TTL_S`: if the table starts here meanwhile (its
@@ -74,9 +79,10 @@ def send_signal(
     kafka: dict[str, Any],
     topic: str,
     table_uri: str,
-    kind: Literal["snapshot"],
+    kind: Literal["snapshot", "net-changes"],
     *,
     timeout_s: float = SEND_TIMEOUT_S,
+    from_version: int | None = None,
 ) -> Signal:
     """Write one signal for ``table_uri`` (normalized) and wait until the broker has stored it.
 
@@ -103,7 +109,7 @@ def send_signal(
     TopicManager(kafka, max_record_bytes=SIGNAL_MAX_BYTES, timeout_s=left()).ensure_signal_topic(
         topic, SIGNAL_TOPIC_MAX_BYTES
     )
-    signal = new_signal(kind, table_uri)
+    signal = new_signal(kind, table_uri, from_version=from_version)
     record = encode_signal(signal)
     assert record.value is not None  # a signal is never a tombstone
     producer = RecordProducer(kafka, delivery_timeout_s=max(1.0, left()))
@@ -117,7 +123,8 @@ def send_signal(
 class SignalListener:
     """Reads the signal topic on its own thread and hands each new signal to ``on_signal``.
 
-    ``on_signal`` returns whether this instance acted on it (False: the table does not run here);
+    ``on_signal`` returns whether this instance acted on it (False: the table does not run here),
+    or why the table's owner here refuses it (a ``done`` record with ``refused`` answers it);
     a signal not acted on is offered again after every read of the topic (at least every 0.2 s)
     until it is, its ``done`` record is read, or ``pending_ttl_s`` passes. Kafka failures are
     retried every :data:`RETRY_S`, reading on from where the listener was; a record that is not a
@@ -128,7 +135,7 @@ class SignalListener:
         self,
         kafka: dict[str, Any],
         topic: str,
-        on_signal: Callable[[Signal], bool],
+        on_signal: Callable[[Signal], bool | str],
         *,
         stop: threading.Event,
         pending_ttl_s: float = PENDING_TTL_S,
@@ -311,19 +318,31 @@ class SignalListener:
         self._producer.send(self.topic, record.value, record.key, record.headers)
 
     def _offer(self, signal: Signal) -> bool:
-        """Hand the signal over; when this instance acted on it, tell the others (``done``)."""
-        if not self.on_signal(signal):
+        """Hand the signal over; when this instance acted on it (or refused it), tell the others and
+        the sender (``done``, with ``refused`` when refused)."""
+        outcome = self.on_signal(signal)
+        if outcome is False:
             return False
-        now = self._clock()
-        self._acted_at[signal.table_uri] = now
-        self._recent.append(now)
-        log.info(
-            "signal %s for table %s: acting on it",
-            signal.kind,
-            shown(signal.table_uri),
-            extra=self._extra(signal),
-        )
-        done = new_signal("done", signal.table_uri, signal.id)
+        refused = outcome if isinstance(outcome, str) else None
+        if refused is None:
+            now = self._clock()
+            self._acted_at[signal.table_uri] = now
+            self._recent.append(now)
+            log.info(
+                "signal %s for table %s: acting on it",
+                signal.kind,
+                shown(signal.table_uri),
+                extra=self._extra(signal),
+            )
+        else:
+            log.warning(
+                "signal %s for table %s: refused: %s",
+                signal.kind,
+                shown(signal.table_uri),
+                refused,
+                extra=self._extra(signal),
+            )
+        done = new_signal("done", signal.table_uri, signal.id, refused=refused)
         try:
             self.announce(done)
         except KafkaError as exc:

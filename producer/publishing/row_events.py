@@ -177,8 +177,29 @@ class RowChangesSource:
         events. The events carry ``unit``'s version and commit time (the state they lead to), in one
         BEGIN/END block of that version. The range's rows are held in Arrow while netting.
         """
-        options = self.options(unit.table_id, unit.metadata)
-        version, row_ids = unit.version, options.row_ids
+        metadata = unit.metadata
+        assert metadata is not None  # the watcher always knows it
+        return self.net_rows_between(unit.table_id, metadata, first, unit.version, unit.timestamp.timestamp)
+
+    def net_rows_between(
+        self,
+        table_id: str,
+        metadata: Metadata,
+        first: int,
+        version: int,
+        ts_ms: int,
+        *,
+        backfill: bool = False,
+    ) -> VersionRows:
+        """The net row changes of versions ``first`` to ``version`` (see :meth:`net_rows_of`).
+
+        ``backfill`` (a ``net-changes`` signal): the events are marked as a snapshot's are
+        (``snapshot`` ``true``, ``last`` on the block's last one), their ``op`` kept. Range,
+        feature and schema errors (no change data feed over the range) are raised here, before
+        anything is published.
+        """
+        options = self.options(table_id, metadata)
+        row_ids = options.row_ids
         # keyed as the per-version events are: configured keys, else the row id (row tracking)
         keys = [ROW_ID] if row_ids else (self.config.key_columns or None)
         feed = read_changes(
@@ -200,7 +221,8 @@ class RowChangesSource:
             options,
             lambda: iter(batches),
             version=version,
-            ts_ms=unit.timestamp.timestamp,
+            ts_ms=ts_ms,
+            snapshot=(lambda last: "last" if last else "true") if backfill else None,
             may_have_updates=keys is not None,  # netted updates are paired by key only
             pairing_memory_bytes=self.config.pairing_memory_mb * 1024 * 1024,
             spill_dir=self.spill_dir,

@@ -55,6 +55,7 @@ from ..tailing.summaries import envelope_encoder
 from ..tailing.work import (
     CommitWork,
     NetCatchUpWork,
+    NetChangesWork,
     Position,
     PublishUnit,
     TableDroppedWork,
@@ -402,6 +403,47 @@ class TableTransactions:
                         pub.begin()
                         self._txn_first_version = unit.version
         return True
+
+    def publish_net_block(self, work: NetChangesWork) -> None:
+        """The net row changes ``work`` names (a ``net-changes`` signal), alone in one transaction.
+
+        The block is netted before the transaction begins (a range without the change data feed
+        raises here, with nothing opened); then its BEGIN/END block and the unchanged progress
+        record are committed together, whatever ``txn_max_records`` says and never in chunks: a
+        kill or an error aborts it whole. The open transaction, if any, is committed first.
+        """
+        pub, rows = self.pub, self.rows
+        assert pub is not None and rows is not None
+        stream = rows.net_rows_between(
+            work.table_id, work.metadata, work.first, work.last, work.timestamp.timestamp, backfill=True
+        )
+        changes = rows.topics.changes
+        limits = self.limits.get(changes)
+        stream.max_record_bytes = limits.max_value_bytes if limits is not None else self.cfg.max_record_bytes
+        timestamps: dict[str, int] = {}
+        headers: Headers = []
+        for topic in (rows.topics.changes, rows.topics.transaction):
+            timestamps[topic], clamped = self._record_timestamp(topic, work.timestamp.timestamp)
+            headers = headers or clamped
+        if self.in_transaction:
+            self.commit()
+        pub.begin()
+        self._txn_first_version = work.last
+        # atomic as a net catch-up is: an error or a stop aborts it, it is never committed in part
+        self.catch_up = NetCatchUpWork(work.first, work.last)
+        log.info(
+            "net row changes of versions %d to %d on a signal: one transaction",
+            work.first,
+            work.last,
+            extra=self._log_extra,
+        )
+        with closing(skip_records(stream.records(), 0)) as chunks:  # closed: its spill files go
+            for chunk in chunks:
+                for i in range(0, len(chunk), self.batch_size):
+                    part = chunk[i : i + self.batch_size]
+                    pub.produce_keyed(part, timestamps, headers or None)
+                    self._events_in_txn += len(part)
+        self.commit()
 
     def announce_replaced(self, work: TableReplacedWork) -> None:
         assert self.pub is not None

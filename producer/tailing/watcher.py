@@ -51,6 +51,7 @@ from deltamirror.producer.tailing.work import (
     SMALL_COMMIT_BYTES,
     CommitWork,
     NetCatchUpWork,
+    NetChangesWork,
     Position,
     PositionWork,
     PublishUnit,
@@ -105,6 +106,9 @@ class TableWatcher:
         self.net_catch_up = net_catch_up
         #: set by another thread (an operator's signal): a fresh snapshot at the cursor comes next
         self.snapshot_requested = threading.Event()
+        #: set by another thread (a ``net-changes`` signal): the first version of a net block next
+        self._net_changes_from: int | None = None
+        self._net_lock = threading.Lock()
         self._clock = clock
         self._pending: deque[Work] = deque()
         self._ahead: deque[tuple[int, FileInfo]] = deque()
@@ -346,6 +350,9 @@ class TableWatcher:
         if self.snapshot_requested.is_set() and self._table_id is not None and self._cursor >= 0:
             self.snapshot_requested.clear()
             return self._fresh_snapshot()
+        net = self._net_changes_block()
+        if net is not None:
+            return net
         if not self._ahead:
             found = probe_next_versions(self.storage, self._cursor, limit=PROBE_AHEAD)
             if not found:
@@ -416,6 +423,39 @@ class TableWatcher:
         )
         log.info("publishing a fresh snapshot on request", extra={"table": self.uri, "version": self._cursor})
         return SnapshotWork(snap, self.uri, ts)
+
+    def request_net_changes(self, first: int) -> None:
+        """Publish the net row changes of versions ``first`` to the cursor next (a signal)."""
+        with self._net_lock:
+            self._net_changes_from = first
+
+    def _net_changes_block(self) -> NetChangesWork | None:
+        """The net block a signal asked for, between two versions: over ``first`` to the last version
+        handed out, so the next version follows it with no gap and no duplicate."""
+        if self._table_id is None or self._cursor < 0 or self._metadata is None:
+            return None
+        with self._net_lock:
+            first, self._net_changes_from = self._net_changes_from, None
+        if first is None:
+            return None
+        if first > self._cursor:
+            log.warning(
+                "signal net-changes: version %d is beyond the last version published (%d); not published",
+                first,
+                self._cursor,
+                extra={"table": self.uri},
+            )
+            return None
+        ts = self._tracker.previous or timestamp_of(
+            self.table, self._cursor, IctConfig.from_configuration(self._metadata.configuration)
+        )
+        log.info(
+            "publishing the net row changes of versions %d to %d on request",
+            first,
+            self._cursor,
+            extra={"table": self.uri, "version": self._cursor},
+        )
+        return NetChangesWork(first, self._cursor, self._table_id, self._metadata, ts)
 
     def _gone_for_good(self, position: Position | None, *, seen_missing: bool = False) -> bool:
         """True (and TableDroppedWork queued) when the table is deleted for good (``drop_when_gone``).

@@ -103,6 +103,19 @@ class NetCatchUpWork:
 
 
 @dataclass(frozen=True)
+class NetChangesWork:
+    """Asked for by a signal: the net row changes of versions ``first`` to ``last`` (published
+    already, ``last`` the last one handed out) as one BEGIN/END block in a transaction of its own,
+    marked as a backfill (``snapshot`` ``true``, ``last`` on its last event). No action, no summary."""
+
+    first: int
+    last: int
+    table_id: str
+    metadata: Metadata
+    timestamp: CommitTimestamp
+
+
+@dataclass(frozen=True)
 class PositionWork:
     """Nothing to publish, but a position to record (``latest`` mode's starting point)."""
 
@@ -247,7 +260,15 @@ class CommitWork:
 
 
 PublishUnit = CommitWork | SnapshotWork
-Work = CommitWork | SnapshotWork | TableReplacedWork | TableDroppedWork | PositionWork | NetCatchUpWork
+Work = (
+    CommitWork
+    | SnapshotWork
+    | TableReplacedWork
+    | TableDroppedWork
+    | PositionWork
+    | NetCatchUpWork
+    | NetChangesWork
+)
 
 
 def position_after(unit: PublishUnit, index: int, row_offset: int | None = None) -> Position:
@@ -317,6 +338,7 @@ __all__ = [
     "SMALL_COMMIT_BYTES",
     "CommitWork",
     "NetCatchUpWork",
+    "NetChangesWork",
     "Position",
     "PositionWork",
     "PublishUnit",

@@ -106,6 +106,20 @@ def runs(tmp_path: Path) -> dict[tuple[str, ...], DeadBrokerRun]:
         ("signal", "snapshot"): DeadBrokerRun(
             ["signal", "snapshot", str(table), "--bootstrap-servers", dead, "--timeout", "2"], None
         ),
+        ("signal", "net-changes"): DeadBrokerRun(
+            [
+                "signal",
+                "net-changes",
+                str(table),
+                "--from-version",
+                "0",
+                "--bootstrap-servers",
+                dead,
+                "--timeout",
+                "2",
+            ],
+            None,
+        ),
         ("local", "kafka", "status"): DeadBrokerRun(["local", "kafka", "status", "--port", port], None),
         ("local", "kafka", "abort-hanging"): DeadBrokerRun(
             ["local", "kafka", "abort-hanging", "--port", port, "--data-dir", str(tmp_path / "kafka")], None
@@ -170,6 +184,7 @@ COMMANDS = [
     ("consume-snapshot",),
     ("invalidate",),
     ("signal", "snapshot"),
+    ("signal", "net-changes"),
     ("local", "kafka", "status"),
     ("local", "kafka", "abort-hanging"),
 ]

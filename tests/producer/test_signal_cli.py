@@ -197,3 +197,19 @@ def test_wait_with_no_watcher_running_the_table_says_so_at_the_timeout(
     assert f"the signal was sent to {topic}, but no watcher running" in done.stderr
     assert len(done.stderr.splitlines()) == 1 and done.stdout == ""
     assert time.monotonic() - started < 3 + 10
+
+
+@pytest.mark.parametrize("version", ["-1", "x"])
+def test_net_changes_takes_its_config_file_and_refuses_a_version_that_is_not_one(
+    tmp_path: Path, version: str
+) -> None:
+    config = _config(tmp_path / "w.yaml", DEAD, tables=[str(tmp_path / "t")], signal_topic=None)
+    argv = [sys.executable, "-m", "deltamirror.cli.main", "signal", "net-changes", str(tmp_path / "t")]
+    done = subprocess.run(
+        [*argv, "--config", str(config), "--from-version", "0"], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and "signal_topic is null" in done.stderr, done.stderr
+    done = subprocess.run(
+        [*argv, "--config", str(config), "--from-version", version], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and "--from-version" in done.stderr.splitlines()[-1], done.stderr
