@@ -35,6 +35,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from deltamirror.core.errors import ConfigError, DeltaMirrorError
@@ -238,31 +239,22 @@ class TablePipeline:
         """Publish a fresh snapshot of the table next, at the last version published (a signal)."""
         self.watcher.snapshot_requested.set()
 
-    def request_net_changes(self, first: int) -> str | None:
+    def request_net_changes(self, first: int, answer: Callable[[str | None], None]) -> None:
         """Publish the net row changes of versions ``first`` to the last version published next, as
-        one block in a transaction of its own (a signal); or why not (refused, nothing done)."""
-        rows, committed = self.txns.rows, self.txns.committed
+        one block in a transaction of its own (a signal). ``answer`` is called once: None when the
+        block is committed, else why not. What needs no reading is refused here, on the caller's
+        thread; the range is read (and a range without the change data feed refused) once, on the
+        table's own thread, when the block is built."""
+        rows, committed, block = self.txns.rows, self.txns.committed, self.txns.block
         if rows is None:
-            return f"table {self.uri} publishes no row changes (row_changes is not configured)"
-        if self.txns.atomic:
-            return f"table {self.uri} is in its net catch-up"
-        if committed is None or first > committed.version:
+            answer(f"table {self.uri} publishes no row changes (row_changes is not configured)")
+        elif block is not None:
+            answer(f"table {self.uri} is in its {block.what}")
+        elif committed is None or first > committed.version:
             last = "none" if committed is None else str(committed.version)
-            return f"version {first} is beyond the last version published ({last})"
-        try:  # the range must have the change data feed (and one readable schema): said now
-            from deltamirror.core.changes import read_changes
-            from deltamirror.core.table import open_table
-
-            table = open_table(
-                self.table.uri,
-                self.table.storage_options_plain(),
-                allowed_path_prefixes=self.table.allowed_path_prefixes,
-            )
-            read_changes(table, starting_version=first, ending_version=committed.version)
-        except DeltaMirrorError as exc:
-            return f"versions {first} to {committed.version}: {exc}"
-        self.watcher.request_net_changes(first)
-        return None
+            answer(f"version {first} is beyond the last version published ({last})")
+        else:
+            self.watcher.request_net_changes(first, answer)
 
     def unfinished_work(self) -> str:
         """What a stop now would leave undone, in words."""
@@ -556,7 +548,7 @@ class TablePipeline:
         table, the version and the file): /healthz and ``deltamirror_table_up`` keep saying it,
         the log says it again when it changes or after the table has resumed.
         """
-        if self.txns.in_transaction and self.txns.atomic:  # a net catch-up commits whole or not at all
+        if self.txns.in_transaction and self.txns.atomic:  # an atomic block commits whole or not at all
             try:
                 self._abort()
             except (ProducerFencedError, ConfigError):
@@ -591,17 +583,21 @@ class TablePipeline:
         """
         if self.txns.in_transaction:
             what = self.unfinished_work()
+            block = self.txns.block if not self.txns.block_complete else None  # cut short: never committed
             try:
                 if self._cut_mid_batch:  # records past the last batch boundary: never commit them
                     raise RetriableKafkaError("a batch was cut by the stop")
-                if self.txns.atomic and not self.txns.catch_up_published:
-                    raise RetriableKafkaError("a net catch-up was cut by the stop")
+                if block is not None:
+                    raise RetriableKafkaError(f"a {block.what} was cut by the stop")
                 self.txns.commit(timeout_s=max(0.0, self.time_left()))
             except ProducerFencedError:
                 raise
             except KafkaError as exc:
-                if self.txns.atomic and not self.txns.catch_up_published:
-                    log.info("stopped during a net catch-up: aborted, published whole on the next start")
+                if block is not None:
+                    log.info(
+                        "stopped during a %s: aborted (a net catch-up is published whole on the next start)",
+                        block.what,
+                    )
                 elif not self._cut_mid_batch:
                     log.warning("could not commit on stop; aborting", exc_info=exc, extra=self._log_extra)
                 try:
@@ -704,8 +700,11 @@ class TablePipeline:
             self.waker.wait(self.table.poll_interval_s, self.stop)
             return
         if isinstance(work, NetChangesWork):
-            if txns.atomic:  # never inside a net catch-up's transaction
-                log.warning("signal net-changes during a net catch-up: not published", extra=self._log_extra)
+            if txns.block is not None:  # never inside another atomic block's transaction
+                log.warning(
+                    "signal net-changes during a %s: not published", txns.block.what, extra=self._log_extra
+                )
+                work.answer(f"table {self.uri} is in its {txns.block.what}")
             else:
                 txns.publish_net_block(work)
             return
@@ -733,7 +732,7 @@ class TablePipeline:
         elif isinstance(work, NetCatchUpWork):
             txns.begin_catch_up(work)
             return
-        if txns.catch_up_published:  # the whole catch-up is in: commit it
+        if txns.block_complete:  # the whole catch-up is in: commit it
             txns.commit()
             return
         # publish may have committed its last chunk already (a stop mid-version): no txn, no commit

@@ -48,7 +48,7 @@ from deltamirror.mirror.kafka.connection import KafkaConnectionReporter
 
 from .config_file import redacted
 from .discovery.scan import DiscoveryLoop
-from .discovery.signals import Signal, SignalListener
+from .discovery.signals import Signal, SignalAnswer, SignalListener
 from .discovery.table_check import check_prefixes_reachable, check_tables_exist
 from .discovery.topic_claims import TopicClaims
 from .group.sharing import TableSharing
@@ -199,19 +199,22 @@ class WatchService:
         if normalized_uri not in self.running_tables():
             self.reports.forget_table(normalized_uri)
 
-    def _on_signal(self, signal: Signal) -> bool | str:
+    def _on_signal(self, signal: Signal, answer: SignalAnswer) -> bool:
         """A signal for a table running here: its pipeline publishes a fresh snapshot, or the net row
-        changes from the signal's version (or says why it refuses: the signal is answered so)."""
+        changes from the signal's version; answered through ``answer`` (at once, or by the table's
+        thread once its net block is published or refused). False: the table does not run here."""
         with self._lock:
             entry = self._running.get(signal.table_uri)
         if entry is None or entry.pipeline.release_reason is not None:
             return False
         if signal.kind == "net-changes":
             if signal.from_version is None:
-                return "a net-changes signal names no fromVersion"
-            refused = entry.pipeline.request_net_changes(signal.from_version)
-            return True if refused is None else refused
+                answer("a net-changes signal names no fromVersion")
+            else:
+                entry.pipeline.request_net_changes(signal.from_version, answer)
+            return True
         entry.pipeline.request_snapshot()
+        answer(None)
         return True
 
     def _admit(self, table: TableConfig) -> None:

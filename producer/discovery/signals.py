@@ -11,8 +11,10 @@ published twice, and the versions after it follow as usual.
 ``deltamirror signal net-changes TABLE --from-version N`` makes it publish the net row changes of
 versions N to the last version published as one backfill block in a transaction of its own
 (:meth:`~deltamirror.producer.publishing.transactions.TableTransactions.publish_net_block`), or
-refuse it: the owner's ``on_signal`` returns the reason, logged and written in the ``done``
-record (``refused``), where ``signal --wait`` reads it.
+refuse it. The owner answers every signal it takes through the :class:`SignalAnswer` it is
+handed: done, or the reason it refuses, logged and written in the ``done`` record (``refused``),
+where ``signal --wait`` reads it. A snapshot is answered at once; a net block by the table's own
+thread once it is committed, or refused when its range cannot be read (no change data feed).
 
 A signal for a table that does not run on this instance is kept in memory, one per table (a newer
 signal replaces an older one), for :data:`PENDING_TTL_S`: if the table starts here meanwhile (its
@@ -120,12 +122,35 @@ def send_signal(
     return signal
 
 
+class SignalAnswer:
+    """The owner's answer to one signal it took: called once, with None (acted on) or the reason it
+    refuses; a later call is ignored. The answer is logged and written to the topic as the signal's
+    ``done`` record (``refused`` when refused): the other instances drop the signal on reading it
+    and ``signal --wait`` reads it. Callable from any thread (a net block is answered by its
+    table's thread once it is published)."""
+
+    def __init__(self, listener: SignalListener, signal: Signal) -> None:
+        self._listener = listener
+        self.signal = signal
+        self._lock = threading.Lock()
+        self.given = False
+        #: why the owner refused the signal (None: not refused, or not answered yet)
+        self.refused: str | None = None
+
+    def __call__(self, refused: str | None) -> None:
+        with self._lock:
+            if self.given:
+                return
+            self.given, self.refused = True, refused
+        self._listener._answered(self.signal, refused)
+
+
 class SignalListener:
     """Reads the signal topic on its own thread and hands each new signal to ``on_signal``.
 
-    ``on_signal`` returns whether this instance acted on it (False: the table does not run here),
-    or why the table's owner here refuses it (a ``done`` record with ``refused`` answers it);
-    a signal not acted on is offered again after every read of the topic (at least every 0.2 s)
+    ``on_signal(signal, answer)`` returns whether this instance took it (False: the table does not
+    run here); one it took is answered through ``answer`` (a :class:`SignalAnswer`), at once or
+    later from another thread; a signal not taken is offered again after every read of the topic (at least every 0.2 s)
     until it is, its ``done`` record is read, or ``pending_ttl_s`` passes. Kafka failures are
     retried every :data:`RETRY_S`, reading on from where the listener was; a record that is not a
     signal is skipped with a warning (the topic is operators' input, not the mirror's).
@@ -135,7 +160,7 @@ class SignalListener:
         self,
         kafka: dict[str, Any],
         topic: str,
-        on_signal: Callable[[Signal], bool | str],
+        on_signal: Callable[[Signal, SignalAnswer], bool],
         *,
         stop: threading.Event,
         pending_ttl_s: float = PENDING_TTL_S,
@@ -162,6 +187,9 @@ class SignalListener:
         #: where the next read of each partition starts (after a failure: no signal taken twice)
         self._next_offsets: dict[int, int] = {}
         self._producer: Any = None
+        #: answers come from tables' threads too: one producer, created once, closed once
+        self._announce_lock = threading.Lock()
+        self._closed = False
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -184,8 +212,10 @@ class SignalListener:
                     log.warning("signal topic %s: %s (retrying)", self.topic, exc)
                     self.stop.wait(RETRY_S)
         finally:
-            if self._producer is not None:
-                self._producer.close()
+            with self._announce_lock:
+                self._closed = True
+                if self._producer is not None:
+                    self._producer.close()
 
     def _listen(self) -> None:
         from deltamirror.mirror.kafka.consumer import MirrorConsumer
@@ -309,27 +339,34 @@ class SignalListener:
 
     def announce(self, done: Signal) -> None:
         """Write ``done`` to the topic (keyed as its signal, so it follows it): the others drop it."""
-        if self._producer is None:
-            from deltamirror.mirror.kafka.producer import RecordProducer
+        with self._announce_lock:
+            if self._closed:
+                raise KafkaError("the signal listener has stopped")
+            if self._producer is None:
+                from deltamirror.mirror.kafka.producer import RecordProducer
 
-            self._producer = RecordProducer(self.kafka, delivery_timeout_s=10.0)
-        record = encode_signal(done)
-        assert record.value is not None  # a signal is never a tombstone
-        self._producer.send(self.topic, record.value, record.key, record.headers)
+                self._producer = RecordProducer(self.kafka, delivery_timeout_s=10.0)
+            record = encode_signal(done)
+            assert record.value is not None  # a signal is never a tombstone
+            self._producer.send(self.topic, record.value, record.key, record.headers)
 
     def _offer(self, signal: Signal) -> bool:
-        """Hand the signal over; when this instance acted on it (or refused it), tell the others and
-        the sender (``done``, with ``refused`` when refused)."""
-        outcome = self.on_signal(signal)
-        if outcome is False:
+        """Hand the signal over: True when this instance took it (acted on it, refused it, or will
+        answer it later). One taken and not refused at once counts against the rate limit."""
+        answer = SignalAnswer(self, signal)
+        if not self.on_signal(signal, answer):
             return False
-        refused = outcome if isinstance(outcome, str) else None
-        if refused is None:
+        if answer.refused is None:
             now = self._clock()
             self._acted_at[signal.table_uri] = now
             self._recent.append(now)
+        return True
+
+    def _answered(self, signal: Signal, refused: str | None) -> None:
+        """Log the owner's answer and tell the others and the sender (``done``, ``refused`` if so)."""
+        if refused is None:
             log.info(
-                "signal %s for table %s: acting on it",
+                "signal %s for table %s: acted on",
                 signal.kind,
                 shown(signal.table_uri),
                 extra=self._extra(signal),
@@ -347,13 +384,12 @@ class SignalListener:
             self.announce(done)
         except KafkaError as exc:
             log.warning(
-                "signal %s for table %s: acted on, but the others could not be told (%s)",
+                "signal %s for table %s: answered, but the others could not be told (%s)",
                 signal.kind,
                 shown(signal.table_uri),
                 exc,
                 extra=self._extra(signal),
             )
-        return True
 
 
 __all__ = [
@@ -364,6 +400,7 @@ __all__ = [
     "SEND_TIMEOUT_S",
     "SNAPSHOT_INTERVAL_S",
     "Signal",
+    "SignalAnswer",
     "SignalListener",
     "send_signal",
 ]

@@ -20,10 +20,12 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from contextlib import closing
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from deltamirror.core.errors import DeltaMirrorError
 from deltamirror.mirror.errors import StopRequested
 from deltamirror.mirror.kafka.producer import TransactionalPublisher
 from deltamirror.mirror.records.actions import ActionRecords
@@ -44,7 +46,7 @@ from deltamirror.mirror.records.fragments import Oversize
 from deltamirror.mirror.records.headers import HEADER_CLAMPED_FROM, Headers, clamped_headers
 from deltamirror.mirror.records.progress import encode_progress, encode_progress_tombstone
 from deltamirror.mirror.records.record import Record
-from deltamirror.mirror.records.row_changes import skip_records
+from deltamirror.mirror.records.row_changes import VersionRows, skip_records
 from deltamirror.mirror.topic_names import TableTopics
 from deltamirror.mirror.topics import TopicLimits
 
@@ -111,6 +113,19 @@ def without_file_stats(batch: Sequence[tuple[str, Any]]) -> list[tuple[str, Any]
     return out
 
 
+@dataclass(frozen=True)
+class AtomicBlock:
+    """Versions ``first`` to ``last`` whose records the open transaction commits whole, once all are
+    in, or aborts (on an error or a stop): never cut at the transaction bounds, never committed in
+    part. A net catch-up (the range's actions and summaries, its net row changes after ``last``'s
+    actions) or a ``net-changes`` signal's block (the net row changes alone)."""
+
+    first: int
+    last: int
+    #: what the block is, in words (logs, the report of a stop)
+    what: str
+
+
 class TableTransactions:
     """One table's open transaction: what it holds, and the records that go into it.
 
@@ -165,22 +180,25 @@ class TableTransactions:
         #: the table's row changes (None: not published); their records go in the same
         #: transactions as the version's actions, after them and before its summary
         self.rows: RowChangesSource | None = None
-        #: the net catch-up under way in the open transaction (None: none)
-        self.catch_up: NetCatchUpWork | None = None
-        #: True once the catch-up's last version is in the open transaction: commit it next
-        self.catch_up_published = False
+        #: the atomic block the open transaction holds (None: a plain transaction, cut at its bounds)
+        self.block: AtomicBlock | None = None
+        #: True once the block's last record is in the open transaction: commit it next
+        self.block_complete = False
 
     @property
     def atomic(self) -> bool:
-        """The open transaction holds a net catch-up: it commits whole (at its end) or aborts, never
-        in chunks, nor on a stop or an error."""
-        return self.catch_up is not None
+        """The open transaction holds an :class:`AtomicBlock`: it commits whole (at its end) or
+        aborts, never in chunks, nor on a stop or an error."""
+        return self.block is not None
+
+    def _begin_block(self, first: int, last: int, what: str) -> None:
+        assert self.in_transaction
+        self.block = AtomicBlock(first, last, what)
+        self.block_complete = False
 
     def begin_catch_up(self, work: NetCatchUpWork) -> None:
         """The versions ``work`` names go out in the open transaction, committed once all are in."""
-        assert self.in_transaction
-        self.catch_up = work
-        self.catch_up_published = False
+        self._begin_block(work.first, work.last, "net catch-up")
         log.info(
             "net catch-up of versions %d to %d: one transaction, row changes netted",
             work.first,
@@ -189,11 +207,13 @@ class TableTransactions:
         )
 
     def _cut(self) -> bool:
-        """A transaction that reached its bounds or a stop may end here (a chunk) unless it is a net
-        catch-up: then a stop ends the publishing (the catch-up is aborted and done again)."""
-        if self.atomic:
+        """A transaction that reached its bounds or a stop may end here (a chunk) unless it holds an
+        atomic block: then a stop ends the publishing (the block is aborted; a catch-up is done
+        again on the next start)."""
+        block = self.block
+        if block is not None:
             if self.stop.is_set():
-                raise StopRequested("stop requested during a net catch-up")
+                raise StopRequested(f"stop requested during a {block.what}")
             return False
         return self.bounds_reached() or self.stop.is_set()
 
@@ -316,10 +336,10 @@ class TableTransactions:
         finally:
             if bar is not None:
                 bar.close()
-        catch_up = self.catch_up
-        if catch_up is not None:
-            if self.rows is not None and unit.version == catch_up.last:
-                self._publish_rows(unit, net_from=catch_up.first)
+        block = self.block
+        if block is not None:
+            if self.rows is not None and unit.version == block.last:
+                self._publish_rows(unit, net_from=block.first)
         elif self.rows is not None and not self._publish_rows(unit):
             return  # a stop committed part of the version's row changes
         if self.already and self.already.skip_summary(unit.table_id, unit.version, unit.snapshot):
@@ -338,8 +358,8 @@ class TableTransactions:
                 pub.produce_many(commits, record.values, record.key, record.headers, ts_c)
         self.produced = position_after(unit, unit.count - 1)
         self._completed.append((unit.version, unit.timestamp.timestamp))
-        if catch_up is not None and unit.version >= catch_up.last:
-            self.catch_up_published = True
+        if block is not None and unit.version >= block.last:
+            self.block_complete = True
 
     def _say_already(self, what: str) -> None:
         log.warning(
@@ -368,9 +388,6 @@ class TableTransactions:
             stream = rows.net_rows_of(unit, net_from)
         else:
             stream = rows.rows_of(unit)
-        changes = rows.topics.changes
-        limits = self.limits.get(changes)
-        stream.max_record_bytes = limits.max_value_bytes if limits is not None else self.cfg.max_record_bytes
         if (
             stream.pairing_pass
             and not self.atomic
@@ -382,68 +399,81 @@ class TableTransactions:
             self.commit()
             pub.begin()
             self._txn_first_version = unit.version
-        timestamps: dict[str, int] = {}
-        headers: Headers = []
-        for topic in (rows.topics.changes, rows.topics.transaction):
-            timestamps[topic], clamped = self._record_timestamp(topic, unit.timestamp.timestamp)
-            headers = headers or clamped
-        with closing(skip_records(stream.records(), done)) as chunks:  # closed: its spill files go
-            for chunk in chunks:
-                for i in range(0, len(chunk), self.batch_size):
-                    part = chunk[i : i + self.batch_size]
-                    pub.produce_keyed(part, timestamps, headers or None)
-                    done += len(part)
-                    self.produced = position_after(unit, last, done)
-                    if self._cut():
-                        if not self.stop.is_set():
-                            self.before_bounded_commit()
-                        self.commit()  # row changes larger than a transaction
-                        if self.stop.is_set():
-                            return False
-                        pub.begin()
-                        self._txn_first_version = unit.version
+        with closing(self._produce_rows(stream, unit.timestamp.timestamp, skip=done)) as produced:
+            for n in produced:
+                done += n
+                self.produced = position_after(unit, last, done)
+                if self._cut():
+                    if not self.stop.is_set():
+                        self.before_bounded_commit()
+                    self.commit()  # row changes larger than a transaction
+                    if self.stop.is_set():
+                        return False
+                    pub.begin()
+                    self._txn_first_version = unit.version
         return True
 
-    def publish_net_block(self, work: NetChangesWork) -> None:
-        """The net row changes ``work`` names (a ``net-changes`` signal), alone in one transaction.
-
-        The block is netted before the transaction begins (a range without the change data feed
-        raises here, with nothing opened); then its BEGIN/END block and the unchanged progress
-        record are committed together, whatever ``txn_max_records`` says and never in chunks: a
-        kill or an error aborts it whole. The open transaction, if any, is committed first.
-        """
+    def _produce_rows(self, stream: VersionRows, ts_ms: int, *, skip: int = 0) -> Generator[int, None, None]:
+        """Produce ``stream``'s records (past the first ``skip``) a batch at a time into the open
+        transaction, yielding each batch's record count: the caller may end the transaction there.
+        Closed (its spill files go) when the caller closes it, done or not."""
         pub, rows = self.pub, self.rows
         assert pub is not None and rows is not None
-        stream = rows.net_rows_between(
-            work.table_id, work.metadata, work.first, work.last, work.timestamp.timestamp, backfill=True
-        )
-        changes = rows.topics.changes
-        limits = self.limits.get(changes)
+        limits = self.limits.get(rows.topics.changes)
         stream.max_record_bytes = limits.max_value_bytes if limits is not None else self.cfg.max_record_bytes
         timestamps: dict[str, int] = {}
         headers: Headers = []
         for topic in (rows.topics.changes, rows.topics.transaction):
-            timestamps[topic], clamped = self._record_timestamp(topic, work.timestamp.timestamp)
+            timestamps[topic], clamped = self._record_timestamp(topic, ts_ms)
             headers = headers or clamped
-        if self.in_transaction:
-            self.commit()
-        pub.begin()
-        self._txn_first_version = work.last
-        # atomic as a net catch-up is: an error or a stop aborts it, it is never committed in part
-        self.catch_up = NetCatchUpWork(work.first, work.last)
-        log.info(
-            "net row changes of versions %d to %d on a signal: one transaction",
-            work.first,
-            work.last,
-            extra=self._log_extra,
-        )
-        with closing(skip_records(stream.records(), 0)) as chunks:  # closed: its spill files go
+        with closing(skip_records(stream.records(), skip)) as chunks:
             for chunk in chunks:
                 for i in range(0, len(chunk), self.batch_size):
                     part = chunk[i : i + self.batch_size]
                     pub.produce_keyed(part, timestamps, headers or None)
-                    self._events_in_txn += len(part)
-        self.commit()
+                    yield len(part)
+
+    def publish_net_block(self, work: NetChangesWork) -> None:
+        """The net row changes ``work`` names (a ``net-changes`` signal), alone in one transaction.
+
+        The block is netted first, on this (the table's) thread, with nothing opened: a range the
+        change data feed does not cover refuses the signal (``work.answer``). Then the block's
+        BEGIN/END records and the unchanged progress record are committed together as an
+        :class:`AtomicBlock`, whatever ``txn_max_records`` says: an error or a stop aborts it whole
+        (the signal is answered so), never committing part of it. The open transaction, if any, is
+        committed first. The signal is answered done once the block is committed.
+        """
+        pub, rows = self.pub, self.rows
+        assert pub is not None and rows is not None
+        try:
+            stream = rows.net_rows_between(
+                work.table_id, work.metadata, work.first, work.last, work.timestamp.timestamp, backfill=True
+            )
+        except DeltaMirrorError as exc:
+            work.answer(f"versions {work.first} to {work.last}: {exc}")
+            return
+        try:
+            if self.in_transaction:
+                self.commit()
+            pub.begin()
+            self._txn_first_version = work.last
+            self._begin_block(work.first, work.last, "signal's net block")
+            log.info(
+                "net row changes of versions %d to %d on a signal: one transaction",
+                work.first,
+                work.last,
+                extra=self._log_extra,
+            )
+            with closing(self._produce_rows(stream, work.timestamp.timestamp)) as produced:
+                for n in produced:
+                    self._events_in_txn += n
+                    self._cut()  # a stop raises: the block is aborted, never committed in part
+            self.block_complete = True
+            self.commit()
+        except BaseException as exc:
+            work.answer(f"versions {work.first} to {work.last}: not published ({type(exc).__name__}: {exc})")
+            raise
+        work.answer(None)
 
     def announce_replaced(self, work: TableReplacedWork) -> None:
         assert self.pub is not None
@@ -539,7 +569,7 @@ class TableTransactions:
             )
         pub.commit(timeout_s)
         self._txn_first_version = None
-        self.catch_up, self.catch_up_published = None, False
+        self.block, self.block_complete = None, False
         self.committed = self.produced
         self._last_txn_end = time.monotonic()
         self.metrics.transaction_committed(self.uri)
@@ -559,10 +589,10 @@ class TableTransactions:
             self.metrics.transaction_aborted(self.uri)
             self.pub.abort(timeout_s)
         self._txn_first_version = None
-        self.catch_up, self.catch_up_published = None, False
+        self.block, self.block_complete = None, False
         self.produced = self.committed
         self._completed.clear()
         self._events_in_txn = 0
 
 
-__all__ = ["BATCH", "LIVENESS_INTERVAL_S", "TableTransactions", "action_records_for"]
+__all__ = ["BATCH", "LIVENESS_INTERVAL_S", "AtomicBlock", "TableTransactions", "action_records_for"]

@@ -106,8 +106,9 @@ class TableWatcher:
         self.net_catch_up = net_catch_up
         #: set by another thread (an operator's signal): a fresh snapshot at the cursor comes next
         self.snapshot_requested = threading.Event()
-        #: set by another thread (a ``net-changes`` signal): the first version of a net block next
-        self._net_changes_from: int | None = None
+        #: set by another thread (a ``net-changes`` signal): the first version of a net block next,
+        #: and how the signal is answered once the block is published or refused
+        self._net_changes_from: tuple[int, Callable[[str | None], None]] | None = None
         self._net_lock = threading.Lock()
         self._clock = clock
         self._pending: deque[Work] = deque()
@@ -130,8 +131,13 @@ class TableWatcher:
         return f"TableWatcher({self.uri!r}, cursor={self._cursor})"
 
     def close(self) -> None:
-        """Stop reading ahead (the watcher can be started again)."""
+        """Stop reading ahead (the watcher can be started again); a net block asked for and not
+        handed out yet is refused (its signal is answered so)."""
         self._prefetch.close()
+        with self._net_lock:
+            asked, self._net_changes_from = self._net_changes_from, None
+        if asked is not None:
+            asked[1]("the table stopped here before publishing the block")
 
     @property
     def table_id(self) -> str | None:
@@ -424,38 +430,40 @@ class TableWatcher:
         log.info("publishing a fresh snapshot on request", extra={"table": self.uri, "version": self._cursor})
         return SnapshotWork(snap, self.uri, ts)
 
-    def request_net_changes(self, first: int) -> None:
-        """Publish the net row changes of versions ``first`` to the cursor next (a signal)."""
+    def request_net_changes(self, first: int, answer: Callable[[str | None], None]) -> None:
+        """Publish the net row changes of versions ``first`` to the cursor next (a signal, answered
+        through ``answer`` once the block is published or refused). A request not handed out yet
+        is replaced, and answered as such."""
         with self._net_lock:
-            self._net_changes_from = first
+            replaced, self._net_changes_from = self._net_changes_from, (first, answer)
+        if replaced is not None:
+            replaced[1](f"replaced by a newer net-changes signal (from version {first})")
 
     def _net_changes_block(self) -> NetChangesWork | None:
         """The net block a signal asked for, between two versions: over ``first`` to the last version
-        handed out, so the next version follows it with no gap and no duplicate."""
+        handed out, so the next version follows it with no gap and no duplicate. (The owner checked
+        ``first`` against its committed version, which the cursor never trails.)"""
         if self._table_id is None or self._cursor < 0 or self._metadata is None:
             return None
         with self._net_lock:
-            first, self._net_changes_from = self._net_changes_from, None
-        if first is None:
+            asked, self._net_changes_from = self._net_changes_from, None
+        if asked is None:
             return None
-        if first > self._cursor:
-            log.warning(
-                "signal net-changes: version %d is beyond the last version published (%d); not published",
-                first,
-                self._cursor,
-                extra={"table": self.uri},
+        first, answer = asked
+        try:
+            ts = self._tracker.previous or timestamp_of(
+                self.table, self._cursor, IctConfig.from_configuration(self._metadata.configuration)
             )
-            return None
-        ts = self._tracker.previous or timestamp_of(
-            self.table, self._cursor, IctConfig.from_configuration(self._metadata.configuration)
-        )
+        except Exception as exc:
+            answer(f"the commit time of version {self._cursor} could not be read ({exc})")
+            raise
         log.info(
             "publishing the net row changes of versions %d to %d on request",
             first,
             self._cursor,
             extra={"table": self.uri, "version": self._cursor},
         )
-        return NetChangesWork(first, self._cursor, self._table_id, self._metadata, ts)
+        return NetChangesWork(first, self._cursor, self._table_id, self._metadata, ts, answer)
 
     def _gone_for_good(self, position: Position | None, *, seen_missing: bool = False) -> bool:
         """True (and TableDroppedWork queued) when the table is deleted for good (``drop_when_gone``).

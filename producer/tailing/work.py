@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -113,6 +113,8 @@ class NetChangesWork:
     table_id: str
     metadata: Metadata
     timestamp: CommitTimestamp
+    #: answers the signal, once: None when the block is committed, else why it was not published
+    answer: Callable[[str | None], None] = field(default=lambda refused: None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

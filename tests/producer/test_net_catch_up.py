@@ -14,28 +14,10 @@ import pyarrow as pa
 import pytest
 
 from deltamirror.core.table import open_table
+from support.cdf_tables import cdf_table
 from support.watching import watch_until
 
 pytestmark = [pytest.mark.kafka]
-
-
-def _cdf_table(path: Path) -> int:
-    """Versions 0-6 with CDF: inserts, updates, deletes, a row inserted and deleted inside the range,
-    a row changed and changed back. Returns the latest version."""
-    from deltalake import DeltaTable, write_deltalake
-
-    data = pa.table({"id": pa.array(range(10), pa.int64()), "name": pa.array([f"n{i}" for i in range(10)])})
-    write_deltalake(str(path), data, configuration={"delta.enableChangeDataFeed": "true"})  # v0
-    dt = DeltaTable(str(path))
-    dt.update(updates={"name": "'up'"}, predicate="id < 3")  # v1
-    dt.delete("id = 3 OR id = 4")  # v2
-    more = pa.table({"id": pa.array([100, 101], pa.int64()), "name": pa.array(["a", "b"])})
-    write_deltalake(str(path), more, mode="append")  # v3
-    dt = DeltaTable(str(path))
-    dt.delete("id = 100")  # v4: 100 was inserted and deleted inside the range
-    dt.update(updates={"name": "'tmp'"}, predicate="id = 5")  # v5
-    dt.update(updates={"name": "'n5'"}, predicate="id = 5")  # v6: 5 is as it was
-    return DeltaTable(str(path)).version()
 
 
 def _state(path: Path, version: int) -> dict[int, dict[str, Any]]:
@@ -71,7 +53,7 @@ def test_a_net_catch_up_is_one_transaction_equal_to_the_state_difference_then_ta
     kafka_bootstrap: str, tmp_path: Path, kit: Any
 ) -> None:
     table = tmp_path / "t"
-    latest = _cdf_table(table)
+    latest = cdf_table(table)
     topics, prefix = _topic_names(), kit.unique("dm")
     settings = {
         "snapshot_mode": "from-version",

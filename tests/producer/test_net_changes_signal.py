@@ -8,27 +8,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
 from deltamirror.producer.settings import WatchConfig
+from support.cdf_tables import cdf_table
 
 pytestmark = [pytest.mark.kafka]
-
-
-def _cdf_table(path: Path) -> int:
-    """Versions 0-4 with CDF: updates, deletes, a row inserted and deleted inside the range."""
-    from deltalake import DeltaTable, write_deltalake
-
-    data = pa.table({"id": pa.array(range(6), pa.int64()), "name": pa.array([f"n{i}" for i in range(6)])})
-    write_deltalake(str(path), data, configuration={"delta.enableChangeDataFeed": "true"})  # v0
-    dt = DeltaTable(str(path))
-    dt.update(updates={"name": "'up'"}, predicate="id < 2")  # v1
-    dt.delete("id = 3")  # v2
-    more = pa.table({"id": pa.array([100, 101], pa.int64()), "name": pa.array(["a", "b"])})
-    write_deltalake(str(path), more, mode="append")  # v3
-    DeltaTable(str(path)).delete("id = 100")  # v4
-    return DeltaTable(str(path)).version()
 
 
 def _expected(path: Path, first: int, last: int) -> list[tuple[str, Any, Any]]:
@@ -71,7 +56,7 @@ def test_signal_net_changes_publishes_one_marked_block_equal_to_the_net_changes_
     name, plain_name, nocdf_name = kit.unique("ns"), kit.unique("nsplain"), kit.unique("nsnocdf")
     table, plain = tmp_path / name, kit.make_table(tmp_path / plain_name, versions=2)
     nocdf = kit.make_table(tmp_path / nocdf_name, versions=2)  # row changes, but no change data feed
-    latest = _cdf_table(table)
+    latest = cdf_table(table)
     signals, progress = kit.unique("signals"), kit.unique("progress")
     cfg = WatchConfig.model_validate(
         {
@@ -134,7 +119,7 @@ def test_signal_net_changes_publishes_one_marked_block_equal_to_the_net_changes_
     events = [json.loads(r.value) for r in kit.consume(kafka_bootstrap, [changes], idle_s=0.5)]
     block = [e for e in events[initial:] if e["source"]["delta_version"] == latest]
     got = sorted(((e["op"], e["before"], e["after"]) for e in block), key=str)
-    assert got == expected and len(expected) == 4  # 0-1 updated, 3 deleted, 101 inserted; 100 nothing
+    assert got == expected and len(expected) == 6  # 0-2 updated, 3-4 deleted, 101 inserted; 100, 5 nothing
     assert [e["source"]["snapshot"] for e in block] == ["true"] * (len(block) - 1) + ["last"]
     assert {e["source"]["snapshot"] for e in events[:initial]} <= {"true", "last"}  # the initial snapshot
     later = events[initial + len(block) :]

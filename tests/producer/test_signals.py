@@ -16,6 +16,7 @@ from deltamirror.producer.discovery.signals import (
     MAX_SNAPSHOTS_PER_INTERVAL,
     SNAPSHOT_INTERVAL_S,
     Signal,
+    SignalAnswer,
     SignalListener,
 )
 from deltamirror.producer.settings import WatchConfig
@@ -141,7 +142,13 @@ def test_old_and_foreign_records_on_the_signal_topic_are_not_acted_on() -> None:
     import threading
 
     taken: list[Signal] = []
-    listener = SignalListener({}, "t", lambda s: taken.append(s) or True, stop=threading.Event())
+
+    def on_signal(signal: Signal, answer: SignalAnswer) -> bool:
+        taken.append(signal)
+        answer(None)
+        return True
+
+    listener = SignalListener({}, "t", on_signal, stop=threading.Event())
     announced: list[Signal] = []
     listener.announce = announced.append  # type: ignore[method-assign]
     old = Signal(kind="snapshot", table_uri="file:///t", id="a", requested_at=listener.started_ms - 1)
@@ -162,10 +169,11 @@ def _listener(running: set[str], now: list[float]) -> tuple[SignalListener, list
     taken: list[Signal] = []
     announced: list[Signal] = []
 
-    def on_signal(signal: Signal) -> bool:
+    def on_signal(signal: Signal, answer: SignalAnswer) -> bool:
         if signal.table_uri not in running:
             return False
         taken.append(signal)
+        answer(None)
         return True
 
     listener = SignalListener(
@@ -222,9 +230,10 @@ def test_every_member_keeps_a_signal_and_only_the_one_that_starts_the_table_acts
     taken: list[list[str]] = [[], []]
 
     def member(i: int) -> SignalListener:
-        def on_signal(signal: Signal) -> bool:
+        def on_signal(signal: Signal, answer: SignalAnswer) -> bool:
             if signal.table_uri in running[i]:
                 taken[i].append(signal.id)
+                answer(None)
                 return True
             return False
 
