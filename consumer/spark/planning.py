@@ -20,6 +20,7 @@ snapshot (no starting option: the table at the latest mirrored version, as inser
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from deltamirror.core.changes import ReadSchema, check_change_metadata, is_cdf_enabled
@@ -131,13 +132,14 @@ def metadata_at(table: DeltaTable, version: int) -> Metadata:
 
 
 def next_schema_change(
-    index: MirrorIndex, table: DeltaTable, read: ReadSchema, first: int, end: int
+    index: MirrorIndex, table: Callable[[], DeltaTable], read: ReadSchema, first: int, end: int
 ) -> tuple[int, Metadata] | None:
     """The first version of ``first..end-1`` whose metaData is not of the read schema's shape
-    (schema, partition columns), and that metaData; None if there is none."""
+    (schema, partition columns), and that metaData; None if there is none. The commits topic
+    says which versions have a metaData; only theirs are read from the log (``table()`` opens it)."""
     for version in range(max(first, read.version + 1), end):
         if index.metadata_changed(version):
-            metadata = metadata_at(table, version)
+            metadata = metadata_at(table(), version)
             if not same_shape(metadata, read.metadata):
                 return version, metadata
     return None

@@ -326,7 +326,7 @@ class MirrorChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
         read = self._read_schema()
         change = planning.next_schema_change(
             self._index,
-            self._options.table(),
+            self._options.table,
             read,
             first + 1 if start.get("snapshot") else first,
             int(end["version"]),
