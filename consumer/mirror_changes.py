@@ -276,6 +276,11 @@ class MirrorIndex:
     def timestamp(self, version: int) -> int:
         return self._versions[version].timestamp_ms
 
+    def metadata_changed(self, version: int) -> bool:
+        """Whether ``version`` has a metaData action (False for a version not in the index)."""
+        entry = self._versions.get(version)
+        return entry is not None and entry.metadata_changed
+
     def admit(self, first: int, last: int, *, max_files: int | None, max_bytes: int | None) -> int:
         """The last version of ``first..last`` a micro-batch reads under a files and bytes limit.
 

@@ -200,6 +200,26 @@ class SchemaChangedError(ChangeDataFeedError):
     error_class = "DELTA_SCHEMA_CHANGED_WITH_VERSION"
 
 
+class StreamingNonAdditiveSchemaChangeError(ChangeDataFeedError):
+    """A stream without a schema tracking log would cross a column renamed or dropped under column
+    mapping (delta-spark's refusal: give ``schemaTrackingLocation``)."""
+
+    error_class = "DELTA_STREAMING_INCOMPATIBLE_SCHEMA_CHANGE_USE_SCHEMA_LOG"
+
+
+class StreamingMetadataEvolutionError(ChangeDataFeedError):
+    """The schema tracking log now holds a new schema for the stream: restart the query to read on
+    with it (delta-spark's stream fails the same way, once per schema change)."""
+
+    error_class = "DELTA_STREAMING_METADATA_EVOLUTION"
+
+
+class StreamingSchemaChangeBlockedError(ChangeDataFeedError):
+    """The tracked schema renamed or dropped columns, and no option says the sink is ready for it."""
+
+    error_class = "DELTA_STREAMING_CANNOT_CONTINUE_PROCESSING_POST_SCHEMA_EVOLUTION"
+
+
 class IncompatibleDataSchemaError(IncompatibleSchemaChangeError):
     """The read schema cannot read the start version's data (no schema change inside the range)."""
 

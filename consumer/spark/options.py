@@ -65,16 +65,17 @@ KNOWN = {
         "ignoreChanges",
         "ignoreDeletes",
         "ignoreFileDeletion",
+        "schemaTrackingLocation",
+        "schemaLocation",
+        "streamingSourceTrackingId",
+        "allowSourceColumnRename",
+        "allowSourceColumnDrop",
     )
 }
 #: delta-spark's options that change nothing in its change-feed stream (its CDF path never looks
 #: at them): accepted, with the same (lack of) effect
 NO_EFFECT_ON_A_CHANGE_FEED = ("skipChangeCommits", "ignoreChanges", "ignoreDeletes", "ignoreFileDeletion")
 
-_SCHEMA_TRACKING = (
-    "there is no schema tracking log here: a rename or drop of a column fails the query as it does "
-    "in delta-spark without one; restart the query (new checkpoint) to read on"
-)
 #: delta-spark's read options this source refuses, and why
 REFUSED = {
     "endingVersion": "a stream has no end; a bounded range is a batch read (`deltamirror changes`, read_changes)",
@@ -83,13 +84,11 @@ REFUSED = {
     "timestampAsOf": "time travel is for batch reads; use startingTimestamp",
     "excludeRegex": "filtering data files by a (Java) regular expression on their paths is not implemented",
     "withEventTimeOrder": "ordering the initial snapshot by event time is not implemented",
-    "schemaTrackingLocation": _SCHEMA_TRACKING,
-    "schemaLocation": _SCHEMA_TRACKING,
-    "streamingSourceTrackingId": _SCHEMA_TRACKING,
-    "allowSourceColumnRenameAndDrop": _SCHEMA_TRACKING,
-    "allowSourceColumnRename": _SCHEMA_TRACKING,
-    "allowSourceColumnDrop": _SCHEMA_TRACKING,
-    "allowSourceColumnTypeChange": _SCHEMA_TRACKING,
+    "allowSourceColumnRenameAndDrop": (
+        "delta-spark reads it only as a SQL configuration, not as a reader option; give "
+        "allowSourceColumnRename and allowSourceColumnDrop"
+    ),
+    "allowSourceColumnTypeChange": "a tracked stream does not stop for type changes here (widened types read widened)",
 }
 _REFUSED_BY_KEY = {name.lower(): name for name in REFUSED}
 
@@ -142,6 +141,12 @@ class SourceOptions:
     net_changes: bool = False
     #: ``keyColumns``: the columns that tell rows apart for the net changes (None: all their values)
     key_columns: tuple[str, ...] | None = None
+    #: ``schemaTrackingLocation`` (or ``schemaLocation``): the folder of the schema tracking log
+    schema_tracking_location: str | None = None
+    #: ``streamingSourceTrackingId``: tells apart the logs of several streams of one table there
+    tracking_id: str | None = None
+    #: ``allowSourceColumnRename`` / ``allowSourceColumnDrop`` as given ("always" or a version)
+    unblock: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, given: Mapping[str, str]) -> SourceOptions:
@@ -187,6 +192,7 @@ class SourceOptions:
             allowed_path_prefixes=prefixes,
             columns=column_names(options.get("columns"), uri),
             **net_options(options, uri, row_ids=boolean("rowIds", options.get("rowids"), False, uri)),
+            **tracking_options(options, uri),
         )
 
     def table(self) -> DeltaTable:
@@ -366,6 +372,43 @@ def net_options(options: Mapping[str, str], table: str, *, row_ids: bool) -> dic
     return {"row_ids": row_ids, "net_changes": net, "key_columns": keys}
 
 
+def tracking_options(options: Mapping[str, str], table: str) -> dict[str, Any]:
+    """``schemaTrackingLocation`` (``schemaLocation``, delta-spark's other name for it),
+    ``streamingSourceTrackingId``, and the options that let a tracked stream go on past a rename
+    or drop: each of the others only with a location, which nothing else reads."""
+    locations = {options[k].strip() for k in ("schematrackinglocation", "schemalocation") if k in options}
+    if len(locations) > 1:
+        raise InvalidArgumentError(
+            "options schemaTrackingLocation and schemaLocation name different folders: give one", table=table
+        )
+    location = locations.pop() if locations else None
+    if location == "":
+        raise InvalidArgumentError("option schemaTrackingLocation must name a folder", table=table)
+    tracking_id = options.get("streamingsourcetrackingid")
+    unblock = {
+        name: options[name.lower()]
+        for name in ("allowSourceColumnRename", "allowSourceColumnDrop")
+        if name.lower() in options
+    }
+    needing = ([] if tracking_id is None else ["streamingSourceTrackingId"]) + list(unblock)
+    if location is None and needing:
+        raise InvalidArgumentError(
+            f"option {needing[0]} is read only with schemaTrackingLocation: give that too", table=table
+        )
+    if tracking_id is not None and not re.fullmatch(r"[A-Za-z0-9_-]+", tracking_id):
+        raise InvalidArgumentError(
+            f"option streamingSourceTrackingId must be letters, digits, '_' or '-', got {tracking_id!r}",
+            table=table,
+        )
+    for name, value in unblock.items():
+        if not re.fullmatch(r"\s*(always|\d+)\s*", value.lower()):
+            raise InvalidArgumentError(
+                f"option {name} must be 'always' or the version of the schema change, got {value!r}",
+                table=table,
+            )
+    return {"schema_tracking_location": location, "tracking_id": tracking_id, "unblock": unblock}
+
+
 #: what the stream does with a record of the mirror the boundary refuses (no dead-letter topic here)
 SPARK_BAD_RECORD_CHOICES = ("stop", "skip")
 
@@ -402,4 +445,5 @@ __all__ = [
     "kafka_settings",
     "net_options",
     "non_negative_int",
+    "tracking_options",
 ]

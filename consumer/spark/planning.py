@@ -20,6 +20,7 @@ snapshot (no starting option: the table at the latest mirrored version, as inser
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from deltamirror.core.changes import ReadSchema, check_change_metadata, is_cdf_enabled
@@ -29,11 +30,13 @@ from deltamirror.core.errors import (
     StreamStartNotFoundError,
     VersionNotFoundError,
 )
+from deltamirror.core.models import Metadata
 from deltamirror.core.timestamps import IctConfig, format_iso, version_at_or_after
 from deltamirror.mirror.errors import EventStreamError
 
 from ..mirror_changes import MirrorIndex
 from .options import SourceOptions
+from .schema_log import refuse_untracked, same_shape
 
 if TYPE_CHECKING:
     from deltamirror.core.table import DeltaTable
@@ -45,8 +48,10 @@ Offset = dict[str, Any]
 Limit = tuple[int | None, int | None]
 
 
-def initial_offset(options: SourceOptions, index: MirrorIndex, read: ReadSchema) -> Offset:
-    """Where a new query starts (a restarted one starts from its checkpoint, never here)."""
+def initial_offset(options: SourceOptions, index: MirrorIndex, read: ReadSchema | None) -> Offset:
+    """Where a new query starts (a restarted one starts from its checkpoint, never here).
+
+    ``read`` None: the schema is not checked there (a new schema tracking log starts with it)."""
     uri = options.settings.table_uri
     mirrored = index.latest
     if mirrored is None and index.refused is not None:
@@ -78,10 +83,11 @@ def initial_offset(options: SourceOptions, index: MirrorIndex, read: ReadSchema)
     return {"version": start}
 
 
-def version_at_timestamp(table: DeltaTable, timestamp_ms: int, read: ReadSchema) -> int:
+def version_at_timestamp(table: DeltaTable, timestamp_ms: int, read: ReadSchema | None) -> int:
     """delta-spark's stream start for a timestamp: the first commit at or after it, or the first
     commit when it is before them all; after the last commit it fails."""
-    ict = IctConfig.from_configuration(read.metadata.configuration, table=table.uri)
+    metadata = read.metadata if read is not None else table.snapshot().metadata
+    ict = IctConfig.from_configuration(metadata.configuration, table=table.uri)
     stamps = table.commit_timestamps(ict=ict)
     version = version_at_or_after(stamps, timestamp_ms, ict, table=table.uri)
     if version is None:
@@ -95,7 +101,7 @@ def version_at_timestamp(table: DeltaTable, timestamp_ms: int, read: ReadSchema)
     return version
 
 
-def check_enabled_at(table: DeltaTable, version: int, read: ReadSchema) -> None:
+def check_enabled_at(table: DeltaTable, version: int, read: ReadSchema | None) -> None:
     """The change feed must be on where the stream starts (later metaData are checked as read),
     and the data there readable with the read schema, widened types included (as in delta-spark's
     stream, not its batch reader)."""
@@ -110,8 +116,33 @@ def check_enabled_at(table: DeltaTable, version: int, read: ReadSchema) -> None:
             table=table.uri,
             version=version,
         )
+    if read is None:
+        return
+    refuse_untracked(read.metadata, read.version, metadata, version, table.uri)
     if version < read.version:
         check_change_metadata(read, metadata, version, table=table.uri, start=version, allow_widening=True)
+
+
+def metadata_at(table: DeltaTable, version: int) -> Metadata:
+    """The metaData in force at ``version``: its own, if it has one, else its snapshot's."""
+    for action in table.read_commit(version):
+        if "metaData" in action:
+            return Metadata.model_validate(action["metaData"])
+    return table.snapshot(version=version).metadata
+
+
+def next_schema_change(
+    index: MirrorIndex, table: Callable[[], DeltaTable], read: ReadSchema, first: int, end: int
+) -> tuple[int, Metadata] | None:
+    """The first version of ``first..end-1`` whose metaData is not of the read schema's shape
+    (schema, partition columns), and that metaData; None if there is none. The commits topic
+    says which versions have a metaData; only theirs are read from the log (``table()`` opens it)."""
+    for version in range(max(first, read.version + 1), end):
+        if index.metadata_changed(version):
+            metadata = metadata_at(table(), version)
+            if not same_shape(metadata, read.metadata):
+                return version, metadata
+    return None
 
 
 def next_offset(index: MirrorIndex, start: Offset, *, target: int | None, limit: Limit | None) -> Offset:
@@ -182,7 +213,9 @@ __all__ = [
     "Offset",
     "check_enabled_at",
     "initial_offset",
+    "metadata_at",
     "next_offset",
+    "next_schema_change",
     "readable_runs",
     "version_at_timestamp",
 ]

@@ -41,6 +41,8 @@ from deltamirror.core.row_tracking import (
     snapshot_batches_with_row_ids,
 )
 
+from .schema_log import refuse_untracked
+
 if TYPE_CHECKING:
     from deltamirror.core.table import DeltaTable
 
@@ -127,6 +129,7 @@ def checked_versions(
                 check_change_protocol(Protocol.model_validate(body), entry.version, table=table)
             elif name == "metaData":
                 metadata = Metadata.model_validate(body)
+                refuse_untracked(read.metadata, read.version, metadata, entry.version, table)
                 if entry.version <= read.version or not is_cdf_enabled(metadata):
                     check_change_metadata(
                         read, metadata, entry.version, table=table, start=entry.version, allow_widening=True

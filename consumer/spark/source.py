@@ -58,8 +58,18 @@ by name any it does not read; docs/spark.md has the table of delta-spark's optio
     its values, what the batch's versions did to it. The
     micro-batch is read by one task, and its change rows are held in memory while netted.
 
+``schemaTrackingLocation`` (or ``schemaLocation``), ``streamingSourceTrackingId``,
+``allowSourceColumnRename``, ``allowSourceColumnDrop``
+    A local folder for the stream's schema tracking log (:mod:`.schema_log`), under the query's
+    checkpoint, as delta-spark's: the stream reads with the schema tracked there, fails once
+    (DELTA_STREAMING_METADATA_EVOLUTION) at each version that changes it after recording the new
+    one, and goes on past a tracked rename or drop once the option for it is ``always`` or the
+    change's version (else DELTA_STREAMING_CANNOT_CONTINUE_PROCESSING_POST_SCHEMA_EVOLUTION).
+
 A schema change after the stream started fails the query (DELTA_SCHEMA_CHANGED_WITH_VERSION), as
-delta-spark's does: restart it to read with the new schema.
+delta-spark's does: restart it to read with the new schema. Without a tracking log, a column renamed
+or dropped under column mapping across the versions read fails it
+(DELTA_STREAMING_INCOMPATIBLE_SCHEMA_CHANGE_USE_SCHEMA_LOG), as in delta-spark.
 """
 
 from __future__ import annotations
@@ -88,6 +98,7 @@ from ..mirror_changes import MirrorIndex, read_mirror_versions
 from . import planning, workers
 from .options import SourceOptions
 from .rows import change_rows, feed_schema, snapshot_rows
+from .schema_log import SchemaLog, check_unblocked, evolved, same_shape, tracking_folder
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -142,6 +153,17 @@ class DeltaMirrorSource(DataSource):
         snapshot = table.snapshot()
         snapshot.check_readable()
         self._read = ReadSchema(snapshot.metadata, snapshot.version)
+        self._log: SchemaLog | None = None
+        location = self._parsed.schema_tracking_location
+        if location is not None:
+            # with a schema tracking log, the stream reads with the schema it holds last
+            uri = self._parsed.settings.table_uri
+            folder = tracking_folder(location, uri)
+            self._log = SchemaLog.at(folder, snapshot.metadata.id, self._parsed.tracking_id, uri)
+            entries = self._log.entries()
+            if entries:
+                check_unblocked(entries, dict(self._parsed.unblock), uri)
+                self._read = ReadSchema(entries[-1].metadata, entries[-1].version)
         # the columns option as the read schema names them: an unknown one fails here, at load()
         self._schema = feed_schema(table, self._read, self._parsed.columns, self._parsed.row_ids)
         feed_columns = 5 if self._parsed.row_ids else 3  # the CDF columns (and the row ids) follow
@@ -153,7 +175,7 @@ class DeltaMirrorSource(DataSource):
         return from_arrow_schema(self._schema)
 
     def streamReader(self, schema: SparkStructType) -> DataSourceStreamReader:
-        return MirrorChangeStreamReader(self._parsed, self._read, self._columns)
+        return MirrorChangeStreamReader(self._parsed, self._read, self._columns, self._log)
 
 
 def _check_net(schema: pa.Schema, keys: Sequence[str] | None, table: str) -> None:
@@ -208,9 +230,15 @@ class MirrorChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
     """
 
     def __init__(
-        self, options: SourceOptions, read: ReadSchema, columns: Sequence[str] | None = None
+        self,
+        options: SourceOptions,
+        read: ReadSchema,
+        columns: Sequence[str] | None = None,
+        log: SchemaLog | None = None,
     ) -> None:
         self._options = options
+        #: the schema tracking log (``schemaTrackingLocation``), None without one
+        self._log = log
         #: the table columns read (None: all), as the read schema names them
         self._columns = None if columns is None else tuple(columns)
         self._read_metadata = read.metadata.model_dump_json(by_alias=True, exclude_none=True)
@@ -245,7 +273,19 @@ class MirrorChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
     # --- planning (driver) ---
 
     def initialOffset(self) -> dict[str, Any]:
-        return planning.initial_offset(self._options, self._mirror(), self._read_schema())
+        index, read = self._mirror(), self._read_schema()
+        if self._log is None or self._log.latest() is not None:
+            return planning.initial_offset(self._options, index, read)
+        # a new tracking log starts with the schema of the version the stream starts at; if that is
+        # not the one the query was loaded with, the query fails once, as delta-spark's does
+        offset = planning.initial_offset(self._options, index, None)
+        table = self._options.table()
+        version = min(int(offset["version"]), max(table.latest_version(), index.latest or 0))
+        metadata = planning.metadata_at(table, version)
+        self._log.append(version, metadata)
+        if not same_shape(metadata, read.metadata):
+            raise evolved(read.version, metadata, version, self._uri)
+        return offset
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """delta-spark's: maxFilesPerTrigger (1000 unless only maxBytesPerTrigger is set), else the bytes.
@@ -275,7 +315,29 @@ class MirrorChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableN
             raise InvalidArgumentError(
                 f"[DELTA_UNKNOWN_READ_LIMIT] read limit {limit!r} is not supported", table=self._uri
             )
-        return planning.next_offset(self._mirror(), start, target=self._target, limit=bounds)
+        end = planning.next_offset(self._mirror(), start, target=self._target, limit=bounds)
+        return end if self._log is None else self._tracked_end(start, end)
+
+    def _tracked_end(self, start: dict[str, Any], end: dict[str, Any]) -> dict[str, Any]:
+        """With a schema tracking log, a micro-batch ends before a version whose schema is not the
+        read schema; a batch that would start at one records it in the log and fails the query."""
+        assert self._log is not None and self._index is not None
+        first = int(start["version"])
+        read = self._read_schema()
+        change = planning.next_schema_change(
+            self._index,
+            self._options.table,
+            read,
+            first + 1 if start.get("snapshot") else first,
+            int(end["version"]),
+        )
+        if change is None:
+            return end
+        version, metadata = change
+        if version > first or start.get("snapshot"):
+            return {"version": version}
+        self._log.append(version, metadata)
+        raise evolved(read.version, metadata, version, self._uri)
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         latest = self._index.latest if self._index is not None else None

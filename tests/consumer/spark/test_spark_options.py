@@ -16,14 +16,24 @@ import pytest
 from deltamirror.consumer.mirror_changes import MirrorIndex, MirrorSettings, _VersionReader
 from deltamirror.consumer.spark.options import KNOWN, REFUSED, SourceOptions
 from deltamirror.consumer.spark.planning import initial_offset, next_offset, readable_runs
+from deltamirror.consumer.spark.schema_log import (
+    SchemaLog,
+    TrackedSchema,
+    check_unblocked,
+    refuse_untracked,
+    tracking_folder,
+)
 from deltamirror.core.changes import ReadSchema
 from deltamirror.core.changes.read_schema import is_read_compatible, is_widening
 from deltamirror.core.errors import (
     ChangeTimestampAfterLatestError,
     InvalidArgumentError,
     StartingVersionAndTimestampError,
+    StreamingNonAdditiveSchemaChangeError,
+    StreamingSchemaChangeBlockedError,
     StreamStartNotFoundError,
 )
+from deltamirror.core.models import Metadata
 from deltamirror.core.schema import parse_schema
 from deltamirror.core.table import open_table
 from deltamirror.mirror.errors import EventStreamError
@@ -122,8 +132,25 @@ def test_allow_path_prefixes_reach_the_table_and_the_mirror_reader(tmp_path: Pat
         ),
         ({"endingversion": "4"}, r"^option endingVersion is not supported .*: a stream has no end"),
         (
-            {"schemaTrackingLocation": "/c"},
-            r"^option schemaTrackingLocation is not supported .*no schema tracking",
+            {"allowSourceColumnRenameAndDrop": "always"},
+            r"^option allowSourceColumnRenameAndDrop is not supported .*only as a SQL configuration",
+        ),
+        (
+            {"allowSourceColumnRename": "always"},
+            r"^option allowSourceColumnRename is read only with schemaTr",
+        ),
+        ({"streamingSourceTrackingId": "a"}, r"^option streamingSourceTrackingId is read only with schemaTr"),
+        (
+            {"schemaTrackingLocation": "/c", "allowSourceColumnDrop": "yes"},
+            r"^option allowSourceColumnDrop must be 'always' or the version of the schema change, got 'yes'",
+        ),
+        (
+            {"schemaTrackingLocation": "/c", "schemaLocation": "/d"},
+            r"^options schemaTrackingLocation and schemaLocation name different folders",
+        ),
+        (
+            {"schemaTrackingLocation": "/c", "streamingSourceTrackingId": "a/b"},
+            r"^option streamingSourceTrackingId must be letters, digits",
         ),
     ],
 )
@@ -555,3 +582,82 @@ def test_the_row_ids_option_adds_delta_spark_row_ids_to_change_and_snapshot_rows
     plain = open_table(str(CORPUS / "tables" / "spark__dml"))
     with pytest.raises(Refused, match="row tracking"):
         feed_schema(plain, ReadSchema(plain.snapshot().metadata, 0), row_ids=True)
+
+
+# --- the schema tracking log (schemaTrackingLocation) ---------------------------------------------
+
+
+def _cm_metadata(*columns: tuple[str, int]) -> Metadata:
+    """Metadata of a column-mapping ('name') table with change data on: (name, column id) per column."""
+    fields = [
+        {
+            "name": name,
+            "type": "string",
+            "nullable": True,
+            "metadata": {"delta.columnMapping.id": cid, "delta.columnMapping.physicalName": f"col-{cid}"},
+        }
+        for name, cid in columns
+    ]
+    return Metadata.model_validate(
+        {
+            "id": "t-1",
+            "format": {"provider": "parquet", "options": {}},
+            "schemaString": json.dumps({"type": "struct", "fields": fields}),
+            "partitionColumns": [],
+            "configuration": {"delta.columnMapping.mode": "name", "delta.enableChangeDataFeed": "true"},
+        }
+    )
+
+
+def test_the_schema_log_keeps_whole_entries_per_table_and_tracking_id(tmp_path: Path) -> None:
+    v0 = _cm_metadata(("id", 1), ("name", 2))
+    v2 = _cm_metadata(("id", 1), ("label", 2))
+    log = SchemaLog.at(tmp_path, "t-1", None, "/data/t")
+    assert log.latest() is None
+    log.append(0, v0)
+    assert log.append(0, v0).seq == 0  # the same schema at the same version: nothing new
+    log.append(2, v2)
+    assert [(e.seq, e.version, [f.name for f in e.metadata.table_schema.fields]) for e in log.entries()] == [
+        (0, 0, ["id", "name"]),
+        (1, 2, ["id", "label"]),
+    ]
+    assert sorted(p.name for p in log.folder.iterdir()) == ["0", "1"]  # no temporary left
+    assert SchemaLog.at(tmp_path, "t-1", "second", "/data/t").latest() is None  # another stream's log
+    (log.folder / "1").write_text("v9\n{}")
+    with pytest.raises(InvalidArgumentError, match="cannot be read"):
+        log.entries()
+
+
+def test_a_tracked_rename_or_drop_needs_its_option_and_an_untracked_one_is_refused() -> None:
+    v0 = _cm_metadata(("id", 1), ("name", 2), ("amount", 3))
+    v2 = _cm_metadata(("id", 1), ("label", 2), ("amount", 3))
+    v4 = _cm_metadata(("id", 1), ("label", 2))
+    entries = [TrackedSchema(0, 0, v0), TrackedSchema(1, 2, v2)]
+    with pytest.raises(
+        StreamingSchemaChangeBlockedError, match=r"'name' renamed to 'label'.*allowSourceColumnRename"
+    ):
+        check_unblocked(entries, {}, "/data/t")
+    with pytest.raises(StreamingSchemaChangeBlockedError):
+        check_unblocked(entries, {"allowSourceColumnRename": "3"}, "/data/t")  # another version's
+    with pytest.raises(StreamingSchemaChangeBlockedError, match="allowSourceColumnDrop"):
+        check_unblocked([*entries, TrackedSchema(2, 4, v4)], {"allowSourceColumnRename": "always"}, "/data/t")
+    check_unblocked(entries, {"allowSourceColumnRename": "2"}, "/data/t")
+    check_unblocked([*entries, TrackedSchema(2, 4, v4)], {"allowSourceColumnDrop": "always"}, "/data/t")
+    # without a log: read with v2's schema, a version of v0's or v4's is refused, v2's is not
+    for version, metadata in ((0, v0), (4, v4)):
+        with pytest.raises(StreamingNonAdditiveSchemaChangeError, match="schemaTrackingLocation"):
+            refuse_untracked(v2, 2, metadata, version, "/data/t")
+    refuse_untracked(v2, 2, v2, 2, "/data/t")
+
+
+@pytest.mark.parametrize("location", ["s3://bucket/cp/schema", "", "hdfs://nn/cp"])
+def test_a_tracking_location_that_is_no_local_folder_is_refused(location: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="schemaTracking"):
+        tracking_folder(location, "/data/t") if location else _parse(schemaTrackingLocation=location)
+
+
+def test_tracking_folders_as_paths_and_file_uris() -> None:
+    assert tracking_folder("file:///cp/s", "/t") == Path("/cp/s") == tracking_folder("/cp/s", "/t")
+    parsed = _parse(schemaLocation="/cp/s", streamingSourceTrackingId="a-1", allowSourceColumnRename="always")
+    assert parsed.schema_tracking_location == "/cp/s" and parsed.tracking_id == "a-1"
+    assert dict(parsed.unblock) == {"allowSourceColumnRename": "always"}

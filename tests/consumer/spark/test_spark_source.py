@@ -491,3 +491,87 @@ def _net_batches(mirror: Mirror, **options: Any) -> list[tuple[range, list[dict[
             out.append((range(start, end), rows[progress.batchId]))
             start = end
     return out
+
+
+def _runs(stream: Any, checkpoint: Path, times: int) -> list[tuple[str | None, list[dict[str, Any]]]]:
+    """``times`` runs (trigger availableNow) of ``stream()`` from one checkpoint, each a new query
+    as a restart is: the delta-spark error class it failed with (None: it ended) and its rows."""
+    import re
+
+    runs: list[tuple[str | None, list[dict[str, Any]]]] = []
+    for _ in range(times):
+        rows: list[dict[str, Any]] = []
+
+        def collect(df: Any, _batch_id: int, rows: list[dict[str, Any]] = rows) -> None:
+            rows.extend(r.asDict(recursive=True) for r in df.collect())
+
+        failure: str | None = None
+        try:
+            query = stream().writeStream.foreachBatch(collect)
+            query = query.option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+            query.awaitTermination()
+            failure = None if query.exception() is None else str(query.exception())
+        except Exception as exc:  # load() or the query failed
+            failure = str(exc)
+        found = re.findall(r"\[(DELTA_[A-Z_]+)\]", failure) if failure is not None else [None]
+        assert found, failure
+        runs.append((found[0], normalize_cdf_rows(rows)))
+    return runs
+
+
+def test_a_rename_and_a_drop_under_column_mapping_with_a_schema_tracking_location_as_delta_spark(
+    mirror: Mirror,
+) -> None:
+    """One column-mapping table: rows, RENAME COLUMN, rows, DROP COLUMN, rows (versions 0-5).
+    Without schemaTrackingLocation both streams refuse to cross the changes; with one, both fail
+    once per schema change after recording it, need allowSourceColumnRename/Drop to go on past a
+    rename/drop, and read every row with the schema in force when it was written."""
+    session, path = mirror.spark, mirror.path
+    _create(session, path, CDF, CM_NAME)  # version 0: id, name, amount
+    _insert(session, path, 0, 3)
+    _sql(session, path, "ALTER TABLE {t} RENAME COLUMN name TO label")
+    _insert(session, path, 3, 5)
+    _sql(session, path, "ALTER TABLE {t} DROP COLUMN amount")
+    last = _sql(session, path, "INSERT INTO {t} VALUES (5, 'x')")
+    assert last == 5
+    mirror.publish(last)
+    root = mirror.root
+
+    refused = "DELTA_STREAMING_INCOMPATIBLE_SCHEMA_CHANGE_USE_SCHEMA_LOG"
+    assert refused in _error(lambda: mirror.ours(startingVersion=0), root / "u")
+    assert refused in _error(lambda: mirror.theirs(startingVersion=0), root / "u-theirs")
+
+    def tracked(side: str, **options: str) -> Any:
+        location = root / f"k-{side}" / "schema"  # under the checkpoint, as delta-spark requires
+        stream = mirror.ours if side == "ours" else mirror.theirs
+        return lambda: stream(startingVersion=0, schemaTrackingLocation=str(location), **options)
+
+    ours = _runs(tracked("ours"), root / "k-ours", 3)
+    theirs = _runs(tracked("theirs"), root / "k-theirs", 3)
+    evolution, blocked = (
+        "DELTA_STREAMING_METADATA_EVOLUTION",
+        "DELTA_STREAMING_CANNOT_CONTINUE_PROCESSING_POST_SCHEMA_EVOLUTION",
+    )
+    # the log starts with version 0's schema; version 1's rows; the rename is recorded; blocked
+    assert [failure for failure, _ in theirs] == [evolution, evolution, blocked]
+    assert [[r["_commit_version"] for r in rows] for _, rows in theirs] == [[], [1, 1, 1], []]
+    assert ours == theirs
+    unblock = {"allowSourceColumnRename": "2", "allowSourceColumnDrop": "always"}
+    ours = _runs(tracked("ours", **unblock), root / "k-ours", 2)
+    theirs = _runs(tracked("theirs", **unblock), root / "k-theirs", 2)
+    assert [failure for failure, _ in theirs] == [evolution, None]
+    assert [sorted(rows[0]) for _, rows in theirs] == [
+        sorted(["id", "label", "amount", *CDF_META_COLUMNS]),
+        sorted(["id", "label", *CDF_META_COLUMNS]),
+    ]
+    assert ours == theirs
+    # past both changes, a restart without the options is blocked again, in both
+    assert _runs(tracked("ours"), root / "k-ours", 1) == _runs(tracked("theirs"), root / "k-theirs", 1)
+    assert _runs(tracked("ours"), root / "k-ours", 1) == [(blocked, [])]
+    # the tracked folder is ours alone: a folder per table id, one entry per schema
+    (folder,) = (root / "k-ours" / "schema").iterdir()
+    assert folder.name.startswith("_schema_log_") and sorted(p.name for p in folder.iterdir()) == [
+        "0",
+        "1",
+        "2",
+    ]
