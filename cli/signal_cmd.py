@@ -5,8 +5,9 @@ the last one published, as one block.
 Prints one JSON line (the signal written, the topic and brokers it went to) and exits 0 once the
 broker has stored it; the watcher that runs the table publishes the snapshot within a poll
 interval (docs/discovery.md). With ``--wait`` it exits 0 only once a watcher running the table
-took the signal (its ``done`` record on the topic); a watcher that refused it (a ``done`` saying
-why) is one line, exit 2. Everything is bounded by ``--timeout``: a
+took the signal (its ``done`` record on the topic: for ``net-changes``, written once the block is
+committed, so ``--timeout`` must cover publishing it); a watcher that refused it (a ``done``
+saying why) is one line, exit 2. Everything is bounded by ``--timeout``: a
 broker that does not answer is one line naming the reason (exit 1), and librdkafka's own lines go
 to the ``deltamirror.librdkafka`` logger, never to stderr.
 """
@@ -91,7 +92,8 @@ def _common_arguments(snap: argparse.ArgumentParser) -> None:
         "--wait",
         action="store_true",
         help="exit 0 only once a watcher running TABLE took the signal (exit 1 if none did within "
-        "--timeout, exit 2 if it refused it)",
+        "--timeout, exit 2 if it refused it); for net-changes, once the block is committed: give a "
+        "--timeout that covers publishing it",
     )
     snap.add_argument(
         "--timeout",
@@ -319,9 +321,14 @@ class _Sender:
             ) from None
         finally:
             timer.cancel()
+        block = (
+            ", or its block was not committed within that time (a large range takes longer: raise --timeout)"
+            if signal.kind == "net-changes"
+            else ""
+        )
         raise KafkaError(
             f"the signal was sent to {self.topic}, but no watcher running {signal.table_uri} took it within "
-            f"{self.args.timeout:g} s (is one running that table, and reading {self.topic}? a watcher "
-            "where the table starts within 10 minutes still acts on it)",
+            f"{self.args.timeout:g} s{block} (is one running that table, and reading {self.topic}? a "
+            "watcher where the table starts within 10 minutes still acts on it)",
             topic=self.topic,
         )

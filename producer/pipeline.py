@@ -299,6 +299,9 @@ class TablePipeline:
         finally:
             self._close_publisher()
             self.waker.close()
+            for work in self._drained:  # read ahead, never published: its signal is answered
+                if isinstance(work, NetChangesWork):
+                    work.answer("the table stopped here before publishing the block")
             self.watcher.close()
 
     def _open(self) -> None:
@@ -489,6 +492,9 @@ class TablePipeline:
         while not self.stop.is_set() and not self.dropped.is_set():
             try:
                 if self._needs_start:
+                    for work in self._drained:  # read ahead, not published: asked for again
+                        if isinstance(work, NetChangesWork):
+                            self.watcher.request_net_changes(work.first, work.answer, again=True)
                     self._drained.clear()
                     self._drained_error = None
                     if self._resync is not None:
@@ -595,8 +601,9 @@ class TablePipeline:
             except KafkaError as exc:
                 if block is not None:
                     log.info(
-                        "stopped during a %s: aborted (a net catch-up is published whole on the next start)",
+                        "stopped during a %s: aborted%s",
                         block.what,
+                        " (published whole on the next start)" if block.what == "net catch-up" else "",
                     )
                 elif not self._cut_mid_batch:
                     log.warning("could not commit on stop; aborting", exc_info=exc, extra=self._log_extra)

@@ -484,6 +484,8 @@ class WatchService:
             for loop in (self.signals, self.discovery, self._broker_watch):
                 if loop is not None:
                     loop.join(CLOSE_JOIN_S)
+            if self.signals is not None:  # after the tables: a stopping one may still answer a signal
+                self.signals.close()
             self.clients.close()
 
     def run(self) -> int:

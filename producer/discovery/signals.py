@@ -197,9 +197,19 @@ class SignalListener:
         self._thread.start()
 
     def join(self, timeout: float | None = None) -> None:
-        """Wait for the listener (stopped by ``stop``) to have closed its clients."""
+        """Wait for the listener (stopped by ``stop``) to have stopped reading."""
         if self._thread is not None:
             self._thread.join(timeout)
+
+    def close(self) -> None:
+        """Close the producer of ``done`` records; later answers are only logged. Called once the
+        tables that may still answer a signal (a net block published or refused on a stop) have
+        ended: the listener's own stop does not close it."""
+        with self._announce_lock:
+            self._closed = True
+            if self._producer is not None:
+                self._producer.close()
+                self._producer = None
 
     def _run(self) -> None:
         try:
@@ -212,10 +222,7 @@ class SignalListener:
                     log.warning("signal topic %s: %s (retrying)", self.topic, exc)
                     self.stop.wait(RETRY_S)
         finally:
-            with self._announce_lock:
-                self._closed = True
-                if self._producer is not None:
-                    self._producer.close()
+            self.listening.clear()
 
     def _listen(self) -> None:
         from deltamirror.mirror.kafka.consumer import MirrorConsumer
@@ -379,10 +386,14 @@ class SignalListener:
                 refused,
                 extra=self._extra(signal),
             )
+        if refused is not None:
+            # refused after it was taken (a net block's range, read on the table's thread): it
+            # does not hold back the next signal for the table
+            self._acted_at.pop(signal.table_uri, None)
         done = new_signal("done", signal.table_uri, signal.id, refused=refused)
         try:
             self.announce(done)
-        except KafkaError as exc:
+        except Exception as exc:  # an answer never fails the thread that gives it (a table's)
             log.warning(
                 "signal %s for table %s: answered, but the others could not be told (%s)",
                 signal.kind,

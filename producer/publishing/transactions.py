@@ -452,6 +452,9 @@ class TableTransactions:
         except DeltaMirrorError as exc:
             work.answer(f"versions {work.first} to {work.last}: {exc}")
             return
+        except BaseException as exc:  # the request is taken: never leave the signal unanswered
+            work.answer(f"versions {work.first} to {work.last}: not read ({type(exc).__name__}: {exc})")
+            raise
         try:
             if self.in_transaction:
                 self.commit()
@@ -469,9 +472,16 @@ class TableTransactions:
                     self._events_in_txn += n
                     self._cut()  # a stop raises: the block is aborted, never committed in part
             self.block_complete = True
-            self.commit()
         except BaseException as exc:
             work.answer(f"versions {work.first} to {work.last}: not published ({type(exc).__name__}: {exc})")
+            raise
+        try:
+            self.commit()
+        except BaseException as exc:
+            work.answer(
+                f"versions {work.first} to {work.last}: the block's commit failed, it may or may not be "
+                f"published: read the changes topic before sending again ({type(exc).__name__}: {exc})"
+            )
             raise
         work.answer(None)
 

@@ -110,6 +110,8 @@ class TableWatcher:
         #: and how the signal is answered once the block is published or refused
         self._net_changes_from: tuple[int, Callable[[str | None], None]] | None = None
         self._net_lock = threading.Lock()
+        #: closed (the table stopped here): a request for a net block is refused at once
+        self._closed = False
         self._clock = clock
         self._pending: deque[Work] = deque()
         self._ahead: deque[tuple[int, FileInfo]] = deque()
@@ -136,6 +138,7 @@ class TableWatcher:
         self._prefetch.close()
         with self._net_lock:
             asked, self._net_changes_from = self._net_changes_from, None
+            self._closed = True
         if asked is not None:
             asked[1]("the table stopped here before publishing the block")
 
@@ -173,6 +176,8 @@ class TableWatcher:
         self._pending.clear()
         self._ahead.clear()
         self._prefetch.clear()
+        with self._net_lock:
+            self._closed = False
         self._v0 = self._stat_version0()
         self._cursor_file = None
         self._idle = True
@@ -430,14 +435,23 @@ class TableWatcher:
         log.info("publishing a fresh snapshot on request", extra={"table": self.uri, "version": self._cursor})
         return SnapshotWork(snap, self.uri, ts)
 
-    def request_net_changes(self, first: int, answer: Callable[[str | None], None]) -> None:
+    def request_net_changes(
+        self, first: int, answer: Callable[[str | None], None], *, again: bool = False
+    ) -> None:
         """Publish the net row changes of versions ``first`` to the cursor next (a signal, answered
         through ``answer`` once the block is published or refused). A request not handed out yet
-        is replaced, and answered as such."""
+        is replaced, and answered as such. ``again``: a request handed out before and not published
+        (the table restarted): a newer one waiting replaces it instead."""
         with self._net_lock:
-            replaced, self._net_changes_from = self._net_changes_from, (first, answer)
-        if replaced is not None:
-            replaced[1](f"replaced by a newer net-changes signal (from version {first})")
+            closed, waiting = self._closed, self._net_changes_from
+            if not closed and not (again and waiting is not None):
+                self._net_changes_from = (first, answer)
+        if closed:
+            answer("the table stopped here before publishing the block")
+        elif again and waiting is not None:
+            answer(f"replaced by a newer net-changes signal (from version {waiting[0]})")
+        elif waiting is not None:
+            waiting[1](f"replaced by a newer net-changes signal (from version {first})")
 
     def _net_changes_block(self) -> NetChangesWork | None:
         """The net block a signal asked for, between two versions: over ``first`` to the last version

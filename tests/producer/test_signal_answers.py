@@ -66,3 +66,30 @@ def test_a_net_block_replaced_or_left_when_the_table_stops_is_refused_not_forgot
     assert second == []
     watcher.close()  # the table stops here before the block was handed out
     assert len(second) == 1 and second[0] is not None and "stopped" in second[0]
+
+
+def test_a_request_to_a_stopped_watcher_is_refused_at_once_and_one_read_ahead_yields_to_a_newer(
+    tmp_path: Path,
+) -> None:
+    cdf_table(tmp_path / "t")
+    watcher = TableWatcher(str(tmp_path / "t"), mode="from-version", from_version=0)
+    watcher.close()
+    late: list[str | None] = []
+    watcher.request_net_changes(1, late.append)  # the table stopped here: never left waiting
+    assert len(late) == 1 and late[0] is not None and "stopped" in late[0]
+
+    watcher.start(None)
+    try:
+        newer: list[str | None] = []
+        older: list[str | None] = []
+        watcher.request_net_changes(2, newer.append)
+        # a block read ahead and not published (the table restarted) is asked for again: the newer
+        # request waiting keeps its place and the older one is answered
+        watcher.request_net_changes(1, older.append, again=True)
+        assert newer == [] and len(older) == 1 and older[0] is not None and "replaced" in older[0]
+        again: list[str | None] = []
+        watcher.request_net_changes(3, newer.append)  # answers nothing twice: 2 is replaced by 3
+        watcher.request_net_changes(1, again.append, again=True)
+        assert len(newer) == 1 and len(again) == 1
+    finally:
+        watcher.close()

@@ -255,6 +255,7 @@ def test_every_member_keeps_a_signal_and_only_the_one_that_starts_the_table_acts
         for m in members:
             assert m._thread is not None
             m._thread.join(30)
+            m.close()
 
 
 def _wait(condition: Any, what: str, timeout_s: float = 30.0) -> None:
