@@ -21,6 +21,8 @@ from deltamirror.core.replay import file_keys
 #: the files table is made contiguous again when its chunks exceed this, or one per ROWS_PER_CHUNK
 MAX_CHUNKS = 64
 ROWS_PER_CHUNK = 4096
+#: the length of the all-null array a type's all-null chunks are slices of (longer when needed)
+ROWS_PER_SHARED_NULLS = 65_536
 #: a run of the path index this long keeps its positions only (it reads the state's paths)
 KEEP_PATHS_BELOW = 65_536
 #: such a run keeps one path in this many (its fences)
@@ -288,6 +290,51 @@ def compact(files: pa.Table) -> pa.Table:
     return pa.Table.from_batches(out, files.schema)
 
 
+#: per type, one all-null array the all-null chunks of the files share (:func:`share_nulls`)
+_NULLS: dict[pa.DataType, pa.Array] = {}
+
+
+def _first_buffer(array: pa.Array) -> int | None:
+    for buffer in array.buffers():
+        if buffer is not None:
+            return int(buffer.address)
+    return None
+
+
+def _shared_nulls(typ: pa.DataType, rows: int) -> pa.Array:
+    """``rows`` nulls of ``typ``: a slice of the one all-null array of that type."""
+    held = _NULLS.get(typ)
+    if held is None or len(held) < rows:
+        held = _NULLS[typ] = pa.nulls(max(rows, ROWS_PER_SHARED_NULLS), typ)
+    return held.slice(0, rows)
+
+
+def share_nulls(files: pa.Table) -> pa.Table:
+    """``files`` with every chunk that holds only nulls replaced by a slice of one all-null array
+    of its type (the same values: every row null).
+
+    Columns a table never sets (a deletion vector, row tracking, clustering, tags) are all nulls,
+    yet each chunk of them holds its own zeroed buffers: a struct of six fields is 32 bytes a
+    row. Shared, they cost one chunk's worth per type, however many files the state holds.
+    """
+    columns = []
+    changed = False
+    for column in files.columns:
+        chunks = list(column.chunks)
+        replaced = False
+        for i, chunk in enumerate(chunks):
+            rows = len(chunk)
+            if not rows or chunk.null_count != rows:
+                continue
+            held = _NULLS.get(chunk.type)
+            if held is not None and _first_buffer(chunk) == _first_buffer(held):
+                continue  # already shared
+            chunks[i] = _shared_nulls(chunk.type, rows)
+            replaced = changed = True
+        columns.append(pa.chunked_array(chunks, column.type) if replaced else column)
+    return pa.Table.from_arrays(columns, schema=files.schema) if changed else files
+
+
 def keys(files: pa.Table) -> pa.Array:
     """The replay keys of file actions (core's: canonical path + NUL + deletion vector id)."""
     return file_keys(files["path"], files["deletionVector"])
@@ -322,6 +369,7 @@ __all__ = [
     "keys",
     "needs_compaction",
     "positions_from",
+    "share_nulls",
     "snapshot_changes",
     "take_rows",
 ]

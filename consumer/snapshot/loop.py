@@ -49,6 +49,11 @@ appears under its new ``tableId`` and the previous one's state stays. A ``tableD
 table deleted for good) is handled the same way, without a new table: its state is dropped, its id
 retired, and the :class:`TableReplacement` reported says ``dropped``.
 
+Memory (:mod:`.memory`): :meth:`SnapshotConsumer.run` makes pyarrow's jemalloc pool, with freed
+pages returned at once, the process's default (unless ``ARROW_DEFAULT_MEMORY_POOL`` names one),
+and after each batch gives what glibc's heap and the pool hold free back to the system: reading a
+backlog frees much more than the state keeps.
+
 Records are untrusted input (:mod:`deltamirror.mirror.records.boundary`): each is held to the consumers'
 boundary once, by the mirror's decoder (``rules``: the locations tables may be at, the prefixes
 their files may be under, the limits), and to the state's own rules (versions in order, each
@@ -97,6 +102,7 @@ from deltamirror.mirror.records.events import (
 from deltamirror.mirror.records.fragments import FragmentAssembler
 from deltamirror.mirror.records.headers import HEADER_KIND, header_value
 
+from .memory import give_back, use_returning_pool
 from .state import IncrementalSnapshot, Invalidation
 from .store import Position, StateStore
 
@@ -307,6 +313,7 @@ class SnapshotConsumer:
     def _run(self, once: bool, topic_timeout_s: float) -> None:
         from deltamirror.mirror.kafka.consumer import MirrorConsumer
 
+        use_returning_pool()
         # one that reads to the end asks the broker not to hold an empty fetch (MirrorConsumer's
         # default); a long-running one keeps librdkafka's fetch wait
         limits = self.rules.limits
@@ -356,6 +363,8 @@ class SnapshotConsumer:
             self.take_batch(batch)
             self.caught_up = self.caught_up or consumer.at_end
             self.checkpoint(consumer)
+            if batch:
+                give_back()  # what the batch (and a save) freed leaves the process
             if self.metrics is not None:
                 self.metrics.batch_read(len(batch), consumer)
 

@@ -11,6 +11,8 @@ from deltamirror.core.errors import CorruptLogError
 from deltamirror.mirror.errors import EventStreamError
 from deltamirror.mirror.records.events import ActionEvent
 
+from .files import share_nulls
+
 if TYPE_CHECKING:
     from deltamirror.mirror.records.event_batches import Segment
 
@@ -69,6 +71,7 @@ class PendingVersion:
                     at = rows.schema.get_field_index("stats")
                     self._refs.append(self._spill.put(rows.column(at)))
                     rows = rows.set_column(at, rows.schema.field(at), pa.nulls(rows.num_rows, pa.string()))
+                rows = share_nulls(rows)  # held until the version ends: the unset columns cost nothing
                 try:
                     self._files.take_file_table(name, rows)
                 except CorruptLogError as exc:

@@ -45,6 +45,7 @@ from .files import (
     keys,
     needs_compaction,
     positions_from,
+    share_nulls,
     snapshot_changes,
     take_rows,
 )
@@ -132,7 +133,7 @@ class IncrementalSnapshot:
         """The files held, read from the saved checkpoint on first use (:meth:`from_document`)."""
         loader = self._files_loader
         if loader is not None:
-            self._files_held = loader()
+            self._files_held = share_nulls(loader())
             self._files_loader = None
         return self._files_held
 
@@ -167,11 +168,21 @@ class IncrementalSnapshot:
         return self._with_stats(live)
 
     def file_batches(self, rows: int) -> Iterator[pa.Table]:
-        """:attr:`files`, ``rows`` at a time (stats on disk are read a part at a time)."""
-        live = self._live()
-        for start in range(0, live.num_rows, rows):
-            part = live.slice(start, rows)
-            yield part if self._spill is None else self._with_stats(part)
+        """:attr:`files`, at most ``rows`` at a time (stats on disk are read a part at a time).
+
+        The rows removed since are dropped from each part as it is made, not from the state: a
+        save does not copy every file to drop a few (the state drops them when :attr:`files` is
+        read, or once they are an eighth of its rows)."""
+        files = self._files
+        dead = pa.array(sorted(self._dead), pa.int64()) if self._dead else None
+        for start in range(0, files.num_rows, rows):
+            part = files.slice(start, rows)
+            if dead is not None:
+                gone_here = pc.is_in(positions_from(start, part.num_rows), value_set=dead)
+                if pc.any(gone_here).as_py():
+                    part = part.filter(pc.invert(gone_here))
+            if part.num_rows:
+                yield part if self._spill is None else self._with_stats(part)
 
     @property
     def stats_on_disk(self) -> bool:
@@ -223,7 +234,7 @@ class IncrementalSnapshot:
                     batches[i] = batch.filter(pc.invert(gone_here))
             del batch
             files = pa.Table.from_batches(batches, schema)
-            self._files = compact(files) if needs_compaction(files) else files
+            self._files = share_nulls(compact(files) if needs_compaction(files) else files)
             if self._paths is not None:
                 self._paths.drop(dead)
             self._dead = set()
@@ -404,6 +415,7 @@ class IncrementalSnapshot:
             removes,
             distinct_paths=index is not None and index.distinct(),
         )
+        live = share_nulls(live)  # the columns the table never sets cost nothing per file
         if pending.snapshot:
             before = self._live()
             files = live
@@ -428,7 +440,7 @@ class IncrementalSnapshot:
             if self._paths.size > 2 * (files.num_rows - len(self._dead)) + 4096:  # mostly removed: rebuild
                 self._paths = None
         self._apply_others(pending.others)
-        self._files = compact(files) if needs_compaction(files) else files
+        self._files = share_nulls(compact(files)) if needs_compaction(files) else files
         if len(self._dead) > self._files.num_rows // 8:  # a bound on the rows kept dead
             self._files = self._live()
         self._compact_spill()

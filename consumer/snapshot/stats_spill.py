@@ -55,6 +55,8 @@ class StatsSpill:
         self._base_groups: list[int] = []
         #: the files of the base (what the state loaded from it)
         self.base_rows = 0
+        #: the base's row group read last, and its stats (a save asks for a group's rows in parts)
+        self._base_last: tuple[int, pa.Array] | None = None
 
     @classmethod
     def with_base(
@@ -78,6 +80,7 @@ class StatsSpill:
         return pc.subtract(pa.scalar(-1, pa.int64()), positions_from(0, count))
 
     def close(self) -> None:
+        self._base_last = None
         self._file.close()
         if self._base is not None:
             self._base.close()
@@ -149,13 +152,18 @@ class StatsSpill:
         base = [0] * len(self._base_groups)
         at = 0
         for g in pc.unique(group_of).sort().to_pylist():
-            table = self._base.read_row_group(g, columns=[self._base_column])
-            part = table.column(0).combine_chunks()
-            if pa.types.is_struct(part.type):  # a nested column reads as its struct
-                part = pc.struct_field(part, self._base_column.split(".")[-1])
+            if self._base_last is not None and self._base_last[0] == g:
+                part = self._base_last[1]
+            else:
+                table = self._base.read_row_group(g, columns=[self._base_column])
+                part = table.column(0).combine_chunks()
+                if pa.types.is_struct(part.type):  # a nested column reads as its struct
+                    part = pc.struct_field(part, self._base_column.split(".")[-1])
+                part = part.cast(pa.string())
             base[g] = at - self._base_groups[g]
             at += len(part)
-            parts.append(part.cast(pa.string()))
+            parts.append(part)
+        self._base_last = (g, part)
         values = parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
         return values.take(pc.add(rows, pa.array(base, pa.int64()).take(group_of)))
 
