@@ -537,8 +537,12 @@ def _write(line: dict[str, Any]) -> None:
 def _run(consumer: Any, once: bool) -> None:
     import contextlib
 
+    from deltamirror.consumer.snapshot import use_returning_pool
     from deltamirror.mirror.errors import StopRequested
 
+    # this process is the command's own: freed Arrow memory leaves it at once (a backlog of a
+    # large table frees far more than the state keeps; the user's ARROW_DEFAULT_MEMORY_POOL stands)
+    use_returning_pool()
     # a stop while the last reports were being handed over: exit cleanly too
     with contextlib.suppress(StopRequested):
         consumer.run(once=once)

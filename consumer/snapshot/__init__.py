@@ -29,6 +29,7 @@ from .loop import (
     SnapshotConsumer,
     TableReplacement,
 )
+from .memory import use_returning_pool
 from .state import (
     STATE_FORMAT,
     STATE_FORMAT_JSON,
@@ -57,4 +58,5 @@ __all__ = [
     "StateStore",
     "TableReplacement",
     "file_key",
+    "use_returning_pool",
 ]

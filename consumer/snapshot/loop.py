@@ -49,10 +49,11 @@ appears under its new ``tableId`` and the previous one's state stays. A ``tableD
 table deleted for good) is handled the same way, without a new table: its state is dropped, its id
 retired, and the :class:`TableReplacement` reported says ``dropped``.
 
-Memory (:mod:`.memory`): :meth:`SnapshotConsumer.run` makes pyarrow's jemalloc pool, with freed
-pages returned at once, the process's default (unless ``ARROW_DEFAULT_MEMORY_POOL`` names one),
-and after each batch gives what glibc's heap and the pool hold free back to the system: reading a
-backlog frees much more than the state keeps.
+Memory (:mod:`.memory`): after each batch :meth:`SnapshotConsumer.run` gives what glibc's heap and
+pyarrow's pool hold free back to the system: reading a backlog frees much more than the state
+keeps. The commands (``consume-snapshot``, ``invalidate``) also make pyarrow's jemalloc pool, with
+freed pages returned at once, their process's default (:func:`.memory.use_returning_pool`); a
+library user's process keeps the pool it chose, and may call that function itself.
 
 Records are untrusted input (:mod:`deltamirror.mirror.records.boundary`): each is held to the consumers'
 boundary once, by the mirror's decoder (``rules``: the locations tables may be at, the prefixes
@@ -102,7 +103,7 @@ from deltamirror.mirror.records.events import (
 from deltamirror.mirror.records.fragments import FragmentAssembler
 from deltamirror.mirror.records.headers import HEADER_KIND, header_value
 
-from .memory import give_back, use_returning_pool
+from .memory import give_back
 from .state import IncrementalSnapshot, Invalidation
 from .store import Position, StateStore
 
@@ -313,7 +314,6 @@ class SnapshotConsumer:
     def _run(self, once: bool, topic_timeout_s: float) -> None:
         from deltamirror.mirror.kafka.consumer import MirrorConsumer
 
-        use_returning_pool()
         # one that reads to the end asks the broker not to hold an empty fetch (MirrorConsumer's
         # default); a long-running one keeps librdkafka's fetch wait
         limits = self.rules.limits

@@ -132,3 +132,34 @@ def test_the_pool_is_jemalloc_unless_the_user_chose_one(monkeypatch: pytest.Monk
         assert kept.to_pylist() == ["a file"] * 1000  # what is held stays
     finally:
         pa.set_memory_pool(before)
+
+
+def test_the_commands_run_their_consumer_on_the_returning_pool_a_library_user_keeps_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from deltamirror.cli.consumer_cmds import _run
+
+    monkeypatch.delenv(POOL_ENV, raising=False)
+    before = pa.default_memory_pool()
+    seen: list[str] = []
+
+    class Consumer:  # the command's part only: what pool the consumer's run starts on
+        def run(self, once: bool) -> None:
+            seen.append(pa.default_memory_pool().backend_name)
+
+    try:
+        pa.set_memory_pool(pa.system_memory_pool())
+        _run(Consumer(), once=True)
+        try:
+            pa.jemalloc_memory_pool()
+        except NotImplementedError:
+            assert seen == ["system"]
+        else:
+            assert seen == ["jemalloc"]
+    finally:
+        pa.set_memory_pool(before)
+    import inspect
+
+    from deltamirror.consumer.snapshot import loop
+
+    assert "use_returning_pool" not in inspect.getsource(loop.SnapshotConsumer)  # the library's own run
