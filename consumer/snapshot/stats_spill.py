@@ -145,6 +145,8 @@ class StatsSpill:
     def _get_base(self, files: pa.Array) -> pa.Array:
         """The stats of the base's files at positions ``files`` (row group by row group)."""
         assert self._base is not None
+        if not len(files):
+            return pa.array([], pa.string())
         rows = pc.add(files, self._base_first)
         starts = pa.array(self._base_groups, pa.int64())
         group_of = pc.subtract(pc.search_sorted(starts, rows, side="right"), 1)
