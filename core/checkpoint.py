@@ -32,6 +32,7 @@ from .checkpoint_checks import check_file_rows
 from .errors import CorruptLogError, IncompleteTableStateError
 from .file_table import CHECKPOINT_ROW, CHECKPOINT_ROW_TYPE, shared_nulls
 from .log import Checkpoint
+from .memory import release_unused_arrow
 from .models import CheckpointMetadata, DomainMetadata, Metadata, Protocol, Sidecar, parse_action
 from .storage import TableStorage
 
@@ -296,7 +297,7 @@ def _read_add_groups(pf: pq.ParquetFile, columns: list[str], groups: list[int] |
         chunks += pf.read_row_group(i, columns=columns, use_threads=False).column("add").chunks
         since_release += pf.metadata.row_group(i).total_byte_size
         if since_release >= RELEASE_AFTER_BYTES:
-            pa.default_memory_pool().release_unused()
+            release_unused_arrow()
             since_release = 0
     return pa.chunked_array(chunks)
 
@@ -422,7 +423,7 @@ def read_checkpoint(
         state.removes = pa.concat_tables(removes)
     _holds_config(storage, checkpoint, state)
     # the log replay that follows allocates anew: give it the pages the decoding freed
-    pa.default_memory_pool().release_unused()
+    release_unused_arrow()
     return state
 
 

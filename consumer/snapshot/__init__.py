@@ -20,6 +20,8 @@ Records are decoded by the mirror's one decoder (:mod:`deltamirror.mirror.record
 
 from __future__ import annotations
 
+from deltamirror.core.memory import use_returning_pool
+
 from .loop import (
     DEFAULT_CHECKPOINT_INTERVAL_S,
     DEFAULT_CHECKPOINT_INTERVAL_VERSIONS,
@@ -29,7 +31,6 @@ from .loop import (
     SnapshotConsumer,
     TableReplacement,
 )
-from .memory import use_returning_pool
 from .state import (
     STATE_FORMAT,
     STATE_FORMAT_JSON,

@@ -52,7 +52,7 @@ retired, and the :class:`TableReplacement` reported says ``dropped``.
 Memory (:mod:`.memory`): after each batch :meth:`SnapshotConsumer.run` gives what glibc's heap and
 pyarrow's pool hold free back to the system: reading a backlog frees much more than the state
 keeps. The commands (``consume-snapshot``, ``invalidate``) also make pyarrow's jemalloc pool, with
-freed pages returned at once, their process's default (:func:`.memory.use_returning_pool`); a
+freed pages returned at once, their process's default (:func:`deltamirror.core.memory.use_returning_pool`); a
 library user's process keeps the pool it chose, and may call that function itself.
 
 Records are untrusted input (:mod:`deltamirror.mirror.records.boundary`): each is held to the consumers'
@@ -80,6 +80,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from deltamirror.core.errors import ConfigError
+from deltamirror.core.memory import give_back
 from deltamirror.mirror.errors import EventStreamError, StopRequested
 from deltamirror.mirror.records.boundary import (
     BAD_RECORD_CHOICES,
@@ -103,7 +104,6 @@ from deltamirror.mirror.records.events import (
 from deltamirror.mirror.records.fragments import FragmentAssembler
 from deltamirror.mirror.records.headers import HEADER_KIND, header_value
 
-from .memory import give_back
 from .state import IncrementalSnapshot, Invalidation
 from .store import Position, StateStore
 

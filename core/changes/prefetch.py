@@ -24,6 +24,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..memory import release_unused_arrow
+
 #: small data files are read ahead on threads (decoding releases the GIL), in groups of at most
 #: this many files and bytes, on one worker thread per usable core but one (at least one, at most
 #: seven): the caller's thread reads groups too while it waits, so every core decodes and none
@@ -217,7 +219,7 @@ def _release_unused_memory() -> None:
     drained = getattr(_groups_drained, "count", 0) + 1
     _groups_drained.count = drained
     if drained % RELEASE_EVERY_GROUPS == 0:
-        pa.default_memory_pool().release_unused()
+        release_unused_arrow()
 
 
 def _handed(drained: _Drained) -> Iterator[tuple[int, list[pa.RecordBatch]]]:

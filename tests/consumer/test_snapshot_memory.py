@@ -18,9 +18,9 @@ import deltamirror.consumer.snapshot.pending as pending_module
 import deltamirror.consumer.snapshot.state as state_module
 from deltamirror.consumer.snapshot import IncrementalSnapshot, SnapshotConsumer, StateStore
 from deltamirror.consumer.snapshot.files import share_nulls
-from deltamirror.consumer.snapshot.memory import POOL_ENV, give_back, use_returning_pool
 from deltamirror.consumer.snapshot.table_folder import write_folder
 from deltamirror.core import action_schema
+from deltamirror.core.memory import POOL_ENV, give_back, use_returning_pool
 from deltamirror.producer.publishing.offline_events import iter_event_values
 from support.tables import TABLES
 

@@ -1,4 +1,8 @@
-"""Memory the snapshot consumer has freed, given back to the system while it reads a backlog.
+"""Memory the process has freed, given back to the system: one place for the allocators' knobs.
+
+pyarrow's pools keep freed pages for reuse. Readers that decode much more than they keep (a
+checkpoint read row group by row group, the change feed's prefetch threads, the snapshot
+consumer's batches) call :func:`release_unused_arrow` at their own pace.
 
 Reading a large topic, the consumer frees far more than it keeps: each batch of records (the
 values, their bodies, the text pyarrow parses) and each save (a checkpoint written a row group at
@@ -61,12 +65,18 @@ def _malloc_trim() -> Callable[[int], int] | None:
     return _trim
 
 
+def release_unused_arrow() -> None:
+    """Hand the pages pyarrow's default pool holds free back to the system (mimalloc keeps them
+    per thread; jemalloc with decay 0 has none to hand)."""
+    pa.default_memory_pool().release_unused()
+
+
 def give_back() -> None:
     """Return the free memory of glibc's heap and of pyarrow's default pool to the system."""
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
-    pa.default_memory_pool().release_unused()
+    release_unused_arrow()
 
 
-__all__ = ["POOL_ENV", "give_back", "use_returning_pool"]
+__all__ = ["POOL_ENV", "give_back", "release_unused_arrow", "use_returning_pool"]
