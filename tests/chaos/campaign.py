@@ -12,9 +12,9 @@ from chaos.faults import CLASSES, TITLES, Plan
 from chaos.report import details, table
 from chaos.scene import ClassResult, Run
 
-#: classes the ``ci`` size leaves out unless named with --class (the net catch-up's kills: a
+#: classes the ``ci`` size leaves out unless named with --class (the net blocks' kills: a
 #: minute or more each, past what the CI subset can spend)
-FULL_ONLY = {7}
+FULL_ONLY = {7, 8}
 
 #: (seconds of faults per class, faults that must land per class, tables of the group)
 SIZES = {
