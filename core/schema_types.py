@@ -306,7 +306,6 @@ DeltaType = PrimitiveType | DecimalType | ArrayType | MapType | StructType
 DataType = Annotated[DeltaType, BeforeValidator(_to_data_type)]
 
 
-
 # --- parsing ----------------------------------------------------------------------------------
 
 
