@@ -49,6 +49,12 @@ class UnrepresentableValueError(DeltaMirrorError):
     Connect schemas: JsonConverter would read it as 0.0); refused, never published wrong."""
 
 
+class SchemaRegistryError(DeltaMirrorError):
+    """A Schema Registry failed or refused (or the local one could not be built or started)."""
+
+    exit_code = 1
+
+
 class TopicNotFoundError(ConfigError):
     """A topic the reader was told to read does not exist (or has no partitions)."""
 
@@ -68,6 +74,7 @@ __all__ = [
     "RecordRefusedError",
     "RecordTooLargeError",
     "RetriableKafkaError",
+    "SchemaRegistryError",
     "StopRequested",
     "TimestampRefusedError",
     "TopicNotFoundError",

@@ -829,6 +829,7 @@ ROOMS: dict[str, dict[str, set[str]]] = {
         "security.py": set(),
         "broker.py": {"jars.py", "security.py"},
         "tools.py": {"jars.py"},
+        "registry.py": {"jars.py", "broker.py"},
     },
     "ops": {"*": set(), "server.py": set(), "stopping.py": set()},
     # core's rooms are its modules; declared here: storage/, the one choke point, stands below them
