@@ -36,7 +36,7 @@ from confluent_kafka.schema_registry import (
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from deltamirror.core.schema import DecimalType, StructType
+from deltamirror.core.schema import StructType
 
 from .avro_types import (
     column_converter,
@@ -47,7 +47,6 @@ from .avro_types import (
     value_schema,
 )
 from .row_formats import JsonRowChanges, RegistrySettings
-from .spark_types import envelope_ddl, fields_ddl
 
 #: confluent-kafka's strategy function of each ``subject_name_strategy`` setting
 SUBJECT_NAME_STRATEGY_FUNCTIONS: dict[str, Callable[..., Any]] = {
@@ -191,23 +190,17 @@ class AvroRowChanges:
 
     # --- what else a format says ------------------------------------------------------------------
 
-    @staticmethod
-    def float_value(value: float | None) -> float | None:
-        return value  # Avro carries NaN and the infinities
-
-    @staticmethod
-    def decimal_ddl(t: DecimalType) -> str:
-        return f"DECIMAL({t.precision},{t.scale})"
-
     @classmethod
     def value_ddl(cls, schema: StructType) -> str:
-        """The envelope's fields as ``from_avro`` with the registered schema gives them (after the
-        5-byte header); decimals are decimals."""
-        return ", ".join(f"{name} {ddl}" for name, ddl in envelope_ddl(schema, cls.decimal_ddl))
+        """No DDL: Spark reads Avro with ``from_avro`` and the registered schema (after the 5-byte
+        header), whose names are the sanitized ones (docs/avro.md)."""
+        raise ValueError(
+            "format avro has no Spark DDL: read it with from_avro and the registered schema (docs/avro.md)"
+        )
 
     @classmethod
     def key_ddl(cls, fields: StructType) -> str:
-        return fields_ddl(fields, cls.decimal_ddl)
+        return cls.value_ddl(fields)
 
     #: BEGIN/END stay JSON (see the module's docstring)
     transaction = staticmethod(JsonRowChanges.transaction)

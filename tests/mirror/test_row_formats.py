@@ -148,6 +148,10 @@ def test_each_format_s_class_says_its_spark_ddl_and_the_ddl_functions_look_it_up
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     for fmt, cls in ROW_CHANGE_SERIALIZERS.items():
+        if fmt in row_formats.REGISTRY_FORMATS:  # read with the registered schema, not a DDL
+            with pytest.raises(ValueError, match="no Spark DDL"):
+                row_changes_ddl(SCHEMA, fmt=fmt)  # type: ignore[arg-type]
+            continue
         assert row_changes_ddl(SCHEMA, fmt=fmt) == cls.value_ddl(parse_schema(SCHEMA))  # type: ignore[arg-type]
     assert "DECIMAL(10,2)" in row_changes_ddl(SCHEMA, fmt="json")
     assert "BINARY" in row_changes_ddl(SCHEMA, fmt="json-schema") and "DECIMAL" not in row_changes_ddl(
@@ -156,6 +160,8 @@ def test_each_format_s_class_says_its_spark_ddl_and_the_ddl_functions_look_it_up
     monkeypatch.setitem(row_formats.ROW_CHANGE_SERIALIZERS, "framed", _Framed)
     assert row_changes_ddl(SCHEMA, fmt="framed") == "framed id,price"  # type: ignore[arg-type]
     assert row_changes_key_ddl(SCHEMA, ["id"], fmt="framed") == "framed key id"  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="no Spark DDL"):
+        row_changes_ddl(SCHEMA, fmt="avro")
     with pytest.raises(ValueError, match="'protobuf' is not one deltamirror writes"):
         row_changes_ddl(SCHEMA, fmt="protobuf")  # type: ignore[arg-type]
 
