@@ -34,10 +34,12 @@ from confluent_kafka.schema_registry import (
     topic_subject_name_strategy,
 )
 from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.schema_registry.error import SchemaRegistryError as ConfluentRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from deltamirror.core.schema import StructType
 
+from ..errors import SchemaRegistryError, SchemaRegistryUnavailableError
 from .avro_types import (
     column_converter,
     column_types,
@@ -158,7 +160,10 @@ class AvroRowChanges:
         record = fastavro.schemaless_reader(io.BytesIO(payload), self._key, self._key)
         if self._key_serializer is None:
             self._key_serializer = avro_serializer(self.registry, self.key_schema)
-        out = self._key_serializer(record, self._key_context)
+        try:
+            out = self._key_serializer(record, self._key_context)
+        except Exception as exc:
+            raise _registry_error(exc, self._subject("key", self.key_schema)) from exc
         assert out is not None
         return out
 
@@ -184,9 +189,20 @@ class AvroRowChanges:
         }
         if self._value_serializer is None:
             self._value_serializer = avro_serializer(self.registry, self.value_schema)
-        out = self._value_serializer(envelope, self._value_context)
+        try:
+            out = self._value_serializer(envelope, self._value_context)
+        except Exception as exc:
+            raise _registry_error(exc, self._subject("value", self.value_schema)) from exc
         assert out is not None
         return out
+
+    def _subject(self, field: str, schema: Mapping[str, Any]) -> str:
+        """The subject the strategy names (as confluent-kafka's strategy functions do)."""
+        full = f"{schema['namespace']}.{schema['name']}"
+        strategy = self.registry.subject_name_strategy
+        if strategy == "record":
+            return full
+        return f"{self.topic}-{full}" if strategy == "topic-record" else f"{self.topic}-{field}"
 
     # --- what else a format says ------------------------------------------------------------------
 
@@ -229,6 +245,27 @@ def _encode_rows(schema: Any, names: list[str], columns: list[list[Any]], n: int
         write(buffer, schema, dict(zip(names, row, strict=True)))
         out.append(buffer.getvalue())
     return out
+
+
+def _registry_error(exc: Exception, subject: str) -> Exception:
+    """A registry failure as deltamirror's error naming the subject (a refusal, or unreachable:
+    retry later); any other exception (a value the schema cannot take: a bug) as it is."""
+    if isinstance(exc, ConfluentRegistryError):
+        status = exc.http_status_code
+        if status is not None and (status >= 500 or status < 0):
+            return SchemaRegistryUnavailableError(
+                f"the Schema Registry failed (HTTP {status}): {exc.error_message}", subject=subject
+            )
+        return SchemaRegistryError(
+            f"the Schema Registry refused the schema (HTTP {status}, error {exc.error_code}): "
+            f"{exc.error_message}",
+            subject=subject,
+        )
+    if isinstance(exc, OSError) or type(exc).__module__.split(".")[0] in ("httpx", "httpx2"):
+        return SchemaRegistryUnavailableError(
+            f"the Schema Registry cannot be reached: {exc}", subject=subject
+        )
+    return exc
 
 
 #: the class :func:`~.row_formats.row_change_serializer` returns for ``avro``

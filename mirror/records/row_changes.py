@@ -56,7 +56,7 @@ import pyarrow.compute as pc
 from deltamirror.core.errors import CorruptDataFileError
 from deltamirror.core.row_tracking import ROW_COMMIT_VERSION, ROW_ID
 
-from ..errors import RecordTooLargeError, UnrepresentableValueError
+from ..errors import RecordTooLargeError, SchemaRegistryError, UnrepresentableValueError
 from .connect_types import column_values, connect_schema
 from .record import Record
 from .row_formats import ROW_CHANGES_FORMATS, BinaryRowChangeSerializer, RowChangesFormat
@@ -414,6 +414,12 @@ class VersionRows:
         pairs = self._pairs()
         try:
             yield from self._records(pairs)
+        except SchemaRegistryError as exc:  # a registry format's: name the table and version
+            if exc.table is not None:
+                raise
+            raise type(exc)(
+                exc.message, table=self.options.table_name, version=self.version, **exc.context
+            ) from exc
         finally:
             if pairs is not None:
                 pairs.close()

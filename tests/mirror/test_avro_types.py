@@ -333,3 +333,35 @@ def test_core_s_variant_arrow_is_the_avro_variant_record() -> None:
     fields = [StructField(name="v", type=PrimitiveType(name="variant"), nullable=True)]
     t = envelope_schema("x", fields)["fields"][0]["type"][1]["fields"][0]["type"][1]
     assert t["deltamirror.type"] == "variant"
+
+
+def test_an_unreachable_registry_stops_the_version_before_any_record_naming_table_version_and_subject() -> (
+    None
+):
+    """No registry listens on port 9 of this host (a refused connection, no stand-in): the version's
+    first record needs its schema id, so nothing of the version (not even BEGIN) comes out."""
+    from deltamirror.mirror.errors import SchemaRegistryUnavailableError
+
+    settings = RegistrySettings(url="http://127.0.0.1:9", subject_name_strategy="topic-record")
+    options = RowChangesOptions(
+        "deltamirror.every-type.changes",
+        "deltamirror.every-type.transaction",
+        "every-type",
+        "tid",
+        key_columns=("id",),
+        format="avro",
+        table_schema=parse_schema(json.dumps(EVERY_TYPE)),
+        registry=settings,
+    )
+    batch = _batch()
+    chunks = VersionRows(options, lambda: [batch], version=7, ts_ms=5).records()
+    with pytest.raises(SchemaRegistryUnavailableError) as caught:
+        next(chunks)
+    err = caught.value
+    assert (err.table, err.version, err.exit_code) == ("every-type", 7, 1)
+    subject = err.context["subject"]
+    assert subject in (
+        "deltamirror.every-type.changes-deltamirror.every_type.changes.Key",
+        "deltamirror.every-type.changes-deltamirror.every_type.changes.Envelope",
+    )
+    assert len(str(err).splitlines()) == 1 and subject in str(err)
