@@ -1,7 +1,7 @@
 """The ``avro`` format against a real Schema Registry: the Confluent wire format, the subjects of
 each strategy, new schema versions, read back with confluent-kafka's own ``AvroDeserializer``.
 
-Marked ``registry``: they need the ``registry_url`` fixture (a running registry's Confluent-API
+Marked ``registry``: they need the ``schema_registry`` fixture (a running registry's Confluent-API
 base URL, issue 30 item 4), and are skipped, saying so, in a session without one. Never a mock.
 """
 
@@ -26,12 +26,15 @@ pytestmark = pytest.mark.registry
 
 @pytest.fixture
 def registry(request: pytest.FixtureRequest) -> str:
-    """The registry's URL, from the session's ``registry_url`` fixture; skipped without one."""
-    try:
-        url: str = request.getfixturevalue("registry_url")
-    except pytest.FixtureLookupError:
-        pytest.skip("no Schema Registry in this session (the registry_url fixture: issue 30 item 4)")
-    return url
+    """The registry's Confluent-API URL: the session's ``schema_registry`` fixture (tests/support/
+    registry.py, issue 30 item 4; ``registry_url`` as well); skipped in a session without one."""
+    for name in ("schema_registry", "registry_url"):
+        try:
+            url: str = request.getfixturevalue(name)
+        except pytest.FixtureLookupError:
+            continue
+        return url
+    pytest.skip("no Schema Registry in this session (the schema_registry fixture: issue 30 item 4)")
 
 
 def _options(

@@ -1,7 +1,7 @@
 """``watch --row-format avro`` end to end: a real broker, a real Schema Registry, read back with
 confluent-kafka's ``AvroDeserializer`` equal to core's change feed.
 
-Marked ``registry`` (and ``kafka``): needs the session's ``registry_url`` fixture (issue 30 item
+Marked ``registry`` (and ``kafka``): needs the session's ``schema_registry`` fixture (issue 30 item
 4), skipped without one. Never a mock.
 """
 
@@ -22,12 +22,15 @@ pytestmark = [pytest.mark.kafka, pytest.mark.registry]
 
 @pytest.fixture
 def registry(request: pytest.FixtureRequest) -> str:
-    """The registry's URL, from the session's ``registry_url`` fixture; skipped without one."""
-    try:
-        url: str = request.getfixturevalue("registry_url")
-    except pytest.FixtureLookupError:
-        pytest.skip("no Schema Registry in this session (the registry_url fixture: issue 30 item 4)")
-    return url
+    """The registry's Confluent-API URL: the session's ``schema_registry`` fixture (tests/support/
+    registry.py, issue 30 item 4; ``registry_url`` as well); skipped in a session without one."""
+    for name in ("schema_registry", "registry_url"):
+        try:
+            url: str = request.getfixturevalue(name)
+        except pytest.FixtureLookupError:
+            continue
+        return url
+    pytest.skip("no Schema Registry in this session (the schema_registry fixture: issue 30 item 4)")
 
 
 def test_watch_publishes_avro_row_changes_equal_to_the_change_feed(
