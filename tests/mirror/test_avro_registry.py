@@ -124,3 +124,33 @@ def test_a_new_column_registers_a_new_schema_version_and_an_unchanged_version_no
     wider = batch.append_column("extra", pa.array(["x", None]))
     list(VersionRows(_options(topic, settings, added), lambda: [wider], version=3, ts_ms=5).records())
     assert client.get_versions(f"{topic}.changes-value") == [1, 2]  # additive: compatible under BACKWARD
+
+
+def test_an_incompatible_schema_is_refused_before_any_record_naming_table_version_and_subject(
+    registry: str,
+) -> None:
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    from deltamirror.mirror.errors import SchemaRegistryError, SchemaRegistryUnavailableError
+
+    topic = f"avro{uuid.uuid4().hex[:8]}"
+    settings = RegistrySettings(url=registry)
+    batch = every_type_batch()
+    list(VersionRows(_options(topic, settings), lambda: [batch], version=1, ts_ms=5).records())
+    client = SchemaRegistryClient({"url": registry})
+    client.set_compatibility(f"{topic}.changes-value", "BACKWARD")
+    retyped = {
+        **EVERY_TYPE,
+        "fields": [
+            {**f, "type": "string"} if f["name"] == "i32" else f
+            for f in EVERY_TYPE["fields"]  # int -> string
+        ],
+    }
+    changed = batch.set_column(batch.schema.get_field_index("i32"), "i32", pa.array(["a", None]))
+    chunks = VersionRows(_options(topic, settings, retyped), lambda: [changed], version=2, ts_ms=5).records()
+    with pytest.raises(SchemaRegistryError) as caught:
+        next(chunks)
+    err = caught.value
+    assert not isinstance(err, SchemaRegistryUnavailableError) and err.exit_code == 2
+    assert (err.table, err.version, err.context["subject"]) == (topic, 2, f"{topic}.changes-value")
+    assert client.get_versions(f"{topic}.changes-value") == [1]
