@@ -237,6 +237,7 @@ class RowChangeEncoder:
         )
 
     def _source_block(self, version: int, ts_ms: int, snapshot: str) -> tuple[dict[str, Any], str]:
+        """Debezium's ``source`` block of a version's events (without ``index``), and its transaction id."""
         o = self.options
         source = {
             "version": self._version,
@@ -280,19 +281,8 @@ class RowChangeEncoder:
         return self._frame_value(text.encode())
 
     def _template(self, version: int, ts_ms: int, snapshot: str) -> tuple[str, str, str]:
-        o = self.options
-        source = {
-            "version": self._version,
-            "connector": CONNECTOR,
-            "name": o.table_name,
-            "ts_ms": ts_ms,
-            "snapshot": snapshot,
-            "db": "delta",
-            "table": o.table_name,
-            "table_id": o.table_id,
-            "delta_version": version,
-        }
-        txn_id = _JSON.encode(transaction_id(o.table_id, version))
+        source, tid = self._source_block(version, ts_ms, snapshot)
+        txn_id = _JSON.encode(tid)
         return (
             _JSON.encode(source)[:-1] + ',"index":',
             f',"ts_ms":{ts_ms},"transaction":{{"id":{txn_id},"total_order":',
