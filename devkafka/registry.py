@@ -47,7 +47,7 @@ from xml.sax.saxutils import escape
 from deltamirror.core.errors import ConfigError, EnvironmentMissingError
 from deltamirror.devkafka.broker import _command_line, _port_is_free, _process_alive
 from deltamirror.devkafka.jars import MAVEN_CENTRAL, MAVEN_REPO_ENV, cache_root, exclusive_lock, find_java
-from deltamirror.mirror.errors import SchemaRegistryError
+from deltamirror.mirror.errors import LocalRegistryError
 
 log = logging.getLogger(__name__)
 
@@ -136,21 +136,21 @@ def verify_build(directory: Path, dist: RegistryDistribution, *, repo: Path | No
     here and in the Maven repository it was copied from, so that the next build fetches it anew."""
     lib = directory / "lib"
     if not (directory / dist.runner_jar).is_file():
-        raise SchemaRegistryError(
+        raise LocalRegistryError(
             "the registry build has no runner jar", file=str(directory / dist.runner_jar)
         )
     present = {p.name for p in lib.iterdir()} if lib.is_dir() else set()
     pinned = {jar.file_name for jar in dist.lib}
     unexpected = sorted(present - pinned)
     if unexpected:
-        raise SchemaRegistryError(
+        raise LocalRegistryError(
             f"the registry build holds {len(unexpected)} jar(s) that are not pinned, first {unexpected[0]}",
             file=str(lib),
         )
     for jar in dist.lib:
         path = lib / jar.file_name
         if not path.is_file():
-            raise SchemaRegistryError(
+            raise LocalRegistryError(
                 f"the registry build lacks the pinned jar {jar.file_name}", file=str(lib)
             )
         size = path.stat().st_size
@@ -159,7 +159,7 @@ def verify_build(directory: Path, dist: RegistryDistribution, *, repo: Path | No
             continue
         path.unlink(missing_ok=True)
         (repo or maven_repo()).joinpath(jar.repo_path).unlink(missing_ok=True)
-        raise SchemaRegistryError(
+        raise LocalRegistryError(
             f"checksum mismatch for {jar.file_name}; the file was deleted",
             file=str(path),
             expected_sha256=jar.sha256,
@@ -254,12 +254,12 @@ def _build_locked(dist: RegistryDistribution, cache: Path, *, verify: bool, time
                 env=env, timeout=timeout, check=False,
             )  # fmt: skip
         except subprocess.TimeoutExpired as exc:
-            raise SchemaRegistryError(
+            raise LocalRegistryError(
                 f"building Apicurio Registry {dist.apicurio_version} with Maven took over {timeout:.0f} s",
                 file=str(log_path),
             ) from exc
     if done.returncode != 0:
-        raise SchemaRegistryError(
+        raise LocalRegistryError(
             f"building Apicurio Registry {dist.apicurio_version} with Maven failed: {_maven_complaint(log_path)}",
             file=str(log_path),
         )
@@ -272,7 +272,7 @@ def _build_locked(dist: RegistryDistribution, cache: Path, *, verify: bool, time
     if verify:
         try:
             verify_build(staged, dist)
-        except SchemaRegistryError:
+        except LocalRegistryError:
             shutil.rmtree(staged, ignore_errors=True)
             raise
     shutil.rmtree(target, ignore_errors=True)
@@ -292,7 +292,7 @@ def ensure_build() -> Path:
             try:
                 verify_build(target, dist)
                 return target / dist.runner_jar
-            except SchemaRegistryError as exc:
+            except LocalRegistryError as exc:
                 log.warning("rebuilding the registry: %s", exc)
                 shutil.rmtree(target, ignore_errors=True)
         return _build_locked(dist, cache, verify=True, timeout=BUILD_TIMEOUT_S) / dist.runner_jar
@@ -450,7 +450,7 @@ class LocalRegistry:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if process is not None and process.poll() is not None:
-                raise SchemaRegistryError(
+                raise LocalRegistryError(
                     f"the registry exited with code {process.returncode} during startup: "
                     f"{_last_complaint(self.log_file)}",
                     file=str(self.log_file),
@@ -458,7 +458,7 @@ class LocalRegistry:
             if _answers(self.url):
                 return
             time.sleep(0.2)
-        raise SchemaRegistryError(
+        raise LocalRegistryError(
             f"the registry did not answer at {self.url} within {timeout:.0f} s: {_last_complaint(self.log_file)}",
             file=str(self.log_file),
         )
@@ -474,7 +474,7 @@ class LocalRegistry:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         if not self._wait_exit(pid, 10.0):
-            raise SchemaRegistryError(f"the registry (pid {pid}) survived SIGKILL", file=str(self.pid_file))
+            raise LocalRegistryError(f"the registry (pid {pid}) survived SIGKILL", file=str(self.pid_file))
 
     def _wait_exit(self, pid: int, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

@@ -50,7 +50,20 @@ class UnrepresentableValueError(DeltaMirrorError):
 
 
 class SchemaRegistryError(DeltaMirrorError):
-    """A Schema Registry failed or refused (or the local one could not be built or started)."""
+    """The Schema Registry refused a schema a record needs (incompatible with the subject's
+    versions under its compatibility level, not registered with auto-register off, unauthorized):
+    nothing of the version is published. Names the subject."""
+
+
+class SchemaRegistryUnavailableError(SchemaRegistryError):
+    """The Schema Registry could not be reached or failed (5xx): retry later."""
+
+    exit_code = 1
+
+
+class LocalRegistryError(SchemaRegistryError):
+    """The local development registry (``deltamirror local registry``) could not be built,
+    checked, started or stopped."""
 
     exit_code = 1
 
