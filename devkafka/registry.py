@@ -26,14 +26,11 @@ POSIX only (process groups, ``fcntl`` locks).
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import logging
 import os
 import re
 import shutil
-import signal
 import subprocess
 import time
 import urllib.error
@@ -45,8 +42,18 @@ from typing import Any
 from xml.sax.saxutils import escape
 
 from deltamirror.core.errors import ConfigError, EnvironmentMissingError
-from deltamirror.devkafka.broker import _command_line, _port_is_free, _process_alive
-from deltamirror.devkafka.jars import MAVEN_CENTRAL, MAVEN_REPO_ENV, cache_root, exclusive_lock, find_java
+from deltamirror.devkafka.jars import (
+    MAVEN_CENTRAL,
+    MAVEN_REPO_ENV,
+    cache_root,
+    exclusive_lock,
+    find_java,
+    sha256_of,
+)
+from deltamirror.devkafka.processes import command_line as _command_line
+from deltamirror.devkafka.processes import port_is_free as _port_is_free
+from deltamirror.devkafka.processes import process_alive as _process_alive
+from deltamirror.devkafka.processes import terminate
 from deltamirror.mirror.errors import LocalRegistryError
 
 log = logging.getLogger(__name__)
@@ -123,14 +130,6 @@ def app_dir(version: str) -> Path:
     return registry_cache_dir(version) / "app"
 
 
-def _sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def verify_build(directory: Path, dist: RegistryDistribution, *, repo: Path | None = None) -> None:
     """Raise unless ``directory/lib`` holds exactly the pinned jars; a jar with other bytes is deleted,
     here and in the Maven repository it was copied from, so that the next build fetches it anew."""
@@ -154,7 +153,7 @@ def verify_build(directory: Path, dist: RegistryDistribution, *, repo: Path | No
                 f"the registry build lacks the pinned jar {jar.file_name}", file=str(lib)
             )
         size = path.stat().st_size
-        actual = _sha256_of(path) if size == jar.size else None
+        actual = sha256_of(path) if size == jar.size else None
         if actual == jar.sha256:
             continue
         path.unlink(missing_ok=True)
@@ -464,25 +463,6 @@ class LocalRegistry:
         )
 
     def _terminate(self, pid: int, timeout: float = STOP_TIMEOUT_S) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-        if self._wait_exit(pid, timeout):
-            return
-        log.warning("the registry (pid %d) ignored SIGTERM for %.0f s; killing it", pid, timeout)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        if not self._wait_exit(pid, 10.0):
-            raise LocalRegistryError(f"the registry (pid {pid}) survived SIGKILL", file=str(self.pid_file))
-
-    def _wait_exit(self, pid: int, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._process is not None and self._process.pid == pid:
-                if self._process.poll() is not None:
-                    return True
-            elif not _process_alive(pid):
-                return True
-            time.sleep(0.1)
-        return False
+        terminate(
+            pid, self._process, timeout, name="the registry", pid_file=self.pid_file, error=LocalRegistryError
+        )
