@@ -21,16 +21,9 @@ pytestmark = [pytest.mark.kafka, pytest.mark.registry]
 
 
 @pytest.fixture
-def registry(request: pytest.FixtureRequest) -> str:
-    """The registry's Confluent-API URL: the session's ``schema_registry`` fixture (tests/support/
-    registry.py, issue 30 item 4; ``registry_url`` as well); skipped in a session without one."""
-    for name in ("schema_registry", "registry_url"):
-        try:
-            url: str = request.getfixturevalue(name)
-        except pytest.FixtureLookupError:
-            continue
-        return url
-    pytest.skip("no Schema Registry in this session (the schema_registry fixture: issue 30 item 4)")
+def registry(schema_registry: str) -> str:
+    """The session's real registry's Confluent-API URL (tests/support/registry.py)."""
+    return schema_registry
 
 
 def test_watch_publishes_avro_row_changes_equal_to_the_change_feed(
