@@ -21,25 +21,16 @@ from __future__ import annotations
 
 import io
 import json
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, cast
 
 import fastavro
 import pyarrow as pa
-from confluent_kafka.schema_registry import (
-    SchemaRegistryClient,
-    record_subject_name_strategy,
-    topic_record_subject_name_strategy,
-    topic_subject_name_strategy,
-)
 from confluent_kafka.schema_registry.avro import AvroSerializer
-from confluent_kafka.schema_registry.error import SchemaRegistryError as ConfluentRegistryError
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from deltamirror.core.schema import StructType
 
-from ..errors import SchemaRegistryError, SchemaRegistryUnavailableError
 from .avro_types import (
     column_converter,
     column_types,
@@ -48,31 +39,16 @@ from .avro_types import (
     key_schema,
     value_schema,
 )
+from .registry_clients import (
+    SUBJECT_NAME_STRATEGY_FUNCTIONS,
+    registry_client,
+    subject_name,
+)
+from .registry_clients import lock as _lock
+from .registry_clients import registry_error as _registry_error
 from .row_formats import JsonRowChanges, RegistrySettings
 
-#: confluent-kafka's strategy function of each ``subject_name_strategy`` setting
-SUBJECT_NAME_STRATEGY_FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "topic": topic_subject_name_strategy,
-    "record": record_subject_name_strategy,
-    "topic-record": topic_record_subject_name_strategy,
-}
-
-_lock = threading.Lock()
-_clients: dict[RegistrySettings, SchemaRegistryClient] = {}
 _serializers: dict[tuple[RegistrySettings, str], AvroSerializer] = {}
-
-
-def registry_client(settings: RegistrySettings) -> SchemaRegistryClient:
-    """The registry client of ``settings``, made once (no request until a schema is registered)."""
-    with _lock:
-        client = _clients.get(settings)
-        if client is None:
-            conf: dict[str, Any] = {"url": settings.url}
-            if settings.username is not None:
-                password = settings.password.get_secret_value() if settings.password is not None else ""
-                conf["basic.auth.user.info"] = f"{settings.username}:{password}"
-            client = _clients[settings] = SchemaRegistryClient(conf)
-        return client
 
 
 def avro_serializer(settings: RegistrySettings, schema: Mapping[str, Any]) -> AvroSerializer:
@@ -198,11 +174,7 @@ class AvroRowChanges:
 
     def _subject(self, field: str, schema: Mapping[str, Any]) -> str:
         """The subject the strategy names (as confluent-kafka's strategy functions do)."""
-        full = f"{schema['namespace']}.{schema['name']}"
-        strategy = self.registry.subject_name_strategy
-        if strategy == "record":
-            return full
-        return f"{self.topic}-{full}" if strategy == "topic-record" else f"{self.topic}-{field}"
+        return subject_name(self.registry, self.topic, field, f"{schema['namespace']}.{schema['name']}")
 
     # --- what else a format says ------------------------------------------------------------------
 
@@ -245,27 +217,6 @@ def _encode_rows(schema: Any, names: list[str], columns: list[list[Any]], n: int
         write(buffer, schema, dict(zip(names, row, strict=True)))
         out.append(buffer.getvalue())
     return out
-
-
-def _registry_error(exc: Exception, subject: str) -> Exception:
-    """A registry failure as deltamirror's error naming the subject (a refusal, or unreachable:
-    retry later); any other exception (a value the schema cannot take: a bug) as it is."""
-    if isinstance(exc, ConfluentRegistryError):
-        status = exc.http_status_code
-        if status is not None and (status >= 500 or status < 0):
-            return SchemaRegistryUnavailableError(
-                f"the Schema Registry failed (HTTP {status}): {exc.error_message}", subject=subject
-            )
-        return SchemaRegistryError(
-            f"the Schema Registry refused the schema (HTTP {status}, error {exc.error_code}): "
-            f"{exc.error_message}",
-            subject=subject,
-        )
-    if isinstance(exc, OSError) or type(exc).__module__.split(".")[0] in ("httpx", "httpx2"):
-        return SchemaRegistryUnavailableError(
-            f"the Schema Registry cannot be reached: {exc}", subject=subject
-        )
-    return exc
 
 
 #: the class :func:`~.row_formats.row_change_serializer` returns for ``avro``
