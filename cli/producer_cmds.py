@@ -80,22 +80,24 @@ WATCH_FLAGS: tuple[Flag, ...] = (
         "row_format",
         ("--row-format",),
         "with row changes: the records' format on every table: json (default), json-schema (Kafka "
-        "Connect's JsonConverter with schemas), avro (Confluent wire format through a Schema "
-        "Registry: needs --schema-registry-url; config row_changes: {format})",
-        choices=("json", "json-schema", "avro"),
+        "Connect's JsonConverter with schemas), avro or protobuf (Confluent wire format through a "
+        "Schema Registry: needs --schema-registry-url; docs/avro.md, docs/protobuf.md; config "
+        "row_changes: {format})",
+        choices=("json", "json-schema", "avro", "protobuf"),
     ),
     Flag(
         "schema_registry_url",
         ("--schema-registry-url",),
-        "with --row-format avro: the Schema Registry's URL (credentials in the configuration: "
+        "with --row-format avro or protobuf: the Schema Registry's URL (credentials in the configuration: "
         "row_changes: {registry: {url, username, password}})",
         "URL",
     ),
     Flag(
         "subject_name_strategy",
         ("--subject-name-strategy",),
-        "with --row-format avro: the subjects schemas are registered under: topic (<topic>-key, "
-        "<topic>-value; default), record (the record's name) or topic-record",
+        "with --row-format avro or protobuf: the subjects schemas are registered under: topic "
+        "(<topic>-key, <topic>-value; default), record (the record's or message's full name) or "
+        "topic-record",
         choices=("topic", "record", "topic-record"),
     ),
     Flag(

@@ -109,7 +109,7 @@ SubjectNameStrategyName = Literal["topic", "record", "topic-record"]
 
 
 class SchemaRegistryConfig(SettingsModel):
-    """The Schema Registry of a registry-backed row-change format (``row_changes.format: avro``).
+    """The Schema Registry of a registry-backed row-change format (``row_changes.format: avro`` or ``protobuf``).
 
     ``url``: the registry's base URL (Confluent's API; Apicurio's ``/apis/ccompat/v7``).
     ``username`` / ``password``: HTTP basic auth (the password a secret: redacted everywhere, handed
@@ -141,7 +141,7 @@ class SchemaRegistryConfig(SettingsModel):
 
 
 #: the row-change formats that need a Schema Registry
-REGISTRY_FORMATS = ("avro",)
+REGISTRY_FORMATS = ("avro", "protobuf")
 
 
 class RowChangesConfig(SettingsModel):
@@ -160,8 +160,8 @@ class RowChangesConfig(SettingsModel):
     enabled: bool = True
     key_columns: list[str] = Field(default_factory=list)
     #: ``deltamirror.mirror.records.row_formats.RowChangesFormat``, spelled out: no pyarrow import here
-    format: Literal["json", "json-schema", "avro"] = "json"
-    #: the Schema Registry of format ``avro`` (required by it, refused with another)
+    format: Literal["json", "json-schema", "avro", "protobuf"] = "json"
+    #: the Schema Registry of format ``avro`` or ``protobuf`` (required by them, refused with another)
     registry: SchemaRegistryConfig | None = None
     tombstones: bool = False
     pairing_memory_mb: int = Field(default=256, ge=1)

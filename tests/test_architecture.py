@@ -164,6 +164,22 @@ def test_only_the_wire_package_imports_confluent_kafka() -> None:
                     assert rel.startswith(KAFKA_CLIENT_HOMES), f"{rel}:{line} imports {module}"
 
 
+#: where the serializer libraries of the registry formats may be imported (their extras)
+SERIALIZER_HOMES = {"fastavro": ("mirror/records/",), "google": ("mirror/records/",)}
+
+
+def test_only_the_registry_formats_import_their_serializer_libraries() -> None:
+    """fastavro and protobuf (``google.protobuf``, ``google.type``) are extras (deltamirror[avro],
+    deltamirror[protobuf]): only the formats' modules in mirror/records import them, when chosen."""
+    for folder in PACKAGES:
+        for path in _files(folder):
+            rel = str(path.relative_to(ROOT))
+            for module, line, _ in _imports(path, PACKAGES[folder]):
+                homes = SERIALIZER_HOMES.get(module.split(".")[0])
+                if homes is not None:
+                    assert rel.startswith(homes), f"{rel}:{line} imports {module}"
+
+
 #: the one module that calls confluent-kafka's client constructors
 CLIENT_MAKER = "mirror/kafka/clients.py"
 CLIENT_CLASSES = frozenset({"Producer", "Consumer", "AdminClient"})

@@ -19,12 +19,14 @@ the class's ``image_type`` (what a row image is, and what pairing holds and spil
   value from the envelope's parts (:meth:`~BinaryRowChangeSerializer.event`):
 
   - ``avro`` (:mod:`.avro_format`, imported only when chosen: it needs ``deltamirror[avro]``):
-    Avro through a Schema Registry, the Confluent wire format.
+    Avro through a Schema Registry, the Confluent wire format;
+  - ``protobuf`` (:mod:`.protobuf_format`, likewise: ``deltamirror[protobuf]``): Protobuf through a
+    Schema Registry, the Confluent wire format.
 
 A class also says how its values read in Spark (``value_ddl``, ``key_ddl``: what
 :func:`~.spark_ddl.row_changes_ddl` returns for its format) and how it writes the values JSON has
-no one form for (floats that are not finite, decimals). A new format (Protobuf with a schema
-registry) is one more class and one more value of the setting; the encoder, the pairing of
+no one form for (floats that are not finite, decimals). A new format is one more class and one
+more value of the setting; the encoder, the pairing of
 updates, the transactions and the DDL functions do not change.
 """
 
@@ -59,7 +61,7 @@ from .connect_types import (
 from .spark_types import envelope_ddl, fields_ddl
 
 #: the values of the ``row_changes.format`` setting (the keys of :data:`ROW_CHANGE_SERIALIZERS`)
-RowChangesFormat = Literal["json", "json-schema", "avro"]
+RowChangesFormat = Literal["json", "json-schema", "avro", "protobuf"]
 
 #: the subject name strategies of a registry-backed format (Confluent's three)
 SubjectNameStrategy = Literal["topic", "record", "topic-record"]
@@ -318,7 +320,7 @@ ROW_CHANGE_SERIALIZERS: dict[str, type[RowChangeSerializer]] = {
     cls.format: cls for cls in (JsonRowChanges, ConnectJsonRowChanges)
 }
 #: the registry-backed formats: their modules, imported when chosen (their libraries are an extra)
-REGISTRY_FORMATS: dict[str, str] = {"avro": "avro_format"}
+REGISTRY_FORMATS: dict[str, str] = {"avro": "avro_format", "protobuf": "protobuf_format"}
 ROW_CHANGES_FORMATS: tuple[str, ...] = (*ROW_CHANGE_SERIALIZERS, *REGISTRY_FORMATS)
 
 

@@ -410,6 +410,7 @@ def test_net_catch_up_where_it_cannot_apply_is_refused_in_one_line(
     ("flags", "named"),
     [
         (["--row-changes", "--row-format", "avro"], "format avro needs a Schema Registry"),
+        (["--row-changes", "--row-format", "protobuf"], "format protobuf needs a Schema Registry"),
         (
             ["--row-format", "avro", "--schema-registry-url", "http://r:8081"],
             "--row-format",

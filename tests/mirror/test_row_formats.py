@@ -65,8 +65,8 @@ def test_every_format_the_setting_allows_is_one_class_and_no_other() -> None:
     assert row_change_serializer("json") is JsonRowChanges
     assert row_change_serializer("json-schema") is ConnectJsonRowChanges
     assert _options("json-schema").serializer is ConnectJsonRowChanges  # chosen once, with the options
-    with pytest.raises(ValueError, match="'protobuf' is not one deltamirror writes"):
-        _options("protobuf")
+    with pytest.raises(ValueError, match="'thrift' is not one deltamirror writes"):
+        _options("thrift")
 
 
 def test_both_formats_carry_the_same_payload() -> None:
@@ -162,8 +162,8 @@ def test_each_format_s_class_says_its_spark_ddl_and_the_ddl_functions_look_it_up
     assert row_changes_key_ddl(SCHEMA, ["id"], fmt="framed") == "framed key id"  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="no Spark DDL"):
         row_changes_ddl(SCHEMA, fmt="avro")
-    with pytest.raises(ValueError, match="'protobuf' is not one deltamirror writes"):
-        row_changes_ddl(SCHEMA, fmt="protobuf")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="'thrift' is not one deltamirror writes"):
+        row_changes_ddl(SCHEMA, fmt="thrift")  # type: ignore[arg-type]
 
 
 def test_the_options_keep_any_sequence_of_key_columns_as_a_tuple() -> None:
