@@ -50,33 +50,28 @@ from .registry_clients import lock as _lock
 from .row_formats import JsonRowChanges, RegistrySettings
 
 _serializers: dict[tuple[RegistrySettings, bytes], ProtobufSerializer] = {}
-_classes: dict[tuple[bytes, bytes], tuple[type[Message], type[Message], type[Message]]] = {}
+_classes: dict[bytes, descriptor_pool.DescriptorPool] = {}
 
 
-def message_classes(
-    value: descriptor_pb2.FileDescriptorProto, key: descriptor_pb2.FileDescriptorProto
-) -> tuple[type[Message], type[Message], type[Message]]:
-    """(Envelope, Value, Key) of the two files, built once per pair of files in a pool of their own
-    (two versions of a table have messages of the same names)."""
-    cache_key = (value.SerializeToString(deterministic=True), key.SerializeToString(deterministic=True))
+def message_classes(file: descriptor_pb2.FileDescriptorProto, *names: str) -> tuple[type[Message], ...]:
+    """The classes of messages ``names`` of ``file``, built once per file in a pool of its own (two
+    versions of a table have messages of the same names): an unchanged file gives the same classes,
+    so its serializer (which checks a message's class) and the subjects it knows are kept."""
+    cache_key = file.SerializeToString(deterministic=True)
     with _lock:
         found = _classes.get(cache_key)
-    if found is not None:
-        return found
-    pool = descriptor_pool.DescriptorPool()
-    for module in (*WELL_KNOWN_FILES, decimal_pb2, variant_pb2):
-        pool.AddSerializedFile(module.DESCRIPTOR.serialized_pb)
-    pool.Add(value)
-    pool.Add(key)
-    package = value.package
-
-    def cls(name: str) -> type[Message]:
-        made: type[Message] = message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.{name}"))
-        return made
-
-    made = (cls("Envelope"), cls("Value"), cls("Key"))
-    with _lock:
-        return _classes.setdefault(cache_key, made)
+    if found is None:
+        pool = descriptor_pool.DescriptorPool()
+        for module in (*WELL_KNOWN_FILES, decimal_pb2, variant_pb2):
+            pool.AddSerializedFile(module.DESCRIPTOR.serialized_pb)
+        pool.Add(file)
+        with _lock:
+            found = _classes.setdefault(cache_key, pool)
+    made: tuple[type[Message], ...] = tuple(
+        message_factory.GetMessageClass(found.FindMessageTypeByName(f"{file.package}.{name}"))
+        for name in names
+    )
+    return made
 
 
 def protobuf_serializer(settings: RegistrySettings, cls: type[Message]) -> ProtobufSerializer:
@@ -138,15 +133,14 @@ class ProtobufRowChanges:
         #: the generated files (``FileDescriptorProto``), as registered
         self.value_file = envelope_file(topic, types, [numbers[c] for c in columns])
         self.key_file = key_file(topic, key_types, key_numbers)
-        self.envelope_class, self.value_class, self.key_class = message_classes(
-            self.value_file, self.key_file
-        )
+        self.envelope_class, self.value_class = message_classes(self.value_file, "Envelope", "Value")
+        (self.key_class,) = message_classes(self.key_file, "Key")
         value_fields = self.value_class.DESCRIPTOR.fields
         key_fields = self.key_class.DESCRIPTOR.fields
         self._row_names = [f.name for f in value_fields]
         self._key_names = [f.name for f in key_fields]
         self._row_shapers = [shaper(f.type, f.nullable) for f in types]
-        self._key_shapers = [shaper(f.type, f.nullable) for f in key_types]
+        self._key_shapers = [shaper(f.type, f.nullable, native_maps=False) for f in key_types]
         #: confluent-kafka's serializers, made at the first record (the images need no registry)
         self._value_serializer: ProtobufSerializer | None = None
         self._key_serializer: ProtobufSerializer | None = None

@@ -105,9 +105,11 @@ _CAMEL = re.compile(r"_([a-z0-9])")
 class _File:
     """One generated file: its message types (top level, unique names), its imports."""
 
-    def __init__(self, name: str, package: str) -> None:
+    def __init__(self, name: str, package: str, native_maps: bool = True) -> None:
         self.proto = descriptor_pb2.FileDescriptorProto(name=name, package=package, syntax="proto3")
         self.taken: set[str] = set()
+        #: maps as ``map<K, V>`` (else their entries as a plain repeated message, sorted by key)
+        self.native_maps = native_maps
 
     def message(self, name: str) -> descriptor_pb2.DescriptorProto:
         candidate, n = name, 1
@@ -190,7 +192,7 @@ def add_field(
         key = t.key_type
         if isinstance(key, PrimitiveType) and key.name in _MAP_KEYS:
             entry = message.nested_type.add(name=_entry_name(message, name))
-            entry.options.map_entry = True
+            entry.options.map_entry = file.native_maps
             entry.field.add(
                 name="key", number=1, json_name="key", label=_F.LABEL_OPTIONAL, type=_SCALARS[key.name]
             )
@@ -351,7 +353,7 @@ def key_file(
 ) -> descriptor_pb2.FileDescriptorProto:
     """The key's file: ``Key`` (the key columns, numbered as in ``Value``) and its messages."""
     package = proto_package(topic)
-    file = _File(f"{package.replace('.', '/')}/key.proto", package)
+    file = _File(f"{package.replace('.', '/')}/key.proto", package, native_maps=False)
     key = file.message("Key")
     add_fields(file, key, fields, "Key", numbers)
     return file.proto
@@ -460,11 +462,12 @@ def column_converter(t: DeltaType) -> Callable[[pa.Array], list[Any]]:
     return lambda column: [None if v is None else convert(v) for v in column.to_pylist()]
 
 
-def shaper(t: DeltaType, nullable: bool) -> Callable[[Any], Any] | None:
+def shaper(t: DeltaType, nullable: bool, native_maps: bool = True) -> Callable[[Any], Any] | None:
     """How a neutral non-null value of a field of Delta type ``t`` becomes what the message
-    constructor takes (a message as a dict, a repeated field as a list, a map field as a dict;
-    None inside leaves a field unset); None: as it is."""
-    inner = _shape(t)
+    constructor takes (a message as a dict, a repeated field as a list, a map field as a dict, or
+    without ``native_maps`` as its entries sorted by key; None inside leaves a field unset); None:
+    as it is."""
+    inner = _shape(t, native_maps)
     if isinstance(t, ArrayType) and nullable:
         return lambda v: {"values": inner(v) if inner else v}
     if isinstance(t, MapType) and nullable:
@@ -472,39 +475,46 @@ def shaper(t: DeltaType, nullable: bool) -> Callable[[Any], Any] | None:
     return inner
 
 
-def _wrap(t: DeltaType, nullable: bool) -> Callable[[Any], Any]:
+def _wrap(t: DeltaType, nullable: bool, native_maps: bool) -> Callable[[Any], Any]:
     """A value inside its one-field wrapper message (``{value = 1}``); null: the wrapper, empty."""
-    s = shaper(t, nullable) or _same
+    s = shaper(t, nullable, native_maps) or _same
     return lambda x: {} if x is None else {"value": s(x)}
 
 
-def _shape(t: DeltaType) -> Callable[[Any], Any] | None:
+def _shape(t: DeltaType, native_maps: bool) -> Callable[[Any], Any] | None:
     if _is_leaf(t):
         return None
     if isinstance(t, ArrayType):
         if t.contains_null or isinstance(t.element_type, ArrayType | MapType):
-            element = _wrap(t.element_type, t.contains_null)
+            element = _wrap(t.element_type, t.contains_null, native_maps)
             return lambda v: [element(x) for x in v]
-        item = _shape(t.element_type)
+        item = _shape(t.element_type, native_maps)
         return None if item is None else (lambda v: [item(x) for x in v])
     if isinstance(t, MapType):
         native = isinstance(t.key_type, PrimitiveType) and t.key_type.name in _MAP_KEYS
-        if native and (t.value_contains_null or isinstance(t.value_type, ArrayType | MapType)):
-            wrapped = _wrap(t.value_type, t.value_contains_null)
-            return lambda v: {k: wrapped(x) for k, x in v}
         if native:
-            value = _shape(t.value_type) or _same
-            return lambda v: {k: value(x) for k, x in v}
-        key = _shape(t.key_type) or _same
-        entry_value = shaper(t.value_type, t.value_contains_null) or _same
+            if t.value_contains_null or isinstance(t.value_type, ArrayType | MapType):
+                value = _wrap(t.value_type, t.value_contains_null, native_maps)
+            else:
+                value = _shape(t.value_type, native_maps) or _same
+            if native_maps:
+                return lambda v: {k: value(x) for k, x in v}
+            # the entries in the order a deterministic serialization writes a map's: by key
+            return lambda v: [{"key": k, "value": value(x)} for k, x in sorted(v, key=_first)]
+        key = _shape(t.key_type, native_maps) or _same
+        entry_value = shaper(t.value_type, t.value_contains_null, native_maps) or _same
         return lambda v: [{"key": key(k), "value": None if x is None else entry_value(x)} for k, x in v]
     assert isinstance(t, StructType)
     names = [f.name for f in t.fields]
     fields = [
-        (n, p, shaper(f.type, f.nullable) or _same)
+        (n, p, shaper(f.type, f.nullable, native_maps) or _same)
         for n, p, f in zip(names, field_names(names), t.fields, strict=True)
     ]
     return lambda v: {p: s(v[n]) for n, p, s in fields if v[n] is not None}
+
+
+def _first(pair: tuple[Any, Any]) -> Any:
+    return pair[0]
 
 
 __all__ = [

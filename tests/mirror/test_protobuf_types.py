@@ -122,6 +122,12 @@ def test_every_delta_type_round_trips_through_the_protobuf_deserializer_row_and_
     whole = _serializer(batch, key_columns=())  # no key columns: the whole row is the key, its bytes
     whole_values = {n: whole.column_values(batch.column(n)) for n in whole.columns}
     assert whole.key_images(whole_values, batch.num_rows) == images
+    # in a key, a map is its entries sorted by key, not a map: a record's bytes (Protobuf writes a
+    # map's entries in no fixed order from one process to the next) decide its partition
+    imap = whole.key_class.DESCRIPTOR.fields_by_name["imap"].message_type.fields_by_name["entries"]
+    assert imap.is_repeated and not imap.message_type.GetOptions().map_entry
+    key = whole.key_class.FromString(whole.key_images(whole_values, 1)[0])
+    assert [(e.key, e.value) for e in key.imap.entries] == [(-1, "minus one"), (3, "three")]
 
 
 def test_a_map_with_keys_protobuf_maps_cannot_take_is_repeated_entries_in_order() -> None:
