@@ -299,43 +299,24 @@ def envelope_file(
     and the messages of the row's structs, arrays and maps."""
     package = proto_package(topic)
     file = _File(f"{package.replace('.', '/')}/envelope.proto", package)
-    envelope = file.message("Envelope")
-    value = file.message("Value")
-    file.taken.update({"Source", "Block"})
+    envelope, value = file.message("Envelope"), file.message("Value")
+    source, block = _source(file), file.message("Block")
     string, long = PrimitiveType(name="string"), PrimitiveType(name="long")
-    value_name = file.type_name(value)
-    envelope.field.add(
-        name="before",
-        number=1,
-        json_name="before",
-        label=_F.LABEL_OPTIONAL,
-        type=_F.TYPE_MESSAGE,
-        type_name=value_name,
-    )
-    envelope.field.add(
-        name="after",
-        number=2,
-        json_name="after",
-        label=_F.LABEL_OPTIONAL,
-        type=_F.TYPE_MESSAGE,
-        type_name=value_name,
-    )
-    file.taken.discard("Source")
-    source = _source(file)
-    envelope.field.add(
-        name="source",
-        number=3,
-        json_name="source",
-        label=_F.LABEL_OPTIONAL,
-        type=_F.TYPE_MESSAGE,
-        type_name=file.type_name(source),
-    )
-    add_field(file, envelope, "op", 4, string, False, "Envelope_op")
-    add_field(file, envelope, "ts_ms", 5, long, True, "Envelope_ts_ms")
-    file.taken.discard("Block")
-    block = file.message("Block")
     for number, name in enumerate(("id", "total_order", "data_collection_order"), start=1):
         add_field(file, block, name, number, string if name == "id" else long, False, f"Block_{name}")
+    for number, (name, message) in enumerate(
+        [("before", value), ("after", value), ("source", source)], start=1
+    ):
+        envelope.field.add(
+            name=name,
+            number=number,
+            json_name=name,
+            label=_F.LABEL_OPTIONAL,
+            type=_F.TYPE_MESSAGE,
+            type_name=file.type_name(message),
+        )
+    add_field(file, envelope, "op", 4, string, False, "Envelope_op")
+    add_field(file, envelope, "ts_ms", 5, long, True, "Envelope_ts_ms")
     envelope.field.add(
         name="transaction",
         number=6,
