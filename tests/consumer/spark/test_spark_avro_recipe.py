@@ -13,15 +13,14 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections import Counter
-from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 import pytest
 
 from deltamirror.core.changes import read_changes
 from deltamirror.core.table import open_table
+from support.cdf_tables import typed_cdf_table
 from support.spark import SPARK_AVRO_PACKAGE
 from support.watching import watch_until
 
@@ -30,40 +29,7 @@ if TYPE_CHECKING:
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.registry]
 
-COLUMNS = ("id", "name", "amount", "ts", "day")
-
-
-def typed_table(path: Path) -> int:
-    """Versions 0-2 with CDF: three rows inserted, one updated, one deleted. Returns the last version."""
-    from deltalake import DeltaTable, write_deltalake
-
-    schema = pa.schema(
-        [
-            ("id", pa.int64()),
-            ("name", pa.string()),
-            ("amount", pa.decimal128(10, 2)),
-            ("ts", pa.timestamp("us", tz="UTC")),
-            ("day", pa.date32()),
-        ]
-    )
-    rows = [
-        {
-            "id": i,
-            "name": f"n{i}",
-            "amount": Decimal(f"{i}.25") - 2,
-            "ts": dt.datetime(1969, 12, 31, 23, 59, 59, 999_999, tzinfo=dt.UTC) + dt.timedelta(days=i),
-            "day": dt.date(1969, 12, 30) + dt.timedelta(days=i),
-        }
-        for i in range(3)
-    ]
-    rows[2]["name"] = None  # a null in a nullable column
-    write_deltalake(
-        str(path), pa.Table.from_pylist(rows, schema=schema), configuration={"delta.enableChangeDataFeed": "true"}
-    )
-    table = DeltaTable(str(path))
-    table.update(updates={"name": "'up'", "amount": "amount + 100"}, predicate="id = 1")  # v1
-    table.delete("id = 2")  # v2
-    return DeltaTable(str(path)).version()
+COLUMNS = ("id", "name", "amount", "ts", "day")  # typed_cdf_table's
 
 
 def image(row: Any) -> tuple[Any, ...] | None:
@@ -79,7 +45,7 @@ def image(row: Any) -> tuple[Any, ...] | None:
 
 def test_spark_avro_jar_is_on_the_session_classpath(spark: SparkSession) -> None:
     """The one session resolved spark-avro: its jar is listed, and from_avro's class loads."""
-    jars = spark.sparkContext._jsc.sc().listJars()  # type: ignore[union-attr]
+    jars = spark.sparkContext._jsc.sc().listJars()
     names = [str(jars.apply(i)) for i in range(jars.size())]
     group, artifact, version = SPARK_AVRO_PACKAGE.split(":")
     assert any(n.endswith(f"{group}_{artifact}-{version}.jar") for n in names), names
@@ -98,7 +64,7 @@ def test_from_avro_reads_the_row_changes_as_the_change_feed(
     from pyspark.sql.avro.functions import from_avro
 
     path = tmp_path / "t"
-    end = typed_table(path)
+    end = typed_cdf_table(path)
     uid = uuid.uuid4().hex[:8]
     name = f"sparkavro{uid}"
     changes = f"{name}.t.changes"
@@ -114,7 +80,8 @@ def test_from_avro_reads_the_row_changes_as_the_change_feed(
         row_changes={"format": "avro", "key_columns": ["id"], "registry": {"url": schema_registry}},
     )
 
-    # the recipe: a batch read of the topic, committed records only, no tombstones
+    # the recipe of docs/avro.md: a batch read, committed records only, no tombstones; the schema id
+    # of the Confluent header (magic byte 0, 4-byte big-endian id), from_avro after the 5 bytes
     records = (
         spark.read.format("kafka")
         .option("kafka.bootstrap.servers", kafka_bootstrap)
@@ -124,26 +91,27 @@ def test_from_avro_reads_the_row_changes_as_the_change_feed(
         .option("kafka.isolation.level", "read_committed")
         .load()
         .where(F.col("value").isNotNull())
+        .withColumn("schema_id", F.conv(F.hex(F.substring("value", 2, 4)), 16, 10).cast("int"))
     )
-    # the Confluent header: magic byte 0, then the schema id (4 bytes, big-endian)
-    header = records.select(
-        F.substring("value", 1, 1).alias("magic"), F.conv(F.hex(F.substring("value", 2, 4)), 16, 10).alias("id")
-    ).distinct().collect()
-    assert [bytes(h["magic"]) for h in header] == [b"\x00"]
-    (schema_id,) = [int(h["id"]) for h in header]  # one table, one schema: one id
-    value_schema = SchemaRegistryClient({"url": schema_registry}).get_schema(schema_id).schema_str
-    assert value_schema is not None
-
-    events = (
-        records.select(from_avro(F.expr("substring(value, 6)"), value_schema).alias("e"))
-        .select(
-            "e.op",
-            "e.source.delta_version",
-            F.col("e.before").withField("ts", F.unix_micros("e.before.ts")).alias("before"),
-            F.col("e.after").withField("ts", F.unix_micros("e.after.ts")).alias("after"),
+    assert [bytes(r[0]) for r in records.select(F.substring("value", 1, 1)).distinct().collect()] == [b"\x00"]
+    registry = SchemaRegistryClient({"url": schema_registry})
+    ids = [r["schema_id"] for r in records.select("schema_id").distinct().collect()]
+    assert len(ids) == 1  # one table whose schema never changed: one value schema
+    events: list[Any] = []
+    for schema_id in ids:
+        schema = registry.get_schema(schema_id).schema_str
+        assert schema is not None
+        events += (
+            records.where(F.col("schema_id") == schema_id)
+            .select(from_avro(F.expr("substring(value, 6)"), schema).alias("e"))
+            .select(
+                "e.op",
+                "e.source.delta_version",
+                F.col("e.before").withField("ts", F.unix_micros("e.before.ts")).alias("before"),
+                F.col("e.after").withField("ts", F.unix_micros("e.after.ts")).alias("after"),
+            )
+            .collect()
         )
-        .collect()
-    )
     got: Counter[tuple[str, int, tuple[Any, ...] | None]] = Counter()
     for e in events:
         if e["op"] in ("c", "r"):
