@@ -42,8 +42,11 @@ SPARK_KAFKA_PACKAGE = os.environ.get(
 )
 # spark-avro (Spark's from_avro), for the recipe that reads Avro row changes after the 5-byte Confluent
 # header with the schema the registry holds; the version of pyspark, as for the Kafka source.
-SPARK_AVRO_PACKAGE = os.environ.get("DELTAMIRROR_SPARK_AVRO_PACKAGE", "org.apache.spark:spark-avro_2.13:4.2.0")
-#: every package the session resolves (Ivy, Maven Central only, checksums checked: see ivysettings.xml)
+SPARK_AVRO_PACKAGE = os.environ.get(
+    "DELTAMIRROR_SPARK_AVRO_PACKAGE", "org.apache.spark:spark-avro_2.13:4.2.0"
+)
+#: every package the session resolves: by Ivy, from Maven Central only (ivysettings.xml), each download
+#: checked against the checksum Central publishes beside it (Ivy's default `ivy.checksums`)
 SPARK_PACKAGES = (DELTA_SPARK_PACKAGE, SPARK_KAFKA_PACKAGE, SPARK_AVRO_PACKAGE)
 IVY_DIR = Path(os.environ.get("DELTAMIRROR_IVY_DIR", REPO_ROOT / ".cache" / "ivy"))
 #: resolve from Maven Central only (see the file for why not ~/.m2)
