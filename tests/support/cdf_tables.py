@@ -26,3 +26,43 @@ def cdf_table(path: Path) -> int:
     dt.update(updates={"name": "'tmp'"}, predicate="id = 5")  # v5
     dt.update(updates={"name": "'n5'"}, predicate="id = 5")  # v6: 5 is as it was
     return DeltaTable(str(path)).version()
+
+
+def typed_cdf_table(path: Path) -> int:
+    """Versions 0-2 with CDF, columns of logical types (decimal, timestamp, date) beside long and string:
+    three rows inserted (one name null, dates and times both sides of the epoch), id 1 updated, id 2
+    deleted. Returns the latest version."""
+    import datetime as dt
+    from decimal import Decimal
+
+    from deltalake import DeltaTable, write_deltalake
+
+    schema = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("name", pa.string()),
+            ("amount", pa.decimal128(10, 2)),
+            ("ts", pa.timestamp("us", tz="UTC")),
+            ("day", pa.date32()),
+        ]
+    )
+    rows = [
+        {
+            "id": i,
+            "name": f"n{i}",
+            "amount": Decimal(f"{i}.25") - 2,
+            "ts": dt.datetime(1969, 12, 31, 23, 59, 59, 999_999, tzinfo=dt.UTC) + dt.timedelta(days=i),
+            "day": dt.date(1969, 12, 30) + dt.timedelta(days=i),
+        }
+        for i in range(3)
+    ]
+    rows[2]["name"] = None  # a null in a nullable column
+    write_deltalake(
+        str(path),
+        pa.Table.from_pylist(rows, schema=schema),
+        configuration={"delta.enableChangeDataFeed": "true"},
+    )
+    table = DeltaTable(str(path))
+    table.update(updates={"name": "'up'", "amount": "amount + 100"}, predicate="id = 1")  # v1
+    table.delete("id = 2")  # v2
+    return DeltaTable(str(path)).version()

@@ -63,6 +63,16 @@ class JvmCheck:
 
 CONNECT = JvmCheck("debezium", JVM_DIR / "debezium_artifacts.json", "DebeziumCheck")
 FLINK = JvmCheck("flink", JVM_DIR / "flink_artifacts.json", "FlinkDebeziumCheck")
+#: a standalone Kafka Connect worker (connect-runtime, connect-file's sink) with Apicurio Registry's
+#: AvroConverter: not a program of tests/jvm, the worker's own main class (see support/connect_avro.py)
+CONNECT_AVRO = JvmCheck(
+    "connect-avro", JVM_DIR / "connect_avro_artifacts.json", "org.apache.kafka.connect.cli.ConnectStandalone"
+)
+#: connect-file is served up to 4.3.1 (4.4.0 is not on Maven Central, checked 2026-11-29): the worker is
+#: 4.3.1 throughout (a 4.3 client speaks to the 4.4 broker)
+CONNECT_AVRO_KAFKA = "4.3.1"
+#: Apicurio's converter at the registry's version (devkafka/registry_pom.xml)
+APICURIO_VERSION = "2.4.2.Final"
 
 
 @dataclass(frozen=True)
@@ -214,7 +224,9 @@ _FLINK_NEEDED = frozenset(
 )
 
 
-def _resolve(dependencies: Sequence[tuple[str, str, str]]) -> list[dict[str, Any]]:
+def _resolve(
+    dependencies: Sequence[tuple[str, str, str]], exclusions: Mapping[str, Sequence[tuple[str, str]]] = {}
+) -> list[dict[str, Any]]:
     """Resolve the runtime closure with Maven (strict checksums) and describe it as the broker's pins."""
     spec = importlib.util.spec_from_file_location(
         "pin_kafka_artifacts", Path(__file__).resolve().parents[2] / "scripts" / "pin_kafka_artifacts.py"
@@ -222,8 +234,17 @@ def _resolve(dependencies: Sequence[tuple[str, str, str]]) -> list[dict[str, Any
     assert spec is not None and spec.loader is not None
     pinner = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(pinner)
+
+    def excluded(artifact: str) -> str:
+        inner = "".join(
+            f"<exclusion><groupId>{g}</groupId><artifactId>{a}</artifactId></exclusion>"
+            for g, a in exclusions.get(artifact, ())
+        )
+        return f"<exclusions>{inner}</exclusions>" if inner else ""
+
     deps = "\n".join(
-        f"    <dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version></dependency>"
+        f"    <dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version>"
+        f"{excluded(a)}</dependency>"
         for g, a, v in dependencies
     )
     with tempfile.TemporaryDirectory(prefix="pin-jvm-check-") as tmp:
@@ -257,6 +278,16 @@ def pin(debezium_version: str, flink_version: str) -> None:
             ("org.apache.flink", "flink-table-runtime", flink_version),
         ]
     )
+    connect_avro = _resolve(
+        [
+            ("org.apache.kafka", "connect-runtime", CONNECT_AVRO_KAFKA),
+            ("org.apache.kafka", "connect-file", CONNECT_AVRO_KAFKA),
+            ("io.apicurio", "apicurio-registry-utils-converter", APICURIO_VERSION),
+        ],
+        # its JSON Schema serde needs org.everit.json.schema, served on jitpack only (as for the
+        # registry, devkafka/registry_pom.xml); the Avro converter does not load it
+        {"apicurio-registry-utils-converter": [("io.apicurio", "apicurio-registry-serdes-jsonschema-serde")]},
+    )
     documents = {
         CONNECT.pins: {
             "kafka_version": kafka,
@@ -266,6 +297,11 @@ def pin(debezium_version: str, flink_version: str) -> None:
         FLINK.pins: {
             "flink_version": flink_version,
             "artifacts": [a for a in flink if a["artifact"] in _FLINK_NEEDED],
+        },
+        CONNECT_AVRO.pins: {
+            "kafka_version": CONNECT_AVRO_KAFKA,
+            "apicurio_version": APICURIO_VERSION,
+            "artifacts": connect_avro,
         },
     }
     for path, doc in documents.items():

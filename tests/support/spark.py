@@ -40,6 +40,14 @@ DELTA_SPARK_PACKAGE = os.environ.get("DELTAMIRROR_DELTA_SPARK_PACKAGE", "io.delt
 SPARK_KAFKA_PACKAGE = os.environ.get(
     "DELTAMIRROR_SPARK_KAFKA_PACKAGE", "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
 )
+# spark-avro (Spark's from_avro), for the recipe that reads Avro row changes after the 5-byte Confluent
+# header with the schema the registry holds; the version of pyspark, as for the Kafka source.
+SPARK_AVRO_PACKAGE = os.environ.get(
+    "DELTAMIRROR_SPARK_AVRO_PACKAGE", "org.apache.spark:spark-avro_2.13:4.2.0"
+)
+#: every package the session resolves: by Ivy, from Maven Central only (ivysettings.xml), each download
+#: checked against the checksum Central publishes beside it (Ivy's default `ivy.checksums`)
+SPARK_PACKAGES = (DELTA_SPARK_PACKAGE, SPARK_KAFKA_PACKAGE, SPARK_AVRO_PACKAGE)
 IVY_DIR = Path(os.environ.get("DELTAMIRROR_IVY_DIR", REPO_ROOT / ".cache" / "ivy"))
 #: resolve from Maven Central only (see the file for why not ~/.m2)
 IVY_SETTINGS = Path(__file__).with_name("ivysettings.xml")
@@ -110,7 +118,7 @@ def spark_conf(work_dir: str) -> dict[str, str]:
     if jars:
         conf["spark.jars"] = ",".join(jars)
     else:
-        conf["spark.jars.packages"] = f"{DELTA_SPARK_PACKAGE},{SPARK_KAFKA_PACKAGE}"
+        conf["spark.jars.packages"] = ",".join(SPARK_PACKAGES)
         conf["spark.jars.ivy"] = str(IVY_DIR)
         conf["spark.jars.ivySettings"] = str(IVY_SETTINGS)
     return conf
