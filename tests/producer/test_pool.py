@@ -108,7 +108,6 @@ def test_the_default_pool_follows_the_cores() -> None:
 # --- the watcher on a broker ------------------------------------------------------------------------
 
 
-
 def _config(bootstrap: str, kit: Any, tables: list[Path], **top: Any) -> tuple[WatchConfig, list[str]]:
     name = kit.unique("pool")
     commits = [f"{name}-{i}.commits" for i in range(len(tables))]
@@ -137,9 +136,7 @@ def _config(bootstrap: str, kit: Any, tables: list[Path], **top: Any) -> tuple[W
 
 def _versions(bootstrap: str, topic: str) -> list[int]:
     return [
-        r.json["version"]
-        for r in read_topic(bootstrap, topic)
-        if r.value and r.json.get("kind") == "commit"
+        r.json["version"] for r in read_topic(bootstrap, topic) if r.value and r.json.get("kind") == "commit"
     ]
 
 
