@@ -68,8 +68,10 @@ class Slot:
         self.due = 0.0
         #: a worker runs it now (it is not in the heap)
         self.running = False
-        #: woken (a notification, a stop) while running: due at once after its turn, if idle
+        #: woken by a notification while running: due at once after its turn, if idle
         self.woken = False
+        #: woken by a stop while running: due at once after its turn, whatever it returned
+        self.urgent = False
         #: the heap entry that is current (older ones are skipped when popped)
         self.token = 0
         #: set once the table ended (and ``on_end`` was called)
@@ -115,8 +117,7 @@ class TableScheduler:
                 return
             if slot.running:
                 slot.woken = True
-                if always:
-                    slot.table.wakeable = True  # the back-off after this turn is cut short too
+                slot.urgent |= always  # the back-off after this turn is cut short too
                 return
             if not (always or slot.table.wakeable):
                 return
@@ -174,7 +175,7 @@ class TableScheduler:
                         slot = heapq.heappop(self._heap)[3]
                         slot.token += 1  # no other entry of it is current
                         slot.running = True
-                        slot.woken = False
+                        slot.woken = slot.urgent = False
                         return slot
                     self._cond.wait(left)
                 else:
@@ -206,7 +207,8 @@ class TableScheduler:
             with self._cond:
                 slot.running = False
                 now = time.monotonic()
-                due = now if slot.woken and slot.table.wakeable else now + delay
+                soon = slot.urgent or (slot.woken and slot.table.wakeable)
+                due = now if soon else now + delay
                 self._push(slot, due)
                 if due <= now:
                     self._cond.notify()

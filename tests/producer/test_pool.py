@@ -36,8 +36,12 @@ class Steps:
         self.inside = 0
         self.overlapped = False
         self.lock = threading.Lock()
+        #: the first step waits for it (set: no wait)
+        self.gate = threading.Event()
+        self.gate.set()
 
     def step_once(self) -> float | None:
+        assert self.gate.wait(30)
         with self.lock:
             self.inside += 1
             self.overlapped |= self.inside > 1
@@ -60,8 +64,13 @@ class Steps:
 
 
 def _run(scheduler: TableScheduler, tables: list[Steps]) -> None:
+    """Every table added before any step runs, then run to its end."""
     ended: list[BaseException | None] = []
+    for t in tables:
+        t.gate.clear()
     slots = [scheduler.add(t, lambda _slot, exc: ended.append(exc)) for t in tables]
+    for t in tables:
+        t.gate.set()
     for slot in slots:
         assert slot.done.wait(30), "a table did not end"
     assert ended == [None] * len(tables)
@@ -99,6 +108,31 @@ def test_a_wake_makes_an_idle_table_due_at_once() -> None:
     assert slot.done.wait(30)
     scheduler.close()
     assert log == [("idle", 0), ("idle", 1), ("idle", 2)]
+
+
+def test_a_stop_cuts_a_back_off_short() -> None:
+    """A table backing off after an error (not wakeable: a notification leaves it be) runs at once
+    when the service stops it (``always``): its next step is what finishes it."""
+    log: list[tuple[str, int]] = []
+    failing = Steps("failing", 2, log, idle_s=3600.0)
+    failing.step_once = _not_wakeable(failing.step_once)  # type: ignore[method-assign]
+    scheduler = TableScheduler(1)
+    slot = scheduler.add(failing, lambda _slot, _exc: None)
+    wait_for(lambda: failing.done == 1 and not slot.running, "the first step", 30, 0.01)
+    scheduler.wake(slot, always=True)
+    wait_for(lambda: failing.done == 2 and not slot.running, "the second step", 30, 0.01)
+    scheduler.wake(slot, always=True)
+    assert slot.done.wait(30)
+    scheduler.close()
+
+
+def _not_wakeable(step: Any) -> Any:
+    def run() -> float | None:
+        delay = step()
+        step.__self__.wakeable = False
+        return delay
+
+    return run
 
 
 def test_the_default_pool_follows_the_cores() -> None:
