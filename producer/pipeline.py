@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -361,6 +362,9 @@ class TablePipeline:
             raise
         except KafkaError as exc:
             log.warning("kafka failure; reconnecting", exc_info=exc, extra=self._log_extra)
+            # the logged traceback must not keep the failed session's clients alive (its frames'
+            # locals: an admin client no longer used would live on, retrying a broker)
+            traceback.clear_frames(exc.__traceback__)
             self._close_publisher()
             self._session_open = False
             if self.stop.is_set():

@@ -174,25 +174,22 @@ def _versions(bootstrap: str, topic: str) -> list[int]:
     ]
 
 
-def _gen_table(kit: Any, path: Path, versions: int) -> Path:
-    (path / "_delta_log").mkdir(parents=True)
-    kit.write_versions(path, 0, versions, 3)
-    return path
-
-
 @pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.kafka
 @pytest.mark.timeout(300)
 def test_tables_on_one_or_two_workers_publish_every_version_once_in_order_taking_turns(
     kafka_bootstrap: str, tmp_path: Path, kit: Any, caplog: pytest.LogCaptureFixture, workers: int
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="deltamirror.watch")
-    tables = [_gen_table(kit, tmp_path / f"t{i}", 40) for i in range(4)]
-    # a transaction holds a version or two: a table with 40 versions needs many turns
+    tables = [kit.make_table(tmp_path / f"t{i}", versions=1) for i in range(4)]
+    # a transaction holds a version: a table with 40 versions to publish needs 40 turns
     cfg, commits = _config(kafka_bootstrap, kit, tables, workers=workers, txn_max_records=4)
-    service = WatchService(cfg, stop_budget_s=5.0)
-    service.start()
-    try:
+    with Serving(cfg):  # a first run creates the topics: the second one only publishes
+        for topic in commits:
+            wait_for(lambda topic=topic: _versions(kafka_bootstrap, topic) == [0], topic, 120, 0.2)
+    for table in tables:
+        kit.write_versions(table, 1, 39, 3)
+    caplog.set_level(logging.DEBUG, logger="deltamirror.watch")
+    with Serving(cfg) as service:
         for topic in commits:
             wait_for(lambda topic=topic: len(_versions(kafka_bootstrap, topic)) >= 40, topic, 120, 0.5)
         kit.write_versions(tables[0], 40, 2, 3)  # a commit while idle: the notification wakes it
@@ -200,10 +197,6 @@ def test_tables_on_one_or_two_workers_publish_every_version_once_in_order_taking
         assert service._failure is None, service._failure
         pool = [t for t in threading.enumerate() if t.name.startswith("deltamirror-worker")]
         assert len(pool) == workers
-    finally:
-        service.request_stop()
-        assert service.wait(30), "the watcher did not stop"
-        service.close()
     for topic, n in zip(commits, (42, 40, 40, 40), strict=True):
         assert _versions(kafka_bootstrap, topic) == list(range(n)), topic
     published = [
@@ -214,8 +207,25 @@ def test_tables_on_one_or_two_workers_publish_every_version_once_in_order_taking
     uris = [cfg.tables[i].normalized_uri for i in range(4)]
     first = {u: next(i for i, (t, _) in enumerate(published) if t == u) for u in uris}
     last = {u: max(i for i, (t, v) in enumerate(published) if t == u and v < 40) for u in uris}
-    # turns: every table began publishing before any other had published its 40 versions
+    # turns: every table began publishing before any other had published its 39 new versions (one
+    # worker serving a table until it is idle would publish them one table after the other)
     assert max(first.values()) < min(last.values()), (first, last)
+
+
+class Serving:
+    """A WatchService started for a ``with`` block, stopped and closed after it."""
+
+    def __init__(self, cfg: WatchConfig) -> None:
+        self.service = WatchService(cfg, stop_budget_s=5.0)
+
+    def __enter__(self) -> WatchService:
+        self.service.start()
+        return self.service
+
+    def __exit__(self, *exc: object) -> None:
+        self.service.request_stop()
+        assert self.service.wait(30), "the watcher did not stop"
+        self.service.close()
 
 
 @pytest.mark.kafka
