@@ -212,6 +212,29 @@ def test_tables_on_one_or_two_workers_publish_every_version_once_in_order_taking
     assert max(first.values()) < min(last.values()), (first, last)
 
 
+@pytest.mark.kafka
+@pytest.mark.timeout(300)
+def test_tables_sharing_a_shard_producer_on_one_worker_never_wait_for_a_parked_transaction(
+    kafka_bootstrap: str, tmp_path: Path, kit: Any
+) -> None:
+    """In a group the tables of a shard take turns on its producer (a transaction holds it from
+    begin to commit). On one worker, a table parked with its transaction open would leave the next
+    table waiting for the producer forever: a turn lasts until the transaction is committed."""
+    tables = [kit.make_table(tmp_path / f"t{i}", versions=1) for i in range(3)]
+    for table in tables:
+        kit.write_versions(table, 1, 9, 3)
+    group = {"name": kit.unique("g"), "shards": 1}
+    # the default bounds: a transaction holds every version there is to catch up, one step each
+    cfg, commits = _config(kafka_bootstrap, kit, tables, workers=1, group=group)
+    with Serving(cfg) as service:
+        for topic in commits:
+            wait_for(lambda topic=topic: len(_versions(kafka_bootstrap, topic)) >= 10, topic, 180, 0.5)
+        assert service._failure is None, service._failure
+        assert service.clients.shards is not None and service.clients.shards.live() == 1
+    for topic in commits:
+        assert _versions(kafka_bootstrap, topic) == list(range(10)), topic
+
+
 class Serving:
     """A WatchService started for a ``with`` block, stopped and closed after it."""
 
