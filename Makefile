@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	@echo "Installing deltamirror with Spark, S3 and the test tools into $(VENV): about 670 MB to download"
 	@echo "on a first run (pyspark's 450 MB source archive is most of it), about 1.2 GB on disk. Progress follows."
 	$(PIP) install --progress-bar on --upgrade pip setuptools wheel
-	$(PIP) install --progress-bar on -e ".[spark,dev,bench,s3]" --config-settings editable_mode=strict
+	$(PIP) install --progress-bar on -e ".[spark,dev,bench,s3,avro]" --config-settings editable_mode=strict
 	touch $(STAMP)
 	@echo "Installed: the command is $(BIN)/deltamirror (or run: source $(BIN)/activate, then deltamirror)"
 

@@ -17,6 +17,9 @@ Workloads (tables cached under bench/.data, built by the benches' own generators
   changes   read_changes over the whole range of bench_changes.py's CDF table, every batch consumed
   scan      iter_event_values (producer.offline_events, else producer.service) over
             bench_producer.py's 200k-action log, every value consumed
+  rows      the JSON row-change records (format json, key column id) of two versions of 200k
+            generated rows each: inserts, then an update of every row (pre- and post-images, paired
+            into "u" events in memory); VersionRows alone, no table, no Kafka
 
     python bench/compare_revisions.py [--base HEAD] [--new worktree] [--rounds 7]
                                       [--workload snapshot --workload scan ...]
@@ -43,7 +46,9 @@ REPO = BENCH.parent
 DATA = BENCH / ".data"
 RESULTS = BENCH / "results"
 PACKAGES = ("core", "mirror", "ops", "producer", "consumer", "cli")
-WORKLOADS = ("snapshot", "changes", "scan")
+WORKLOADS = ("snapshot", "changes", "scan", "rows")
+#: the rows workload: change rows per version (an insert version, then an update of every row)
+ROWS = 200_000
 SCAN_MODULES = ("deltamirror.producer.publishing.offline_events", "deltamirror.producer.service")
 
 
@@ -103,7 +108,51 @@ def _driver(workload: str, root: str) -> tuple[Any, str]:
             return {"records": records, "bytes": size}
 
         return scan, name
+    if workload == "rows":
+        return _rows_driver(), "deltamirror.mirror.records.row_changes"
     raise SystemExit(f"unknown workload {workload!r}")
+
+
+def _rows_driver() -> Any:
+    import datetime
+    from decimal import Decimal
+
+    import pyarrow as pa
+
+    from deltamirror.mirror.records.row_changes import RowChangesOptions, VersionRows
+
+    n = ROWS
+    ids = pa.array(range(n), pa.int64())
+    columns = {
+        "id": ids,
+        "name": pa.array([f"name {i}" for i in range(n)]),
+        "price": pa.array([Decimal(i) / 100 for i in range(n)], pa.decimal128(12, 2)),
+        "at": pa.array([datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)] * n, pa.timestamp("us", "UTC")),
+        "score": pa.array([i * 0.5 for i in range(n)], pa.float64()),
+    }
+    inserts = pa.table({**columns, "_change_type": pa.array(["insert"] * n)})
+    pre = pa.table({**columns, "_change_type": pa.array(["update_preimage"] * n)})
+    post = pa.table(
+        {
+            **columns,
+            "score": pa.array([i * 0.5 + 1 for i in range(n)]),
+            "_change_type": pa.array(["update_postimage"] * n),
+        }
+    )
+    updates = pa.concat_tables([post, pre])  # every post-image before its pre-image, as delta-rs writes them
+    options = RowChangesOptions("b.changes", "b.transaction", "b", "tid", key_columns=("id",))
+
+    def rows() -> dict[str, int]:
+        records = size = 0
+        for version, table in ((0, inserts), (1, updates)):
+            batches = table.to_batches(max_chunksize=8192)
+            for chunk in VersionRows(options, lambda b=batches: b, version=version, ts_ms=1).records():
+                for r in chunk:
+                    records += 1
+                    size += len(r.value or b"") + len(r.key or b"")
+        return {"records": records, "bytes": size}
+
+    return rows
 
 
 def _inside(file: str, tree: str) -> bool:
@@ -193,6 +242,8 @@ def ensure_data(workload: str) -> str:
 
             build_table(DATA / "changes", 1000, 1500)
         return str(DATA / "changes")
+    if workload == "rows":
+        return ""  # generated in the child
     if (DATA / "producer" / "table-200x1000" / "bench-manifest.json").is_file():
         return str(DATA / "producer" / "table-200x1000")  # as bench_producer names it: no import needed
     from bench_producer import ensure_table as ensure_producer_table

@@ -206,6 +206,8 @@ def markdown(index: dict[str, Any], reports: list[dict[str, Any]]) -> str:
         lines.append("")
     lines += ["## What was not measured, and why", ""]
     lines.append(f"- Whole page cache: {index.get('drop_caches', '-')}.")
+    if index.get("bytecode"):
+        lines.append(f"- Bytecode: {index['bytecode']}.")
     for report in reports:
         if not report["cold"]["measured"]:
             lines.append(f"- Cold page cache for {report['group']}: {report['cold']['why_not']}.")

@@ -9,6 +9,9 @@ time after the contender's imports (``after_imports_s``), CPU and peak RSS. Grou
 run twice per round: with the inputs evicted from the page cache (``cold``: ``posix_fadvise``
 DONTNEED on every input file, or ``--drop-caches``: ``sync; echo 3 > /proc/sys/vm/drop_caches``,
 which empties the cache of everyone on the machine) and after reading them once (``warm``).
+deltamirror's modules are compiled to bytecode before the first run, as pip does when it installs
+the wheel (an editable install under ``PYTHONDONTWRITEBYTECODE`` has none: each process would
+compile the sources again, and the figures of process start would include that).
 
 Verdicts are medians of per-round ratios deltamirror / peer (same round, same cache state), with
 their IQR and min-max, beside the 1-minute load average before and after every run and round.
@@ -879,6 +882,8 @@ def main(argv: list[str] | None = None) -> int:
     groups = [g for g in groups if not (args.no_kafka and "kafka" in g.needs)]
 
     started = time.time()
+    bytecode = harness.compile_bytecode()
+    print(f"  {bytecode}")
     broker = Broker(args.bootstrap or None)
     reports: list[dict[str, Any]] = []
     failed = False
@@ -915,6 +920,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": harness.machine(),
         "versions": harness.versions(broker.version),
         "drop_caches": _drop_caches_note(args),
+        "bytecode": bytecode,
         "groups": [r["group"] for r in reports],
     }
     if not args.only:

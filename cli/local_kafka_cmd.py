@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .local_registry_cmd import register_service as register_registry
+
 EXIT_NOT_RUNNING = 3
 
 
@@ -77,6 +79,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                 "--dry-run", action="store_true", help="name the hanging transactions, abort none"
             )
         action.set_defaults(handler=handler)
+    register_registry(services)
 
 
 def _broker(args: argparse.Namespace) -> Any:

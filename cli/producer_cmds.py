@@ -77,6 +77,28 @@ WATCH_FLAGS: tuple[Flag, ...] = (
         switch=True,
     ),
     Flag(
+        "row_format",
+        ("--row-format",),
+        "with row changes: the records' format on every table: json (default), json-schema (Kafka "
+        "Connect's JsonConverter with schemas), avro (Confluent wire format through a Schema "
+        "Registry: needs --schema-registry-url; config row_changes: {format})",
+        choices=("json", "json-schema", "avro"),
+    ),
+    Flag(
+        "schema_registry_url",
+        ("--schema-registry-url",),
+        "with --row-format avro: the Schema Registry's URL (credentials in the configuration: "
+        "row_changes: {registry: {url, username, password}})",
+        "URL",
+    ),
+    Flag(
+        "subject_name_strategy",
+        ("--subject-name-strategy",),
+        "with --row-format avro: the subjects schemas are registered under: topic (<topic>-key, "
+        "<topic>-value; default), record (the record's name) or topic-record",
+        choices=("topic", "record", "topic-record"),
+    ),
+    Flag(
         "net_catch_up",
         ("--net-catch-up",),
         "with --snapshot-mode from-version or from-timestamp and row changes: publish the versions up "

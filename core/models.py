@@ -29,6 +29,9 @@ class DeltaModel(BaseModel):
         populate_by_name=True,
         extra="allow",
         ignored_types=(cached_property,),
+        # validators are built when first used, not at import: a command that never validates
+        # an action (consume-snapshot restarting over its saved state) does not pay for them
+        defer_build=True,
     )
 
     def to_dict(self) -> dict[str, Any]:

@@ -12,6 +12,7 @@ RoaringFormatSpec.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from array import array
 from typing import Any
@@ -35,9 +36,18 @@ _ARRAY_MAX = 4096
 _BITMAP_BYTES = 8192
 _FEW_RUNS = 16  # run containers with more runs are expanded together, with kernels
 _MAX_KEY = 0x7FFFFFFF  # Delta requires the top bit of every 32-bit bucket key to be 0
-# every uint16 in order: the low halves of a run [a, b] are the slice [2a, 2b + 2) of this
-_ALL_U16 = array("H", range(65536)).tobytes()
-_ALL_U16_ARRAY = pa.Array.from_buffers(pa.uint16(), 65536, [None, pa.py_buffer(_ALL_U16)])
+
+
+@functools.cache
+def _all_u16() -> bytes:
+    """Every uint16 in order: the low halves of a run [a, b] are the slice [2a, 2b + 2) of this
+    (made on first use: not at import, where most commands never decode a bitmap)."""
+    return array("H", range(65536)).tobytes()
+
+
+@functools.cache
+def _all_u16_array() -> pa.Array:
+    return pa.Array.from_buffers(pa.uint16(), 65536, [None, pa.py_buffer(_all_u16())])
 
 
 class MalformedBitmap(Exception):
@@ -60,7 +70,8 @@ def _u32(data: memoryview, pos: int, what: str) -> int:
 
 
 def _expand_few_runs(runs: memoryview) -> bytes:
-    """Values of a run container as uint16 bytes: each run [a, a + n] is a slice of _ALL_U16."""
+    """Values of a run container as uint16 bytes: each run [a, a + n] is a slice of _all_u16()."""
+    all_u16 = _all_u16()
     pairs = array("H")
     pairs.frombytes(runs)
     pieces, prev_last = [], -1
@@ -68,7 +79,7 @@ def _expand_few_runs(runs: memoryview) -> bytes:
         first, last = pairs[j], pairs[j] + pairs[j + 1]
         if first <= prev_last or last > 0xFFFF:
             raise MalformedBitmap("a run overlaps another or leaves its container")
-        pieces.append(_ALL_U16[2 * first : 2 * last + 2])
+        pieces.append(all_u16[2 * first : 2 * last + 2])
         prev_last = last
     return b"".join(pieces)
 
@@ -189,7 +200,7 @@ def _read_bucket(data: memoryview, pos: int, bucket_high: int, parts: _Parts) ->
             if pos > size:
                 raise MalformedBitmap(f"truncated bitmap: a bitmap container ends past byte {size}")
             flags = pa.Array.from_buffers(pa.bool_(), 65536, [None, pa.py_buffer(words)])
-            picked = pc.filter(_ALL_U16_ARRAY, flags)
+            picked = pc.filter(_all_u16_array(), flags)
             found = len(picked)
             low = memoryview(picked.buffers()[1]).cast("B")[2 * picked.offset : 2 * (picked.offset + found)]
         else:

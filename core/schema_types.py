@@ -77,7 +77,11 @@ def _is_json_input(info: ValidationInfo) -> bool:
 class _SchemaNode(BaseModel):
     """A node of a schema: frozen, camelCase on the wire, unknown keys kept as extras."""
 
-    model_config = ConfigDict(frozen=True, populate_by_name=True, alias_generator=to_camel, extra="allow")
+    # validators built on first use, not at import (see deltamirror.core.models.DeltaModel); the
+    # forward references (DataType, below the classes) are resolved then from this module
+    model_config = ConfigDict(
+        frozen=True, populate_by_name=True, alias_generator=to_camel, extra="allow", defer_build=True
+    )
 
     # the "type" key of this node's JSON object, consumed by validation (None: not an object)
     _wire_type: ClassVar[str | None] = None
@@ -300,11 +304,6 @@ class StructType(_SchemaNode):
 DeltaType = PrimitiveType | DecimalType | ArrayType | MapType | StructType
 # the annotation of a type-valued attribute: accepts the JSON forms (a string or an object)
 DataType = Annotated[DeltaType, BeforeValidator(_to_data_type)]
-
-ArrayType.model_rebuild()
-MapType.model_rebuild()
-StructField.model_rebuild()
-StructType.model_rebuild()
 
 
 # --- parsing ----------------------------------------------------------------------------------

@@ -285,6 +285,18 @@ class DeltaTable:
                 return action
         return CommitInfo()
 
+    def commit_metadata(self, version: int) -> Metadata | None:
+        """The metaData a version commits, checked once as the log boundary checks its line; None
+        when the version changes no metadata."""
+        arguments.version("version", version, self.uri, optional=False)
+        file = self.storage.log_file(commit_name(version))
+        for lineno, wrapped in iter_commit_stream(self.storage, version):
+            if "metaData" in wrapped:
+                action = parse_action(wrapped, file=file, line=lineno, table=self.uri)
+                assert isinstance(action, Metadata)
+                return action
+        return None
+
     def _read_ict(self, version: int) -> int | None:
         return self.commit_info(version).in_commit_timestamp
 

@@ -22,11 +22,9 @@ POSIX only (process groups, ``fcntl`` locks).
 from __future__ import annotations
 
 import base64
-import contextlib
 import logging
 import os
 import re
-import signal
 import socket
 import subprocess
 import time
@@ -43,6 +41,10 @@ from deltamirror.devkafka.jars import (
     find_java,
     load_distribution,
 )
+from deltamirror.devkafka.processes import command_line as _command_line
+from deltamirror.devkafka.processes import port_is_free as _port_is_free
+from deltamirror.devkafka.processes import process_alive as _process_alive
+from deltamirror.devkafka.processes import terminate
 from deltamirror.devkafka.security import (
     LISTENER,
     SecureClientSettings,
@@ -84,17 +86,6 @@ def default_data_dir(port: int) -> Path:
 # --- processes and ports --------------------------------------------------------------------------
 
 
-def _port_is_free(port: int) -> bool:
-    # SO_REUSEADDR like the JVM's server sockets, so TIME_WAIT leftovers do not count as "in use".
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((HOST, port))
-        except OSError:
-            return False
-    return True
-
-
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((HOST, 0))
@@ -108,38 +99,6 @@ def _accepts_connections(port: int) -> bool:
             return True
     except OSError:
         return False
-
-
-def _process_alive(pid: int) -> bool:
-    # If we are the parent (the broker was started by this process), reap it: a zombie is dead.
-    with contextlib.suppress(ChildProcessError):
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-            return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie of another parent is dead too
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
-def _command_line(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        pass
-    try:
-        out = subprocess.run(
-            ["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True, timeout=10, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() or None
 
 
 def _random_cluster_id() -> str:
@@ -447,28 +406,7 @@ class LocalKafka:
         self.pid_file.write_text(f"{self._process.pid}\n", encoding="utf-8")
 
     def _terminate(self, pid: int, timeout: float = STOP_TIMEOUT_S) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-        if self._wait_exit(pid, timeout):
-            return
-        log.warning("kafka (pid %d) ignored SIGTERM for %.0f s; killing it", pid, timeout)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        if not self._wait_exit(pid, 10.0):
-            raise KafkaError(f"kafka (pid {pid}) survived SIGKILL", file=str(self.pid_file))
-
-    def _wait_exit(self, pid: int, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._process is not None and self._process.pid == pid:
-                if self._process.poll() is not None:
-                    return True
-            elif not _process_alive(pid):
-                return True
-            time.sleep(0.1)
-        return False
+        terminate(pid, self._process, timeout, name="kafka", pid_file=self.pid_file, error=KafkaError)
 
 
 def _wait_until_ready(

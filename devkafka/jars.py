@@ -97,7 +97,7 @@ def jar_cache_dir(kafka_version: str) -> Path:
     return cache_root() / "kafka" / kafka_version
 
 
-def _sha256_of(path: Path) -> str:
+def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -108,7 +108,7 @@ def _sha256_of(path: Path) -> str:
 def verify_jar(path: Path, pin: ArtifactPin) -> None:
     """Raise (and delete the file) unless ``path`` holds exactly the pinned bytes."""
     size = path.stat().st_size
-    actual = _sha256_of(path) if size == pin.size else None
+    actual = sha256_of(path) if size == pin.size else None
     if actual == pin.sha256:
         return
     path.unlink(missing_ok=True)

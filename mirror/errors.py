@@ -49,6 +49,25 @@ class UnrepresentableValueError(DeltaMirrorError):
     Connect schemas: JsonConverter would read it as 0.0); refused, never published wrong."""
 
 
+class SchemaRegistryError(DeltaMirrorError):
+    """The Schema Registry refused a schema a record needs (incompatible with the subject's
+    versions under its compatibility level, not registered with auto-register off, unauthorized):
+    nothing of the version is published. Names the subject."""
+
+
+class SchemaRegistryUnavailableError(SchemaRegistryError):
+    """The Schema Registry could not be reached or failed (5xx): retry later."""
+
+    exit_code = 1
+
+
+class LocalRegistryError(SchemaRegistryError):
+    """The local development registry (``deltamirror local registry``) could not be built,
+    checked, started or stopped."""
+
+    exit_code = 1
+
+
 class TopicNotFoundError(ConfigError):
     """A topic the reader was told to read does not exist (or has no partitions)."""
 
@@ -68,6 +87,7 @@ __all__ = [
     "RecordRefusedError",
     "RecordTooLargeError",
     "RetriableKafkaError",
+    "SchemaRegistryError",
     "StopRequested",
     "TimestampRefusedError",
     "TopicNotFoundError",

@@ -7,6 +7,15 @@ here. Imports only ``deltamirror.core``, the standard library and ``prometheus_c
 producer and the consumers import it.
 """
 
-from .server import DEFAULT_HOST, Served, ServerHandle, app, serve
+from typing import TYPE_CHECKING
+
+from deltamirror.core.faces import lazy_exports
+
+if TYPE_CHECKING:
+    from .server import DEFAULT_HOST, Served, ServerHandle, app, serve
 
 __all__ = ["DEFAULT_HOST", "Served", "ServerHandle", "app", "serve"]
+
+# lazily: deltamirror.ops.stopping (every command takes its signals first) must not import
+# prometheus_client and the HTTP server, which only a command serving its metrics needs
+__getattr__, __dir__ = lazy_exports(__name__, {name: ".server" for name in __all__})

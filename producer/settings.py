@@ -104,6 +104,46 @@ class RowPredicate(SettingsModel):
         return self
 
 
+#: ``deltamirror.mirror.records.row_formats.SubjectNameStrategy``, spelled out (no pyarrow import here)
+SubjectNameStrategyName = Literal["topic", "record", "topic-record"]
+
+
+class SchemaRegistryConfig(SettingsModel):
+    """The Schema Registry of a registry-backed row-change format (``row_changes.format: avro``).
+
+    ``url``: the registry's base URL (Confluent's API; Apicurio's ``/apis/ccompat/v7``).
+    ``username`` / ``password``: HTTP basic auth (the password a secret: redacted everywhere, handed
+    to the registry client only). ``subject_name_strategy``: ``topic`` (``<topic>-key`` /
+    ``<topic>-value``), ``record`` (the record's full name) or ``topic-record``.
+    ``auto_register``: register the schemas records need (off: they must be registered already).
+    """
+
+    url: str = Field(min_length=1)
+    username: str | None = None
+    password: SecretStr | None = None
+    subject_name_strategy: SubjectNameStrategyName = "topic"
+    auto_register: bool = True
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        if "@" in value.split("//", 1)[1].split("/", 1)[0]:
+            raise ValueError("must not hold credentials: give username and password")
+        return value
+
+    @model_validator(mode="after")
+    def _password_with_user(self) -> SchemaRegistryConfig:
+        if self.password is not None and self.username is None:
+            raise ValueError("password is given without username")
+        return self
+
+
+#: the row-change formats that need a Schema Registry
+REGISTRY_FORMATS = ("avro",)
+
+
 class RowChangesConfig(SettingsModel):
     """Row-level change events of a table (``deltamirror.mirror.records.row_changes`` has the format).
 
@@ -120,7 +160,9 @@ class RowChangesConfig(SettingsModel):
     enabled: bool = True
     key_columns: list[str] = Field(default_factory=list)
     #: ``deltamirror.mirror.records.row_formats.RowChangesFormat``, spelled out: no pyarrow import here
-    format: Literal["json", "json-schema"] = "json"
+    format: Literal["json", "json-schema", "avro"] = "json"
+    #: the Schema Registry of format ``avro`` (required by it, refused with another)
+    registry: SchemaRegistryConfig | None = None
     tombstones: bool = False
     pairing_memory_mb: int = Field(default=256, ge=1)
     #: the columns the events carry (None: all), in the table's order; filters may name others
@@ -138,6 +180,12 @@ class RowChangesConfig(SettingsModel):
 
     @model_validator(mode="after")
     def _transform_problems(self) -> RowChangesConfig:
+        if self.format in REGISTRY_FORMATS and self.registry is None:
+            raise ValueError(
+                f"format {self.format} needs a Schema Registry: give registry: {{url: ...}} (--schema-registry-url)"
+            )
+        if self.registry is not None and self.format not in REGISTRY_FORMATS:
+            raise ValueError(f"registry is given but format {self.format} uses none")
         if self.net_catch_up and not self.enabled:
             raise ValueError("net_catch_up is set but row changes are not enabled")
         hashed = sorted(c for c, how in self.mask.items() if how == "hmac")
@@ -544,9 +592,18 @@ TABLE_OVERRIDES = (
     "storage_options",
     "poll_interval_s",
     "row_changes",
+    "row_format",
+    "schema_registry_url",
+    "subject_name_strategy",
     "net_catch_up",
     "wait_for_table",
 )
+#: the overrides that set a field of ``row_changes`` (and of its ``registry``): the table must have row changes
+ROW_CHANGES_OVERRIDES = {
+    "row_format": ("format",),
+    "schema_registry_url": ("registry", "url"),
+    "subject_name_strategy": ("registry", "subject_name_strategy"),
+}
 #: every name :func:`merge_overrides` accepts: the broker list, tables to add, the per-table
 #: settings above, and every top-level setting of WatchConfig
 OVERRIDES = frozenset(
@@ -558,6 +615,9 @@ FLAG_NAMES = {
     "wait_for_table": "--wait-for-table",
     "discover": "--discover",
     "net_catch_up": "--net-catch-up",
+    "row_format": "--row-format",
+    "schema_registry_url": "--schema-registry-url",
+    "subject_name_strategy": "--subject-name-strategy",
 }
 
 
@@ -614,6 +674,23 @@ def _apply_per_table(entry: dict[str, Any], given: Mapping[str, Any], mode: str 
     if given.get("row_changes"):  # on for every table, each keeping its own key and format
         own = entry.get("row_changes")
         entry["row_changes"] = {**(dict(own) if isinstance(own, Mapping) else {}), "enabled": True}
+    for name, path in ROW_CHANGES_OVERRIDES.items():  # a field of the row changes each table has
+        if given.get(name) is None:
+            continue
+        own = entry.get("row_changes")
+        if not isinstance(own, Mapping) or not own.get("enabled", True):
+            what = "discover prefix" if "include" in fields else "table"
+            raise ConfigError(
+                f"{_flag(name)} sets the row changes' {'.'.join(path)}, and the {what} {entry.get('uri')} "
+                "publishes none: give --row-changes too (or row_changes: in the configuration)"
+            )
+        changed = dict(own)
+        if len(path) == 1:
+            changed[path[0]] = given[name]
+        else:
+            inner = changed.get(path[0])
+            changed[path[0]] = {**(dict(inner) if isinstance(inner, Mapping) else {}), path[1]: given[name]}
+        entry["row_changes"] = changed
     if given.get("net_catch_up"):  # on the row changes each table has (none: refused by the caller)
         own = entry.get("row_changes")
         if isinstance(own, Mapping) and own.get("enabled", True):
@@ -670,6 +747,8 @@ def merge_overrides(
       events on for every table (each keeping its own key columns and format); ``wait_for_table``
       (True) waits for every named table that does not exist yet; ``net_catch_up`` (True) sets
       ``row_changes.net_catch_up`` on every table and prefix (one without row changes is refused);
+      ``row_format``, ``schema_registry_url`` and ``subject_name_strategy`` set ``row_changes.format``,
+      ``row_changes.registry.url`` and ``.subject_name_strategy`` likewise (refused the same way);
     - ``discover`` URIs are added after the file's prefixes (one already there keeps its settings);
       every per-table override a prefix takes applies to every prefix as to every table (so to the
       tables it finds). One it cannot take is refused: ``from_version`` (a version number names a

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-pytest_plugins = ["support.kafka", "support.spark", "support.s3proxy"]
+pytest_plugins = ["support.kafka", "support.spark", "support.s3proxy", "support.registry"]
 
 ALLOWED_SKIPS = Path(__file__).with_name("allowed_skips.toml")
 

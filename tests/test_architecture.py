@@ -829,8 +829,10 @@ ROOMS: dict[str, dict[str, set[str]]] = {
         "*": set(),
         "jars.py": set(),
         "security.py": set(),
-        "broker.py": {"jars.py", "security.py"},
+        "processes.py": set(),
+        "broker.py": {"jars.py", "security.py", "processes.py"},
         "tools.py": {"jars.py"},
+        "registry.py": {"jars.py", "processes.py"},
     },
     "ops": {"*": set(), "server.py": set(), "stopping.py": set()},
     # core's rooms are its modules; declared here: storage/, the one choke point, stands below them

@@ -125,10 +125,8 @@ def check_enabled_at(table: DeltaTable, version: int, read: ReadSchema | None) -
 
 def metadata_at(table: DeltaTable, version: int) -> Metadata:
     """The metaData in force at ``version``: its own, if it has one, else its snapshot's."""
-    for action in table.read_commit(version):
-        if "metaData" in action:
-            return Metadata.model_validate(action["metaData"])
-    return table.snapshot(version=version).metadata
+    own = table.commit_metadata(version)
+    return own if own is not None else table.snapshot(version=version).metadata
 
 
 def next_schema_change(

@@ -84,7 +84,10 @@ ActionIndex = Annotated[int, Field(ge=0, le=I32_MAX - 1)]
 class _Record(BaseModel):
     """Frozen, camelCase on the wire, unknown fields kept (a newer producer may add some)."""
 
-    model_config = ConfigDict(frozen=True, alias_generator=to_camel, populate_by_name=True, extra="allow")
+    # validators built on first use, not at import (see deltamirror.core.models.DeltaModel)
+    model_config = ConfigDict(
+        frozen=True, alias_generator=to_camel, populate_by_name=True, extra="allow", defer_build=True
+    )
 
     @field_validator("schema_version", mode="after", check_fields=False)
     @classmethod

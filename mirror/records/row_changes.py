@@ -48,7 +48,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Generator, Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -56,11 +56,11 @@ import pyarrow.compute as pc
 from deltamirror.core.errors import CorruptDataFileError
 from deltamirror.core.row_tracking import ROW_COMMIT_VERSION, ROW_ID
 
-from ..errors import RecordTooLargeError, UnrepresentableValueError
+from ..errors import RecordTooLargeError, SchemaRegistryError, UnrepresentableValueError
 from .connect_types import column_values, connect_schema
 from .record import Record
-from .row_formats import ROW_CHANGES_FORMATS, RowChangesFormat
-from .row_pairing import DEFAULT_PAIRING_MEMORY_BYTES, IMAGE_SCHEMA, UpdatePairs
+from .row_formats import ROW_CHANGES_FORMATS, BinaryRowChangeSerializer, RowChangesFormat
+from .row_pairing import DEFAULT_PAIRING_MEMORY_BYTES, UpdatePairs
 from .row_records import (
     RowChangesOptions,
     transaction_id,
@@ -127,10 +127,28 @@ class RowChangeEncoder:
         self._version = _version()
         #: (version, ts_ms, snapshot) -> the constant parts of an event's text
         self._templates: dict[tuple[int, int, str], tuple[str, str, str]] = {}
-        self.serializer = options.serializer(options.changes_topic, fields, self.columns, self.key_columns)
+        self.serializer = options.serializer(
+            options.changes_topic,
+            fields,
+            self.columns,
+            self.key_columns,
+            table_schema=options.table_schema,
+            registry=options.registry,
+        )
+        #: what a row image is (JSON text, or a binary format's bytes): what pairing holds
+        self.image_type = self.serializer.image_type
         #: the record key around a key payload (the format's)
         self.key = self.serializer.key
-        self._frame_value = self.serializer.value
+        self._binary: BinaryRowChangeSerializer | None = None
+        if self.image_type != pa.large_string():
+            self._binary = cast(BinaryRowChangeSerializer, self.serializer)
+            #: (version, ts_ms, snapshot) -> the source and transaction blocks of a binary event
+            self._blocks: dict[tuple[int, int, str], tuple[dict[str, Any], str]] = {}
+            self.rows = self._binary_rows  # type: ignore[method-assign,assignment]
+            self.key_payloads = self._binary_key_payloads  # type: ignore[method-assign]
+            self.value = self._binary_value  # type: ignore[method-assign,assignment]
+        else:
+            self._frame_value = self.serializer.value
 
     def rows(self, batch: pa.RecordBatch) -> tuple[list[str], list[str], list[bytes]]:
         """A batch's change types, row images (their JSON text) and key payloads (the pairing identity)."""
@@ -164,6 +182,76 @@ class RowChangeEncoder:
         encode = _encode_row_json
         return [encode(dict(zip(names, k, strict=True))).encode() for k in zip(*columns, strict=True)]
 
+    def _values(self, batch: pa.RecordBatch, columns: list[str]) -> dict[str, list[Any]]:
+        convert = self.serializer.column_values
+        values: dict[str, list[Any]] = {}
+        for name in columns:
+            try:
+                values[name] = convert(batch.column(name))
+            except UnrepresentableValueError as exc:
+                raise UnrepresentableValueError(f"column {name!r}: {exc.message}", column=name) from None
+        return values
+
+    def _binary_rows(self, batch: pa.RecordBatch) -> tuple[list[str], list[bytes], list[bytes]]:
+        """:meth:`rows` of a binary format: the images and keys are the format's bytes."""
+        assert self._binary is not None
+        values = self._values(batch, self.columns)
+        n = batch.num_rows
+        images = self._binary.images(values, n)
+        keys = images if self.key_columns == self.columns else self._binary_key_payloads(batch, values)
+        return batch.column(CHANGE_TYPE).to_pylist(), images, keys
+
+    def _binary_key_payloads(
+        self, batch: pa.RecordBatch, values: dict[str, list[Any]] | None = None
+    ) -> list[bytes]:
+        assert self._binary is not None
+        have = values or {}
+        own = self._values(batch, [c for c in self.key_columns if c not in have])
+        return self._binary.key_images({**have, **own}, batch.num_rows)
+
+    def _binary_value(
+        self,
+        op: str,
+        before: bytes | None,
+        after: bytes | None,
+        *,
+        version: int,
+        ts_ms: int,
+        index: int,
+        snapshot: str = "false",
+    ) -> bytes:
+        """:meth:`value` of a binary format: the envelope's parts, the format's bytes."""
+        assert self._binary is not None
+        blocks = self._blocks.get((version, ts_ms, snapshot))
+        if blocks is None:
+            blocks = self._blocks[(version, ts_ms, snapshot)] = self._source_block(version, ts_ms, snapshot)
+        source, txn_id = blocks
+        n = index + 1
+        return self._binary.event(
+            op,
+            before,
+            after,
+            {**source, "index": index},
+            ts_ms,
+            {"id": txn_id, "total_order": n, "data_collection_order": n},
+        )
+
+    def _source_block(self, version: int, ts_ms: int, snapshot: str) -> tuple[dict[str, Any], str]:
+        """Debezium's ``source`` block of a version's events (without ``index``), and its transaction id."""
+        o = self.options
+        source = {
+            "version": self._version,
+            "connector": CONNECTOR,
+            "name": o.table_name,
+            "ts_ms": ts_ms,
+            "snapshot": snapshot,
+            "db": "delta",
+            "table": o.table_name,
+            "table_id": o.table_id,
+            "delta_version": version,
+        }
+        return source, transaction_id(o.table_id, version)
+
     def value(
         self,
         op: str,
@@ -193,19 +281,8 @@ class RowChangeEncoder:
         return self._frame_value(text.encode())
 
     def _template(self, version: int, ts_ms: int, snapshot: str) -> tuple[str, str, str]:
-        o = self.options
-        source = {
-            "version": self._version,
-            "connector": CONNECTOR,
-            "name": o.table_name,
-            "ts_ms": ts_ms,
-            "snapshot": snapshot,
-            "db": "delta",
-            "table": o.table_name,
-            "table_id": o.table_id,
-            "delta_version": version,
-        }
-        txn_id = _JSON.encode(transaction_id(o.table_id, version))
+        source, tid = self._source_block(version, ts_ms, snapshot)
+        txn_id = _JSON.encode(tid)
         return (
             _JSON.encode(source)[:-1] + ',"index":',
             f',"ts_ms":{ts_ms},"transaction":{{"id":{txn_id},"total_order":',
@@ -284,37 +361,55 @@ class VersionRows:
         """The version's update pairs (None: no pairing), from a first read of its rows."""
         if not self.pairing_pass:
             return None
-        pairs = UpdatePairs(
-            self.pairing_memory_bytes, expected_bytes=self.expected_image_bytes, spill_dir=self.spill_dir
-        )
+        pairs: UpdatePairs | None = None
         try:
             pos = 0
             for batch in self.batches():
                 updates = pc.is_in(batch.column(CHANGE_TYPE), value_set=_UPDATE_IMAGES)
                 where = pc.indices_nonzero(updates)
                 if len(where):
+                    enc = self.encoder(batch.schema)
+                    if pairs is None:
+                        pairs = self._new_pairs(enc.image_type)
                     images = batch.take(where)
-                    _, texts, keys = self._rows(self.encoder(batch.schema), images)
+                    _, texts, keys = self._rows(enc, images)
                     pre = pc.equal(images.column(CHANGE_TYPE), "update_preimage")
                     pairs.add(
                         pa.record_batch(
                             [pc.add(where.cast(pa.int64()), pos), _hashes(keys), pre, keys, texts],
-                            schema=IMAGE_SCHEMA,
+                            schema=pairs.image_schema,
                         )
                     )
                 pos += batch.num_rows
+            if pairs is None:
+                pairs = self._new_pairs(pa.large_string())
             pairs.finish()
         except BaseException:
-            pairs.close()
+            if pairs is not None:
+                pairs.close()
             raise
         self.buckets = pairs.buckets
         return pairs
+
+    def _new_pairs(self, image_type: pa.DataType) -> UpdatePairs:
+        return UpdatePairs(
+            self.pairing_memory_bytes,
+            expected_bytes=self.expected_image_bytes,
+            spill_dir=self.spill_dir,
+            image_type=image_type,
+        )
 
     def records(self) -> Iterator[list[Record]]:
         """The version's records, a list per input batch (BEGIN with the first, END alone last)."""
         pairs = self._pairs()
         try:
             yield from self._records(pairs)
+        except SchemaRegistryError as exc:  # a registry format's: name the table and version
+            if exc.table is not None:
+                raise
+            raise type(exc)(
+                exc.message, table=self.options.table_name, version=self.version, **exc.context
+            ) from exc
         finally:
             if pairs is not None:
                 pairs.close()

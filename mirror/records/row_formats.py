@@ -1,17 +1,30 @@
 """The row-change formats: how a row change and Debezium's transaction metadata become bytes.
 
 A format is one class implementing :class:`RowChangeSerializer`, chosen once from the table's
-``row_changes.format`` setting (:func:`row_change_serializer`); :class:`~.row_changes.RowChangeEncoder`
-builds the envelope's text (the same payload in every format) and hands it to the serializer:
+``row_changes.format`` setting (:func:`row_change_serializer`), made per table schema (the batch's
+Arrow fields and, where the caller knows it, the version's Delta schema). Two kinds, told apart by
+the class's ``image_type`` (what a row image is, and what pairing holds and spills):
 
-- :class:`JsonRowChanges` (``json``): the payload alone;
-- :class:`ConnectJsonRowChanges` (``json-schema``): ``{"schema": ..., "payload": ...}`` as Kafka
-  Connect's ``JsonConverter`` writes it with ``schemas.enable=true``.
+- text formats (``pa.large_string()``): :class:`~.row_changes.RowChangeEncoder` builds a row image's
+  JSON text and the envelope's text (the same payload in every text format; the hot path, untouched
+  by the binary kind) and the serializer frames it (:meth:`RowChangeSerializer.value`):
+
+  - :class:`JsonRowChanges` (``json``): the payload alone;
+  - :class:`ConnectJsonRowChanges` (``json-schema``): ``{"schema": ..., "payload": ...}`` as Kafka
+    Connect's ``JsonConverter`` writes it with ``schemas.enable=true``;
+
+- binary formats (``pa.large_binary()``, :class:`BinaryRowChangeSerializer`): the encoder hands the
+  format the columns' values (its own :meth:`~RowChangeSerializer.column_values`) and the format
+  makes each row image's bytes (:meth:`~BinaryRowChangeSerializer.images`) and each event's record
+  value from the envelope's parts (:meth:`~BinaryRowChangeSerializer.event`):
+
+  - ``avro`` (:mod:`.avro_format`, imported only when chosen: it needs ``deltamirror[avro]``):
+    Avro through a Schema Registry, the Confluent wire format.
 
 A class also says how its values read in Spark (``value_ddl``, ``key_ddl``: what
 :func:`~.spark_ddl.row_changes_ddl` returns for its format) and how it writes the values JSON has
-no one form for (floats that are not finite, decimals). A new format (Avro, Protobuf with a schema
-registry) is one more class here and one more value of the setting; the encoder, the pairing of
+no one form for (floats that are not finite, decimals). A new format (Protobuf with a schema
+registry) is one more class and one more value of the setting; the encoder, the pairing of
 updates, the transactions and the DDL functions do not change.
 """
 
@@ -20,11 +33,14 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, ClassVar, Literal, Protocol
 
 import pyarrow as pa
+from pydantic import SecretStr
 
+from deltamirror.core.errors import ConfigError
 from deltamirror.core.schema import DecimalType, StructType
 
 from ..errors import UnrepresentableValueError
@@ -43,7 +59,11 @@ from .connect_types import (
 from .spark_types import envelope_ddl, fields_ddl
 
 #: the values of the ``row_changes.format`` setting (the keys of :data:`ROW_CHANGE_SERIALIZERS`)
-RowChangesFormat = Literal["json", "json-schema"]
+RowChangesFormat = Literal["json", "json-schema", "avro"]
+
+#: the subject name strategies of a registry-backed format (Confluent's three)
+SubjectNameStrategy = Literal["topic", "record", "topic-record"]
+SUBJECT_NAME_STRATEGIES: tuple[str, ...] = ("topic", "record", "topic-record")
 
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
@@ -51,15 +71,28 @@ _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=Fa
 class RowChangeSerializer(Protocol):
     """One format of the row-change records, made per table schema.
 
-    ``topic`` is the changes topic (it names the Connect structs), ``fields`` the table's Arrow
-    fields by name, ``columns`` the row's columns and ``key_columns`` the key's, in order.
+    ``topic`` is the changes topic (it names the Connect structs, the Avro namespace), ``fields`` the
+    batch's Arrow fields by name, ``columns`` the row's columns and ``key_columns`` the key's, in
+    order; ``table_schema`` the version's Delta schema when the caller knows it (a binary format
+    takes the Delta types from it: variant is not told apart from a struct in Arrow), ``registry``
+    the Schema Registry settings of a format that needs one (:class:`RegistrySettings`).
     """
 
     #: the value of the ``row_changes.format`` setting that chooses it
     format: ClassVar[str]
+    #: what a row image is: ``pa.large_string()`` (JSON text the encoder builds) or
+    #: ``pa.large_binary()`` (a :class:`BinaryRowChangeSerializer`'s bytes)
+    image_type: ClassVar[pa.DataType]
 
     def __init__(
-        self, topic: str, fields: Mapping[str, pa.Field], columns: Sequence[str], key_columns: Sequence[str]
+        self,
+        topic: str,
+        fields: Mapping[str, pa.Field],
+        columns: Sequence[str],
+        key_columns: Sequence[str],
+        *,
+        table_schema: StructType | None = None,
+        registry: RegistrySettings | None = None,
     ) -> None: ...
 
     def column_values(self, column: pa.Array) -> list[Any]:
@@ -77,11 +110,13 @@ class RowChangeSerializer(Protocol):
         ...
 
     def key(self, payload: bytes) -> bytes:
-        """The record key around a key payload (the JSON text of the key columns)."""
+        """The record key around a key payload (the JSON text of the key columns; a binary format's
+        key image)."""
         ...
 
     def value(self, payload: bytes) -> bytes:
-        """The record value around a change event's payload (the JSON text of its envelope)."""
+        """The record value around a change event's payload (the JSON text of its envelope); text
+        formats only."""
         ...
 
     @staticmethod
@@ -90,14 +125,70 @@ class RowChangeSerializer(Protocol):
         ...
 
 
+class BinaryRowChangeSerializer(RowChangeSerializer, Protocol):
+    """A format whose row images are its own bytes (``image_type`` ``pa.large_binary()``).
+
+    The encoder converts each column once (:meth:`column_values`, one list per column, as for the
+    text formats); the format makes the images and keys from those lists and the record values from
+    the envelope's parts. An image must be the same bytes for the same row on every read (pairing
+    hashes keys and compares them; a restart skips a prefix of the same stream).
+    """
+
+    def images(self, values: Mapping[str, list[Any]], n: int) -> list[bytes]:
+        """The ``n`` row images of a batch whose columns' values are ``values`` (by column name)."""
+        ...
+
+    def key_images(self, values: Mapping[str, list[Any]], n: int) -> list[bytes]:
+        """The ``n`` key payloads (the pairing identity, and what :meth:`key` frames)."""
+        ...
+
+    def event(
+        self,
+        op: str,
+        before: bytes | None,
+        after: bytes | None,
+        source: Mapping[str, Any],
+        ts_ms: int,
+        transaction: Mapping[str, Any],
+    ) -> bytes:
+        """One change event's record value: the envelope with the row images ``before`` / ``after``
+        (None: null), Debezium's ``source`` block and ``transaction`` block."""
+        ...
+
+
+@dataclass(frozen=True)
+class RegistrySettings:
+    """Where a registry-backed format registers its schemas (``row_changes.registry``).
+
+    ``subject_name_strategy``: ``topic`` (``<topic>-key`` / ``<topic>-value``), ``record``
+    (the record's full name) or ``topic-record`` (``<topic>-<record full name>``), as Confluent's
+    serializers name them. The password is a ``SecretStr``: revealed only to the registry client.
+    """
+
+    url: str
+    username: str | None = None
+    password: SecretStr | None = field(default=None, repr=False)
+    subject_name_strategy: SubjectNameStrategy = "topic"
+    #: register new schemas (and versions of them) as records need them
+    auto_register: bool = True
+
+
 class JsonRowChanges:
     """``json``: the payload alone. NaN and infinities as the strings ``"NaN"``, ``"Infinity"``,
     ``"-Infinity"``; decimals as exact strings."""
 
     format: ClassVar[str] = "json"
+    image_type: ClassVar[pa.DataType] = pa.large_string()
 
     def __init__(
-        self, topic: str, fields: Mapping[str, pa.Field], columns: Sequence[str], key_columns: Sequence[str]
+        self,
+        topic: str,
+        fields: Mapping[str, pa.Field],
+        columns: Sequence[str],
+        key_columns: Sequence[str],
+        *,
+        table_schema: StructType | None = None,
+        registry: RegistrySettings | None = None,
     ) -> None:
         pass
 
@@ -144,9 +235,17 @@ class ConnectJsonRowChanges:
     infinities are refused (JsonConverter would read them as 0.0); decimals are Connect decimals."""
 
     format: ClassVar[str] = "json-schema"
+    image_type: ClassVar[pa.DataType] = pa.large_string()
 
     def __init__(
-        self, topic: str, fields: Mapping[str, pa.Field], columns: Sequence[str], key_columns: Sequence[str]
+        self,
+        topic: str,
+        fields: Mapping[str, pa.Field],
+        columns: Sequence[str],
+        key_columns: Sequence[str],
+        *,
+        table_schema: StructType | None = None,
+        registry: RegistrySettings | None = None,
     ) -> None:
         value_fields = [connect_schema(fields[c].type, field=c) for c in columns]
         key_fields = [connect_schema(fields[c].type, field=c) for c in key_columns]
@@ -214,29 +313,52 @@ class ConnectJsonRowChanges:
         )
 
 
-#: every format, by the setting's value
+#: the text formats, by the setting's value
 ROW_CHANGE_SERIALIZERS: dict[str, type[RowChangeSerializer]] = {
     cls.format: cls for cls in (JsonRowChanges, ConnectJsonRowChanges)
 }
-ROW_CHANGES_FORMATS: tuple[str, ...] = tuple(ROW_CHANGE_SERIALIZERS)
+#: the registry-backed formats: their modules, imported when chosen (their libraries are an extra)
+REGISTRY_FORMATS: dict[str, str] = {"avro": "avro_format"}
+ROW_CHANGES_FORMATS: tuple[str, ...] = (*ROW_CHANGE_SERIALIZERS, *REGISTRY_FORMATS)
 
 
 def row_change_serializer(format: str) -> type[RowChangeSerializer]:
-    """The serializer of ``format`` (a value of ``row_changes.format``); another is a ValueError."""
-    try:
-        return ROW_CHANGE_SERIALIZERS[format]
-    except KeyError:
+    """The serializer of ``format`` (a value of ``row_changes.format``); another is a ValueError, a
+    registry format whose libraries are not installed a ConfigError."""
+    found = ROW_CHANGE_SERIALIZERS.get(format)
+    if found is not None:
+        return found
+    module = REGISTRY_FORMATS.get(format)
+    if module is None:
         raise ValueError(
-            f"row-change format {format!r} is not one deltamirror writes ({', '.join(ROW_CHANGE_SERIALIZERS)})"
+            f"row-change format {format!r} is not one deltamirror writes ({', '.join(ROW_CHANGES_FORMATS)})"
+        )
+    import importlib
+
+    try:
+        loaded = importlib.import_module(f"{__package__}.{module}")
+    except ImportError as exc:
+        if (exc.name or "").startswith("deltamirror"):
+            raise
+        raise ConfigError(
+            f"row-change format {format} needs the package {exc.name or 'fastavro'}: install deltamirror[{format}]"
         ) from None
+    cls: type[RowChangeSerializer] = loaded.SERIALIZER
+    ROW_CHANGE_SERIALIZERS[format] = cls
+    return cls
 
 
 __all__ = [
+    "REGISTRY_FORMATS",
     "ROW_CHANGES_FORMATS",
     "ROW_CHANGE_SERIALIZERS",
+    "SUBJECT_NAME_STRATEGIES",
+    "BinaryRowChangeSerializer",
     "ConnectJsonRowChanges",
     "JsonRowChanges",
+    "RegistrySettings",
     "RowChangeSerializer",
     "RowChangesFormat",
+    "SubjectNameStrategy",
     "row_change_serializer",
 ]

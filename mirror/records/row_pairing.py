@@ -37,25 +37,34 @@ MIN_BUCKET_BYTES = 64 * 1024
 #: temporary directory name prefix (a killed process leaves one behind; nothing reads it again)
 SPILL_PREFIX = "deltamirror-pairing-"
 
-IMAGE_SCHEMA = pa.schema(
-    [
-        ("pos", pa.int64()),
-        ("h", pa.uint64()),
-        ("pre", pa.bool_()),
-        ("key", pa.large_binary()),
-        ("image", pa.large_string()),
-    ]
-)
-#: a pair entry: at the later image's position the ``"u"`` (key, before, after); at the earlier
-#: image's position nothing (key null)
-PAIR_SCHEMA = pa.schema(
-    [
-        ("pos", pa.int64()),
-        ("key", pa.large_binary()),
-        ("before", pa.large_string()),
-        ("after", pa.large_string()),
-    ]
-)
+
+def image_schemas(image_type: pa.DataType = pa.large_string()) -> tuple[pa.Schema, pa.Schema]:
+    """The schemas of the images pairing holds and of its pair entries, for images of ``image_type``
+    (``large_string``: JSON text; ``large_binary``: a binary format's, e.g. Avro)."""
+    images = pa.schema(
+        [
+            ("pos", pa.int64()),
+            ("h", pa.uint64()),
+            ("pre", pa.bool_()),
+            ("key", pa.large_binary()),
+            ("image", image_type),
+        ]
+    )
+    #: a pair entry: at the later image's position the ``"u"`` (key, before, after); at the earlier
+    #: image's position nothing (key null)
+    pairs = pa.schema(
+        [
+            ("pos", pa.int64()),
+            ("key", pa.large_binary()),
+            ("before", image_type),
+            ("after", image_type),
+        ]
+    )
+    return images, pairs
+
+
+#: the schemas of JSON images (the JSON formats')
+IMAGE_SCHEMA, PAIR_SCHEMA = image_schemas()
 _END = 2**62
 
 
@@ -69,7 +78,11 @@ class UpdatePairs:
         *,
         expected_bytes: int | None = None,
         spill_dir: str | None = None,
+        image_type: pa.DataType = pa.large_string(),
     ) -> None:
+        self.image_schema, self.pair_schema = (
+            (IMAGE_SCHEMA, PAIR_SCHEMA) if image_type == pa.large_string() else image_schemas(image_type)
+        )
         self.memory_bytes = max(1, memory_bytes)
         #: bytes a bucket may hold to be paired at once (pairing holds about three times as much)
         self.bucket_bytes = max(MIN_BUCKET_BYTES, self.memory_bytes // 8)
@@ -88,7 +101,7 @@ class UpdatePairs:
     # --- the first read -----------------------------------------------------------------------
 
     def add(self, images: pa.RecordBatch) -> None:
-        """Update images with :data:`IMAGE_SCHEMA`'s columns."""
+        """Update images with :attr:`image_schema`'s columns."""
         if not images.num_rows:
             return
         if self._writers:
@@ -107,7 +120,7 @@ class UpdatePairs:
         self._bucket_bits = buckets.bit_length() - 1
         self.directory = tempfile.mkdtemp(prefix=SPILL_PREFIX, dir=self.spill_dir)
         flush = max(1 << 20, self.bucket_bytes // (4 * buckets))
-        self._writers = [_BucketFile(self._new_path(), flush) for _ in range(buckets)]
+        self._writers = [_BucketFile(self._new_path(), flush, self.image_schema) for _ in range(buckets)]
         self.buckets = buckets
         held, self._held, self._held_bytes = self._held, [], 0
         for batch in held:
@@ -125,7 +138,7 @@ class UpdatePairs:
     def finish(self) -> None:
         """Pair every bucket: the pair entries are ready to :meth:`take`."""
         if not self._writers:
-            pairs = _pair(pa.Table.from_batches(self._held, IMAGE_SCHEMA))
+            pairs = _pair(pa.Table.from_batches(self._held, self.image_schema), self.pair_schema)
             self._held, self._held_bytes = [], 0
             self._sources.append(_SortedSource(iter(pairs.to_batches())))
             return
@@ -138,7 +151,7 @@ class UpdatePairs:
                 continue
             with pa.memory_map(path) as source:
                 table = pa.ipc.open_stream(source).read_all()
-            pairs = _pair(table)
+            pairs = _pair(table, self.pair_schema)
             del table
             os.remove(path)
             if pairs.num_rows:
@@ -147,7 +160,7 @@ class UpdatePairs:
 
     def _split_file(self, path: str, shift: int) -> list[tuple[str, int]]:
         flush = max(1 << 20, self.bucket_bytes // (4 << _SPLIT_BITS))
-        parts = [_BucketFile(self._new_path(), flush) for _ in range(1 << _SPLIT_BITS)]
+        parts = [_BucketFile(self._new_path(), flush, self.image_schema) for _ in range(1 << _SPLIT_BITS)]
         self.buckets += len(parts) - 1
         with pa.memory_map(path) as source:
             for batch in pa.ipc.open_stream(source):
@@ -168,7 +181,7 @@ class UpdatePairs:
         path = self._new_path()
         per_row = max(1, pairs.nbytes // max(1, pairs.num_rows))
         rows = max(64, self.bucket_bytes // (2 * max(1, self.buckets) * per_row))
-        with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, PAIR_SCHEMA) as writer:
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, self.pair_schema) as writer:
             writer.write_table(pairs, max_chunksize=rows)
         return _SortedSource(_read_stream(path))
 
@@ -178,8 +191,8 @@ class UpdatePairs:
         """The pair entries of rows ``start`` to ``end`` (excluded), by position; none may lie before."""
         parts = [batch for source in self._sources for batch in source.take_until(end)]
         if not parts:
-            return PAIR_SCHEMA.empty_table()
-        table = pa.Table.from_batches(parts, PAIR_SCHEMA)
+            return self.pair_schema.empty_table()
+        table = pa.Table.from_batches(parts, self.pair_schema)
         if pc.min(table.column("pos")).as_py() < start:
             raise ValueError(f"pair entries before row {start} were not taken")
         return table.sort_by("pos") if len(parts) > 1 else table
@@ -210,11 +223,12 @@ class UpdatePairs:
 class _BucketFile:
     """One bucket on disk: images gathered up to ``flush`` bytes, then appended as one batch."""
 
-    def __init__(self, path: str, flush: int) -> None:
+    def __init__(self, path: str, flush: int, schema: pa.Schema) -> None:
         self.path = path
+        self.schema = schema
         self.flush = flush
         self._sink = pa.OSFile(path, "wb")
-        self._writer = pa.ipc.new_stream(self._sink, IMAGE_SCHEMA)
+        self._writer = pa.ipc.new_stream(self._sink, schema)
         self._pending: list[pa.RecordBatch] = []
         self._bytes = 0
         self.rows = 0
@@ -228,7 +242,7 @@ class _BucketFile:
 
     def _write(self) -> None:
         if self._pending:
-            self._writer.write_table(pa.Table.from_batches(self._pending, IMAGE_SCHEMA))
+            self._writer.write_table(pa.Table.from_batches(self._pending, self.schema))
         self._pending, self._bytes = [], 0
 
     def close(self) -> str:
@@ -298,7 +312,7 @@ def _seen_once(hashes: pa.Array | pa.ChunkedArray) -> pa.Array:
     return counts.field("values").filter(pc.equal(counts.field("counts"), 1))
 
 
-def _pair(images: pa.Table) -> pa.Table:
+def _pair(images: pa.Table, pair_schema: pa.Schema = PAIR_SCHEMA) -> pa.Table:
     """The pair entries of a set of images holding every image of their hashes, sorted by position.
 
     A hash seen once as a pre-image and once as a post-image pairs its two images if they carry the
@@ -310,11 +324,11 @@ def _pair(images: pa.Table) -> pa.Table:
     pre_once = _seen_once(hashes.filter(pre))
     post_once = _seen_once(hashes.filter(pc.invert(pre)))
     if not len(pre_once) or not len(post_once):
-        return PAIR_SCHEMA.empty_table()
+        return pair_schema.empty_table()
     pairable = pre_once.filter(pc.is_in(pre_once, value_set=post_once))
     rows = pc.indices_nonzero(pc.is_in(hashes, value_set=pairable))
     if not len(rows):
-        return PAIR_SCHEMA.empty_table()
+        return pair_schema.empty_table()
     # each hash: its post-image (pre false), then its pre-image
     by_hash = pa.table({"h": hashes.take(rows), "pre": pre.take(rows), "row": rows})
     rows = by_hash.sort_by([("h", "ascending"), ("pre", "ascending")]).column("row")
@@ -347,8 +361,15 @@ def _pair(images: pa.Table) -> pa.Table:
             "before": image.take(pre_rows),
             "after": image.take(post_rows),
         },
-        schema=PAIR_SCHEMA,
+        schema=pair_schema,
     ).combine_chunks()
 
 
-__all__ = ["DEFAULT_PAIRING_MEMORY_BYTES", "IMAGE_SCHEMA", "PAIR_SCHEMA", "SPILL_PREFIX", "UpdatePairs"]
+__all__ = [
+    "DEFAULT_PAIRING_MEMORY_BYTES",
+    "IMAGE_SCHEMA",
+    "PAIR_SCHEMA",
+    "SPILL_PREFIX",
+    "UpdatePairs",
+    "image_schemas",
+]

@@ -9,8 +9,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from deltamirror.core.schema import StructType
+
 from .record import Record
-from .row_formats import RowChangeSerializer, RowChangesFormat, row_change_serializer
+from .row_formats import RegistrySettings, RowChangeSerializer, RowChangesFormat, row_change_serializer
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,10 @@ class RowChangesOptions:
     format: RowChangesFormat = "json"
     tombstones: bool = False
     row_ids: bool = False
+    #: the Delta schema in force (the binary formats take their types from it; None: from Arrow)
+    table_schema: StructType | None = field(default=None, compare=False)
+    #: the Schema Registry of a registry-backed format (``avro``)
+    registry: RegistrySettings | None = None
     #: the format's serializer, chosen once from ``format``
     serializer: type[RowChangeSerializer] = field(init=False, repr=False, compare=False)
 

@@ -33,6 +33,7 @@ from deltamirror.core.errors import ConfigError
 from deltamirror.core.models import Metadata
 from deltamirror.core.row_tracking import ROW_ID, row_tracking_enabled, snapshot_batches_with_row_ids
 from deltamirror.mirror.records.row_changes import RowChangesOptions, VersionRows
+from deltamirror.mirror.records.row_formats import RegistrySettings
 from deltamirror.mirror.topic_names import TableTopics, table_name
 
 from ..settings import RowChangesConfig, TableConfig
@@ -48,6 +49,21 @@ ROWS_PER_BATCH = 8192
 #: about how many bytes of spilled update images a byte of change data files makes (Parquet is
 #: compressed, the images are JSON text): only the first guess of the bucket count
 IMAGE_BYTES_PER_CDC_BYTE = 4
+
+
+def _registry_settings(config: RowChangesConfig) -> RegistrySettings | None:
+    r = config.registry
+    if r is None:
+        return None
+    return RegistrySettings(
+        url=r.url,
+        username=r.username,
+        password=r.password,
+        subject_name_strategy=r.subject_name_strategy,
+        auto_register=r.auto_register,
+    )
+
+
 #: actions that decide a version's change rows (the others are not decoded)
 _ROW_ACTIONS = frozenset({"add", "remove", "cdc", "commitInfo", "metaData", "protocol"})
 
@@ -73,6 +89,8 @@ class RowChangesSource:
         self.spill_dir: str | None = None
         #: the rows and columns the events carry (None: all of them, as they are)
         self.transform = RowTransform.of(config, table=table.uri)
+        #: the Schema Registry of a registry-backed format (None: a JSON format)
+        self.registry = _registry_settings(config)
 
     @classmethod
     def of_table(cls, config: TableConfig, table: DeltaTable, topics: TableTopics) -> RowChangesSource | None:
@@ -94,6 +112,8 @@ class RowChangesSource:
             format=self.config.format,
             tombstones=self.config.tombstones,
             row_ids=row_ids,
+            table_schema=metadata.table_schema if metadata is not None else None,
+            registry=self.registry,
         )
 
     def keyed_by_row_id(self, metadata: Metadata | None) -> bool:

@@ -2,7 +2,8 @@
 
 python tests/chaos [--seed N] [--duration S] [--size ci|full] [--class N]... [--report PATH]
 
-``--size ci`` runs classes 1-6 (class 7, kill -9 during a net catch-up, only when named).
+``--size ci`` runs classes 1-6 (classes 7 and 8, kill -9 during a net catch-up or a signal's net
+block, only when named).
 
 Exit 0 when in every class enough faults landed and the checker found nothing lost, duplicated,
 out of order or different; 1 otherwise.
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", choices=sorted(SIZES), default="full")
     parser.add_argument("--duration", type=float, help="seconds of faults per class (default: the size's)")
     parser.add_argument(
-        "--class", dest="classes", type=int, action="append", choices=range(1, 8), metavar="N"
+        "--class", dest="classes", type=int, action="append", choices=range(1, 9), metavar="N"
     )
     parser.add_argument(
         "--report", metavar="PATH", help="also write the table and every fault's evidence here"

@@ -18,6 +18,14 @@ committed ``BEGIN`` names the catch-up's last version Vc (the table's version wh
 catch-up committed started, at least ``net_from``). The changes expected up to Vc are then ``deltamirror changes --net
 --key id`` over 0..Vc, all at version Vc (one ``BEGIN``/``END`` block), and per version after it,
 as above; a second block (a catch-up committed twice) is counted duplicated, a block missing lost.
+
+A table sent ``net-changes`` signals (``signal_blocks``: every range a watcher's log said it began
+publishing on a signal) may hold signal blocks on top of its per-version rows: events marked
+``source.snapshot`` (``true``, ``last``), all at the block's last version B. Each block on the topic
+must equal ``deltamirror changes --net --key id`` over a logged range ending at B, whole (a block
+cut short by a kill is a mismatch; one committed twice is duplicated), its events in order within
+each partition, and its own ``BEGIN``/``END`` after those of version B, the ``END`` counting the
+block. A block a kill aborted is not on the topic at all.
 """
 
 from __future__ import annotations
@@ -49,6 +57,8 @@ class TableTopics:
     #: with a net catch-up: the table's version when its first watcher started (the net block's
     #: version is at least that); None: no net catch-up
     net_from: int | None = None
+    #: (first, last) of every net block a watcher began publishing on a signal (killed or not)
+    signal_blocks: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass
@@ -277,15 +287,23 @@ def _check_changes(bootstrap: str, t: TableTopics, last_version: int, tally: Tal
     records = read_topic(bootstrap, t.changes)
     tally.records += len(records)
     got: Counter[Any] = Counter()
-    last_in_partition: dict[int, tuple[int, int]] = {}
+    #: a signal's block (events marked as a snapshot's) -> its events, by the block's last version
+    in_blocks: dict[int, Counter[Any]] = {}
+    last_in_partition: dict[tuple[bool, int], tuple[int, int]] = {}
     for m in records:
         value = json.loads(m.value)
         source = value["source"]
         ident = (int(source["delta_version"]), int(source["index"]))
-        got[(value["op"], _image(value["before"], columns), _image(value["after"], columns), ident[0])] += 1
-        if ident <= last_in_partition.get(m.partition, (-1, -1)):
+        event = (value["op"], _image(value["before"], columns), _image(value["after"], columns), ident[0])
+        block = source.get("snapshot") in ("true", "last")
+        (in_blocks.setdefault(ident[0], Counter()) if block else got)[event] += 1
+        # per partition, a block's events in order among themselves, the per-version ones too
+        if ident <= last_in_partition.get((block, m.partition), (-1, -1)):
             tally.out_of_order += 1
-        last_in_partition[m.partition] = max(ident, last_in_partition.get(m.partition, (-1, -1)))
+        last_in_partition[(block, m.partition)] = max(
+            ident, last_in_partition.get((block, m.partition), (-1, -1))
+        )
+    block_sizes = _check_signal_blocks(t, in_blocks, tally)
     lost, extra = want - got, got - want
     # an event both short on one side and over on the other is a wrong one, not two faults
     tally.lost += sum(lost.values())
@@ -297,8 +315,18 @@ def _check_changes(bootstrap: str, t: TableTopics, last_version: int, tally: Tal
         )
 
     begins = [int(r["id"].rsplit(":", 1)[1]) for r in txn if r["status"] == "BEGIN"]
-    ends = {int(r["id"].rsplit(":", 1)[1]): r["event_count"] for r in txn if r["status"] == "END"}
-    end_order = [int(r["id"].rsplit(":", 1)[1]) for r in txn if r["status"] == "END"]
+    ends_in_order = [(int(r["id"].rsplit(":", 1)[1]), r["event_count"]) for r in txn if r["status"] == "END"]
+    for b, size in block_sizes.items():  # a block's BEGIN and END come after those of its version
+        if b in begins:
+            begins.pop(len(begins) - 1 - begins[::-1].index(b))
+        at = [i for i, (v, _) in enumerate(ends_in_order) if v == b]
+        if not at or ends_in_order[at[-1]][1] != size:
+            tally.mismatched += 1
+            tally.problems.append(f"{name}: the signal block at v{b} ({size} events) has no END counting it")
+        if at:
+            ends_in_order.pop(at[-1])
+    ends = dict(ends_in_order)
+    end_order = [v for v, _ in ends_in_order]
     with_rows = sorted(v for v, n in per_version_rows.items() if n)
     _tally_sequence(tally, name, "BEGIN records", begins, with_rows)
     _tally_sequence(tally, name, "END records", end_order, with_rows)
@@ -306,3 +334,29 @@ def _check_changes(bootstrap: str, t: TableTopics, last_version: int, tally: Tal
     if wrong:
         tally.mismatched += len(wrong)
         tally.problems.append(f"{name}: END event_count wrong for versions {wrong[:5]}")
+
+
+def _check_signal_blocks(t: TableTopics, in_blocks: dict[int, Counter[Any]], tally: Tally) -> dict[int, int]:
+    """Each signal block on the changes topic against the net changes of a range a watcher logged
+    for it; the size of each block found (by its last version)."""
+    name = t.path.name
+    sizes: dict[int, int] = {}
+    for last, got in sorted(in_blocks.items()):
+        sizes[last] = sum(got.values())
+        firsts = sorted({f for f, b in t.signal_blocks if b == last})
+        if not firsts:
+            tally.mismatched += sizes[last]
+            tally.problems.append(f"{name}: a signal block at v{last} that no watcher logged")
+            continue
+        # two signals may have ended at the same version (one killed): the block is one of theirs
+        wants = [expected_events(_changes_table(t.path, f, last, net_at=last), KEY_COLUMNS) for f in firsts]
+        want = min(wants, key=lambda w: sum(((w - got) + (got - w)).values()))
+        lost, extra = want - got, got - want
+        tally.lost += sum(lost.values())
+        tally.duplicated += sum(extra.values())
+        if lost or extra:
+            tally.problems.append(
+                f"{name}: signal block at v{last}: {sum(lost.values())} missing, {sum(extra.values())} "
+                f"extra, e.g. {next(iter(lost or extra))}"
+            )
+    return sizes

@@ -1,4 +1,4 @@
-"""The seven fault classes. Each builds its scene, lets the writer commit, injects faults at seeded
+"""The eight fault classes. Each builds its scene, lets the writer commit, injects faults at seeded
 moments, records where each one hit (:mod:`chaos.evidence`), lets everything catch up, and checks.
 
 A fault *lands* when the evidence shows it interrupted work in flight; a class fails when fewer
@@ -12,12 +12,14 @@ import contextlib
 import itertools
 import json
 import re
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from chaos.broker import cli
 from chaos.checker import net_block_version, read_topic
 from chaos.procs import Proc, poll_until, wait_for
 from chaos.scene import ClassResult, Fault, Run, Scene, latest_version
@@ -54,8 +56,11 @@ def _loop(result: ClassResult, plan: Plan, clock: Clock, inject: Callable[[], Fa
         result.faults.append(inject())
 
 
-def _finish(scene: Scene, result: ClassResult, survivors: list[Proc]) -> None:
-    """Stop the writer, wait until every table is out, stop the survivors (exit 0), check."""
+def _finish(
+    scene: Scene, result: ClassResult, survivors: list[Proc], signal_blocks: tuple[tuple[int, int], ...] = ()
+) -> None:
+    """Stop the writer, wait until every table is out, stop the survivors (exit 0), check
+    (``signal_blocks``: the ranges the watchers began publishing on net-changes signals)."""
     scene.stop_writer()
     if not scene.caught_up(SETTLE_S):
         result.failures.append(f"not caught up within {SETTLE_S:.0f} s: {', '.join(scene.behind())}")
@@ -63,7 +68,7 @@ def _finish(scene: Scene, result: ClassResult, survivors: list[Proc]) -> None:
         code = proc.terminate()
         if code != 0:
             result.failures.append(f"{proc.name} exited {code} on SIGTERM")
-    result.tally = scene.check()
+    result.tally = scene.check(signal_blocks)
 
 
 def _await_start(scene: Scene) -> None:
@@ -704,6 +709,108 @@ def net_catch_up_kills(run: Run, plan: Plan) -> ClassResult:
     return result
 
 
+# --- 8 ------------------------------------------------------------------------------------------------
+
+SIGNAL_BLOCK = re.compile(r"net row changes of versions (\d+) to (\d+) on a signal")
+#: how long the last signal's block may take to be committed (`signal --wait --timeout`)
+SIGNAL_WAIT_S = 180.0
+
+
+def signal_blocks(proc: Proc, run: int | None = None) -> list[tuple[int, int]]:
+    """The (first, last) of every net block ``proc`` (its ``run``-th run, or every run) said it
+    began publishing on a signal."""
+    out: list[tuple[int, int]] = []
+    for n in range(proc.starts) if run is None else [run]:
+        for line in proc.run_lines(n):
+            found = SIGNAL_BLOCK.search(str(line.get("msg", "")))
+            if found:
+                out.append((int(found.group(1)), int(found.group(2))))
+    return out
+
+
+def _send_net_changes(scene: Scene, table: Path, first: int, *extra: str) -> subprocess.CompletedProcess[str]:
+    return cli(
+        "signal",
+        "net-changes",
+        str(table),
+        "--from-version",
+        str(first),
+        "--config",
+        str(scene.config),
+        *extra,
+        timeout_s=SIGNAL_WAIT_S + 60,
+    )
+
+
+def signal_block_kills(run: Run, plan: Plan) -> ClassResult:
+    """A watcher publishing row changes per version is sent ``signal net-changes`` for a range of
+    the versions it published, and killed while the signal's block is out (its run logged the
+    block, records of an open transaction on the changes topic): the block is aborted whole and,
+    the signal taken once, not published again by the next run. The writer goes on writing; after
+    the faults one more signal, sent with ``--wait``, must be answered done: its block committed."""
+    result = ClassResult(8, TITLES[8], plan.need)
+    scene = Scene(
+        run,
+        "signal",
+        1,
+        row_changes=True,
+        weights={"update": 30, "delete": 12, "large-append": 16},
+        txn_timeout_ms=NET_TXN_TIMEOUT_MS,
+        max_pause_s=0.5,
+    )
+    table = scene.topics[0].path
+    try:
+        for _ in range(AHEAD_VERSIONS):  # a range whose net block is thousands of events
+            scene.writer.step()
+        watcher = scene.watcher("watch").start()
+        _await_start(scene)
+        scene.start_writer()
+        clock = Clock()
+        changes = [p for p in scene.partitions() if ".changes" in p[0]]
+
+        def inject() -> Fault:
+            at = clock.now()
+            n = watcher.starts - 1
+            begun = len(signal_blocks(watcher, n))
+            first = scene.rng.randrange(1, AHEAD_VERSIONS // 2)
+            sent = _send_net_changes(scene, table, first)
+            if sent.returncode != 0:
+                result.failures.append(f"signal net-changes exited {sent.returncode}: {sent.stderr[-500:]}")
+                return Fault("kill -9", at, ["the signal was not sent"], False)
+            # the block has begun (its run's log says so: it is then in its own transaction)
+            poll_until(
+                lambda: (
+                    not watcher.alive() or (len(signal_blocks(watcher, n)) > begun and scene.open_on(changes))
+                ),
+                SETTLE_S,
+                every_s=0.01,
+            )
+            if not watcher.alive():
+                code = watcher.wait_exit(0)
+                result.failures.append(f"the watcher exited {code} before its signal's block")
+                _resumed(watcher.start())
+                return Fault("kill -9", at, [f"the watcher had exited {code} before the kill"], False)
+            watcher.kill9()
+            blocks = signal_blocks(watcher, n)[begun:]
+            where = [f"signal block of v{f} to v{b} begun" for f, b in blocks] or ["no signal block begun"]
+            still_open = {k: c for k, c in scene.open_now().items() if ".changes" in k}
+            where += [f"open transaction {k}: {c} records" for k, c in still_open.items()]
+            _resumed(watcher.start())
+            return Fault("kill -9", at, where, bool(blocks) and bool(still_open))
+
+        _loop(result, plan, clock, inject)
+        # a signal the running watcher takes whole: answered done once its block is committed
+        sent = _send_net_changes(scene, table, 1, "--wait", "--timeout", str(SIGNAL_WAIT_S))
+        if sent.returncode != 0:
+            result.failures.append(f"the last signal (--wait) exited {sent.returncode}: {sent.stderr[-500:]}")
+        else:
+            result.notes.append(f"the last signal was answered: {sent.stdout.strip()[-300:]}")
+        _finish(scene, result, [watcher], signal_blocks=tuple(signal_blocks(watcher)))
+    finally:
+        scene.close()
+    return result
+
+
 CLASSES = {
     1: watcher_kills,
     2: group_faults,
@@ -712,6 +819,7 @@ CLASSES = {
     5: consumer_kills,
     6: row_change_kills,
     7: net_catch_up_kills,
+    8: signal_block_kills,
 }
 
 TITLES = {
@@ -722,4 +830,5 @@ TITLES = {
     5: "kill -9 of consume-snapshot and invalidate",
     6: "kill -9 while rows are paired and published",
     7: "kill -9 during a net catch-up",
+    8: "kill -9 during a signal's net block",
 }

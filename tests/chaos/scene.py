@@ -231,11 +231,13 @@ class Scene:
         for t in self.topics:
             self.net_from.setdefault(t.path, latest_version(t.path))
 
-    def check(self) -> Tally:
+    def check(self, signal_blocks: tuple[tuple[int, int], ...] = ()) -> Tally:
         tally = Tally()
         for t in self.topics:
             if self.net_catch_up:
                 t = replace(t, net_from=self.net_from.get(t.path, 0))
+            if signal_blocks:
+                t = replace(t, signal_blocks=signal_blocks)
             tally.add(check_table(self.bootstrap, t, latest_version(t.path)))
         for proc in self.procs:
             tally.problems += [f"{proc.name}: traceback: {tb}" for tb in proc.tracebacks()]

@@ -1,5 +1,6 @@
 """The fault campaign's CI subset: classes 1-6, one seed, a few faults each, on a broker of its own
-(class 7, kill -9 during a net catch-up, runs in ``make chaos`` only: over a minute on its own).
+(classes 7 and 8, kill -9 during a net catch-up or a signal's net block, run in ``make chaos`` only:
+over a minute each).
 
 ``make chaos`` runs the full campaign; this runs ``python tests/chaos --size ci`` as a user would and
 fails when any class lost, duplicated, reordered or changed a record, or when fewer faults landed

@@ -40,6 +40,9 @@ NO_BROKER = {
     ("schema",),
     ("local", "kafka", "start"),  # starts its own
     ("local", "kafka", "stop"),
+    ("local", "registry", "start"),  # a Schema Registry: no Kafka client in it
+    ("local", "registry", "stop"),
+    ("local", "registry", "status"),
 }
 
 

@@ -404,3 +404,59 @@ def test_net_catch_up_where_it_cannot_apply_is_refused_in_one_line(
     assert len(err.strip().splitlines()) == 1
     assert named in err
     assert handed == []
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--row-changes", "--row-format", "avro"], "format avro needs a Schema Registry"),
+        (
+            ["--row-format", "avro", "--schema-registry-url", "http://r:8081"],
+            "--row-format",
+        ),  # no row changes
+        (["--row-changes", "--schema-registry-url", "http://r:8081"], "registry is given but format json"),
+        (["--row-changes", "--row-format", "avro", "--schema-registry-url", "r:8081"], "http:// or https://"),
+        (
+            ["--row-changes", "--row-format", "avro", "--schema-registry-url", "http://u:p@r:8081"],
+            "credentials",
+        ),
+    ],
+)
+def test_avro_without_a_registry_or_with_a_bad_one_is_refused_in_one_line(
+    tmp_path: Path,
+    handed: list[WatchConfig],
+    capsys: pytest.CaptureFixture[str],
+    flags: list[str],
+    named: str,
+) -> None:
+    assert watch("--bootstrap-servers", "k:9092", str(tmp_path / "a"), *flags) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and named in err, err
+    assert "u:p" not in err  # a URL's credentials are never echoed
+    assert handed == []
+
+
+def test_the_registry_reaches_each_table_and_its_password_stays_secret(
+    tmp_path: Path, handed: list[WatchConfig], capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "w.yaml"
+    config.write_text(
+        "kafka: {bootstrap_servers: 'k:9092'}\ntables:\n  - uri: " + str(tmp_path / "b") + "\n"
+        "    row_changes: {format: avro, registry: {url: 'http://r:8081', username: mirror, "
+        "password: hunter2-secret}}\n"
+    )
+    assert watch("--config", str(config), "--subject-name-strategy", "topic-record") == 0
+    registry = handed[0].tables[0].row_changes.registry  # type: ignore[union-attr]
+    assert registry is not None
+    assert (registry.url, registry.username, registry.subject_name_strategy) == (
+        "http://r:8081",
+        "mirror",
+        "topic-record",
+    )
+    assert registry.password is not None and registry.password.get_secret_value() == "hunter2-secret"
+    assert "hunter2" not in repr(handed[0]) and "hunter2" not in str(handed[0].model_dump())
+    from deltamirror.mirror.records.row_formats import RegistrySettings
+    from deltamirror.producer.publishing.row_events import _registry_settings
+
+    settings = _registry_settings(handed[0].tables[0].row_changes)  # type: ignore[arg-type]
+    assert isinstance(settings, RegistrySettings) and "hunter2" not in repr(settings)

@@ -64,6 +64,7 @@ NEEDED: dict[str, dict[str, Any]] = {
     "version_at": {"timestamp": lambda: open_table(str(TABLE)).commit_timestamp(1).timestamp},
     "read_commit": {"version": 0},
     "commit_info": {"version": 0},
+    "commit_metadata": {"version": 0},
     "commit_timestamp": {"version": 0},
     "last_commit_timestamp": {"version": 0},
 }

@@ -59,12 +59,14 @@ def _records(options: RowChangesOptions) -> list[Record]:
 
 def test_every_format_the_setting_allows_is_one_class_and_no_other() -> None:
     allowed = typing.get_args(RowChangesConfig.model_fields["format"].annotation)
-    assert tuple(ROW_CHANGE_SERIALIZERS) == ROW_CHANGES_FORMATS == allowed
+    assert allowed == ROW_CHANGES_FORMATS
+    assert [row_change_serializer(f).format for f in allowed] == list(allowed)
+    assert tuple(ROW_CHANGE_SERIALIZERS) == ROW_CHANGES_FORMATS  # the registry formats, once loaded
     assert row_change_serializer("json") is JsonRowChanges
     assert row_change_serializer("json-schema") is ConnectJsonRowChanges
     assert _options("json-schema").serializer is ConnectJsonRowChanges  # chosen once, with the options
-    with pytest.raises(ValueError, match="'avro' is not one deltamirror writes"):
-        _options("avro")
+    with pytest.raises(ValueError, match="'protobuf' is not one deltamirror writes"):
+        _options("protobuf")
 
 
 def test_both_formats_carry_the_same_payload() -> None:
@@ -82,9 +84,15 @@ class _Framed:
     """A format made for the test: the JSON payload between two markers."""
 
     format: ClassVar[str] = "framed"
+    image_type: ClassVar[pa.DataType] = pa.large_string()
 
     def __init__(
-        self, topic: str, fields: Mapping[str, pa.Field], columns: Sequence[str], key_columns: Sequence[str]
+        self,
+        topic: str,
+        fields: Mapping[str, pa.Field],
+        columns: Sequence[str],
+        key_columns: Sequence[str],
+        **seam: Any,
     ) -> None:
         self.columns = list(columns)
 
@@ -140,6 +148,10 @@ def test_each_format_s_class_says_its_spark_ddl_and_the_ddl_functions_look_it_up
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     for fmt, cls in ROW_CHANGE_SERIALIZERS.items():
+        if fmt in row_formats.REGISTRY_FORMATS:  # read with the registered schema, not a DDL
+            with pytest.raises(ValueError, match="no Spark DDL"):
+                row_changes_ddl(SCHEMA, fmt=fmt)  # type: ignore[arg-type]
+            continue
         assert row_changes_ddl(SCHEMA, fmt=fmt) == cls.value_ddl(parse_schema(SCHEMA))  # type: ignore[arg-type]
     assert "DECIMAL(10,2)" in row_changes_ddl(SCHEMA, fmt="json")
     assert "BINARY" in row_changes_ddl(SCHEMA, fmt="json-schema") and "DECIMAL" not in row_changes_ddl(
@@ -148,8 +160,10 @@ def test_each_format_s_class_says_its_spark_ddl_and_the_ddl_functions_look_it_up
     monkeypatch.setitem(row_formats.ROW_CHANGE_SERIALIZERS, "framed", _Framed)
     assert row_changes_ddl(SCHEMA, fmt="framed") == "framed id,price"  # type: ignore[arg-type]
     assert row_changes_key_ddl(SCHEMA, ["id"], fmt="framed") == "framed key id"  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="'avro' is not one deltamirror writes"):
-        row_changes_ddl(SCHEMA, fmt="avro")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="no Spark DDL"):
+        row_changes_ddl(SCHEMA, fmt="avro")
+    with pytest.raises(ValueError, match="'protobuf' is not one deltamirror writes"):
+        row_changes_ddl(SCHEMA, fmt="protobuf")  # type: ignore[arg-type]
 
 
 def test_the_options_keep_any_sequence_of_key_columns_as_a_tuple() -> None:

@@ -37,7 +37,7 @@ from support.kafka import free_port_pair
 pytestmark = [pytest.mark.kafka]
 
 #: the commits (counted from the watcher's first) during which the broker is killed
-KILL_AT = (6, 30, 60, 90)
+KILL_AT = (6, 30, 60)
 
 
 class _KillDuringCommit(TransactionalPublisher):

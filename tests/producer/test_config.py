@@ -773,6 +773,9 @@ def test_every_per_table_override_reaches_discovered_tables_or_is_refused() -> N
         "storage_options": {"region": "eu"},
         "poll_interval_s": 0.25,
         "row_changes": True,
+        "row_format": "json-schema",
+        "schema_registry_url": "http://registry:8081",
+        "subject_name_strategy": "record",
         "net_catch_up": True,
         "wait_for_table": True,
     }

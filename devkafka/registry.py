@@ -1,0 +1,468 @@
+"""A real Confluent-compatible Schema Registry for laptops and tests: Apicurio Registry, built once.
+
+Maven Central serves Apicurio Registry's Quarkus application as a plain jar
+(``io.apicurio:apicurio-registry-app``); Quarkus makes it runnable at build time. So the first
+start writes ``registry_pom.xml`` (a pom depending on that jar, with ``quarkus-maven-plugin`` at the
+Quarkus version the app was built with) into the cache and runs ``mvn -C package`` once (Maven and
+Java 17+ needed; Maven checks every download against Central's checksums). The resulting runtime
+classpath, ``lib/``, must match ``registry_artifacts.json`` (written by
+``scripts/pin_registry_artifacts.py``) by name, size and SHA-256, on every start; any other bytes
+are deleted and refused. Why 2.4.2.Final (the newest version whose artifacts Central serves whole)
+and what the pom changes: ``docs/schema-registry.md``.
+
+Storage is in memory (the app's H2 ``jdbc:h2:mem``): a stop forgets every schema. The
+Confluent-compatible API (what ``confluent_kafka.schema_registry.SchemaRegistryClient`` talks to)
+is at ``http://127.0.0.1:<port>/apis/ccompat/v7``.
+
+Layout::
+
+    ${XDG_CACHE_HOME:-~/.cache}/deltamirror/m2/                      Maven's local repository (the download cache)
+    ${XDG_CACHE_HOME:-~/.cache}/deltamirror/registry/<version>/app/  the runner jar and lib/ (the build)
+    ${XDG_CACHE_HOME:-~/.cache}/deltamirror/registry/<version>/build.log  Maven's output of the last build
+    <data dir> (default .../deltamirror/registry-data/<port>)       registry.pid, registry.log, port
+
+POSIX only (process groups, ``fcntl`` locks).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from xml.sax.saxutils import escape
+
+from deltamirror.core.errors import ConfigError, EnvironmentMissingError
+from deltamirror.devkafka.jars import (
+    MAVEN_CENTRAL,
+    MAVEN_REPO_ENV,
+    cache_root,
+    exclusive_lock,
+    find_java,
+    sha256_of,
+)
+from deltamirror.devkafka.processes import command_line as _command_line
+from deltamirror.devkafka.processes import port_is_free as _port_is_free
+from deltamirror.devkafka.processes import process_alive as _process_alive
+from deltamirror.devkafka.processes import terminate
+from deltamirror.mirror.errors import LocalRegistryError
+
+log = logging.getLogger(__name__)
+
+HOST = "127.0.0.1"
+DEFAULT_PORT = 8081
+CCOMPAT_PATH = "/apis/ccompat/v7"
+READY_TIMEOUT_S = 180.0
+STOP_TIMEOUT_S = 30.0
+BUILD_TIMEOUT_S = 1800.0
+#: a development registry: C1 only and the serial GC start it in about half the time, in less memory
+JVM_OPTS = (
+    "-Xms64m",
+    "-Xmx256m",
+    "-XX:TieredStopAtLevel=1",
+    "-XX:+UseSerialGC",
+    "-XX:+ExitOnOutOfMemoryError",
+    "-Djava.awt.headless=true",
+)
+PID_FILE = "registry.pid"
+PORT_FILE = "port"
+LOG_FILE = "registry.log"
+#: on the JVM's command line: how a pid is recognised as this data dir's registry
+DATA_DIR_PROPERTY = "deltamirror.registry.data-dir"
+
+
+# --- the pinned build -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BuiltJar:
+    """One jar of the registry's runtime classpath (``lib/``), as Maven Central serves it."""
+
+    file_name: str
+    #: where it lives in a Maven repository (deleted there too when its bytes are wrong)
+    repo_path: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class RegistryDistribution:
+    apicurio_version: str
+    quarkus_version: str
+    runner_jar: str
+    lib: tuple[BuiltJar, ...]
+
+
+def load_registry_distribution() -> RegistryDistribution:
+    raw = resources.files("deltamirror.devkafka").joinpath("registry_artifacts.json").read_text("utf-8")
+    doc = json.loads(raw)
+    return RegistryDistribution(
+        apicurio_version=doc["apicurio_version"],
+        quarkus_version=doc["quarkus_version"],
+        runner_jar=doc["runner_jar"],
+        lib=tuple(BuiltJar(**jar) for jar in doc["lib"]),
+    )
+
+
+def build_pom() -> str:
+    return resources.files("deltamirror.devkafka").joinpath("registry_pom.xml").read_text("utf-8")
+
+
+def maven_repo() -> Path:
+    """Maven's local repository: kept between runs (CI keeps $XDG_CACHE_HOME), so only the first build downloads."""
+    return cache_root() / "m2"
+
+
+def registry_cache_dir(version: str) -> Path:
+    return cache_root() / "registry" / version
+
+
+def app_dir(version: str) -> Path:
+    return registry_cache_dir(version) / "app"
+
+
+def verify_build(directory: Path, dist: RegistryDistribution, *, repo: Path | None = None) -> None:
+    """Raise unless ``directory/lib`` holds exactly the pinned jars; a jar with other bytes is deleted,
+    here and in the Maven repository it was copied from, so that the next build fetches it anew."""
+    lib = directory / "lib"
+    if not (directory / dist.runner_jar).is_file():
+        raise LocalRegistryError(
+            "the registry build has no runner jar", file=str(directory / dist.runner_jar)
+        )
+    present = {p.name for p in lib.iterdir()} if lib.is_dir() else set()
+    pinned = {jar.file_name for jar in dist.lib}
+    unexpected = sorted(present - pinned)
+    if unexpected:
+        raise LocalRegistryError(
+            f"the registry build holds {len(unexpected)} jar(s) that are not pinned, first {unexpected[0]}",
+            file=str(lib),
+        )
+    for jar in dist.lib:
+        path = lib / jar.file_name
+        if not path.is_file():
+            raise LocalRegistryError(
+                f"the registry build lacks the pinned jar {jar.file_name}", file=str(lib)
+            )
+        size = path.stat().st_size
+        actual = sha256_of(path) if size == jar.size else None
+        if actual == jar.sha256:
+            continue
+        path.unlink(missing_ok=True)
+        (repo or maven_repo()).joinpath(jar.repo_path).unlink(missing_ok=True)
+        raise LocalRegistryError(
+            f"checksum mismatch for {jar.file_name}; the file was deleted",
+            file=str(path),
+            expected_sha256=jar.sha256,
+            actual_sha256=actual,
+            expected_size=jar.size,
+            actual_size=size,
+        )
+
+
+def is_built(dist: RegistryDistribution | None = None) -> bool:
+    """Whether a build is cached (its bytes are checked by :func:`ensure_build`)."""
+    dist = dist or load_registry_distribution()
+    return (app_dir(dist.apicurio_version) / dist.runner_jar).is_file()
+
+
+def find_maven() -> Path:
+    found = shutil.which("mvn")
+    if found is None:
+        raise EnvironmentMissingError(
+            "Maven (mvn) is required once, to build the local Schema Registry (Apicurio Registry) from "
+            "Maven Central; install it (e.g. `apt install maven`, `brew install maven`) and put mvn on PATH"
+        )
+    return Path(found)
+
+
+def _settings_xml(repo_url: str) -> str:
+    # Every repository a pom names (Apicurio's parent lists jitpack and Confluent's) goes to one place.
+    return (
+        '<settings xmlns="http://maven.apache.org/SETTINGS/1.0.0">\n'
+        "  <mirrors>\n"
+        "    <mirror>\n"
+        "      <id>deltamirror</id>\n"
+        "      <mirrorOf>*</mirrorOf>\n"
+        f"      <url>{escape(repo_url)}</url>\n"
+        "    </mirror>\n"
+        "  </mirrors>\n"
+        "</settings>\n"
+    )
+
+
+def _maven_complaint(log_path: Path) -> str:
+    """The first ERROR line of Maven's output: the failed artifact or build step."""
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "nothing logged"
+    for line in lines:
+        if "[ERROR]" in line:
+            text = re.sub(r"\x1b\[[0-9;]*m", "", line).replace("[ERROR]", "").strip()
+            if text:
+                return text[:500]
+    return lines[-1][:500] if lines else "nothing logged"
+
+
+def build(*, verify: bool = True, timeout: float = BUILD_TIMEOUT_S) -> Path:
+    """Run the Maven build into the cache (under its lock) and return the app dir.
+
+    ``verify=False`` is for ``scripts/pin_registry_artifacts.py``, which writes the pins from it.
+    """
+    dist = load_registry_distribution()
+    cache = registry_cache_dir(dist.apicurio_version)
+    cache.mkdir(parents=True, exist_ok=True)
+    with exclusive_lock(cache / ".lock"):
+        return _build_locked(dist, cache, verify=verify, timeout=timeout)
+
+
+def _build_locked(dist: RegistryDistribution, cache: Path, *, verify: bool, timeout: float) -> Path:
+    mvn = find_maven()
+    java = find_java()
+    work = cache / "build"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    (work / "pom.xml").write_text(build_pom(), encoding="utf-8")
+    repo_url = (os.environ.get(MAVEN_REPO_ENV) or MAVEN_CENTRAL).rstrip("/")
+    (work / "settings.xml").write_text(_settings_xml(repo_url), encoding="utf-8")
+    command = [
+        str(mvn),
+        "--batch-mode",
+        "--strict-checksums",
+        "--settings",
+        str(work / "settings.xml"),
+        f"-Dmaven.repo.local={maven_repo()}",
+        "package",
+    ]
+    env = {**os.environ, "JAVA_HOME": str(java.resolve().parent.parent)}
+    log_path = cache / "build.log"
+    log.info("building Apicurio Registry %s with Maven (log: %s)", dist.apicurio_version, log_path)
+    with log_path.open("wb") as out:
+        try:
+            done = subprocess.run(
+                command, cwd=work, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                env=env, timeout=timeout, check=False,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired as exc:
+            raise LocalRegistryError(
+                f"building Apicurio Registry {dist.apicurio_version} with Maven took over {timeout:.0f} s",
+                file=str(log_path),
+            ) from exc
+    if done.returncode != 0:
+        raise LocalRegistryError(
+            f"building Apicurio Registry {dist.apicurio_version} with Maven failed: {_maven_complaint(log_path)}",
+            file=str(log_path),
+        )
+    target = app_dir(dist.apicurio_version)
+    staged = cache / "app.new"
+    shutil.rmtree(staged, ignore_errors=True)
+    staged.mkdir()
+    os.replace(work / "target" / "lib", staged / "lib")
+    os.replace(work / "target" / dist.runner_jar, staged / dist.runner_jar)
+    if verify:
+        try:
+            verify_build(staged, dist)
+        except LocalRegistryError:
+            shutil.rmtree(staged, ignore_errors=True)
+            raise
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(staged, target)
+    shutil.rmtree(work, ignore_errors=True)
+    return target
+
+
+def ensure_build() -> Path:
+    """The runner jar of a verified build: the cached one, else a new Maven build (minutes, once)."""
+    dist = load_registry_distribution()
+    cache = registry_cache_dir(dist.apicurio_version)
+    cache.mkdir(parents=True, exist_ok=True)
+    target = app_dir(dist.apicurio_version)
+    with exclusive_lock(cache / ".lock"):
+        if (target / dist.runner_jar).is_file():
+            try:
+                verify_build(target, dist)
+                return target / dist.runner_jar
+            except LocalRegistryError as exc:
+                log.warning("rebuilding the registry: %s", exc)
+                shutil.rmtree(target, ignore_errors=True)
+        return _build_locked(dist, cache, verify=True, timeout=BUILD_TIMEOUT_S) / dist.runner_jar
+
+
+# --- the registry process -------------------------------------------------------------------------
+
+
+def default_data_dir(port: int) -> Path:
+    return cache_root() / "registry-data" / str(port)
+
+
+def _answers(url: str) -> bool:
+    """Whether the ccompat API lists its subjects (the registry's storage is up)."""
+    try:
+        with urllib.request.urlopen(f"{url}/subjects", timeout=5.0) as response:
+            return response.status == 200 and isinstance(json.loads(response.read()), list)
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _last_complaint(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "nothing logged"
+    for line in reversed(lines):
+        if re.search(r"\b(ERROR|FATAL)\b|Exception|Error:", line):
+            return line.strip()[:500]
+    return lines[-1].strip()[:500] if lines else "nothing logged"
+
+
+class LocalRegistry:
+    """One in-memory Apicurio Registry bound to a data dir (pid, log); every method is safe to call twice."""
+
+    def __init__(self, port: int = DEFAULT_PORT, data_dir: Path | None = None) -> None:
+        self.port = port
+        self.data_dir = (data_dir or default_data_dir(port)).expanduser().resolve()
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """The Confluent-compatible API: ``SchemaRegistryClient({"url": ...})``."""
+        return f"http://{HOST}:{self._configured_port() or self.port}{CCOMPAT_PATH}"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.data_dir / PID_FILE
+
+    @property
+    def log_file(self) -> Path:
+        return self.data_dir / LOG_FILE
+
+    def status(self) -> dict[str, Any]:
+        pid = self._running_pid()
+        return {
+            "running": pid is not None,
+            "pid": pid,
+            "port": self._configured_port() or self.port,
+            "url": self.url,
+            "data_dir": str(self.data_dir),
+            "log_file": str(self.log_file),
+            "registry_version": load_registry_distribution().apicurio_version,
+        }
+
+    def start(self, timeout: float = READY_TIMEOUT_S) -> str:
+        """Start (or find running) and return the ccompat URL once it answers; builds first if needed."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with exclusive_lock(self.data_dir / ".lock"):
+            configured = self._configured_port()
+            if self._running_pid() is not None:
+                if configured is not None and configured != self.port:
+                    raise ConfigError(
+                        f"the registry of data dir {self.data_dir} runs on port {configured}; "
+                        f"use --port {configured} or another --data-dir",
+                        port=self.port,
+                    )
+                self._wait_until_ready(timeout, None)
+                return self.url
+            self.pid_file.unlink(missing_ok=True)
+            if not _port_is_free(self.port):
+                raise ConfigError(
+                    f"port {self.port} on {HOST} is already in use by another program; "
+                    "stop it or choose another --port",
+                    port=self.port,
+                )
+            java = find_java()
+            runner = ensure_build()
+            (self.data_dir / PORT_FILE).write_text(f"{self.port}\n", encoding="utf-8")
+            self._launch(java, runner)
+            assert self._process is not None
+            try:
+                self._wait_until_ready(timeout, self._process)
+            except BaseException:
+                self._terminate(self._process.pid)
+                self.pid_file.unlink(missing_ok=True)
+                raise
+            return self.url
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        """SIGTERM (Quarkus shuts down cleanly), SIGKILL after ``timeout``."""
+        with exclusive_lock(self.data_dir / ".lock"):
+            pid = self._running_pid()
+            if pid is not None:
+                self._terminate(pid, timeout)
+            self.pid_file.unlink(missing_ok=True)
+            self._process = None
+
+    # -- internals --
+
+    def _configured_port(self) -> int | None:
+        try:
+            return int((self.data_dir / PORT_FILE).read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def _running_pid(self) -> int | None:
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        if self._process is not None and self._process.pid == pid:
+            return pid if self._process.poll() is None else None
+        if not _process_alive(pid):
+            return None
+        # a pid can be reused after a reboot: only a JVM started for this data dir is ours
+        cmdline = _command_line(pid)
+        if cmdline is not None and f"-D{DATA_DIR_PROPERTY}={self.data_dir}" not in cmdline:
+            return None
+        return pid
+
+    def _launch(self, java: Path, runner: Path) -> None:
+        command = [
+            str(java),
+            *JVM_OPTS,
+            f"-D{DATA_DIR_PROPERTY}={self.data_dir}",
+            f"-Dquarkus.http.host={HOST}",
+            f"-Dquarkus.http.port={self.port}",
+            "-jar",
+            str(runner),
+        ]
+        with self.log_file.open("ab") as out:
+            # a new session: the registry outlives this Python process and ignores its Ctrl-C
+            self._process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.data_dir,
+                start_new_session=True,
+            )
+        self.pid_file.write_text(f"{self._process.pid}\n", encoding="utf-8")
+
+    def _wait_until_ready(self, timeout: float, process: subprocess.Popen[bytes] | None) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if process is not None and process.poll() is not None:
+                raise LocalRegistryError(
+                    f"the registry exited with code {process.returncode} during startup: "
+                    f"{_last_complaint(self.log_file)}",
+                    file=str(self.log_file),
+                )
+            if _answers(self.url):
+                return
+            time.sleep(0.2)
+        raise LocalRegistryError(
+            f"the registry did not answer at {self.url} within {timeout:.0f} s: {_last_complaint(self.log_file)}",
+            file=str(self.log_file),
+        )
+
+    def _terminate(self, pid: int, timeout: float = STOP_TIMEOUT_S) -> None:
+        terminate(
+            pid, self._process, timeout, name="the registry", pid_file=self.pid_file, error=LocalRegistryError
+        )
