@@ -309,6 +309,13 @@ class TablePipeline:
         self.waker.wait(delay, self.stop)
 
     @property
+    def opening(self) -> bool:
+        """Its next step opens a producer session (the scheduler runs it on an opener thread): it
+        may wait for the brokers, for transactions left open on its topics, and for the batched
+        topic checks and progress read it shares with the tables opening with it."""
+        return not self._session_open and not self._ended
+
+    @property
     def ended(self) -> bool:
         """True once :meth:`step_once` returned None or raised: nothing of the table is left open."""
         return self._ended

@@ -14,13 +14,22 @@ that take the table due first, run one turn of it and put it back at its next du
   of the shard waits for that producer;
 - a notification of a new commit (the waker's listener) makes an idle table due at once, and so
   does a stop (:meth:`wake`, the service calls it): the table's next step finishes it;
-- the only waits in a step are the table's calls to the broker and to its storage (and, when a
-  session opens, for the brokers and for transactions left open on its topics): a table waiting
-  there holds one worker, the others go on.
+- a step that opens a table's producer session (its first, or one after a Kafka failure) runs on
+  an opener thread, not on a worker: openers start as tables need them, up to ``openers`` at a
+  time, and end once no table waits to open. Tables opening together share the broker calls of an
+  open (one CreateTopics/DescribeConfigs request for their topics, one read of the progress topic:
+  :mod:`deltamirror.mirror.topics`, :mod:`.publishing.progress`), which gather the threads that
+  ask at about the same time: on ``workers`` threads a member's start would gather ``workers``
+  tables at a time (100 tables started 5 times slower). The waits of an open (for the brokers, for
+  transactions left open on the table's topics) hold an opener, never a worker;
+- the other waits in a step are the table's calls to the broker and to its storage (and a net
+  catch-up in a transaction waiting for versions it cannot read yet): a table waiting there holds
+  one worker, the others go on. ``workers`` tables blocked there at once stall the rest.
 """
 
 from __future__ import annotations
 
+import collections
 import heapq
 import itertools
 import logging
@@ -36,6 +45,10 @@ log = logging.getLogger("deltamirror.watch")
 WORKERS_PER_CPU = 4
 #: at least this many workers by default (a machine with one core still overlaps a few waits)
 MIN_DEFAULT_WORKERS = 4
+#: opener threads at most (tables opening their session at once, sharing its batched broker calls)
+OPENERS = 256
+#: an opener with no table to open ends after this long
+OPENER_IDLE_S = 1.0
 
 
 def default_workers() -> int:
@@ -51,6 +64,11 @@ class Steppable(Protocol):
     """What the scheduler runs (a :class:`~.pipeline.TablePipeline`)."""
 
     wakeable: bool
+
+    @property
+    def opening(self) -> bool:
+        """Its next step opens a session (runs on an opener, not on a worker)."""
+        ...
 
     def step_once(self) -> float | None: ...
 
@@ -81,15 +99,34 @@ class Slot:
 class TableScheduler:
     """``workers`` threads serving every table added, each on one worker at a time."""
 
-    def __init__(self, workers: int, *, name: str = "deltamirror-worker") -> None:
-        if workers < 1:
-            raise ValueError("workers must be at least 1")
+    def __init__(
+        self,
+        workers: int,
+        *,
+        openers: int = OPENERS,
+        name: str = "deltamirror-worker",
+        opener_name: str = "deltamirror-opener",
+    ) -> None:
+        if workers < 1 or openers < 1:
+            raise ValueError("workers and openers must be at least 1")
         self.workers = workers
+        self.openers = openers
+        self.opener_name = opener_name
         self.name = name
-        self._cond = threading.Condition()
+        lock = threading.RLock()
+        #: the workers wait on it for a due table, the openers on ``_open_cond`` for one to open
+        self._cond = threading.Condition(lock)
+        self._open_cond = threading.Condition(lock)
         self._heap: list[tuple[float, int, int, Slot]] = []
         self._order = itertools.count()
         self._threads: list[threading.Thread] = []
+        #: due tables whose next step opens a session, in due order, for the openers
+        self._to_open: collections.deque[Slot] = collections.deque()
+        #: opener threads alive, and how many of them wait for a table
+        self._openers: list[threading.Thread] = []
+        self._openers_idle = 0
+        #: the most openers alive at once (for the tests and the bench)
+        self.openers_peak = 0
         self._closed = False
         #: slots added and not ended (for tests and the status)
         self._slots: set[Slot] = set()
@@ -140,8 +177,10 @@ class TableScheduler:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+            self._open_cond.notify_all()
 
     def threads(self) -> list[threading.Thread]:
+        """The workers (openers come and go: not listed)."""
         with self._cond:
             return list(self._threads)
 
@@ -176,42 +215,82 @@ class TableScheduler:
                         slot.token += 1  # no other entry of it is current
                         slot.running = True
                         slot.woken = slot.urgent = False
+                        if slot.table.opening:  # to an opener: never wait on a worker for an open
+                            self._hand_to_opener(slot)
+                            continue
                         return slot
                     self._cond.wait(left)
                 else:
                     self._cond.wait()
 
-    # --- the workers --------------------------------------------------------------------------
+    def _hand_to_opener(self, slot: Slot) -> None:
+        """Under the lock: ``slot`` (taken, running) is opened by an opener, started if none waits."""
+        self._to_open.append(slot)
+        if self._openers_idle >= len(self._to_open) or len(self._openers) >= self.openers:
+            self._open_cond.notify()  # an idle opener takes it (or the next to finish its open)
+            return
+        thread = threading.Thread(target=self._open_tables, name=self.opener_name, daemon=True)
+        self._openers.append(thread)
+        self.openers_peak = max(self.openers_peak, len(self._openers))
+        thread.start()
+
+    def _take_to_open(self) -> Slot | None:
+        """The next table to open; None once none came for :data:`OPENER_IDLE_S` (the opener ends)."""
+        me = threading.current_thread()
+        with self._cond:
+            deadline = time.monotonic() + OPENER_IDLE_S
+            while not self._to_open:
+                left = deadline - time.monotonic()
+                if left <= 0 or (self._closed and not self._slots):
+                    self._openers.remove(me)
+                    return None
+                self._openers_idle += 1
+                try:
+                    self._open_cond.wait(left)
+                finally:
+                    self._openers_idle -= 1
+            return self._to_open.popleft()
+
+    # --- the workers and the openers ------------------------------------------------------------
+
+    def _open_tables(self) -> None:
+        while (slot := self._take_to_open()) is not None:
+            self._run(slot)
 
     def _work(self) -> None:
         while (slot := self._take()) is not None:
-            delay: float | None
-            error: BaseException | None = None
-            try:
-                delay = self._turn(slot.table)
-            except BaseException as exc:  # the table ended on it: the service decides what it means
-                delay, error = None, exc
-            if delay is None:
-                with self._cond:
-                    slot.running = False
-                    self._slots.discard(slot)
-                    if self._closed and not self._slots:
-                        self._cond.notify_all()
-                try:
-                    slot.on_end(slot, error)
-                except Exception:  # a worker must survive what the service does
-                    log.exception("a table's end could not be handled")
-                finally:
-                    slot.done.set()
-                continue
+            self._run(slot)
+
+    def _run(self, slot: Slot) -> None:
+        """One turn of ``slot`` (taken: out of the heap), then back in the heap, or its end."""
+        delay: float | None
+        error: BaseException | None = None
+        try:
+            delay = self._turn(slot.table)
+        except BaseException as exc:  # the table ended on it: the service decides what it means
+            delay, error = None, exc
+        if delay is None:
             with self._cond:
                 slot.running = False
-                now = time.monotonic()
-                soon = slot.urgent or (slot.woken and slot.table.wakeable)
-                due = now if soon else now + delay
-                self._push(slot, due)
-                if due <= now:
-                    self._cond.notify()
+                self._slots.discard(slot)
+                if self._closed and not self._slots:
+                    self._cond.notify_all()
+                    self._open_cond.notify_all()
+            try:
+                slot.on_end(slot, error)
+            except Exception:  # a worker must survive what the service does
+                log.exception("a table's end could not be handled")
+            finally:
+                slot.done.set()
+            return
+        with self._cond:
+            slot.running = False
+            now = time.monotonic()
+            soon = slot.urgent or (slot.woken and slot.table.wakeable)
+            due = now if soon else now + delay
+            self._push(slot, due)
+            if due <= now:
+                self._cond.notify()
 
     @staticmethod
     def _turn(table: Steppable) -> float | None:

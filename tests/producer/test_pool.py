@@ -32,6 +32,8 @@ class Steps:
         self.log = log
         self.idle_s = idle_s
         self.wakeable = False
+        #: the scheduler runs a step on an opener while it is true (never here)
+        self.opening = False
         self.done = 0
         self.inside = 0
         self.overlapped = False
@@ -133,6 +135,89 @@ def _not_wakeable(step: Any) -> Any:
         return delay
 
     return run
+
+
+class Opening(Steps):
+    """A table whose first step opens its session: it calls ``open_step`` (which may block)."""
+
+    def __init__(self, name: str, n: int, log: list[tuple[str, int]], open_step: Any) -> None:
+        super().__init__(name, n, log)
+        self.opening = True
+        self.open_step = open_step
+        self.opened_on: str | None = None
+
+    def step_once(self) -> float | None:
+        if self.opening:
+            self.opened_on = threading.current_thread().name
+            self.open_step()
+            self.opening = False
+            return 0.0
+        return super().step_once()
+
+
+def test_tables_opening_together_open_at_once_whatever_the_workers() -> None:
+    """A member's start opens its tables together, so that they share the batched broker calls of
+    an open (one topic request, one progress read for all): on a single worker, one table after
+    the other, 100 tables started 5 times slower than on a thread each (39 s against 7.8 s)."""
+    n = 6
+    together = threading.Barrier(n, timeout=20)  # every open waits until all are inside theirs
+    log: list[tuple[str, int]] = []
+    tables = [Opening(f"t{i}", 3, log, together.wait) for i in range(n)]
+    scheduler = TableScheduler(1)
+    _run(scheduler, tables)
+    assert not together.broken
+    assert all(t.done == 3 for t in tables)
+    assert all(t.opened_on is not None and "opener" in t.opened_on for t in tables)
+    assert len(scheduler.threads()) == 1  # the workers: openers come and go
+
+
+def test_a_table_waiting_in_its_open_holds_no_worker() -> None:
+    """The brokers down, or a transaction left open on its topics: a table waits in its open (on an
+    opener), while the tables already open go on on the only worker."""
+    log: list[tuple[str, int]] = []
+    brokers_back = threading.Event()
+    waiting = Opening("waiting", 2, log, lambda: brokers_back.wait(30))
+    other = Steps("other", 20, log)
+    scheduler = TableScheduler(1)
+    ended: list[str] = []
+    first = scheduler.add(waiting, lambda _slot, _exc: ended.append("waiting"))  # due first
+    second = scheduler.add(other, lambda _slot, _exc: ended.append("other"))
+    assert second.done.wait(20), "a table waiting in its open held the only worker"
+    assert not first.done.is_set() and waiting.done == 0
+    brokers_back.set()
+    assert first.done.wait(20)
+    scheduler.close()
+    assert ended == ["other", "waiting"]
+
+
+def test_the_openers_are_bounded() -> None:
+    inside = 0
+    most = 0
+    lock = threading.Lock()
+    two_in = threading.Event()
+    release = threading.Event()
+
+    def open_step() -> None:
+        nonlocal inside, most
+        with lock:
+            inside += 1
+            most = max(most, inside)
+            if inside == 2:
+                two_in.set()
+        release.wait(30)
+        with lock:
+            inside -= 1
+
+    log: list[tuple[str, int]] = []
+    tables = [Opening(f"t{i}", 1, log, open_step) for i in range(5)]
+    scheduler = TableScheduler(2, openers=2)
+    slots = [scheduler.add(t, lambda _slot, _exc: None) for t in tables]
+    assert two_in.wait(20)
+    release.set()
+    for slot in slots:
+        assert slot.done.wait(20)
+    scheduler.close()
+    assert most == 2 and scheduler.openers_peak == 2
 
 
 def test_the_default_pool_follows_the_cores() -> None:
@@ -266,6 +351,10 @@ def test_many_tables_run_on_the_pool_not_on_a_thread_each(
     try:
         for topic in commits:
             wait_for(lambda topic=topic: _versions(kafka_bootstrap, topic) == [0], topic, 120, 0.2)
+        # every table opened: its opener ends once no table is left to open
+        wait_for(
+            lambda: not any(t.name == "deltamirror-opener" for t in threading.enumerate()), "openers", 30, 0.1
+        )
         added = [t for t in threading.enumerate() if t.ident not in before]
         workers = [t for t in added if t.name.startswith("deltamirror-worker")]
         assert len(workers) == 2, [t.name for t in added]
