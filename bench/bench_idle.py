@@ -110,12 +110,19 @@ def thread_names(pid: int) -> collections.Counter[str]:
 
 
 def link_tree(src: Path) -> Path:
-    """A folder holding ``deltamirror/<package>`` links to the checkout's package folders."""
+    """A folder holding ``deltamirror/<package>`` links to the checkout's package folders, and the
+    checkout's ``root/`` files (``deltamirror/__init__.py``): without them the folder's
+    ``deltamirror`` is a namespace package, and the editable install's regular package (the
+    working tree) wins over it whatever comes first on the path."""
     root = Path(tempfile.mkdtemp(prefix="dm-bench-src-"))
     (root / "deltamirror").mkdir()
-    for name in PACKAGES:
+    for name in (*PACKAGES, "devkafka"):
         if (src / name).is_dir():
             (root / "deltamirror" / name).symlink_to(src / name)
+    if (src / "root").is_dir():
+        for entry in (src / "root").iterdir():
+            if entry.is_file():
+                (root / "deltamirror" / entry.name).symlink_to(entry)
     return root
 
 

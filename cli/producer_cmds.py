@@ -116,6 +116,14 @@ WATCH_FLAGS: tuple[Flag, ...] = (
         "at start (config wait_for_table per table)",
         switch=True,
     ),
+    Flag(
+        "workers",
+        ("--workers",),
+        "threads serving every table: a table runs on one at a time, in order; an idle table costs "
+        "none (default 4 per CPU, at least 4; config workers)",
+        "N",
+        int,
+    ),
     Flag("metrics_port", ("--metrics-port",), "serve /metrics and /healthz", "PORT", int),
     Flag("metrics_host", ("--metrics-host",), "address of the metrics server (127.0.0.1)", "HOST"),
     Flag(

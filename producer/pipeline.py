@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -209,6 +210,15 @@ class TablePipeline:
         self._disconnects_seen = 0
         #: when the table began waiting for the transactions open on its topics (for the report)
         self._settle_started = 0.0
+        #: a producer session is open (``_open`` done): steps publish; else the next step opens one
+        self._session_open = False
+        #: back-offs between sessions (a Kafka failure) and between the steps of one (a table error)
+        self._session_backoff = _Backoff()
+        self._loop_backoff = _Backoff()
+        #: the table ended: every later step returns None
+        self._ended = False
+        #: the last step returned an idle wait: a notification of a new commit may end it early
+        self.wakeable = False
 
     # --- stopping -----------------------------------------------------------------------------
 
@@ -274,30 +284,108 @@ class TablePipeline:
     # --- the outer loop: producer sessions ------------------------------------------------------
 
     def run(self) -> None:
-        """Publish until stopped. Raises ProducerFencedError or ConfigError (the process must stop)."""
-        backoff = _Backoff()
+        """Publish until stopped, on the caller's thread (one table alone). Raises
+        ProducerFencedError or ConfigError (the process must stop).
+
+        The same steps as a :class:`~.scheduler.TableScheduler` runs (:meth:`step_once`), with the
+        waits between them done here: the idle wait on the waker (a notification ends it), a
+        back-off on the stop flag.
+        """
+        while (delay := self.step_once()) is not None:
+            if delay <= 0:
+                continue
+            if self.wakeable:
+                self.waker.wait(delay, self.stop)
+            else:
+                self.stop.wait(delay)
+
+    def holding_transaction(self) -> bool:
+        """A transaction of this table is open (in a group it holds its shard's producer)."""
+        return not self._ended and self.txns.in_transaction
+
+    def wait_in_transaction(self, delay: float) -> None:
+        """The wait of a step that returned ``delay`` with its transaction open (a net catch-up
+        whose next versions cannot be read yet): on the waker, as :meth:`run` waits."""
+        self.waker.wait(delay, self.stop)
+
+    @property
+    def opening(self) -> bool:
+        """Its next step opens a producer session (the scheduler runs it on an opener thread): it
+        may wait for the brokers, for transactions left open on its topics, and for the batched
+        topic checks and progress read it shares with the tables opening with it."""
+        return not self._session_open and not self._ended
+
+    @property
+    def ended(self) -> bool:
+        """True once :meth:`step_once` returned None or raised: nothing of the table is left open."""
+        return self._ended
+
+    def step_once(self) -> float | None:
+        """One unit of the table's work; returns the seconds until it wants to run again.
+
+        0: ready now (more work, or a transaction open); the poll interval when idle (then
+        :attr:`wakeable`: a notification of a new commit makes it due at once); a back-off after a
+        failure (not wakeable); None once the table has ended (stopped, dropped), its clients
+        closed. Raises ProducerFencedError or ConfigError (ended too). Never waits for time to
+        pass: the only waits are on the broker and storage calls a step makes (and, at a session's
+        open, for the brokers and for transactions left open on the table's topics).
+        """
+        if self._ended:
+            return None
+        self.wakeable = False
+        self.waker.clear()
         try:
-            while not self.stop.is_set():
-                try:
-                    self._open()
-                    backoff.reset()
-                    self._loop()
-                    return
-                except StopRequested:
-                    self.say_abandoned()
-                    return
-                except ProducerFencedError:
-                    if self.cfg.group is not None:  # the new owner aborted it; the release is the one line
-                        self.abandoned = True
-                    raise
-                except ConfigError:
-                    raise
-                except KafkaError as exc:
-                    log.warning("kafka failure; reconnecting", exc_info=exc, extra=self._log_extra)
-                    self._close_publisher()
-                    self.stop.wait(backoff.next())
-        finally:
+            delay = self._session_step()
+        except BaseException:
+            self._end()
+            raise
+        if delay is None:
+            self._end()
+        return delay
+
+    def _session_step(self) -> float | None:
+        """What ``run``'s loop over sessions did, one step at a time."""
+        try:
+            if not self._session_open:
+                if self.stop.is_set():
+                    return None
+                self._open()
+                self._session_open = True
+                self._session_backoff.reset()
+                self._loop_backoff.reset()
+                return 0.0
+            if self.stop.is_set() or self.dropped.is_set():
+                self._finish()
+                return None
+            return self._loop_step()
+        except StopRequested:
+            self.say_abandoned()
+            return None
+        except ProducerFencedError:
+            if self.cfg.group is not None:  # the new owner aborted it; the release is the one line
+                self.abandoned = True
+            raise
+        except ConfigError:
+            raise
+        except KafkaError as exc:
+            log.warning("kafka failure; reconnecting", exc_info=exc, extra=self._log_extra)
+            # the logged traceback must not keep the failed session's clients alive (its frames'
+            # locals: an admin client no longer used would live on, retrying a broker)
+            traceback.clear_frames(exc.__traceback__)
             self._close_publisher()
+            self._session_open = False
+            if self.stop.is_set():
+                return None
+            return self._session_backoff.next()
+
+    def _end(self) -> None:
+        """The table's end (stopped, dropped, fenced): its clients and its watcher go."""
+        if self._ended:
+            return
+        self._ended = True
+        try:
+            self._close_publisher()
+        finally:
             self.waker.close()
             for work in self._drained:  # read ahead, never published: its signal is answered
                 if isinstance(work, NetChangesWork):
@@ -487,54 +575,59 @@ class TablePipeline:
 
     # --- the inner loop: one unit of work at a time --------------------------------------------
 
-    def _loop(self) -> None:
-        backoff = _Backoff()
-        while not self.stop.is_set() and not self.dropped.is_set():
-            try:
-                if self._needs_start:
-                    for work in self._drained:  # read ahead, not published: asked for again
-                        if isinstance(work, NetChangesWork):
-                            self.watcher.request_net_changes(work.first, work.answer, again=True)
-                    self._drained.clear()
-                    self._drained_error = None
-                    if self._resync is not None:
-                        self._resume_from_topics(self._resync)
-                        self._resync = None
-                    self.watcher.start(self.txns.committed)
-                    self._needs_start = False
-                self._step()
-                if self._table_failing:
-                    self._table_failing = False
-                    self._error_said = None
-                    self.metrics.table_ok(self.uri)
-                    log.info("table resumed", extra=self._log_extra)
-                backoff.reset()
-            except StopRequested:
-                self._cut_mid_batch = True  # the queue was full (broker gone) in the middle of a batch
-                break
-            except (ProducerFencedError, ConfigError):
-                raise
-            except TransactionAbortableError as exc:
-                log.warning("transaction aborted; publishing again", exc_info=exc, extra=self._log_extra)
-                self._abort()
-                if isinstance(exc, TimestampRefusedError):
-                    topic = exc.context.get("topic")
-                    if isinstance(topic, str) and topic in self.txns.limits:
-                        self.txns.limits[topic].always_clamp = True
-                self.stop.wait(backoff.next() / 4)
-            except RetriableKafkaError as exc:
-                log.warning("kafka busy; publishing again", exc_info=exc, extra=self._log_extra)
-                self._abort()
-                self.stop.wait(backoff.next())
-            except KafkaError:
-                raise
-            except (DeltaMirrorError, OSError) as exc:
-                self._table_error(exc)
-                self.stop.wait(backoff.next())
-            except Exception as exc:  # a bug: keep the other tables going, retry this one
-                self._table_error(exc, unexpected=True)
-                self.stop.wait(backoff.next())
-        self._finish()
+    def _loop_step(self) -> float | None:
+        """One unit of work of an open session; returns the seconds until the next one."""
+        backoff = self._loop_backoff
+        try:
+            if self._needs_start:
+                for work in self._drained:  # read ahead, not published: asked for again
+                    if isinstance(work, NetChangesWork):
+                        self.watcher.request_net_changes(work.first, work.answer, again=True)
+                self._drained.clear()
+                self._drained_error = None
+                if self._resync is not None:
+                    self._resume_from_topics(self._resync)
+                    self._resync = None
+                self.watcher.start(self.txns.committed)
+                self._needs_start = False
+            idle = self._step()
+            if self._table_failing:
+                self._table_failing = False
+                self._error_said = None
+                self.metrics.table_ok(self.uri)
+                log.info("table resumed", extra=self._log_extra)
+            backoff.reset()
+            if idle is not None:
+                self.waker.prepare()
+                self.wakeable = True
+                return idle
+            return 0.0
+        except StopRequested:
+            self._cut_mid_batch = True  # the queue was full (broker gone) in the middle of a batch
+            self._finish()
+            return None
+        except (ProducerFencedError, ConfigError):
+            raise
+        except TransactionAbortableError as exc:
+            log.warning("transaction aborted; publishing again", exc_info=exc, extra=self._log_extra)
+            self._abort()
+            if isinstance(exc, TimestampRefusedError):
+                topic = exc.context.get("topic")
+                if isinstance(topic, str) and topic in self.txns.limits:
+                    self.txns.limits[topic].always_clamp = True
+            return backoff.next() / 4
+        except RetriableKafkaError as exc:
+            log.warning("kafka busy; publishing again", exc_info=exc, extra=self._log_extra)
+            self._abort()
+            return backoff.next()
+        except KafkaError:
+            raise
+        except (DeltaMirrorError, OSError) as exc:
+            self._table_error(exc)
+            return backoff.next()
+        except Exception as exc:  # a bug: keep the other tables going, retry this one
+            self._table_error(exc, unexpected=True)
+            return backoff.next()
 
     def _abort(self, timeout_s: float | None = None) -> None:
         """Abort the open transaction; the watcher starts again from the position the topics hold.
@@ -672,7 +765,8 @@ class TablePipeline:
                 return
             size += work.scan.file.size
 
-    def _step(self) -> None:
+    def _step(self) -> float | None:
+        """One unit of work; the seconds to wait when there was none (idle), else None."""
         txns = self.txns
         if isinstance(txns.pub, ProducerLease) and txns.pub.fenced:  # another table of the shard learnt it
             raise ProducerFencedError(
@@ -686,7 +780,7 @@ class TablePipeline:
             # a broker may have restarted meanwhile, leaving the last commit's markers unwritten
             self._resync = "the connection to the brokers was lost"
             self._needs_start = True
-            return
+            return None
         if (
             txns.in_transaction
             and not txns.atomic
@@ -697,15 +791,13 @@ class TablePipeline:
             txns.commit()
         work = self._next_work()
         if work is None and txns.atomic:  # a catch-up's versions exist: read again (never commit a part)
-            self.waker.wait(self.table.poll_interval_s, self.stop)
-            return
+            return self.table.poll_interval_s
         if work is None:
             if txns.in_transaction:
                 txns.commit()
             self.metrics.versions_behind(self.uri, 0)
             txns.idle_duties()
-            self.waker.wait(self.table.poll_interval_s, self.stop)
-            return
+            return self.table.poll_interval_s
         if isinstance(work, NetChangesWork):
             if txns.block is not None:  # never inside another atomic block's transaction
                 log.warning(
@@ -714,7 +806,7 @@ class TablePipeline:
                 work.answer(f"table {self.uri} is in its {txns.block.what}")
             else:
                 txns.publish_net_block(work)
-            return
+            return None
         if not txns.in_transaction:
             txns.begin()
         if isinstance(work, CommitWork | SnapshotWork):
@@ -725,27 +817,28 @@ class TablePipeline:
         elif isinstance(work, TableReplacedWork) and txns.atomic:
             # re-created during a net catch-up: none of it is committed, the new table starts afresh
             self._abort()
-            return
+            return None
         elif isinstance(work, TableReplacedWork):
             txns.announce_replaced(work)
-            return  # the new table's first work goes in the same transaction
+            return None  # the new table's first work goes in the same transaction
         elif isinstance(work, TableDroppedWork):
             txns.announce_dropped(work)  # commits: the table's last transaction
             GONE_TABLES.note_dropped(self.uri)  # discovery forgets it
             self.dropped.set()
-            return
+            return None
         elif isinstance(work, PositionWork):
             txns.produced = work.position
         elif isinstance(work, NetCatchUpWork):
             txns.begin_catch_up(work)
-            return
+            return None
         if txns.block_complete:  # the whole catch-up is in: commit it
             txns.commit()
-            return
+            return None
         # publish may have committed its last chunk already (a stop mid-version): no txn, no commit
         if txns.in_transaction and not txns.atomic and txns.bounds_reached():
             self._read_while_draining()
             txns.commit()
+        return None
 
 
 def _describe(position: Position | None) -> str:

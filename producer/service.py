@@ -1,6 +1,8 @@
 """``deltamirror watch``: many tables in one process, each published exactly once and in order.
 
-Each table runs in its own thread (:class:`~.pipeline.TablePipeline`). Alone, each table has its
+Every table is served by a bounded pool of workers (``workers``, :mod:`.scheduler`): a table is a
+sequence of steps (:class:`~.pipeline.TablePipeline`), on one worker at a time, so its order is
+kept; an idle table costs no thread, only a place in the scheduler's heap. Alone, each table has its
 own transactional producer, whose ``transactional.id`` is ``<prefix>-<first 16 hex digits of
 sha1(normalized table URI)>``: one id per table, so a second watcher on the same table fences the
 first, whatever process or host it runs on, while tables never block each other. In a group the
@@ -15,7 +17,7 @@ completes whatever an earlier incarnation left open; then the progress topic is 
 (:mod:`.pipeline`). What a transaction holds: :mod:`.publishing.transactions`.
 
 The set of tables is dynamic: :meth:`WatchService.add_table` and :meth:`WatchService.remove_table`
-start and stop a table's thread while the others run (discovery calls them). With a ``group``
+start and stop a table while the others run (discovery calls them). With a ``group``
 (``watch --group NAME``, :mod:`.group.sharing`) only the tables of the shards Kafka's group protocol
 assigns to this instance run here, and they start and stop as shards move (docs/scale-out.md).
 
@@ -58,6 +60,7 @@ from .metrics import GroupMetrics, Metrics, ServedMetrics, ServerHandle, Watcher
 from .pipeline import STOP_BUDGET_S, TablePipeline
 from .publishing.row_transform import check_row_settings
 from .publishing.shared_clients import SharedClients
+from .scheduler import Slot, TableScheduler, default_workers
 from .settings import TableConfig, WatchConfig
 
 log = logging.getLogger("deltamirror.watch")
@@ -75,14 +78,18 @@ FENCED_RESTART_S = 1.0
 
 @dataclass(eq=False)
 class _Running:
-    """A table with a pipeline here: its thread is None until the service starts."""
+    """A table with a pipeline here: its slot in the scheduler is None until the service starts."""
 
     pipeline: TablePipeline
-    thread: threading.Thread | None = None
+    slot: Slot | None = None
+
+    def alive(self) -> bool:
+        """Scheduled and not ended yet."""
+        return self.slot is not None and not self.slot.done.is_set()
 
 
 class WatchService:
-    """The tables of a configuration (and those added later), each in its own thread.
+    """The tables of a configuration (and those added later), served by a pool of workers.
 
     ``metrics`` receives what the tables report (default: a new :class:`WatcherMetrics`); with
     ``metrics_port`` set it must be one that can be served (a registry and ``/healthz``).
@@ -128,6 +135,8 @@ class WatchService:
         for table in cfg.tables:
             self._admit(table)
         self._running: dict[str, _Running] = {}
+        #: the workers every table of this service runs on
+        self.scheduler = TableScheduler(cfg.workers if cfg.workers is not None else default_workers())
         self._started = False
         self._failure: BaseException | None = None
         self._server: ServerHandle | None = None
@@ -248,8 +257,8 @@ class WatchService:
             current = self._running.get(uri)
             if current is not None and current.pipeline.release_reason is None:
                 return current.pipeline
-        if current is not None and current.thread is not None:
-            current.thread.join(self.stop_budget_s + STOP_GRACE_S)
+        if current is not None and current.slot is not None:
+            current.slot.done.wait(self.stop_budget_s + STOP_GRACE_S)
         entry = _Running(self._new_pipeline(table))  # outside the lock: it opens the table's storage
         with self._lock:
             occupant = self._running.get(uri)  # None, or the stopping one it may replace
@@ -257,7 +266,7 @@ class WatchService:
             if started:
                 self._running[uri] = entry
                 if self._started:
-                    self._start_thread(uri, entry)
+                    self._schedule(entry)
         if not started:  # stopping, or started meanwhile by another caller
             entry.pipeline.waker.close()
             entry.pipeline.watcher.close()
@@ -276,14 +285,16 @@ class WatchService:
                 entry = self._running.get(uri)
                 if entry is not None:
                     entry.pipeline.release(reason)
+                    if entry.slot is not None:  # its next step finishes it: due now
+                        self.scheduler.wake(entry.slot, always=True)
                     entries.append(entry)
         deadline = time.monotonic() + wait_s
         for entry in entries:
-            if entry.thread is not None:
-                entry.thread.join(max(0.0, deadline - time.monotonic()))
+            if entry.slot is not None:
+                entry.slot.done.wait(max(0.0, deadline - time.monotonic()))
             elif entry.pipeline.uri in self._running:  # never started: nothing to finish
                 self._forget(entry)
-        return [e.pipeline.uri for e in entries if e.thread is not None and e.thread.is_alive()]
+        return [e.pipeline.uri for e in entries if e.alive()]
 
     def _forget(self, entry: _Running) -> None:
         with self._lock:
@@ -325,8 +336,8 @@ class WatchService:
             self._server = serve(self.metrics, self.cfg.metrics_host, self.cfg.metrics_port)
         with self._lock:
             self._started = True
-            for uri, entry in self._running.items():
-                self._start_thread(uri, entry)
+            for entry in self._running.values():
+                self._schedule(entry)
         threading.Thread(target=self._relay_stop, name="watch-stop", daemon=True).start()
         self.status.start(lambda: len(self.running_tables()), self.stop_event)
         self._broker_watch = threading.Thread(
@@ -342,13 +353,12 @@ class WatchService:
         else:
             threading.Thread(target=self._report_ready, name="watch-ready", daemon=True).start()
 
-    def _start_thread(self, uri: str, entry: _Running) -> None:
-        if entry.thread is not None:
+    def _schedule(self, entry: _Running) -> None:
+        """Serve the table on the workers from now on; a notification of a commit makes it due."""
+        if entry.slot is not None:
             return
-        entry.thread = threading.Thread(
-            target=self._run_pipeline, args=(entry,), name=f"watch-{entry.pipeline.txn_id}", daemon=True
-        )
-        entry.thread.start()
+        entry.slot = self.scheduler.add(entry.pipeline, lambda _slot, exc: self._pipeline_ended(entry, exc))
+        entry.pipeline.waker.listen(self.scheduler.waker_of(entry.slot))
 
     def _watch_broker(self) -> None:
         """Ask the brokers now and then (the shared admin client: no client of its own); a silence
@@ -374,11 +384,13 @@ class WatchService:
         self.metrics.set_healthy(True)
         log.info("all tables resumed", extra={"tables": len(self._running)})
 
-    def _run_pipeline(self, entry: _Running) -> None:
+    def _pipeline_ended(self, entry: _Running, error: BaseException | None) -> None:
+        """On the worker that ran its last step: what the table's end means for the service."""
         pipeline = entry.pipeline
         fenced_here = False
         try:
-            pipeline.run()
+            if error is not None:
+                raise error
         except ProducerFencedError as exc:
             if self.sharing is None:
                 self._fail(exc, pipeline)
@@ -404,8 +416,10 @@ class WatchService:
                 pipeline.dropped.is_set() or pipeline.release_reason is not None
             ):  # it no longer runs here (dropped, removed, moved): its series go with it
                 self.reports.forget_table(pipeline.uri)
-        if fenced_here:
-            self._restart_if_owned(pipeline.uri)
+        if fenced_here:  # it waits a little first: not on a worker
+            threading.Thread(
+                target=self._restart_if_owned, args=(pipeline.uri,), name="watch-refenced", daemon=True
+            ).start()
 
     def _restart_if_owned(self, uri: str) -> None:
         """A table fenced while its shard is still assigned here runs here again: a member woken from
@@ -454,19 +468,22 @@ class WatchService:
                 if pipeline.stop_deadline is None or self.stop_deadline < pipeline.stop_deadline:
                     pipeline.stop_deadline = self.stop_deadline
                 pipeline.stop.set()
+                if entry.slot is not None:  # its next step finishes it: due now
+                    self.scheduler.wake(entry.slot, always=True)
 
-    def _threads(self) -> list[threading.Thread]:
+    def _alive(self) -> list[_Running]:
         with self._lock:
-            return [e.thread for e in self._running.values() if e.thread is not None]
+            return [e for e in self._running.values() if e.alive()]
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Wait for every table thread to end (then, once stopped, leave the group); True when all did."""
+        """Wait for every table to end (then, once stopped, leave the group); True when all did."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while threads := [t for t in self._threads() if t.is_alive()]:
+        while alive := self._alive():
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 return False
-            threads[0].join(None if left is None else min(left, 0.5))
+            assert alive[0].slot is not None
+            alive[0].slot.done.wait(None if left is None else min(left, 0.5))
         if self.sharing is not None and self.stop_event.is_set():
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             return self.sharing.leave(left)
@@ -477,6 +494,8 @@ class WatchService:
         (a client left open retries a broker that is gone, and says so, after the service ended)."""
         if self.sharing is not None:
             self.sharing.leave(0.0)
+        if self.stop_event.is_set():
+            self.scheduler.close()  # its workers end once every table ended
         if self._server is not None:
             self._server.stop()
             self._server = None
@@ -493,7 +512,7 @@ class WatchService:
         (alone; in a group it is released).
 
         The stop takes at most the budget (plus ``STOP_GRACE_S``): a table still waiting on the
-        broker then is abandoned (its thread is a daemon) after saying what it leaves undone.
+        broker then is abandoned (the workers are daemons) after saying what it leaves undone.
         """
         self.start()
         try:
@@ -516,13 +535,12 @@ class WatchService:
     def _wait_for_stop(self) -> None:
         alive: list[_Running] = []
         while True:
-            with self._lock:
-                alive = [e for e in self._running.values() if e.thread is not None and e.thread.is_alive()]
+            alive = self._alive()
             deadline = self.stop_deadline
             if not alive or (deadline is not None and time.monotonic() > deadline + STOP_GRACE_S):
                 break
-            assert alive[0].thread is not None
-            alive[0].thread.join(0.1)
+            assert alive[0].slot is not None
+            alive[0].slot.done.wait(0.1)
         for entry in alive:
             entry.pipeline.say_abandoned()
 

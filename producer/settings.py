@@ -483,6 +483,8 @@ class WatchConfig(SettingsModel):
     status_interval_s: float = Field(default=60.0, gt=0)
     #: a broker that has not answered for this long makes /healthz unhealthy (and says so once)
     broker_timeout_s: float = Field(default=30.0, gt=0)
+    #: the threads that serve every table (:mod:`.scheduler`); None: 4 per CPU this process may use, at least 4
+    workers: int | None = Field(default=None, ge=1, le=1024)
 
     @field_validator("group", mode="before")
     @classmethod

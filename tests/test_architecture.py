@@ -818,8 +818,10 @@ ROOMS: dict[str, dict[str, set[str]]] = {
         "group/": set(),  # the group's membership, the shards' producers
         "publishing/": {"tailing/", "group/"},  # records, transactions, progress, sessions
         "pipeline.py": {"tailing/", "publishing/", "group/", "discovery/"},
+        "scheduler.py": set(),  # the workers that serve every table (it runs pipelines, imports none)
         "service.py": {
             "pipeline.py",
+            "scheduler.py",
             "publishing/",
             "group/",
             "discovery/",

@@ -244,18 +244,36 @@ class _StopRelay:
 _STOP_RELAY = _StopRelay()
 
 
+class _WakeEvent(threading.Event):
+    """An event that also calls its listener when it is set (a notification, a stop relayed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listener: Callable[[], None] | None = None
+
+    def set(self) -> None:
+        super().set()
+        listener = self.listener
+        if listener is not None:
+            listener()
+
+
 class LogWaker:
     """Waits for the next poll, or less when a file appears in a local ``_delta_log``.
 
     Notifications come from the process's one :class:`LogNotifier` (inotify on Linux, watchdog's
     FSEvents or ReadDirectoryChangesW elsewhere). A waker costs no thread of its own: its wait is
     one blocking wait on an event that a notification, the poll timeout or the stop flag ends.
+
+    A table served by a pool of workers does not wait here: it registers a listener
+    (:meth:`listen`), called on the notifier's thread when a file appears, and calls
+    :meth:`prepare` before each idle wait instead of :meth:`wait`.
     """
 
     def __init__(
         self, storage: TableStorage, enabled: bool = True, *, notifier: LogNotifier | None = None
     ) -> None:
-        self._changed = threading.Event()
+        self._changed = _WakeEvent()
         self._notifier = notifier if notifier is not None else NOTIFIER
         self._folder = storage.log_path
         self._wanted = enabled and storage.uri.startswith("file://")
@@ -278,8 +296,18 @@ class LogWaker:
     def notifying(self) -> bool:
         return self._subscribed
 
-    def wait(self, timeout: float, stop: threading.Event | None = None) -> None:
-        """Return after ``timeout`` seconds, on a log file event, or when ``stop`` is set."""
+    def listen(self, listener: Callable[[], None] | None) -> None:
+        """Call ``listener`` (on the notifier's thread: it must not block) whenever a log file
+        event arrives; None: no more calls."""
+        self._changed.listener = listener
+
+    def clear(self) -> None:
+        """Forget the events seen so far (the table is about to look at its log anyway)."""
+        self._changed.clear()
+
+    def prepare(self) -> None:
+        """Before an idle wait: watch the folder again if it was deleted (a dropped or re-created
+        table), or if it did not exist yet when last tried."""
         if self._subscribed and not self._notifier.watching(self._folder):
             # the folder was deleted (a dropped or re-created table): watch the new one, if any
             self._notifier.unsubscribe(self._folder, self._changed)
@@ -287,6 +315,10 @@ class LogWaker:
             self._next_try = 0.0
         if self._wanted and not self._subscribed and not self._closed and time.monotonic() >= self._next_try:
             self._try_subscribe()
+
+    def wait(self, timeout: float, stop: threading.Event | None = None) -> None:
+        """Return after ``timeout`` seconds, on a log file event, or when ``stop`` is set."""
+        self.prepare()
         if stop is not None and stop not in self._stops:
             self._stops.add(stop)
             _STOP_RELAY.add(stop, self._changed)
@@ -301,6 +333,7 @@ class LogWaker:
 
     def close(self) -> None:
         self._closed = True
+        self._changed.listener = None
         for stop in self._stops:
             _STOP_RELAY.discard(stop, self._changed)
         self._stops.clear()

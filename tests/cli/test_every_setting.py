@@ -437,6 +437,7 @@ FLAG_FIELDS: dict[str, tuple[str, ...]] = {
     "wait_for_table": ("WatchConfig.tables[].wait_for_table",),
     "metrics_port": ("WatchConfig.metrics_port",),
     "metrics_host": ("WatchConfig.metrics_host",),
+    "workers": ("WatchConfig.workers",),
 }
 
 
@@ -499,6 +500,7 @@ def _watch_flags(ctx: Ctx) -> None:
         "wait_for_table": [*base, "--wait-for-table"],
         "metrics_port": [*base, "--metrics-port", "9464"],
         "metrics_host": [*base, "--metrics-port", "9464", "--metrics-host", "0.0.0.0"],
+        "workers": [*base, "--workers", "3"],
     }
     assert set(given) == set(FLAG_FIELDS)
     ctx.ok("watch", *base, "--metrics-port", "9464")
@@ -1297,6 +1299,7 @@ ELSEWHERE: dict[str, str] = {
     "WatchConfig.max_record_bytes": "tests/producer/test_kafka_watch.py::test_a_record_over_the_size_limit_is_split_never_dropped",
     "WatchConfig.oversize_policy": "tests/producer/test_setting_effects.py::test_oversize_policy_fail_stops_the_table_naming_the_version_where_split_publishes_fragments",
     "WatchConfig.status_interval_s": "tests/producer/test_setting_effects.py::test_status_interval_s_is_how_often_the_status_line_comes",
+    "WatchConfig.workers": "tests/producer/test_pool.py::test_many_tables_run_on_the_pool_not_on_a_thread_each",
     "WatchConfig.metrics_port": "tests/producer/test_setting_effects.py::test_metrics_port_and_host_serve_metrics_there_and_only_there",
     "WatchConfig.metrics_host": "tests/producer/test_setting_effects.py::test_metrics_port_and_host_serve_metrics_there_and_only_there",
     "WatchConfig.broker_timeout_s": "tests/producer/test_setting_effects.py::test_broker_timeout_s_is_how_long_a_silent_broker_takes_to_make_healthz_unhealthy",

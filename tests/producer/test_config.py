@@ -647,6 +647,7 @@ def test_every_top_level_setting_can_be_overridden(tmp_path: Path) -> None:
         "signal_topic": "s2",
         "status_interval_s": 5.0,
         "broker_timeout_s": 7.0,
+        "workers": 3,
     }
     # discover (like tables) adds to the file's list: tests/producer/test_discovery.py
     # group (--group NAME) keeps the file's group settings: tests/producer/test_group.py

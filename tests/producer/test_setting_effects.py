@@ -429,13 +429,15 @@ def test_poll_interval_s_is_how_long_an_idle_table_waits_between_looks(
     service = WatchService(cfg, stop_budget_s=5.0)
     (pipeline,) = service.pipelines
     waits: list[float] = []
-    real_wait = pipeline.waker.wait
+    real_step = pipeline.step_once
 
-    def wait(timeout: float, stop: Any = None) -> None:
-        waits.append(timeout)
-        real_wait(timeout, stop)
+    def step() -> float | None:  # an idle look returns the wait until the next one (the pool waits)
+        delay = real_step()
+        if delay is not None and pipeline.wakeable:
+            waits.append(delay)
+        return delay
 
-    pipeline.waker.wait = wait  # type: ignore[method-assign]
+    pipeline.step_once = step  # type: ignore[method-assign]
     service.start()
     try:
         _until(service, lambda: 0 in _commit_versions(kafka_bootstrap, cfg), "version 0")

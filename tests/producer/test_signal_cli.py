@@ -76,8 +76,10 @@ def test_a_table_no_watcher_of_the_file_runs_is_refused(tmp_path: Path, table: s
         discover=[{"uri": str(tmp_path / "lake"), "exclude": ["tmp"], "max_depth": 3}],
     )
     done = _signal(str(tmp_path / table), "--config", str(config), "--timeout", "1")
-    if runs:  # accepted: it goes on to the broker, which does not answer
-        assert done.returncode == 1 and "did not answer" in done.stderr, done.stderr
+    if runs:  # accepted: it goes on to the broker, which does not answer (exit 1); on a loaded
+        # machine the 1 s may be spent before the broker is asked (the table is checked first)
+        assert done.returncode == 1, done.stderr
+        assert "did not answer" in done.stderr or "could not be completed within" in done.stderr, done.stderr
     else:
         assert done.returncode == 2 and "no watcher of it runs the table" in done.stderr, done.stderr
 
