@@ -43,6 +43,8 @@ from deltamirror.mirror.errors import (
     KafkaError,
     ProducerFencedError,
     RetriableKafkaError,
+    SchemaRegistryError,
+    SchemaRegistryUnavailableError,
     StopRequested,
     TimestampRefusedError,
     TransactionAbortableError,
@@ -570,6 +572,8 @@ class TablePipeline:
                 self._abort()
         self._needs_start = True
         self._table_failing = True
+        if isinstance(exc, SchemaRegistryError) and not isinstance(exc, SchemaRegistryUnavailableError):
+            self.metrics.schema_refused(self.uri)  # before table_error: counted when it stops the table
         self.metrics.table_error(self.uri, str(exc))
         said = f"{type(exc).__name__}: {exc}"
         if said == self._error_said:
