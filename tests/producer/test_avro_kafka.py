@@ -14,6 +14,7 @@ import shutil
 import threading
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -108,9 +109,10 @@ def _get(url: str) -> tuple[int, str]:
         return err.code, err.read().decode()
 
 
-def _with_change_data(table: Path) -> Path:
+def _with_change_data(table: Path, table_id: str | None = None) -> Path:
     """``table`` with ``delta.enableChangeDataFeed`` in each metaData (row changes need it; the
-    versions of krs__type-widening are blind appends, whose change rows are their added files)."""
+    versions of krs__type-widening are blind appends, whose change rows are their added files),
+    and ``table_id`` as its metaData.id if given (two copies in one watcher are two tables)."""
     log = table / "_delta_log"
     for crc in log.glob(".*.crc"):
         crc.unlink()
@@ -119,6 +121,7 @@ def _with_change_data(table: Path) -> Path:
         for action in actions:
             if "metaData" in action:
                 action["metaData"]["configuration"]["delta.enableChangeDataFeed"] = "true"
+                action["metaData"]["id"] = table_id or action["metaData"]["id"]
         commit.write_text("".join(json.dumps(a) + "\n" for a in actions))
     return table
 
@@ -144,7 +147,8 @@ def test_an_incompatible_schema_change_stops_that_table_visibly_before_its_versi
     """Version 2 of krs__type-widening (delta-spark) widens byte/short/int/long columns to decimals:
     int -> bytes, incompatible under BACKWARD. The table stops before anything of version 2 is on
     a topic, said in one log line (the CLI's JSON line, no traceback) naming table, version and
-    subject, /healthz and the metrics say it while retries stop on it; the other table goes on.
+    subject, /healthz and the metrics say it while retries stop on it; the other table (a copy
+    whose subject has no level: Apicurio's default, NONE) goes on through the same change.
 
     Apicurio words one refusal differently from one attempt to the next (its differences in any
     order): each retry logged it again until the pipeline told refusals apart by table, version and
@@ -154,13 +158,15 @@ def test_an_incompatible_schema_change_stops_that_table_visibly_before_its_versi
     from confluent_kafka.serialization import MessageField, SerializationContext
 
     refused = _with_change_data(shutil.copytree(TABLES / "krs__type-widening", tmp_path / "refused"))
-    other = tmp_path / "other"
-    other_end = cdf_table(other)
+    other = _with_change_data(
+        shutil.copytree(TABLES / "krs__type-widening", tmp_path / "other"), str(uuid.uuid4())
+    )
+    other_end = 2
     name, name2 = kit.unique("avrostop"), kit.unique("avrogo")
     subject = f"{name}.changes-value"
     _compatibility(registry, subject, "BACKWARD")
 
-    def table(path: Path, topic: str, keys: list[str]) -> dict[str, Any]:
+    def table(path: Path, topic: str) -> dict[str, Any]:
         return {
             "uri": str(path),
             "snapshot_mode": "from-version",
@@ -170,13 +176,13 @@ def test_an_incompatible_schema_change_stops_that_table_visibly_before_its_versi
             "poll_interval_s": 0.1,
             "changes_topic": f"{topic}.changes",
             "transaction_topic": f"{topic}.transaction",
-            "row_changes": {"format": "avro", "key_columns": keys, "registry": {"url": registry}},
+            "row_changes": {"format": "avro", "registry": {"url": registry}},
         }
 
     cfg = WatchConfig.model_validate(
         {
             "kafka": {"bootstrap_servers": kafka_bootstrap},
-            "tables": [table(refused, name, []), table(other, name2, ["id"])],
+            "tables": [table(refused, name), table(other, name2)],
             "progress_topic": f"{name}.progress",
             "transactional_id_prefix": name,
             "signal_topic": None,
@@ -252,6 +258,13 @@ def test_an_incompatible_schema_change_stops_that_table_visibly_before_its_versi
     events = [values(r.value, SerializationContext(f"{name}.changes", MessageField.VALUE)) for r in changes]
     assert [(e["op"], e["source"]["delta_version"]) for e in events] == [("c", 0)]
     assert client.get_versions(subject) == [1]
+    # the other table took the same change (no level set): version 2's row is there, a second schema
+    changes2 = [r for r in kit.consume(kafka_bootstrap, [f"{name2}.changes"], idle_s=0.5) if r.value]
+    events2 = [
+        values(r.value, SerializationContext(f"{name2}.changes", MessageField.VALUE)) for r in changes2
+    ]
+    assert [(e["op"], e["source"]["delta_version"]) for e in events2] == [("c", 0), ("c", 2)]
+    assert client.get_versions(f"{name2}.changes-value") == [1, 2]
     # a refusal counted on its own (an operator's alert: a schema needs a decision), once
     refusals = "deltamirror_schema_registry_refusals_total"
     assert samples.get((refusals, (("table", label),))) == 1, sorted(k for k in samples if "refusal" in k[0])
