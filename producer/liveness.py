@@ -80,6 +80,9 @@ class StatusLog:
         with self._lock:
             self._failing.add(table)
 
+    def schema_refused(self, table: str) -> None:
+        pass
+
     def table_ok(self, table: str) -> None:
         with self._lock:
             self._failing.discard(table)

@@ -19,6 +19,13 @@ table's normalized URI) and prefixed ``deltamirror_``:
 ``deltamirror_table_up``                        1 while the table is mirrored, 0 while it is stopped
                                                 on an error
 ``deltamirror_table_errors_total``              times the table stopped on an error
+``deltamirror_schema_registry_refusals_total``  times the table stopped because the Schema Registry
+                                                refused a schema its row changes need (format
+                                                ``avro``: incompatible under the subject's
+                                                compatibility level, not registered with
+                                                ``auto_register`` off, unauthorized): an operator
+                                                decides (the log line and /healthz name the version
+                                                and the subject); nothing of the version is published
 ``deltamirror_healthy``                         1 when the watcher reports itself healthy
 ``deltamirror_log_retention_headroom_seconds``  ``delta.logRetentionDuration`` minus the age of the
                                                 last version published while the table is behind
@@ -111,6 +118,8 @@ class Metrics(Protocol):
 
     def table_error(self, table: str, reason: str) -> None: ...
 
+    def schema_refused(self, table: str) -> None: ...
+
     def table_ok(self, table: str) -> None: ...
 
     def forget_table(self, table: str) -> None: ...
@@ -170,6 +179,9 @@ class NullMetrics:
         pass
 
     def table_error(self, table: str, reason: str) -> None:
+        pass
+
+    def schema_refused(self, table: str) -> None:
         pass
 
     def table_ok(self, table: str) -> None:
@@ -241,6 +253,10 @@ class WatcherMetrics:
         self._aborts = counter("transactions_aborted", "Kafka transactions aborted.")
         self._table_up = gauge("table_up", "1 while the table is mirrored, 0 while stopped on an error.")
         self._table_errors = counter("table_errors", "Times the table stopped on an error.")
+        self._refusals = counter(
+            "schema_registry_refusals",
+            "Times the table stopped because the Schema Registry refused a schema its row changes need.",
+        )
         self._healthy_gauge = gauge("healthy", "1 when the watcher reports itself healthy.", ())
         self._healthy_gauge.set(0)
         self._headroom = gauge(
@@ -298,7 +314,13 @@ class WatcherMetrics:
                 state = self._tables.get(table)
                 if state is None:
                     label = redact(table)
-                    for counter in (self._events, self._commits, self._aborts, self._table_errors):
+                    for counter in (
+                        self._events,
+                        self._commits,
+                        self._aborts,
+                        self._table_errors,
+                        self._refusals,
+                    ):
                         counter.labels(label)
                     self._table_up.labels(label).set(1)
                     self._hanging.labels(label).set(0)
@@ -337,6 +359,13 @@ class WatcherMetrics:
         self._table_up.labels(state.label).set(0)
         if was_up:
             self._table_errors.labels(state.label).inc()
+
+    def schema_refused(self, table: str) -> None:
+        """The Schema Registry refused a schema of the table: counted when it stops the table (call it
+        before :meth:`table_error`; the retries that stop on it again count nothing)."""
+        state = self._table(table)
+        if state.up:
+            self._refusals.labels(state.label).inc()
 
     def table_ok(self, table: str) -> None:
         state = self._table(table)

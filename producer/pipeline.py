@@ -44,6 +44,8 @@ from deltamirror.mirror.errors import (
     KafkaError,
     ProducerFencedError,
     RetriableKafkaError,
+    SchemaRegistryError,
+    SchemaRegistryUnavailableError,
     StopRequested,
     TimestampRefusedError,
     TransactionAbortableError,
@@ -663,8 +665,10 @@ class TablePipeline:
                 self._abort()
         self._needs_start = True
         self._table_failing = True
+        if isinstance(exc, SchemaRegistryError) and not isinstance(exc, SchemaRegistryUnavailableError):
+            self.metrics.schema_refused(self.uri)  # before table_error: counted when it stops the table
         self.metrics.table_error(self.uri, str(exc))
-        said = f"{type(exc).__name__}: {exc}"
+        said = _same_error(exc)
         if said == self._error_said:
             log.debug("table still stopped: %s", exc, extra=self._log_extra)
             return
@@ -839,6 +843,17 @@ class TablePipeline:
             self._read_while_draining()
             txns.commit()
         return None
+
+
+def _same_error(exc: BaseException) -> str:
+    """What tells one error from another for the log (said once while the retries stop on it).
+
+    A registry's refusal is the same one for the same subject at the same version, whatever its
+    wording: Apicurio Registry lists the incompatible differences of one refusal in any order from
+    one attempt to the next (each attempt's line would have been a new one)."""
+    if isinstance(exc, SchemaRegistryError) and not isinstance(exc, SchemaRegistryUnavailableError):
+        return f"{type(exc).__name__}: table={exc.table} version={exc.version} subject={exc.context.get('subject')}"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _describe(position: Position | None) -> str:

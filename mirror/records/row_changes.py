@@ -48,6 +48,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Generator, Iterable, Iterator
+from contextlib import closing
 from typing import Any, cast
 
 import pyarrow as pa
@@ -333,6 +334,8 @@ class VersionRows:
         #: records larger than this (key + value bytes) are refused before producing (None: no check)
         self.max_record_bytes: int | None = None
         self._encoders: dict[pa.Schema, RowChangeEncoder] = {}
+        #: what :meth:`prepare` read ahead: the first list of records and the rest's generator
+        self._prepared: tuple[list[Record] | None, Generator[list[Record], None, None]] | None = None
         #: events of the version (known once :meth:`records` is exhausted)
         self.event_count = 0
         #: spill buckets the last pairing used (0: paired in memory)
@@ -399,8 +402,32 @@ class VersionRows:
             image_type=image_type,
         )
 
+    def prepare(self) -> None:
+        """Make the version's first records now, held for :meth:`records`: a registry format's
+        schemas are registered (or refused: :class:`SchemaRegistryError`) before the caller
+        publishes anything else of the version, its actions included."""
+        if self._prepared is None:
+            rest = self._all_records()
+            self._prepared = (next(rest, None), rest)
+
+    def close(self) -> None:
+        """Let go of what :meth:`prepare` read ahead, if :meth:`records` did not take it."""
+        if self._prepared is not None:
+            rest, self._prepared = self._prepared[1], None
+            rest.close()
+
     def records(self) -> Iterator[list[Record]]:
         """The version's records, a list per input batch (BEGIN with the first, END alone last)."""
+        if self._prepared is None:
+            yield from self._all_records()
+            return
+        (first, rest), self._prepared = self._prepared, None
+        with closing(rest):
+            if first is not None:
+                yield first
+            yield from rest
+
+    def _all_records(self) -> Generator[list[Record], None, None]:
         pairs = self._pairs()
         try:
             yield from self._records(pairs)

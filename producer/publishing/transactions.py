@@ -298,6 +298,7 @@ class TableTransactions:
                 HEADER_CLAMPED_FROM,
                 extra={**self._log_extra, "version": unit.version},
             )
+        prepared = self._prepare_rows(unit)  # a registry's refusal: before anything of the version
         bar = (
             ProgressBar(f"snapshot v{unit.version} of {self.uri}", unit.count - unit.start)
             if isinstance(unit, SnapshotWork)
@@ -306,6 +307,24 @@ class TableTransactions:
         index = unit.start
         if self._txn_first_version is None:
             self._txn_first_version = unit.version
+        try:
+            self._publish_prepared(unit, prepared, topic, ts, encoder, bar, index)
+        finally:
+            if prepared is not None:
+                prepared.close()  # a stop or an error before its rows were taken: its spill files go
+
+    def _publish_prepared(
+        self,
+        unit: PublishUnit,
+        prepared: VersionRows | None,
+        topic: str,
+        ts: int,
+        encoder: Any,
+        bar: ProgressBar | None,
+        index: int,
+    ) -> None:
+        pub = self.pub
+        assert pub is not None
         try:
             for batch in unit.batches(self.batch_size):
                 there = (
@@ -340,7 +359,7 @@ class TableTransactions:
         if block is not None:
             if self.rows is not None and unit.version == block.last:
                 self._publish_rows(unit, net_from=block.first)
-        elif self.rows is not None and not self._publish_rows(unit):
+        elif self.rows is not None and not self._publish_rows(unit, prepared=prepared):
             return  # a stop committed part of the version's row changes
         if self.already and self.already.skip_summary(unit.table_id, unit.version, unit.snapshot):
             self._say_already(f"the summary of version {unit.version}")
@@ -369,7 +388,39 @@ class TableTransactions:
             extra=self._log_extra,
         )
 
-    def _publish_rows(self, unit: PublishUnit, *, net_from: int | None = None) -> bool:
+    def _prepare_rows(self, unit: PublishUnit) -> VersionRows | None:
+        """A registry format's row changes of a version not begun, read up to their first records
+        before its actions are produced: a schema the registry refuses stops the table before
+        anything of the version is published (the open transaction holds earlier versions only).
+        None otherwise (the row changes are read after the actions, as they always are)."""
+        rows = self.rows
+        if rows is None or rows.registry is None or self.block is not None:
+            return None
+        if unit.start != 0 or unit.row_offset:
+            return None  # begun in a committed transaction already
+        stream = rows.rows_of(unit)
+        self._end_before_pairing(stream, unit)
+        stream.prepare()
+        return stream
+
+    def _end_before_pairing(self, stream: VersionRows, unit: PublishUnit) -> None:
+        """Reading the change data twice may outlast transaction.timeout.ms: end the open one."""
+        pub = self.pub
+        assert pub is not None
+        if (
+            stream.pairing_pass
+            and not self.atomic
+            and isinstance(unit, CommitWork)
+            and unit.scan.summary.bytes_cdc > PAIRING_PASS_COMMIT_BYTES
+            and pub.records
+        ):
+            self.commit()
+            pub.begin()
+            self._txn_first_version = unit.version
+
+    def _publish_rows(
+        self, unit: PublishUnit, *, net_from: int | None = None, prepared: VersionRows | None = None
+    ) -> bool:
         """The row changes of ``unit`` (its actions are in), from the record the progress counts.
 
         Streamed a batch at a time; a transaction that reaches its bounds ends between two batches
@@ -386,19 +437,12 @@ class TableTransactions:
         if net_from is not None:
             assert isinstance(unit, CommitWork) and not done
             stream = rows.net_rows_of(unit, net_from)
+        elif prepared is not None:
+            stream = prepared  # read up to its first records before the actions
         else:
             stream = rows.rows_of(unit)
-        if (
-            stream.pairing_pass
-            and not self.atomic
-            and isinstance(unit, CommitWork)
-            and unit.scan.summary.bytes_cdc > PAIRING_PASS_COMMIT_BYTES
-            and pub.records
-        ):
-            # reading the change data twice may outlast transaction.timeout.ms: end the open one
-            self.commit()
-            pub.begin()
-            self._txn_first_version = unit.version
+        if prepared is None:
+            self._end_before_pairing(stream, unit)
         with closing(self._produce_rows(stream, unit.timestamp.timestamp, skip=done)) as produced:
             for n in produced:
                 done += n

@@ -1330,11 +1330,16 @@ ELSEWHERE: dict[str, str] = {
 #: the settings that have no observer yet, each a debt (not a pass): a setting added to the code fails
 #: ``test_every_setting_has_an_observer`` unless it has an observer; one of these that gets one must be
 #: struck from here (the same test fails until it is)
+_NO_BASIC_AUTH = (
+    "the local registry (Apicurio 2.4.2) checks basic credentials only through an OIDC server's token "
+    "endpoint, and has no identity provider for Quarkus' basic auth: docs/schema-registry.md, "
+    "'Why the registry's credentials are not observed here'"
+)
 NOT_YET_OBSERVED: dict[str, str] = {
-    "WatchConfig.tables[].row_changes.registry.username": "basic auth needs a registry run with authentication (issue 30 item 4)",
-    "WatchConfig.tables[].row_changes.registry.password": "basic auth needs a registry run with authentication (issue 30 item 4)",
-    "WatchConfig.discover[].row_changes.registry.username": "basic auth needs a registry run with authentication (issue 30 item 4)",
-    "WatchConfig.discover[].row_changes.registry.password": "basic auth needs a registry run with authentication (issue 30 item 4)",
+    "WatchConfig.tables[].row_changes.registry.username": _NO_BASIC_AUTH,
+    "WatchConfig.tables[].row_changes.registry.password": _NO_BASIC_AUTH,
+    "WatchConfig.discover[].row_changes.registry.username": _NO_BASIC_AUTH,
+    "WatchConfig.discover[].row_changes.registry.password": _NO_BASIC_AUTH,
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -461,3 +462,14 @@ def test_the_registry_reaches_each_table_and_its_password_stays_secret(
 
     settings = _registry_settings(handed[0].tables[0].row_changes)  # type: ignore[arg-type]
     assert isinstance(settings, RegistrySettings) and "hunter2" not in repr(settings)
+    # the configuration the watcher logs at start ("starting"): the password masked, the rest there
+    from deltamirror.producer import redacted
+
+    logged = json.dumps(redacted(handed[0]), default=str)
+    assert "hunter2" not in logged and '"password": "***"' in logged and '"username": "mirror"' in logged
+    # a configuration error beside the password does not echo it (one line, naming the key)
+    config.write_text(config.read_text().replace("username: mirror,", "username: mirror, bogus: 1,"))
+    capsys.readouterr()
+    assert watch("--config", str(config)) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "registry.bogus" in err and "hunter2" not in err, err

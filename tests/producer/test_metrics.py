@@ -120,6 +120,7 @@ def test_counters_of_a_new_table_start_at_zero(metrics: WatcherMetrics, server: 
         "deltamirror_transactions_committed_total",
         "deltamirror_transactions_aborted_total",
         "deltamirror_table_errors_total",
+        "deltamirror_schema_registry_refusals_total",
     ):
         assert value(samples, name, OTHER) == 0, name
 
@@ -170,6 +171,24 @@ def test_health_transitions(metrics: WatcherMetrics, server: ServerHandle) -> No
     status, body = health(server)
     assert (status, body["status"], body["reason"]) == (503, "unhealthy", "broker unreachable for 60 s")
     assert scrape(server)[("deltamirror_healthy", ())] == 0
+
+
+def test_a_registry_refusal_is_counted_once_when_it_stops_the_table(
+    metrics: WatcherMetrics, server: ServerHandle
+) -> None:
+    """What the pipeline calls on each attempt that stops on a refusal: schema_refused, then
+    table_error. Counted when the table goes down on it, not on the retries; another error counts
+    none; the table's series leave with it."""
+    metrics.table_error(TABLE, "corrupt commit")  # another error, then resumed
+    metrics.table_ok(TABLE)
+    for _ in range(3):
+        metrics.schema_refused(TABLE)
+        metrics.table_error(TABLE, "the Schema Registry refused the schema (subject=t-value)")
+    samples = scrape(server)
+    assert value(samples, "deltamirror_schema_registry_refusals_total", TABLE) == 1
+    assert value(samples, "deltamirror_table_errors_total", TABLE) == 2
+    metrics.forget_table(TABLE)
+    assert not [k for k in scrape(server) if k[0].startswith("deltamirror_schema_registry_refusals")]
 
 
 def test_unknown_path_and_method(server: ServerHandle) -> None:
