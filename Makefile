@@ -27,8 +27,12 @@ install: $(STAMP) ## create .venv and install deltamirror with its Spark and tes
 demo: install ## start a local Kafka broker, mirror a demo table, commit, print the events
 	$(BIN)/deltamirror demo
 
-test: install ## the whole suite: real Kafka, real delta-spark (about 35 minutes on 2 cores)
-	$(BIN)/python -m pytest
+#: pytest-xdist workers of `make test`: the tests that use the broker, Spark, s3proxy or the registry
+#: run on one of them (one of each service per run), the others beside them
+TEST_WORKERS ?= 2
+
+test: install ## the whole suite: real Kafka, real delta-spark (about 40 minutes on 2 cores; TEST_WORKERS=)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 test-fast: install ## the suite without Kafka, Spark and S3 (no Java needed)
 	$(BIN)/python -m pytest -m "not kafka and not spark and not s3"

@@ -26,7 +26,7 @@ STOP_LIMIT_S = 10.0
 VERSIONS = 5
 PARTITIONS = 4
 
-pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.isolated]  # its own broker
 
 
 def _publish(bootstrap: str, topic: str) -> None:

@@ -268,6 +268,7 @@ def test_transactions_are_atomic_for_read_committed_consumers(kafka_bootstrap: s
     assert _consume_values(kafka_bootstrap, topic, "read_uncommitted", len(everything)) == everything
 
 
+@pytest.mark.isolated  # its own broker
 @pytest.mark.kafka
 @pytest.mark.slow
 def test_local_kafka_lifecycle_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

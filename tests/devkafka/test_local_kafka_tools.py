@@ -117,6 +117,7 @@ def _open_transaction(bootstrap: str, topic: str, age_min: int) -> Any:
     return producer  # never committed; dropped while the broker is stopped, it ends nothing
 
 
+@pytest.mark.isolated  # its own broker
 @pytest.mark.kafka
 @pytest.mark.slow
 @pytest.mark.timeout(300)

@@ -107,6 +107,7 @@ def _frozen_mid_transaction(tmp_path: Path, name: str) -> Iterator[tuple[Any, st
         broker.stop()
 
 
+@pytest.mark.isolated  # its own broker
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_publisher_whose_broker_froze_mid_transaction_closes_at_once_and_its_client_is_gone(
@@ -152,6 +153,7 @@ def test_the_session_check_names_a_client_that_raises_on_use_rather_than_failing
         left_open.flush(0)
 
 
+@pytest.mark.isolated  # its own broker
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_an_error_its_caller_keeps_does_not_keep_a_let_go_client_alive(
