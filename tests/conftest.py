@@ -1,9 +1,7 @@
 """Shared fixtures: one Kafka broker and one SparkSession per test session (started only if used).
 
-``make test`` runs the suite on two pytest-xdist workers: every test that uses a session service
-(the broker, Spark, s3proxy, the registry) is put in one group, which runs on one worker, so a run
-still starts each service once; the tests that need none, and those marked ``isolated`` (they start
-their own broker), run on the other worker meanwhile.
+``make test`` runs the suite on two pytest-xdist workers; the tests that use a session service run
+on one of them, so a run still starts each service once (``support/worker_groups.py``).
 
 With ``DELTAMIRROR_REQUIRE_ALL=1`` (as ``.ci/run`` sets it) a skipped test fails unless
 ``tests/allowed_skips.toml`` lists it with its reason: a machine that lacks a tool (a broker, Spark,
@@ -21,37 +19,15 @@ from typing import Any
 
 import pytest
 
-pytest_plugins = ["support.kafka", "support.spark", "support.s3proxy", "support.registry"]
+pytest_plugins = [
+    "support.kafka",
+    "support.spark",
+    "support.s3proxy",
+    "support.registry",
+    "support.worker_groups",
+]
 
 ALLOWED_SKIPS = Path(__file__).with_name("allowed_skips.toml")
-
-#: the session fixtures that start a service, and the markers of tests that need one: under
-#: ``pytest -n N --dist loadgroup`` every such test is in the group SERVICES_GROUP, run by one worker,
-#: so a run starts each service once. A test marked ``isolated`` starts what it needs itself (its own
-#: broker, to kill or freeze) and uses none of the session's: its group runs beside the services.
-SERVICE_FIXTURES = frozenset(
-    {"kafka_bootstrap", "secure_kafka", "spark", "spark_scenarios", "s3", "schema_registry"}
-)
-SERVICE_MARKERS = ("kafka", "spark", "s3", "registry")
-SERVICES_GROUP = "services"
-ISOLATED_GROUP = "isolated"
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups off the items
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    grouping = config.pluginmanager.hasplugin("xdist")
-    for item in items:
-        uses = SERVICE_FIXTURES.intersection(getattr(item, "fixturenames", ()))
-        if item.get_closest_marker("isolated") is not None:
-            if uses:
-                raise pytest.UsageError(f"{item.nodeid} is marked isolated but uses {sorted(uses)}")
-            group = ISOLATED_GROUP
-        elif uses or any(item.get_closest_marker(m) is not None for m in SERVICE_MARKERS):
-            group = SERVICES_GROUP
-        else:
-            continue
-        if grouping:
-            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def _allowed_skips() -> list[dict[str, str]]:
@@ -73,12 +49,8 @@ def _skip_reason(report: pytest.TestReport) -> str:
 def is_allowed_skip(nodeid: str, reason: str, allowed: list[dict[str, str]]) -> bool:
     """Whether a skip of ``nodeid`` for ``reason`` is on the allow-list (test glob and reason text).
 
-    Only ``*`` and ``?`` are wildcards: the brackets of a parametrized id are literal. The
-    ``@group`` suffix pytest-xdist gives a grouped test's id is not part of its name.
+    Only ``*`` and ``?`` are wildcards: the brackets of a parametrized id are literal.
     """
-    nodeid = (
-        nodeid.rsplit("@", 1)[0] if nodeid.endswith((f"@{SERVICES_GROUP}", f"@{ISOLATED_GROUP}")) else nodeid
-    )
     return any(
         fnmatch.fnmatchcase(nodeid, e["test"].replace("[", "[[]")) and e["reason"] in reason for e in allowed
     )
