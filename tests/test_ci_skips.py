@@ -51,6 +51,7 @@ def test_a_skip_off_the_list_fails_the_run_when_everything_is_required(tmp_path:
     (tests / "support" / "spark.py").write_text("")
     (tests / "support" / "s3proxy.py").write_text("")
     (tests / "support" / "registry.py").write_text("")
+    (tests / "support" / "worker_groups.py").write_text("")
     (tests / "test_x.py").write_text(
         "import pytest\n"
         "def test_allowed():\n    pytest.skip('fine here')\n"
