@@ -41,10 +41,10 @@ from .avro_types import (
 )
 from .registry_clients import (
     SUBJECT_NAME_STRATEGY_FUNCTIONS,
+    made_once,
     registry_client,
     subject_name,
 )
-from .registry_clients import lock as _lock
 from .registry_clients import registry_error as _registry_error
 from .row_formats import JsonRowChanges, RegistrySettings
 
@@ -55,20 +55,18 @@ def avro_serializer(settings: RegistrySettings, schema: Mapping[str, Any]) -> Av
     """confluent-kafka's serializer of ``schema`` (an Avro schema as a dict), made once per settings
     and schema text: the subjects it registered are known to it, so a schema is registered once."""
     text = json.dumps(schema, separators=(",", ":"), sort_keys=True)
-    with _lock:
-        found = _serializers.get((settings, text))
-    if found is not None:
-        return found
-    serializer = AvroSerializer(
-        registry_client(settings),
-        text,
-        conf={
-            "auto.register.schemas": settings.auto_register,
-            "subject.name.strategy": SUBJECT_NAME_STRATEGY_FUNCTIONS[settings.subject_name_strategy],
-        },
+    return made_once(
+        _serializers,
+        (settings, text),
+        lambda: AvroSerializer(
+            registry_client(settings),
+            text,
+            conf={
+                "auto.register.schemas": settings.auto_register,
+                "subject.name.strategy": SUBJECT_NAME_STRATEGY_FUNCTIONS[settings.subject_name_strategy],
+            },
+        ),
     )
-    with _lock:
-        return _serializers.setdefault((settings, text), serializer)
 
 
 class AvroRowChanges:

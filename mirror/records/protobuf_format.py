@@ -42,11 +42,11 @@ from .protobuf_types import (
 )
 from .registry_clients import (
     SUBJECT_NAME_STRATEGY_FUNCTIONS,
+    made_once,
     registry_client,
     registry_error,
     subject_name,
 )
-from .registry_clients import lock as _lock
 from .row_formats import JsonRowChanges, RegistrySettings
 
 _serializers: dict[tuple[RegistrySettings, bytes], ProtobufSerializer] = {}
@@ -58,15 +58,15 @@ def message_classes(file: descriptor_pb2.FileDescriptorProto, *names: str) -> tu
     versions of a table have messages of the same names): an unchanged file gives the same classes,
     so its serializer (which checks a message's class) and the subjects it knows are kept."""
     cache_key = file.SerializeToString(deterministic=True)
-    with _lock:
-        found = _classes.get(cache_key)
-    if found is None:
-        pool = descriptor_pool.DescriptorPool()
+
+    def pool() -> descriptor_pool.DescriptorPool:
+        made = descriptor_pool.DescriptorPool()
         for module in (*WELL_KNOWN_FILES, decimal_pb2, variant_pb2):
-            pool.AddSerializedFile(module.DESCRIPTOR.serialized_pb)
-        pool.Add(file)
-        with _lock:
-            found = _classes.setdefault(cache_key, pool)
+            made.AddSerializedFile(module.DESCRIPTOR.serialized_pb)
+        made.Add(file)
+        return made
+
+    found = made_once(_classes, cache_key, pool)
     made: tuple[type[Message], ...] = tuple(
         message_factory.GetMessageClass(found.FindMessageTypeByName(f"{file.package}.{name}"))
         for name in names
@@ -78,21 +78,19 @@ def protobuf_serializer(settings: RegistrySettings, cls: type[Message]) -> Proto
     """confluent-kafka's serializer of message class ``cls``, made once per settings and file: the
     subjects it registered are known to it, so a schema is registered once."""
     text = cls.DESCRIPTOR.file.serialized_pb + b"#" + cls.DESCRIPTOR.full_name.encode()
-    with _lock:
-        found = _serializers.get((settings, text))
-    if found is not None:
-        return found
-    serializer = ProtobufSerializer(
-        cls,
-        registry_client(settings),
-        conf={
-            "auto.register.schemas": settings.auto_register,
-            "subject.name.strategy": SUBJECT_NAME_STRATEGY_FUNCTIONS[settings.subject_name_strategy],
-            "use.deprecated.format": False,
-        },
+    return made_once(
+        _serializers,
+        (settings, text),
+        lambda: ProtobufSerializer(
+            cls,
+            registry_client(settings),
+            conf={
+                "auto.register.schemas": settings.auto_register,
+                "subject.name.strategy": SUBJECT_NAME_STRATEGY_FUNCTIONS[settings.subject_name_strategy],
+                "use.deprecated.format": False,
+            },
+        ),
     )
-    with _lock:
-        return _serializers.setdefault((settings, text), serializer)
 
 
 class ProtobufRowChanges:

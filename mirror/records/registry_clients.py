@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka.schema_registry import (
     SchemaRegistryClient,
@@ -21,6 +21,9 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError as Conflue
 
 from ..errors import SchemaRegistryError, SchemaRegistryUnavailableError
 from .row_formats import RegistrySettings
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 #: confluent-kafka's strategy function of each ``subject_name_strategy`` setting
 SUBJECT_NAME_STRATEGY_FUNCTIONS: dict[str, Callable[..., Any]] = {
@@ -56,6 +59,18 @@ def subject_name(settings: RegistrySettings, topic: str, field: str, record_name
     return f"{topic}-{record_name}" if strategy == "topic-record" else f"{topic}-{field}"
 
 
+def made_once(cache: dict[K, V], key: K, make: Callable[[], V]) -> V:
+    """``cache[key]``, made by ``make()`` (outside the lock: it may ask the registry) on first use;
+    two threads making it at once keep the first one stored."""
+    with lock:
+        found = cache.get(key)
+    if found is not None:
+        return found
+    made = make()
+    with lock:
+        return cache.setdefault(key, made)
+
+
 def registry_error(exc: Exception, subject: str) -> Exception:
     """A registry failure as deltamirror's error naming the subject (a refusal, or unreachable:
     retry later); any other exception (a value the schema cannot take: a bug) as it is."""
@@ -80,6 +95,7 @@ def registry_error(exc: Exception, subject: str) -> Exception:
 __all__ = [
     "SUBJECT_NAME_STRATEGY_FUNCTIONS",
     "lock",
+    "made_once",
     "registry_client",
     "registry_error",
     "subject_name",
