@@ -90,10 +90,7 @@ class AvroRowChanges:
         self.topic = topic
         self.registry = registry
         types = column_types(fields, columns, table_schema)
-        by_name = {f.name: f for f in types}
-        key_types = [
-            by_name[c] if c in by_name else column_types(fields, [c], table_schema)[0] for c in key_columns
-        ]
+        key_types = column_types(fields, key_columns, table_schema)  # each column's on its own
         self.columns = list(columns)
         self.key_columns = list(key_columns)
         #: the Avro schemas (dicts, as registered)

@@ -114,10 +114,7 @@ class ProtobufRowChanges:
         self.topic = topic
         self.registry = registry
         types = column_types(fields, columns, table_schema)
-        by_name = {f.name: f for f in types}
-        key_types = [
-            by_name[c] if c in by_name else column_types(fields, [c], table_schema)[0] for c in key_columns
-        ]
+        key_types = column_types(fields, key_columns, table_schema)  # each column's on its own
         numbers = dict(zip(columns, field_numbers(types), strict=True))
         extra = max(numbers.values(), default=0)
         key_numbers = []
