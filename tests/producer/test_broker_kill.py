@@ -114,9 +114,9 @@ def _abort_when_the_broker_answers(bootstrap: str) -> list[Any] | None:
             time.sleep(1.0)
 
 
+@pytest.mark.isolated  # its own broker, killed: none of the session's
 @pytest.mark.timeout(420)
 def test_broker_killed_mid_commit_and_restarted_loses_and_doubles_nothing(
-    kafka_bootstrap: str,
     tmp_path: Path,
     kit: Any,
     watch_setup: Any,

@@ -229,9 +229,10 @@ def test_a_second_watcher_fences_the_first_which_exits_non_zero(
     _assert_exactly(setup.actions_records(), kit.events_output(table))
 
 
+@pytest.mark.isolated  # its own broker, stopped: none of the session's
 @pytest.mark.timeout(300)
 def test_broker_stopped_and_restarted_mid_stream_loses_nothing(
-    kafka_bootstrap: str, tmp_path: Path, kit: Any, watch_setup: Any
+    tmp_path: Path, kit: Any, watch_setup: Any
 ) -> None:
     from deltamirror.devkafka.broker import LocalKafka
 

@@ -105,9 +105,10 @@ def test_an_unreachable_broker_gives_a_few_warnings_and_sigterm_stops_within_10_
 
 @pytest.mark.kafka
 @pytest.mark.slow
+@pytest.mark.isolated  # its own broker, frozen: none of the session's
 @pytest.mark.timeout(300)
 def test_sigterm_with_the_broker_frozen_mid_transaction_stops_within_10_s_and_loses_nothing(
-    kafka_bootstrap: str, tmp_path: Path, kit: Any, watch_setup: Any
+    tmp_path: Path, kit: Any, watch_setup: Any
 ) -> None:
     """A broker that stops answering (SIGSTOP: connections hang, nothing is refused) while a
     transaction is open: the hardest case, every Kafka call waits for its whole timeout."""
