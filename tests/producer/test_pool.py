@@ -18,7 +18,7 @@ import pytest
 from deltamirror.producer import WatchConfig
 from deltamirror.producer.scheduler import Slot, TableScheduler, default_workers
 from deltamirror.producer.service import WatchService
-from support.records import read_topic, wait_for
+from support.records import read_topics, wait_for
 
 # --- the scheduler alone (no broker): what it promises any table ----------------------------------
 
@@ -254,9 +254,19 @@ def _config(bootstrap: str, kit: Any, tables: list[Path], **top: Any) -> tuple[W
 
 
 def _versions(bootstrap: str, topic: str) -> list[int]:
-    return [
-        r.json["version"] for r in read_topic(bootstrap, topic) if r.value and r.json.get("kind") == "commit"
-    ]
+    return _all_versions(bootstrap, [topic])[topic]
+
+
+def _all_versions(bootstrap: str, topics: list[str]) -> dict[str, list[int]]:
+    """Each commits topic's published versions, read through one consumer."""
+    return {
+        topic: [r.json["version"] for r in recs if r.value and r.json.get("kind") == "commit"]
+        for topic, recs in read_topics(bootstrap, topics).items()
+    }
+
+
+def _all_at(bootstrap: str, topics: list[str], versions: list[int]) -> bool:
+    return all(v == versions for v in _all_versions(bootstrap, topics).values())
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -269,21 +279,25 @@ def test_tables_on_one_or_two_workers_publish_every_version_once_in_order_taking
     # a transaction holds a version: a table with 40 versions to publish needs 40 turns
     cfg, commits = _config(kafka_bootstrap, kit, tables, workers=workers, txn_max_records=4)
     with Serving(cfg):  # a first run creates the topics: the second one only publishes
-        for topic in commits:
-            wait_for(lambda topic=topic: _versions(kafka_bootstrap, topic) == [0], topic, 120, 0.2)
+        wait_for(lambda: _all_at(kafka_bootstrap, commits, [0]), "version 0 of every table", 120, 0.2)
     for table in tables:
         kit.write_versions(table, 1, 39, 3)
     caplog.set_level(logging.DEBUG, logger="deltamirror.watch")
     with Serving(cfg) as service:
-        for topic in commits:
-            wait_for(lambda topic=topic: len(_versions(kafka_bootstrap, topic)) >= 40, topic, 120, 0.5)
+        wait_for(
+            lambda: all(len(v) >= 40 for v in _all_versions(kafka_bootstrap, commits).values()),
+            "40 versions of every table",
+            120,
+            0.5,
+        )
         kit.write_versions(tables[0], 40, 2, 3)  # a commit while idle: the notification wakes it
         wait_for(lambda: len(_versions(kafka_bootstrap, commits[0])) >= 42, "versions 40, 41", 60, 0.2)
         assert service._failure is None, service._failure
         pool = [t for t in threading.enumerate() if t.name.startswith("deltamirror-worker")]
         assert len(pool) == workers
+    published_versions = _all_versions(kafka_bootstrap, commits)
     for topic, n in zip(commits, (42, 40, 40, 40), strict=True):
-        assert _versions(kafka_bootstrap, topic) == list(range(n)), topic
+        assert published_versions[topic] == list(range(n)), topic
     published = [
         (str(getattr(r, "table", "")), int(getattr(r, "version", -1)))
         for r in caplog.records
@@ -349,8 +363,7 @@ def test_many_tables_run_on_the_pool_not_on_a_thread_each(
     service = WatchService(cfg, stop_budget_s=5.0)
     service.start()
     try:
-        for topic in commits:
-            wait_for(lambda topic=topic: _versions(kafka_bootstrap, topic) == [0], topic, 120, 0.2)
+        wait_for(lambda: _all_at(kafka_bootstrap, commits, [0]), "version 0 of every table", 120, 0.2)
         # every table opened: its opener ends once no table is left to open
         wait_for(
             lambda: not any(t.name == "deltamirror-opener" for t in threading.enumerate()), "openers", 30, 0.1
@@ -362,8 +375,7 @@ def test_many_tables_run_on_the_pool_not_on_a_thread_each(
         assert len(added) <= 2 + 12, sorted(t.name for t in added)
         for table in tables:
             kit.append(table)
-        for topic in commits:
-            wait_for(lambda topic=topic: _versions(kafka_bootstrap, topic) == [0, 1], topic, 120, 0.2)
+        wait_for(lambda: _all_at(kafka_bootstrap, commits, [0, 1]), "version 1 of every table", 120, 0.2)
         assert service._failure is None, service._failure
     finally:
         service.request_stop()

@@ -55,6 +55,18 @@ def read_topic(
 ) -> list[Rec]:
     """Every record of ``topic`` from its beginning to its end (each partition read to its end
     once); [] when the topic does not exist."""
+    return read_topics(kafka, [topic], isolation=isolation, timeout_s=timeout_s)[topic]
+
+
+def read_topics(
+    kafka: Mapping[str, Any] | str,
+    topics: Sequence[str],
+    *,
+    isolation: str = "read_committed",
+    timeout_s: float = 30.0,
+) -> dict[str, list[Rec]]:
+    """``read_topic`` of each of ``topics`` through one consumer: a test waiting on many tables'
+    topics pays for one client and one metadata request, not one per topic."""
     from confluent_kafka import Consumer, TopicPartition
 
     config = {"bootstrap.servers": kafka} if isinstance(kafka, str) else dict(kafka)
@@ -69,25 +81,29 @@ def read_topic(
             "logger": _Quiet(),
         }
     )
+    out: dict[str, list[Rec]] = {topic: [] for topic in topics}
     try:
-        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
-        if meta is None or meta.error is not None or not meta.partitions:
-            return []
-        consumer.assign([TopicPartition(topic, p, -2) for p in meta.partitions])
-        left = set(meta.partitions)
-        out: list[Rec] = []
+        listed = consumer.list_topics(topics[0], timeout=10) if len(topics) == 1 else consumer.list_topics(timeout=10)
+        left: set[tuple[str, int]] = set()
+        for topic in topics:
+            meta = listed.topics.get(topic)
+            if meta is not None and meta.error is None:
+                left.update((topic, p) for p in meta.partitions)
+        if not left:
+            return out
+        consumer.assign([TopicPartition(topic, p, -2) for topic, p in sorted(left)])
         deadline = time.monotonic() + timeout_s
         while left:
-            assert time.monotonic() < deadline, f"{topic} was not read to its end in {timeout_s} s"
+            assert time.monotonic() < deadline, f"{sorted(left)} not read to the end in {timeout_s} s"
             for m in consumer.consume(1000, timeout=0.5):
                 if m.error() is not None:
                     if m.error().code() == -191:  # _PARTITION_EOF
-                        left.discard(m.partition())
+                        left.discard((m.topic(), m.partition()))
                     continue
-                out.append(
+                out[m.topic()].append(
                     Rec(m.topic(), m.partition(), m.offset(), m.key(), m.value(), dict(m.headers() or []))
                 )
-        return sorted(out, key=lambda r: (r.partition, r.offset))
+        return {topic: sorted(recs, key=lambda r: (r.partition, r.offset)) for topic, recs in out.items()}
     finally:
         consumer.close()
 
