@@ -247,7 +247,14 @@ def test_credentials_the_storage_refuses_are_refused_at_start_and_a_store_that_i
         closed = sock.getsockname()[1]
     down = {
         "uri": url,
-        "storage_options": {**s3.storage_options, "endpoint_url": f"http://127.0.0.1:{closed}"},
+        "storage_options": {
+            **s3.storage_options,
+            "endpoint_url": f"http://127.0.0.1:{closed}",
+            # s3fs's and botocore's own retries (backing off for about half a minute) are not what
+            # this checks: the watcher's own retry of the table is
+            "retries": 1,
+            "config_kwargs": {"retries": {"max_attempts": 1}},
+        },
     }
     proc, err = _watch_process(tmp_path, kafka_bootstrap, kit, [down])
     try:
