@@ -41,10 +41,8 @@ from deltamirror.devkafka.jars import (
     find_java,
     load_distribution,
 )
-from deltamirror.devkafka.processes import command_line as _command_line
+from deltamirror.devkafka.processes import LocalJvmService
 from deltamirror.devkafka.processes import port_is_free as _port_is_free
-from deltamirror.devkafka.processes import process_alive as _process_alive
-from deltamirror.devkafka.processes import terminate
 from deltamirror.devkafka.security import (
     LISTENER,
     SecureClientSettings,
@@ -140,7 +138,7 @@ def _listener_port(props: dict[str, str], name: str) -> int | None:
 # --- the broker -----------------------------------------------------------------------------------
 
 
-class LocalKafka:
+class LocalKafka(LocalJvmService):
     """One single-node broker bound to a data dir; every method is safe to call twice.
 
     ``security="scram-tls"`` adds a SASL_SSL listener (SCRAM-SHA-512, a certificate of a CA made
@@ -148,6 +146,11 @@ class LocalKafka:
     when free, else any free port) beside the unchanged PLAINTEXT one; :meth:`secure_client_settings`
     says how a client reaches it.
     """
+
+    PID_FILE = PID_FILE
+    SERVICE_NAME = "kafka"
+    ERROR = KafkaError
+    STOP_TIMEOUT_S = STOP_TIMEOUT_S
 
     def __init__(
         self,
@@ -157,19 +160,14 @@ class LocalKafka:
         security: str = "none",
         secure_port: int | None = None,
     ) -> None:
+        super().__init__(data_dir or default_data_dir(port))
         self.port = port
-        self.data_dir = (data_dir or default_data_dir(port)).expanduser().resolve()
         self.security = check_mode(security)
         self._secure_port_wanted = secure_port
-        self._process: subprocess.Popen[bytes] | None = None
 
     @property
     def bootstrap_servers(self) -> str:
         return f"{HOST}:{self.port}"
-
-    @property
-    def pid_file(self) -> Path:
-        return self.data_dir / PID_FILE
 
     @property
     def log_file(self) -> Path:
@@ -249,31 +247,10 @@ class LocalKafka:
                 raise
             return self.bootstrap_servers
 
-    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
-        """SIGTERM (Kafka then flushes and closes its logs cleanly), SIGKILL after ``timeout``."""
-        with exclusive_lock(self.data_dir / ".lock"):
-            pid = self._running_pid()
-            if pid is not None:
-                self._terminate(pid, timeout)
-            self.pid_file.unlink(missing_ok=True)
-            self._process = None
-
     # -- internals --
 
-    def _running_pid(self) -> int | None:
-        try:
-            pid = int(self.pid_file.read_text().strip())
-        except (OSError, ValueError):
-            return None
-        if self._process is not None and self._process.pid == pid:
-            return pid if self._process.poll() is None else None
-        if not _process_alive(pid):
-            return None
-        # A pid can be reused after a reboot; only a JVM running this data dir's config is ours.
-        cmdline = _command_line(pid)
-        if cmdline is not None and str(self.data_dir / SERVER_PROPERTIES) not in cmdline:
-            return None
-        return pid
+    def _owns(self, cmdline: str) -> bool:
+        return str(self.data_dir / SERVER_PROPERTIES) in cmdline
 
     def _configured_port(self, listener: str = "PLAINTEXT") -> int | None:
         path = self.data_dir / SERVER_PROPERTIES
@@ -393,20 +370,7 @@ class LocalKafka:
             *self._java_command(java, classpath, dist.broker_main_class, "-Xmx512m"),
             str(self.data_dir / SERVER_PROPERTIES),
         ]
-        with (self.data_dir / STDOUT_LOG).open("ab") as out:
-            # A new session: the broker outlives this Python process and ignores its Ctrl-C.
-            self._process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=self.data_dir,
-                start_new_session=True,
-            )
-        self.pid_file.write_text(f"{self._process.pid}\n", encoding="utf-8")
-
-    def _terminate(self, pid: int, timeout: float = STOP_TIMEOUT_S) -> None:
-        terminate(pid, self._process, timeout, name="kafka", pid_file=self.pid_file, error=KafkaError)
+        self._spawn(command, self.data_dir / STDOUT_LOG)
 
 
 def _wait_until_ready(

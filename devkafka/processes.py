@@ -11,8 +11,10 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import ClassVar
 
 from deltamirror.core.errors import DeltaMirrorError
+from deltamirror.devkafka.jars import exclusive_lock
 
 log = logging.getLogger(__name__)
 
@@ -98,4 +100,78 @@ def terminate(
         raise error(f"{name} (pid {pid}) survived SIGKILL", file=str(pid_file))
 
 
-__all__ = ["command_line", "port_is_free", "process_alive", "terminate", "wait_exit"]
+class LocalJvmService:
+    """What the local broker and the local registry share: a JVM started in a new session for a data
+    dir, its pid kept in a file there, found again by a later process (``deltamirror local ... stop``)
+    and stopped with SIGTERM, then SIGKILL.
+
+    A subclass names its pid file, what it is called in messages, the error it raises, and how its
+    command line shows the data dir (a pid can be reused after a reboot: only a JVM started for this
+    data dir is ours)."""
+
+    PID_FILE: ClassVar[str]
+    SERVICE_NAME: ClassVar[str]
+    ERROR: ClassVar[type[DeltaMirrorError]]
+    STOP_TIMEOUT_S: ClassVar[float] = 30.0
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir.expanduser().resolve()
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid_file(self) -> Path:
+        return self.data_dir / self.PID_FILE
+
+    def _owns(self, cmdline: str) -> bool:
+        """Whether a live process's command line is this data dir's JVM."""
+        raise NotImplementedError
+
+    def stop(self, timeout: float | None = None) -> None:
+        """SIGTERM (the JVM shuts down cleanly), SIGKILL after ``timeout`` (``STOP_TIMEOUT_S``)."""
+        with exclusive_lock(self.data_dir / ".lock"):
+            pid = self._running_pid()
+            if pid is not None:
+                self._terminate(pid, self.STOP_TIMEOUT_S if timeout is None else timeout)
+            self.pid_file.unlink(missing_ok=True)
+            self._process = None
+
+    def _running_pid(self) -> int | None:
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        if self._process is not None and self._process.pid == pid:
+            return pid if self._process.poll() is None else None
+        if not process_alive(pid):
+            return None
+        cmdline = command_line(pid)
+        if cmdline is not None and not self._owns(cmdline):
+            return None
+        return pid
+
+    def _spawn(self, command: list[str], output: Path) -> None:
+        """Start ``command`` in the data dir, its output appended to ``output``, and keep its pid."""
+        with output.open("ab") as out:
+            # a new session: the service outlives this Python process and ignores its Ctrl-C
+            self._process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.data_dir,
+                start_new_session=True,
+            )
+        self.pid_file.write_text(f"{self._process.pid}\n", encoding="utf-8")
+
+    def _terminate(self, pid: int, timeout: float | None = None) -> None:
+        terminate(
+            pid,
+            self._process,
+            self.STOP_TIMEOUT_S if timeout is None else timeout,
+            name=self.SERVICE_NAME,
+            pid_file=self.pid_file,
+            error=self.ERROR,
+        )
+
+
+__all__ = ["LocalJvmService", "command_line", "port_is_free", "process_alive", "terminate", "wait_exit"]

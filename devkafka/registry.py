@@ -50,10 +50,8 @@ from deltamirror.devkafka.jars import (
     find_java,
     sha256_of,
 )
-from deltamirror.devkafka.processes import command_line as _command_line
+from deltamirror.devkafka.processes import LocalJvmService
 from deltamirror.devkafka.processes import port_is_free as _port_is_free
-from deltamirror.devkafka.processes import process_alive as _process_alive
-from deltamirror.devkafka.processes import terminate
 from deltamirror.mirror.errors import LocalRegistryError
 
 log = logging.getLogger(__name__)
@@ -324,22 +322,22 @@ def _last_complaint(path: Path) -> str:
     return lines[-1].strip()[:500] if lines else "nothing logged"
 
 
-class LocalRegistry:
+class LocalRegistry(LocalJvmService):
     """One in-memory Apicurio Registry bound to a data dir (pid, log); every method is safe to call twice."""
 
+    PID_FILE = PID_FILE
+    SERVICE_NAME = "the registry"
+    ERROR = LocalRegistryError
+    STOP_TIMEOUT_S = STOP_TIMEOUT_S
+
     def __init__(self, port: int = DEFAULT_PORT, data_dir: Path | None = None) -> None:
+        super().__init__(data_dir or default_data_dir(port))
         self.port = port
-        self.data_dir = (data_dir or default_data_dir(port)).expanduser().resolve()
-        self._process: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         """The Confluent-compatible API: ``SchemaRegistryClient({"url": ...})``."""
         return f"http://{HOST}:{self._configured_port() or self.port}{CCOMPAT_PATH}"
-
-    @property
-    def pid_file(self) -> Path:
-        return self.data_dir / PID_FILE
 
     @property
     def log_file(self) -> Path:
@@ -391,15 +389,6 @@ class LocalRegistry:
                 raise
             return self.url
 
-    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
-        """SIGTERM (Quarkus shuts down cleanly), SIGKILL after ``timeout``."""
-        with exclusive_lock(self.data_dir / ".lock"):
-            pid = self._running_pid()
-            if pid is not None:
-                self._terminate(pid, timeout)
-            self.pid_file.unlink(missing_ok=True)
-            self._process = None
-
     # -- internals --
 
     def _configured_port(self) -> int | None:
@@ -408,20 +397,8 @@ class LocalRegistry:
         except (OSError, ValueError):
             return None
 
-    def _running_pid(self) -> int | None:
-        try:
-            pid = int(self.pid_file.read_text().strip())
-        except (OSError, ValueError):
-            return None
-        if self._process is not None and self._process.pid == pid:
-            return pid if self._process.poll() is None else None
-        if not _process_alive(pid):
-            return None
-        # a pid can be reused after a reboot: only a JVM started for this data dir is ours
-        cmdline = _command_line(pid)
-        if cmdline is not None and f"-D{DATA_DIR_PROPERTY}={self.data_dir}" not in cmdline:
-            return None
-        return pid
+    def _owns(self, cmdline: str) -> bool:
+        return f"-D{DATA_DIR_PROPERTY}={self.data_dir}" in cmdline
 
     def _launch(self, java: Path, runner: Path) -> None:
         command = [
@@ -433,17 +410,7 @@ class LocalRegistry:
             "-jar",
             str(runner),
         ]
-        with self.log_file.open("ab") as out:
-            # a new session: the registry outlives this Python process and ignores its Ctrl-C
-            self._process = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=self.data_dir,
-                start_new_session=True,
-            )
-        self.pid_file.write_text(f"{self._process.pid}\n", encoding="utf-8")
+        self._spawn(command, self.log_file)
 
     def _wait_until_ready(self, timeout: float, process: subprocess.Popen[bytes] | None) -> None:
         deadline = time.monotonic() + timeout
@@ -460,9 +427,4 @@ class LocalRegistry:
         raise LocalRegistryError(
             f"the registry did not answer at {self.url} within {timeout:.0f} s: {_last_complaint(self.log_file)}",
             file=str(self.log_file),
-        )
-
-    def _terminate(self, pid: int, timeout: float = STOP_TIMEOUT_S) -> None:
-        terminate(
-            pid, self._process, timeout, name="the registry", pid_file=self.pid_file, error=LocalRegistryError
         )

@@ -845,7 +845,7 @@ ROOMS: dict[str, dict[str, set[str]]] = {
         "*": set(),
         "jars.py": set(),
         "security.py": set(),
-        "processes.py": set(),
+        "processes.py": {"jars.py"},
         "broker.py": {"jars.py", "security.py", "processes.py"},
         "tools.py": {"jars.py"},
         "registry.py": {"jars.py", "processes.py"},

@@ -21,6 +21,7 @@ from deltamirror.devkafka import broker as local_kafka
 from deltamirror.devkafka import jars as kafka_jars
 from deltamirror.devkafka.broker import LocalKafka
 from deltamirror.devkafka.jars import ArtifactPin, ensure_jars, verify_jar
+from deltamirror.devkafka.processes import process_alive
 from deltamirror.mirror.errors import KafkaError
 from support.kafka import new_topic
 
@@ -286,7 +287,7 @@ def test_local_kafka_lifecycle_through_the_cli(tmp_path: Path, capsys: pytest.Ca
         first = capsys.readouterr().out
         assert first.startswith(f"kafka running at 127.0.0.1:{port} (pid ")
         pid = int(first.split("(pid ")[1].split(",")[0])
-        assert local_kafka._process_alive(pid)
+        assert process_alive(pid)
 
         assert _cli("local", "kafka", "start", *opts) == 0  # idempotent: the same broker
         assert capsys.readouterr().out == first
@@ -299,7 +300,7 @@ def test_local_kafka_lifecycle_through_the_cli(tmp_path: Path, capsys: pytest.Ca
     finally:
         assert _cli("local", "kafka", "stop", *opts) == 0
     assert f"kafka stopped (pid {pid}" in capsys.readouterr().out
-    assert not local_kafka._process_alive(pid)
+    assert not process_alive(pid)
     assert not (tmp_path / "kafka" / "broker.pid").exists()
     assert local_kafka._port_is_free(port)
     assert _cli("local", "kafka", "status", *opts) == 3

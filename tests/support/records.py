@@ -83,7 +83,11 @@ def read_topics(
     )
     out: dict[str, list[Rec]] = {topic: [] for topic in topics}
     try:
-        listed = consumer.list_topics(topics[0], timeout=10) if len(topics) == 1 else consumer.list_topics(timeout=10)
+        listed = (
+            consumer.list_topics(topics[0], timeout=10)
+            if len(topics) == 1
+            else consumer.list_topics(timeout=10)
+        )
         left: set[tuple[str, int]] = set()
         for topic in topics:
             meta = listed.topics.get(topic)
