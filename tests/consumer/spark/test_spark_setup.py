@@ -209,6 +209,7 @@ print("RESULT " + json.dumps(out))
 """
 
 
+@pytest.mark.isolated  # its own Spark in a child process: none of the session's
 def test_register_fails_in_one_line_naming_the_setting_when_workers_cannot_import_deltamirror(
     wrong_python: Path, tmp_path: Path
 ) -> None:
