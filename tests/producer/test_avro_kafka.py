@@ -269,3 +269,114 @@ def test_an_incompatible_schema_change_stops_that_table_visibly_before_its_versi
     refusals = "deltamirror_schema_registry_refusals_total"
     assert samples.get((refusals, (("table", label),))) == 1, sorted(k for k in samples if "refusal" in k[0])
     assert samples.get((refusals, (("table", label2),))) == 0
+
+
+@pytest.mark.timeout(120)
+def test_a_table_stopped_by_a_refusal_publishes_the_version_once_the_registry_accepts_it(
+    registry: str, kafka_bootstrap: str, tmp_path: Path, kit: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The table of the test above, stopped at version 2 by its subject's BACKWARD level, resumes
+    when an operator sets the level to NONE (the Confluent API's PUT /config/<subject>): version 2
+    is published on the next attempt, after versions 0 and 1 and once (every action, one change
+    event, one commit summary), the subject gets its second version, /healthz answers 200 again
+    and ``deltamirror_table_up`` is 1; the log says the stop once and the resumption once."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    path = _with_change_data(shutil.copytree(TABLES / "krs__type-widening", tmp_path / "refused"))
+    end = 2
+    name = kit.unique("avroresume")
+    subject = f"{name}.changes-value"
+    _compatibility(registry, subject, "BACKWARD")
+    cfg = WatchConfig.model_validate(
+        {
+            "kafka": {"bootstrap_servers": kafka_bootstrap},
+            "tables": [
+                {
+                    "uri": str(path),
+                    "snapshot_mode": "from-version",
+                    "from_version": 0,
+                    "actions_topic": f"{name}.actions",
+                    "commits_topic": f"{name}.commits",
+                    "poll_interval_s": 0.1,
+                    "changes_topic": f"{name}.changes",
+                    "transaction_topic": f"{name}.transaction",
+                    "row_changes": {"format": "avro", "registry": {"url": registry}},
+                }
+            ],
+            "progress_topic": f"{name}.progress",
+            "transactional_id_prefix": name,
+            "signal_topic": None,
+        }
+    )
+    monkeypatch.setattr(pipeline_module, "BACKOFF_MIN_S", 0.05)  # retries in quick succession
+    monkeypatch.setattr(pipeline_module, "BACKOFF_MAX_S", 0.1)
+    stream = io.StringIO()
+    configure_logging(logging.INFO, stream)
+    metrics = _CountingMetrics()
+    server = serve(metrics, port=0)
+    service = WatchService(cfg, metrics=metrics, stop_budget_s=5.0)
+    service.start()
+    try:
+        # stopped: two attempts refused (the table retries), nothing of version 2 committed
+        wait_for(lambda: sum(metrics.errors.values()) >= 2, "two attempts stopped on the refusal", 60, 0.05)
+        stopped_status, _ = _get(server.url + "/healthz")
+        stopped_at = published_version(kafka_bootstrap, f"{name}.commits")
+        _compatibility(registry, subject, "NONE")
+        wait_for(
+            lambda: published_version(kafka_bootstrap, f"{name}.commits") == end,
+            "the refused version published once the registry accepts it",
+            60,
+        )
+        _, body = wait_for(
+            lambda: (r := _get(server.url + "/healthz"))[0] == 200 and r, "/healthz healthy again", 30, 0.05
+        )
+        metrics_text = _get(server.url + "/metrics")[1]
+    finally:
+        service.request_stop()
+        assert service.wait(30), "the watcher did not stop"
+        service.close()
+        server.stop()
+        logging.getLogger("deltamirror").handlers.clear()
+        logging.getLogger("deltamirror").propagate = True
+
+    assert stopped_status == 503 and stopped_at == 1
+    health = json.loads(body)
+    assert health["status"] == "ok", health
+    ((label, entry),) = health["tables"].items()
+    assert entry["status"] == "ok" and entry["lastPublishedVersion"] == end, entry
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(metrics_text)
+        for s in family.samples
+    }
+    assert samples[("deltamirror_table_up", (("table", label),))] == 1
+    assert samples[("deltamirror_schema_registry_refusals_total", (("table", label),))] == 1
+    # the log: the stop once, the resumption once
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    stops = [line for line in lines if line["msg"].startswith("table stopped: the Schema Registry refused")]
+    assert len(stops) == 1, [line["msg"] for line in lines]
+    assert sum(line["msg"] == "table resumed" for line in lines) == 1, [line["msg"] for line in lines]
+    # once and in order: each version's actions as many as its commit has lines, versions ascending
+    actions = kit.consume(kafka_bootstrap, [f"{name}.actions"], idle_s=0.5)
+    versions = [int(r.headers["version"]) for r in actions]
+    assert versions == sorted(versions)
+    log = path / "_delta_log"
+    for version in range(end + 1):
+        lines_in_commit = [
+            line for line in (log / f"{version:020d}.json").read_text().splitlines() if line.strip()
+        ]
+        assert versions.count(version) == len(lines_in_commit), (version, versions)
+    summaries = [
+        json.loads(r.value)["version"]
+        for r in kit.consume(kafka_bootstrap, [f"{name}.commits"], idle_s=0.5)
+        if r.value and r.value.startswith(b'{"kind":"commit"')
+    ]
+    assert summaries == [0, 1, 2]
+    client = SchemaRegistryClient({"url": registry})
+    values = AvroDeserializer(client)
+    changes = [r for r in kit.consume(kafka_bootstrap, [f"{name}.changes"], idle_s=0.5) if r.value]
+    events = [values(r.value, SerializationContext(f"{name}.changes", MessageField.VALUE)) for r in changes]
+    assert [(e["op"], e["source"]["delta_version"]) for e in events] == [("c", 0), ("c", 2)]
+    assert client.get_versions(subject) == [1, 2]
