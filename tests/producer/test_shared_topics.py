@@ -134,17 +134,33 @@ def test_two_tables_on_shared_topics_read_back_per_table_equal_their_own_events(
     for table in (a, b):
         assert _mirror_read(kafka_bootstrap, name, table) == _by_version(own[normalize_table_uri(str(table))])
 
-    # consume-snapshot keeps each table of the topic apart (its lines are per tableId)
-    assert main(["consume-snapshot", "--bootstrap-servers", kafka_bootstrap, "--once", "--commits-topic",
-                 "--topic", f"deltamirror.{name}.actions"]) == 0  # fmt: skip
+    # consume-snapshot and invalidate keep each table of the topic apart (their lines are per table)
+    topic = f"deltamirror.{name}.actions"
+    group = [
+        "--bootstrap-servers",
+        kafka_bootstrap,
+        "--once",
+        "--commits-topic",
+        "--topic",
+        topic,
+        "--group-id",
+    ]
+    assert main(["consume-snapshot", *group, kit.unique("snap")]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
-    for events in own.values():
-        versions = [
+    delivered = tmp_path / "delivered.txt"
+    hook = f"sh -c 'echo \"$DELTAMIRROR_TABLE $DELTAMIRROR_VERSION\" >> {delivered}'"
+    assert main(["invalidate", *group, kit.unique("inv"), "--exec", hook]) == 0
+    handed = [line.split() for line in delivered.read_text().splitlines()]
+    for uri, events in own.items():
+        n = len(_by_version(events))
+        files = [
             (x["version"], x["files"])
             for x in lines
             if "kind" not in x and x["tableId"] == events[0]["tableId"]
         ]
-        assert versions == [(v, v + 1) for v in range(len(_by_version(events)))]
+        assert files == [(v, v + 1) for v in range(n)]
+        assert [int(v) for table, v in handed if table == uri] == list(range(n))
+    assert len(handed) == sum(len(_by_version(e)) for e in own.values())
 
 
 @pytest.mark.kafka
