@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -234,3 +235,88 @@ def test_shared_topics_are_named_by_the_prefix_and_refused_with_row_changes(tmp_
         )
     message = str(refused.value)
     assert "\n" not in message and "topics" in message and "row_changes" in message, message
+
+
+def _last_versions(kit: Any, bootstrap: str, commits: str) -> dict[str, int]:
+    last: dict[str, int] = {}
+    for r in kit.consume(bootstrap, [commits], idle_s=0.3, timeout_s=10):
+        if r.headers.get("kind") == b"commit":
+            last[r.json["tableUri"]] = max(last.get(r.json["tableUri"], -1), r.json["version"])
+    return last
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(240)
+def test_kill_9_with_two_tables_in_transactions_on_one_shared_partition_loses_and_duplicates_nothing(
+    kafka_bootstrap: str, tmp_path: Path, kit: Any
+) -> None:
+    """Two tables' transactions interleave on the shared partition; a kill while records of an open
+    one are there, then a restart: each table's records once, in order (its progress is its own)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import yaml
+
+    lake = tmp_path / "lake"
+    tables = [kit.make_table(lake / n, versions=1) for n in ("a", "b")]
+    for t in tables:
+        kit.write_versions(t, 1, 75, 1000)
+    name = kit.unique("kill")
+    actions, commits = f"deltamirror.{name}.actions", f"deltamirror.{name}.commits"
+    config = tmp_path / "watch.yaml"
+    prefix = {"uri": str(lake), "name": name, "topics": "shared", "snapshot_mode": "from-timestamp"}
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "kafka": {"bootstrap_servers": kafka_bootstrap},
+                "discover": [{**prefix, "from_timestamp": FROM, "interval_s": 0.3, "poll_interval_s": 0.2}],
+                "progress_topic": kit.unique("progress"),
+                "transactional_id_prefix": kit.unique("dm"),
+                "txn_max_records": 5000,
+            }
+        )
+    )
+    log = tmp_path / "watch.log"
+    argv = [sys.executable, "-m", "deltamirror.cli.main", "watch", "--config", str(config)]
+
+    def start() -> subprocess.Popen[bytes]:
+        with log.open("ab") as out:
+            return subprocess.Popen(argv, stdout=out, stderr=out)
+
+    def open_records() -> int:
+        try:
+            return int(kit.uncommitted_records(kafka_bootstrap, actions))
+        except Exception:  # the watcher has not created the topic yet
+            return 0
+
+    last, interrupted = 75, False
+    for _ in range(5):  # a kill between two transactions proves nothing: try again
+        proc = start()
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and open_records() == 0 and time.monotonic() < deadline:
+            if min(_last_versions(kit, kafka_bootstrap, commits).values(), default=-1) >= last:
+                break
+        assert proc.poll() is None, log.read_text()[-3000:]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        if open_records() > 0:
+            interrupted = True
+            break
+        for t in tables:  # everything was published: more to publish
+            kit.write_versions(t, last + 1, 25, 1000, prefix=f"more{last}")
+        last += 25
+    assert interrupted, "no kill landed inside a transaction in 5 tries"
+    restarted = start()
+    try:
+        deadline = time.monotonic() + 180
+        while min(_last_versions(kit, kafka_bootstrap, commits).values(), default=-1) < last:
+            assert restarted.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+    finally:
+        assert kit.stop_process(restarted) == 0, log.read_text()[-3000:]
+    records = kit.consume(kafka_bootstrap, [actions], idle_s=0.5)
+    for t in tables:
+        uri = normalize_table_uri(str(t))
+        assert [r.value for r in records if json.loads(r.value)["tableUri"] == uri] == kit.events_output(t)
+    assert len(records) == sum(len(kit.events_output(t)) for t in tables)
