@@ -4,12 +4,16 @@ Two measurements against a local broker of its own (tiny hand-written one-versio
 snapshot mode ``latest``, notifications on as by default):
 
 * ``idle``: ONE ``watch --group G`` instance with N tables (it owns every shard). From spawning it
-  to the sum of its ``tables of the assigned shards resumed`` lines reaching N (startup), its
+  to the sum of its ``tables of the assigned shards resumed`` lines reaching N (startup; with
+  ``--layout shared``, N tables' ``resuming table`` lines), its
   thread count, its CPU (user+system of the whole process, all threads, from ``/proc``) over
   ``--idle-s`` seconds after a 5 s settle in % of one core, its RSS, and the commit pickup latency:
   a commit written (atomic rename) to one random table until its action is visible to a
-  ``read_committed`` consumer of that table's actions topic (``--pickups`` tables, median/max;
-  earlier rows were read in 0.2 s steps: their ``pickup_s.step_s`` says so).
+  ``read_committed`` consumer of that table's actions topic (``--pickups`` tables, median/max,
+  p50/p99; earlier rows were read in 0.2 s steps: their ``pickup_s.step_s`` says so).
+  ``--layout per-table`` (default): the tables are configured, each with its own two topics;
+  ``--layout shared``: the tables are found under one ``discover`` prefix with ``topics: shared``
+  (two topics for all of them, keyed by tableId), which a broker holds at any table count.
 * ``move``: TWO instances in one group over ``--move-tables`` tables; once both run and every
   table published, one is SIGKILLed (or SIGTERMed), a commit is written to every table right after,
   and the time until every table has published it is taken: the survivor's own tables publish at
@@ -22,7 +26,7 @@ A size that does not start is a result too: its error line is kept (``failed``).
 
     python bench/bench_scale.py [--tables 100,1000] [--rounds 1] [--move-tables 200] [--no-move]
                                 [--no-idle] [--idle-s 30] [--pickups 5] [--session-ms 10000]
-                                [--port 19394] [--src DIR] [--fresh]
+                                [--port 19394] [--src DIR] [--fresh] [--layout per-table|shared]
 
 Results: rows appended to bench/results/scale.json (``--fresh`` starts it over), the plot
 bench/results/scale.png, and a markdown table on stdout. Not a test: nothing is asserted.
@@ -121,30 +125,53 @@ def error_line(path: Path) -> str:
 
 
 def make_tables(base: Path, n: int, run: str) -> list[Path]:
-    tables = [base / f"s{run}x{i}" for i in range(n)]
+    tables = [base / "lake" / f"s{run}x{i}" for i in range(n)]
     for t in tables:
         write_commit(t, 0)
     return tables
 
 
 def write_config(
-    base: Path, bootstrap: str, tables: list[Path], run: str, session_ms: int, mode: str = "latest"
+    base: Path,
+    bootstrap: str,
+    tables: list[Path],
+    run: str,
+    session_ms: int,
+    mode: str = "latest",
+    layout: str = "per-table",
 ) -> Path:
     """``latest`` for the idle case; ``from-version`` 0 for moves: a table that resumes without
-    progress after a commit would take that commit as its start (``latest``) and never publish it."""
+    progress after a commit would take that commit as its start (``latest``) and never publish it.
+    ``shared``: the tables' folder as a discover prefix with ``topics: shared`` (``latest`` only)."""
     config = base / "watch.yaml"  # JSON is YAML
+    if layout == "shared":
+        where: dict[str, Any] = {
+            "tables": [],
+            "discover": [
+                {
+                    "uri": str(base / "lake"),
+                    "name": f"dmscale-{run}",
+                    "topics": "shared",
+                    "snapshot_mode": mode,
+                }
+            ],
+        }
+    else:
+        where = {
+            "tables": [
+                {
+                    "uri": str(t),
+                    "snapshot_mode": mode,
+                    **({"from_version": 0} if mode == "from-version" else {}),
+                }
+                for t in tables
+            ]
+        }
     config.write_text(
         json.dumps(
             {
                 "kafka": {"bootstrap_servers": bootstrap},
-                "tables": [
-                    {
-                        "uri": str(t),
-                        "snapshot_mode": mode,
-                        **({"from_version": 0} if mode == "from-version" else {}),
-                    }
-                    for t in tables
-                ],
+                **where,
                 "progress_topic": f"dmscale.{run}.progress",
                 "transactional_id_prefix": f"dmscale-{run}",
                 "group": {"name": f"dmscale-{run}", "session_timeout_ms": session_ms},
@@ -176,8 +203,60 @@ def stop(proc: subprocess.Popen[bytes]) -> int | None:
     return proc.returncode
 
 
+def actions_topic(table: Path, run: str, layout: str) -> str:
+    return f"deltamirror.dmscale-{run}.actions" if layout == "shared" else f"deltamirror.{table.name}.actions"
+
+
+class ResumingLines:
+    """How many tables logged ``resuming table`` so far (the log read on from where it was left)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset, self.tables, self._rest = path, 0, set[str](), b""
+
+    def count(self) -> int:
+        if not self.path.exists():
+            return 0
+        with self.path.open("rb") as fh:
+            fh.seek(self.offset)
+            data = self._rest + fh.read()
+            self.offset = fh.tell()
+        *lines, self._rest = data.split(b"\n")
+        for line in lines:
+            if b"resuming table" in line:
+                try:
+                    self.tables.add(str(json.loads(line).get("table")))
+                except ValueError:
+                    continue
+        return len(self.tables)
+
+
+#: the bench broker's pid (set in main): its memory maps are what bounds the partitions it holds
+BROKER_PID: list[int] = []
+
+
+def broker_load(bootstrap: str) -> dict[str, Any]:
+    """What the local broker holds now: topics, partitions, and its memory maps (each partition's
+    log segment maps an offset and a time index) beside vm.max_map_count."""
+    from confluent_kafka.admin import AdminClient
+
+    topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).topics
+    out: dict[str, Any] = {
+        "topics": len(topics),
+        "partitions": sum(len(t.partitions) for t in topics.values()),
+        "max_map_count": int(Path("/proc/sys/vm/max_map_count").read_text()),
+    }
+    if BROKER_PID:
+        try:
+            out["maps"] = len(Path(f"/proc/{BROKER_PID[0]}/maps").read_text().splitlines())
+            out["rss_mb"] = _rss_mb(BROKER_PID[0])
+        except OSError:
+            pass
+    return out
+
+
 def cleanup(bootstrap: str, tables: list[Path], run: str, base: Path) -> None:
     topics = [f"deltamirror.{t.name}.{kind}" for t in tables for kind in ("actions", "commits")]
+    topics += [f"deltamirror.dmscale-{run}.actions", f"deltamirror.dmscale-{run}.commits"]
     delete_topics(bootstrap, [*topics, f"dmscale.{run}.progress", f"deltamirror.dmscale-{run}.shards"])
     shutil.rmtree(base, ignore_errors=True)
 
@@ -186,25 +265,36 @@ def measure_idle(args: argparse.Namespace, bootstrap: str, n: int, rnd: int) -> 
     run = uuid.uuid4().hex[:6]
     base = Path(tempfile.mkdtemp(prefix=f"dm-bench-scale-{n}-"))
     tables = make_tables(base, n, run)
-    config = write_config(base, bootstrap, tables, run, args.session_ms)
+    config = write_config(base, bootstrap, tables, run, args.session_ms, layout=args.layout)
     log = base / "watch.log"
-    out: dict[str, Any] = {"kind": "idle", "tables": n, "round": rnd, "load_before": load()}
+    out: dict[str, Any] = {
+        "kind": "idle",
+        "layout": args.layout,
+        "tables": n,
+        "round": rnd,
+        "load_before": load(),
+    }
+    resuming = ResumingLines(log)
+
+    def started() -> int:
+        return resuming.count() if args.layout == "shared" else resumed_tables(log)
+
     spawned = time.monotonic()
     proc = spawn(config, log)
     try:
         deadline = spawned + args.start_timeout_s
-        while resumed_tables(log) < n:
+        while started() < n:
             if proc.poll() is not None or time.monotonic() > deadline:
                 out["failed"] = (
                     f"{'exit ' + str(proc.returncode) if proc.poll() is not None else 'timeout'}"
-                    f" after {time.monotonic() - spawned:.0f} s, {resumed_tables(log)} of {n}"
+                    f" after {time.monotonic() - spawned:.0f} s, {started()} of {n}"
                     f" resumed: {error_line(log)}"
                 )
                 kept = Path(tempfile.gettempdir()) / f"dm-bench-scale-failed-{n}-{run}.log"
                 shutil.copyfile(log, kept)  # the whole story, outside the folder cleaned up below
                 out["log"] = str(kept)
                 return out
-            time.sleep(0.1)
+            time.sleep(0.1 if n <= 1000 else 0.5)
         out["startup_s"] = round(time.monotonic() - spawned, 2)
         out["load_started"] = load()
         time.sleep(5)
@@ -229,7 +319,7 @@ def measure_idle(args: argparse.Namespace, bootstrap: str, n: int, rnd: int) -> 
             pickup_latency(
                 bootstrap,
                 tables[i],
-                f"deltamirror.{tables[i].name}.actions",
+                actions_topic(tables[i], run, args.layout),
                 1,
                 group_prefix="dmscale",
                 first_record=True,
@@ -237,14 +327,18 @@ def measure_idle(args: argparse.Namespace, bootstrap: str, n: int, rnd: int) -> 
             for i in picks
         ]
         got = [x for x in latencies if x is not None]
+        cuts = statistics.quantiles(got, n=100, method="inclusive") if len(got) >= 2 else got * 99
         out["pickup_s"] = {
             "median": round(statistics.median(got), 3) if got else None,
             "max": round(max(got), 3) if got else None,
+            "p50": round(cuts[49], 3) if got else None,
+            "p99": round(cuts[98], 3) if got else None,
             "n": len(latencies),
             "step_s": None,
             "missed": len(latencies) - len(got),
         }
         out["rss_mb"] = _rss_mb(proc.pid)
+        out["broker"] = broker_load(bootstrap)
     finally:
         out["load_after"] = load()
         out["exit_code"] = stop(proc)
@@ -445,6 +539,12 @@ def main() -> int:
         "--src", type=Path, help="run the watchers from this checkout (e.g. git archive HEAD)"
     )
     parser.add_argument("--fresh", action="store_true", help="start scale.json over")
+    parser.add_argument(
+        "--layout",
+        choices=("per-table", "shared"),
+        default="per-table",
+        help="idle case: configured tables with topics each, or one discover prefix with topics: shared",
+    )
     args = parser.parse_args()
     if args.src:
         PYTHONPATH["PYTHONPATH"] = str(link_tree(args.src.resolve()))
@@ -453,6 +553,8 @@ def main() -> int:
     broker = LocalKafka(port=args.port, data_dir=Path(args.kafka_data_dir))
     was_running = bool(broker.status()["running"])
     bootstrap = broker.start()
+    if broker.status()["pid"]:
+        BROKER_PID.append(int(broker.status()["pid"]))
     doc: dict[str, Any] = {"rows": []}
     if RESULTS.exists() and not args.fresh:
         doc = json.loads(RESULTS.read_text())

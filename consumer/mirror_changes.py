@@ -508,7 +508,11 @@ class _VersionReader:
             "offset": offset,
         }
         event = decode_action_event(value, rules=self._rules, table=self.settings.table_uri, **where)
-        if event.table_id != self.table_id or event.table_uri != self.settings.table_uri:
+        if event.table_id == self.table_id and event.table_uri != self.settings.table_uri:
+            # a copy of the table (a copied folder keeps its id) on a topic shared by many tables
+            # (a discover prefix's topics: shared): another table's, as the index takes it
+            return None
+        if event.table_id != self.table_id:
             raise BadRecordError(
                 f"a record keyed by table {shown(self.table_id)} says it is table {shown(event.table_id)} at "
                 f"{shown(event.table_uri)!r}, not at {self.settings.table_uri}: records never move a table",

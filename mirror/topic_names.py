@@ -130,6 +130,16 @@ def discovered_topic_name(relative: str, prefix_name: str | None = None) -> str:
     return name
 
 
+def shared_topics(prefix_uri: str, name: str | None = None) -> TableTopics:
+    """The actions and commits topics of every table found under a discover prefix with
+    ``topics: shared``: ``deltamirror.<name>.actions`` / ``.commits``, ``<name>`` the prefix's own
+    ``name`` when it has one, else the last path segment of its location (as a table's default).
+    No changes or transaction topic: a changes topic is never shared (its records are keyed by the
+    row alone), so row changes are refused on such a prefix."""
+    topics = default_topics(prefix_uri, name=name)
+    return TableTopics(topics.actions, topics.commits)
+
+
 def assignment_topic(group_name: str) -> str:
     """``deltamirror.<name>.shards``: the topic whose partitions are the group's shards."""
     return f"{PREFIX}{group_name}{SHARDS_SUFFIX}"
@@ -148,6 +158,7 @@ __all__ = [
     "default_commits_topic",
     "default_topics",
     "discovered_topic_name",
+    "shared_topics",
     "table_name",
     "topic_name_problem",
 ]

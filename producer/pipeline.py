@@ -522,7 +522,9 @@ class TablePipeline:
     def _resume_point(self, end_offsets: EndOffsets, committed: Position | None) -> Position | None:
         """Resume the publisher from the progress topic's position as the actions and commits topics
         bear it out (:func:`~.publishing.tails.read_tails`); returns the position resumed from."""
-        resume = read_tails(self.kafka, end_offsets, self.topics.actions, self.topics.commits, committed)
+        resume = read_tails(
+            self.kafka, end_offsets, self.topics.actions, self.topics.commits, committed, self.uri
+        )
         if resume.overstated is not None:
             log.warning(
                 "the progress topic holds %s but the actions topic ends at %s: a transaction Kafka "

@@ -50,6 +50,7 @@ from deltamirror.mirror.topic_names import (
     TableTopics,
     checked_topic_name,
     default_topics,
+    shared_topics,
 )
 
 #: where a table without published progress starts: named once here (the watcher takes it; the
@@ -378,7 +379,8 @@ TABLE_ONLY: dict[str, str] = {
     "under a prefix: use snapshot_mode from-timestamp (from_timestamp), or configure the table "
     "under tables",
     "actions_topic": "the tables found under a prefix each get their own topics (named by their "
-    "path): configure the table under tables to choose its topics",
+    "path), or all the prefix's two shared ones (topics: shared): configure the table under tables "
+    "to choose its topics",
     "commits_topic": "see actions_topic",
     "changes_topic": "see actions_topic",
     "transaction_topic": "see actions_topic",
@@ -407,6 +409,10 @@ class DiscoverConfig(PerTableSettings):
     max_depth: int = Field(default=6, ge=1, le=64)
     name: str | None = Field(default=None, pattern=PREFIX_NAME_PATTERN)
     snapshot_mode: Literal["initial", "latest", "when-needed", "from-timestamp"] = "initial"
+    #: ``per-table``: each table found gets topics of its own, named by its path; ``shared``: every
+    #: table found publishes to the prefix's two topics (:meth:`shared_topics`), keyed by ``tableId``
+    #: as always, so a broker holds two topics for the prefix however many tables it has
+    topics: Literal["per-table", "shared"] = "per-table"
 
     @model_validator(mode="before")
     @classmethod
@@ -427,11 +433,24 @@ class DiscoverConfig(PerTableSettings):
         problem = problem or _net_catch_up_problem(self.snapshot_mode, self.row_changes)
         if problem is not None:
             raise problem
+        if self.topics == "shared" and self.row_changes_on:
+            raise FieldProblem(
+                "topics",
+                "shared cannot take row_changes: a changes topic is never shared (its records are keyed "
+                "by the row alone, so the tables' rows would mix); use topics: per-table for tables "
+                "with row changes",
+            )
         return self
 
     @property
     def normalized_uri(self) -> str:
         return normalize_table_uri(self.uri)
+
+    def shared_topics(self) -> TableTopics | None:
+        """The actions and commits topics of every table found (``topics: shared``), else None."""
+        if self.topics != "shared":
+            return None
+        return shared_topics(self.normalized_uri, self.name)
 
 
 class GroupSettings(SettingsModel):

@@ -187,8 +187,12 @@ INHERITED = tuple(sorted((set(DiscoverConfig.model_fields) & set(TableConfig.mod
 
 def discovered_config(table: DiscoveredTable, source: DiscoverConfig) -> TableConfig:
     """The settings a discovered table is mirrored with: its prefix's per-table settings
-    (:data:`INHERITED`), topics named by its path, dropped when deleted."""
+    (:data:`INHERITED`), topics named by its path (the prefix's shared ones with ``topics:
+    shared``), dropped when deleted."""
     inherited = {name: getattr(source, name) for name in INHERITED if name in source.model_fields_set}
+    shared = source.shared_topics()
+    if shared is not None:  # topics: shared: the prefix's two topics, named in the table's settings
+        inherited |= {"actions_topic": shared.actions, "commits_topic": shared.commits}
     return TableConfig(uri=table.uri, topic_name=table.topic_name, when_deleted="drop", **inherited)
 
 

@@ -166,7 +166,12 @@ def reconcile(position: Position | None, actions: Tail | None, summary: Tail | N
     return Resume(position, past(position, actions, summary))
 
 
-def _tail_of(records: list[Record], table_id: str, *, summaries: bool) -> Tail | None:
+def _tail_of(
+    records: list[Record], table_id: str, *, summaries: bool, table_uri: str | None = None
+) -> Tail | None:
+    """The last record of the table in ``records``: keyed by its id and, with ``table_uri``, at its
+    location. A copied table folder keeps its ``tableId``, so on a topic shared by the tables of a
+    prefix (``topics: shared``) a copy's records carry the same key: they are another table's."""
     for record in reversed(records):
         if record.key != table_id.encode():
             continue
@@ -175,8 +180,10 @@ def _tail_of(records: list[Record], table_id: str, *, summaries: bool) -> Tail |
                 continue  # a heartbeat, a tableReplaced
             try:
                 doc: Any = json.loads(record.value)
+                if table_uri is not None and doc.get("tableUri") != table_uri:
+                    continue  # a copy of the table (same id) at another location
                 return Tail(table_id, int(doc["version"]), bool(doc.get("snapshot", False)), -1)
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, AttributeError):
                 continue  # not ours to judge here: the consumers check every record
         try:
             event = decode_action_event(record.value)
@@ -184,6 +191,8 @@ def _tail_of(records: list[Record], table_id: str, *, summaries: bool) -> Tail |
             # not ours to judge here (the consumers check every record), but nothing to take a
             # position from either: an older record would read as the progress overstated
             return None
+        if table_uri is not None and event.table_uri != table_uri:
+            continue  # a copy of the table (same id) at another location
         return Tail(
             table_id,
             event.version,
@@ -198,7 +207,13 @@ def _tail_of(records: list[Record], table_id: str, *, summaries: bool) -> Tail |
 
 
 def _read_tail(
-    kafka: Mapping[str, Any], end_offsets: EndOffsets, topic: str, table_id: str, *, summaries: bool
+    kafka: Mapping[str, Any],
+    end_offsets: EndOffsets,
+    topic: str,
+    table_id: str,
+    *,
+    summaries: bool,
+    table_uri: str | None = None,
 ) -> Tail | None:
     ends = end_offsets(topic, True)
     window = WINDOW
@@ -218,7 +233,10 @@ def _read_tail(
             window *= 8
             continue
         found = [
-            _tail_of([r for r in records if r.partition == p], table_id, summaries=summaries) for p in starts
+            _tail_of(
+                [r for r in records if r.partition == p], table_id, summaries=summaries, table_uri=table_uri
+            )
+            for p in starts
         ]
         tails = [t for t in found if t is not None]
         if tails or all(start == 0 for start in starts.values()):
@@ -232,16 +250,20 @@ def read_tails(
     actions_topic: str,
     commits_topic: str,
     position: Position | None,
+    table_uri: str | None = None,
 ) -> Resume:
     """Where the table resumes from ``position`` (the progress topic's), given what its actions and
-    commits topics hold committed (:func:`reconcile`)."""
+    commits topics hold committed (:func:`reconcile`); with ``table_uri`` only the records of the
+    table at that location count (a topic shared by many tables may hold a copy's, same id)."""
     table_id = position.table_id if position is not None else None
     try:
         if table_id is None:
             # nothing committed: a partial first transaction is not told apart
             return Resume(position, AlreadyPublished())
-        actions = _read_tail(kafka, end_offsets, actions_topic, table_id, summaries=False)
-        summary = _read_tail(kafka, end_offsets, commits_topic, table_id, summaries=True)
+        actions = _read_tail(
+            kafka, end_offsets, actions_topic, table_id, summaries=False, table_uri=table_uri
+        )
+        summary = _read_tail(kafka, end_offsets, commits_topic, table_id, summaries=True, table_uri=table_uri)
     except (KafkaError, EventStreamError) as exc:
         raise KafkaError(
             f"cannot read the last records of {actions_topic} and {commits_topic}: {exc}"

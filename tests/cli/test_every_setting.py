@@ -1312,6 +1312,7 @@ ELSEWHERE: dict[str, str] = {
     "WatchConfig.discover[].interval_s": "tests/producer/test_setting_effects.py::test_discover_interval_s_is_how_soon_a_table_created_under_the_prefix_is_found",
     "WatchConfig.tables[].storage_options": "tests/producer/test_setting_effects.py::test_storage_options_are_how_the_watcher_reaches_a_table_on_an_object_store",
     "WatchConfig.discover[].name": "tests/producer/test_discovery_settings.py::test_discover_with_row_changes_publishes_the_rows_of_the_tables_found",
+    "WatchConfig.discover[].topics": "tests/producer/test_shared_topics.py::test_shared_topics_are_named_by_the_prefix_and_refused_with_row_changes",
     "WatchConfig.kafka.sasl_mechanism": "tests/producer/test_secure_settings.py::test_each_sasl_setting_is_the_login_the_broker_checks",
     "WatchConfig.kafka.sasl_username": "tests/producer/test_secure_settings.py::test_each_sasl_setting_is_the_login_the_broker_checks",
     "WatchConfig.kafka.sasl_password": "tests/producer/test_secure_settings.py::test_each_sasl_setting_is_the_login_the_broker_checks",

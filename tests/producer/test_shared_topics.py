@@ -1,0 +1,322 @@
+"""A discover prefix with ``topics: shared``: every table found publishes to the prefix's two
+topics, keyed by its ``tableId``, and each table read back alone is its own events, nothing of the
+other tables mixed in (issue 29 item 2)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deltamirror.cli.main import main
+from deltamirror.consumer.mirror_changes import MirrorIndex, MirrorSettings, read_mirror_versions
+from deltamirror.core.errors import ConfigError
+from deltamirror.core.storage import normalize_table_uri
+from deltamirror.core.timestamps import CommitTimestamp, TimestampSource
+from deltamirror.mirror import ActionEvent
+from deltamirror.mirror.kafka.consumer import Record
+from deltamirror.producer.discovery.scan import DiscoveredTable, discovered_config
+from deltamirror.producer.publishing.tails import _tail_of
+from deltamirror.producer.settings import DiscoverConfig, WatchConfig, merge_overrides
+from deltamirror.producer.tailing.work import Position
+
+FROM = "2000-01-01T00:00:00Z"  # every commit of the tables: the whole log, as `deltamirror events`
+
+
+def _watch_until(kafka_bootstrap: str, kit: Any, lake: Path, name: str, wanted: int) -> list[Any]:
+    """Run a watcher over ``lake`` with shared topics until its actions topic holds ``wanted``
+    records; the records of both topics."""
+    from deltamirror.producer.service import WatchService
+
+    cfg = WatchConfig.model_validate(
+        {
+            "kafka": {"bootstrap_servers": kafka_bootstrap},
+            "discover": [
+                {
+                    "uri": str(lake),
+                    "name": name,
+                    "topics": "shared",
+                    "snapshot_mode": "from-timestamp",
+                    "from_timestamp": FROM,
+                    "interval_s": 0.3,
+                    "poll_interval_s": 0.2,
+                }
+            ],
+            "progress_topic": kit.unique("progress"),
+            "transactional_id_prefix": kit.unique("dm"),
+        }
+    )
+    service = WatchService(cfg, stop_budget_s=5.0)
+    service.start()
+    try:
+        actions = kit.consume(
+            kafka_bootstrap, [f"deltamirror.{name}.actions"], until=lambda rs: len(rs) >= wanted, timeout_s=90
+        )
+        commits = kit.consume(
+            kafka_bootstrap,
+            [f"deltamirror.{name}.commits"],
+            until=lambda rs: (
+                {r.json["tableUri"] for r in rs if r.headers.get("kind") == b"commit"}
+                >= {normalize_table_uri(str(p)) for p in _tables(lake)}
+            ),
+            timeout_s=60,
+        )
+        assert service._failure is None, service._failure
+    finally:
+        service.request_stop()
+        assert service.wait(30), "the watcher did not stop"
+        service.close()
+    assert len(actions) == wanted  # nothing more came while waiting for the summaries
+    return [*actions, *commits]
+
+
+def _tables(lake: Path) -> list[Path]:
+    return sorted(p.parent for p in lake.rglob("_delta_log"))
+
+
+def _own_events(kit: Any, table: Path) -> list[Any]:
+    return [json.loads(line) for line in kit.events_output(table)]
+
+
+def _mirror_read(bootstrap: str, name: str, table: Path) -> list[tuple[int, list[Any]]]:
+    """What the Spark source's reader takes from the shared topics for ``table``: (version, actions)."""
+    settings = MirrorSettings(
+        bootstrap, f"deltamirror.{name}.actions", f"deltamirror.{name}.commits", str(table)
+    )
+    index = MirrorIndex(settings)
+    index.refresh()
+    assert index.first == 0 and index.latest is not None and index.table_id is not None
+    index.check_available(0, index.latest)
+    versions = read_mirror_versions(
+        settings,
+        table_id=index.table_id,
+        partition=index.actions_partition(),
+        start=0,
+        end=index.latest,
+        start_timestamp_ms=index.timestamp(0),
+    )
+    return [(v.version, [action for _, action in v.actions]) for v in versions]
+
+
+def _by_version(events: list[Any]) -> list[tuple[int, list[Any]]]:
+    out: dict[int, list[Any]] = {}
+    for e in events:
+        out.setdefault(e["version"], []).append(e["action"])
+    return sorted(out.items())
+
+
+@pytest.mark.kafka
+def test_two_tables_on_shared_topics_read_back_per_table_equal_their_own_events(
+    kafka_bootstrap: str, tmp_path: Path, kit: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lake = tmp_path / "lake"
+    a = kit.make_table(lake / "a", versions=3)
+    b = kit.make_table(lake / "sales" / "b", versions=2)
+    own = {normalize_table_uri(str(t)): _own_events(kit, t) for t in (a, b)}
+    assert len({events[0]["tableId"] for events in own.values()}) == 2
+    name = kit.unique("shared")
+    records = _watch_until(kafka_bootstrap, kit, lake, name, sum(len(e) for e in own.values()))
+
+    # one topic each for actions and commits, whatever the number of tables; keyed by tableId
+    assert {r.topic for r in records} == {f"deltamirror.{name}.actions", f"deltamirror.{name}.commits"}
+    for uri, events in own.items():
+        mine = [r for r in records if r.json["tableUri"] == uri]
+        assert {r.key for r in mine} == {events[0]["tableId"].encode()}
+        assert [r.json for r in mine if r.topic.endswith(".actions")] == events
+        assert [r.json["version"] for r in mine if r.headers.get("kind") == b"commit"] == sorted(
+            {e["version"] for e in events}
+        )
+
+    # the Spark source's reader takes one table's records off the shared topics
+    for table in (a, b):
+        assert _mirror_read(kafka_bootstrap, name, table) == _by_version(own[normalize_table_uri(str(table))])
+
+    # consume-snapshot and invalidate keep each table of the topic apart (their lines are per table)
+    topic = f"deltamirror.{name}.actions"
+    group = [
+        "--bootstrap-servers",
+        kafka_bootstrap,
+        "--once",
+        "--commits-topic",
+        "--topic",
+        topic,
+        "--group-id",
+    ]
+    assert main(["consume-snapshot", *group, kit.unique("snap")]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    delivered = tmp_path / "delivered.txt"
+    hook = f"sh -c 'echo \"$DELTAMIRROR_TABLE $DELTAMIRROR_VERSION\" >> {delivered}'"
+    assert main(["invalidate", *group, kit.unique("inv"), "--exec", hook]) == 0
+    handed = [line.split() for line in delivered.read_text().splitlines()]
+    for uri, events in own.items():
+        n = len(_by_version(events))
+        files = [
+            (x["version"], x["files"])
+            for x in lines
+            if "kind" not in x and x["tableId"] == events[0]["tableId"]
+        ]
+        assert files == [(v, v + 1) for v in range(n)]
+        assert [int(v) for table, v in handed if table == uri] == list(range(n))
+    assert len(handed) == sum(len(_by_version(e)) for e in own.values())
+
+
+@pytest.mark.kafka
+def test_a_copied_table_on_the_same_shared_topic_is_another_table_to_the_reader(
+    kafka_bootstrap: str, tmp_path: Path, kit: Any
+) -> None:
+    """A copied folder keeps its tableId: on a shared topic the copy's records carry the same key.
+    The reader of one location takes that location's records only (it refused the copy's as a
+    record moving the table before)."""
+    lake = tmp_path / "lake"
+    a = kit.make_table(lake / "a", versions=2)
+    copy = Path(shutil.copytree(a, lake / "copy"))
+    kit.append(copy, n=3)  # the copy goes on alone: version 2 is the copy's only
+    own = {t: _own_events(kit, t) for t in (a, copy)}
+    assert own[a][0]["tableId"] == own[copy][0]["tableId"]
+    name = kit.unique("copies")
+    _watch_until(kafka_bootstrap, kit, lake, name, sum(len(e) for e in own.values()))
+    for table in (a, copy):
+        assert _mirror_read(kafka_bootstrap, name, table) == _by_version(own[table])
+
+
+def _event(uri: str, version: int) -> bytes:
+    return ActionEvent(
+        schema_version=1,
+        table_id="same-id",
+        table_uri=uri,
+        version=version,
+        commit_timestamp=1,
+        commit_timestamp_source="ict",
+        index=0,
+        count=1,
+        type="commitInfo",
+        snapshot=False,
+        action={"operation": "WRITE"},
+    ).to_json_bytes()
+
+
+def test_a_tables_tail_on_a_shared_topic_is_its_own_not_a_copys_with_the_same_id() -> None:
+    """After trouble a table skips what its topics hold past its progress: a copy's later records
+    (same id, same key) taken as its own would skip versions the table never published."""
+    records = [
+        Record("t", 0, i, i, b"same-id", _event(uri, v), [], 0)
+        for i, (uri, v) in enumerate([("file:///lake/a", 2), ("file:///lake/copy", 7)])
+    ]
+    tail = _tail_of(records, "same-id", summaries=False, table_uri="file:///lake/a")
+    assert tail is not None and tail.position() == Position(
+        "same-id", 2, 0, 1, CommitTimestamp(2, 1, TimestampSource.ICT)
+    )
+
+
+def test_shared_topics_are_named_by_the_prefix_and_refused_with_row_changes(tmp_path: Path) -> None:
+    prefix = DiscoverConfig.model_validate({"uri": str(tmp_path / "lake"), "topics": "shared"})
+    found = discovered_config(DiscoveredTable(f"file://{tmp_path}/lake/x/y", "x/y", "x.y"), prefix)
+    assert (found.topics().actions, found.topics().commits) == (
+        "deltamirror.lake.actions",
+        "deltamirror.lake.commits",
+    )
+    named = DiscoverConfig.model_validate({"uri": str(tmp_path), "topics": "shared", "name": "eu"})
+    assert named.shared_topics() is not None and named.shared_topics().actions == "deltamirror.eu.actions"
+    per_table = discovered_config(
+        DiscoveredTable(f"file://{tmp_path}/x", "x", "x"), DiscoverConfig(uri=str(tmp_path))
+    )
+    assert per_table.topics().actions == "deltamirror.x.actions"
+    with pytest.raises(ConfigError) as refused:
+        merge_overrides(
+            {
+                "kafka": {"bootstrap_servers": "k:9092"},
+                "discover": [{"uri": str(tmp_path), "topics": "shared"}],
+            },
+            {"row_changes": True},
+        )
+    message = str(refused.value)
+    assert "\n" not in message and "topics" in message and "row_changes" in message, message
+
+
+def _last_versions(kit: Any, bootstrap: str, commits: str) -> dict[str, int]:
+    last: dict[str, int] = {}
+    for r in kit.consume(bootstrap, [commits], idle_s=0.3, timeout_s=10):
+        if r.headers.get("kind") == b"commit":
+            last[r.json["tableUri"]] = max(last.get(r.json["tableUri"], -1), r.json["version"])
+    return last
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(240)
+def test_kill_9_with_two_tables_in_transactions_on_one_shared_partition_loses_and_duplicates_nothing(
+    kafka_bootstrap: str, tmp_path: Path, kit: Any
+) -> None:
+    """Two tables' transactions interleave on the shared partition; a kill while records of an open
+    one are there, then a restart: each table's records once, in order (its progress is its own)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import yaml
+
+    lake = tmp_path / "lake"
+    tables = [kit.make_table(lake / n, versions=1) for n in ("a", "b")]
+    for t in tables:
+        kit.write_versions(t, 1, 75, 1000)
+    name = kit.unique("kill")
+    actions, commits = f"deltamirror.{name}.actions", f"deltamirror.{name}.commits"
+    config = tmp_path / "watch.yaml"
+    prefix = {"uri": str(lake), "name": name, "topics": "shared", "snapshot_mode": "from-timestamp"}
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "kafka": {"bootstrap_servers": kafka_bootstrap},
+                "discover": [{**prefix, "from_timestamp": FROM, "interval_s": 0.3, "poll_interval_s": 0.2}],
+                "progress_topic": kit.unique("progress"),
+                "transactional_id_prefix": kit.unique("dm"),
+                "txn_max_records": 5000,
+            }
+        )
+    )
+    log = tmp_path / "watch.log"
+    argv = [sys.executable, "-m", "deltamirror.cli.main", "watch", "--config", str(config)]
+
+    def start() -> subprocess.Popen[bytes]:
+        with log.open("ab") as out:
+            return subprocess.Popen(argv, stdout=out, stderr=out)
+
+    def open_records() -> int:
+        try:
+            return int(kit.uncommitted_records(kafka_bootstrap, actions))
+        except Exception:  # the watcher has not created the topic yet
+            return 0
+
+    last, interrupted = 75, False
+    for _ in range(5):  # a kill between two transactions proves nothing: try again
+        proc = start()
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and open_records() == 0 and time.monotonic() < deadline:
+            if min(_last_versions(kit, kafka_bootstrap, commits).values(), default=-1) >= last:
+                break
+        assert proc.poll() is None, log.read_text()[-3000:]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        if open_records() > 0:
+            interrupted = True
+            break
+        for t in tables:  # everything was published: more to publish
+            kit.write_versions(t, last + 1, 25, 1000, prefix=f"more{last}")
+        last += 25
+    assert interrupted, "no kill landed inside a transaction in 5 tries"
+    restarted = start()
+    try:
+        deadline = time.monotonic() + 180
+        while min(_last_versions(kit, kafka_bootstrap, commits).values(), default=-1) < last:
+            assert restarted.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+    finally:
+        assert kit.stop_process(restarted) == 0, log.read_text()[-3000:]
+    records = kit.consume(kafka_bootstrap, [actions], idle_s=0.5)
+    for t in tables:
+        uri = normalize_table_uri(str(t))
+        assert [r.value for r in records if json.loads(r.value)["tableUri"] == uri] == kit.events_output(t)
+    assert len(records) == sum(len(kit.events_output(t)) for t in tables)
