@@ -58,6 +58,7 @@ from .liveness import PROBE_INTERVAL_S, BrokerHealth, BrokerWatch, StatusLog, Te
 from .log_format import configure_logging
 from .metrics import GroupMetrics, Metrics, ServedMetrics, ServerHandle, WatcherMetrics, serve
 from .pipeline import STOP_BUDGET_S, TablePipeline
+from .publishing.row_events import check_registries
 from .publishing.row_transform import check_row_settings
 from .publishing.shared_clients import SharedClients
 from .scheduler import Slot, TableScheduler, default_workers
@@ -315,6 +316,7 @@ class WatchService:
         check_tables_exist(self.cfg.tables)
         check_prefixes_reachable(self.cfg.discover)
         check_row_settings(self.cfg.tables)  # a filter or key naming a column the table lacks
+        check_registries(self.cfg.tables)  # a Schema Registry refusing the credentials (HTTP 401/403)
         self.locations_checked = True
 
     def let_wakers_go(self) -> None:
