@@ -36,7 +36,7 @@ from deltamirror.mirror.records.row_changes import RowChangesOptions, VersionRow
 from deltamirror.mirror.records.row_formats import RegistrySettings, row_change_serializer
 from deltamirror.mirror.topic_names import TableTopics, table_name
 
-from ..settings import RowChangesConfig, TableConfig
+from ..settings import PerTableSettings, RowChangesConfig, TableConfig
 from ..tailing.snapshot_events import SnapshotWork
 from ..tailing.work import CommitWork, PublishUnit, iter_raw_actions
 from .row_transform import RowTransform
@@ -64,10 +64,11 @@ def _registry_settings(config: RowChangesConfig) -> RegistrySettings | None:
     )
 
 
-def check_registries(tables: Sequence[TableConfig]) -> None:
+def check_registries(tables: Sequence[PerTableSettings]) -> None:
     """Refuse (ConfigError, exit 2) at start a Schema Registry that refuses the configured
-    credentials (``row_changes.registry.username`` / ``password``), or calls without any: one read
-    per registry. One that cannot be reached is left to the first record, which retries."""
+    credentials (``row_changes.registry.username`` / ``password``) of a table or discover prefix,
+    or calls without any: one read per registry. One that cannot be reached is left to the first
+    record, which retries."""
     checked: set[RegistrySettings] = set()
     for table in tables:
         config = table.row_changes
