@@ -46,22 +46,68 @@ def register_service(services: argparse._SubParsersAction[argparse.ArgumentParse
             default=None,
             help="pid file and log (default ${XDG_CACHE_HOME:-~/.cache}/deltamirror/registry-data/<port>)",
         )
+        if name == "start":
+            action.add_argument(
+                "--user",
+                default=None,
+                metavar="NAME",
+                help="check HTTP basic auth: every API call needs this user and its password, others are "
+                "answered 401 (default: no credentials asked)",
+            )
+            action.add_argument(
+                "--password-file",
+                type=Path,
+                default=None,
+                metavar="FILE",
+                help="the --user's password, the file's first line (default: one made once into "
+                "<data dir>/registry-password, mode 0600); never on the command line",
+            )
         action.set_defaults(handler=handler)
 
 
-def _registry(args: argparse.Namespace) -> Any:
+def _registry(args: argparse.Namespace, basic_auth: tuple[str, Any] | None = None) -> Any:
     from deltamirror.core.errors import InvalidArgumentError
     from deltamirror.devkafka.registry import LocalRegistry
 
     if not 0 < args.port < 65536:
         raise InvalidArgumentError(f"--port must be 1-65535, not {args.port}")
-    return LocalRegistry(port=args.port, data_dir=args.data_dir)
+    return LocalRegistry(port=args.port, data_dir=args.data_dir, basic_auth=basic_auth)
+
+
+def _password_file(args: argparse.Namespace) -> Path | None:
+    """The file holding the --user's password: --password-file, else one made once in the data dir."""
+    from deltamirror.core.errors import InvalidArgumentError
+    from deltamirror.devkafka.registry import default_data_dir, made_password_file
+
+    if args.user is None:
+        if args.password_file is not None:
+            raise InvalidArgumentError("--password-file goes with --user")
+        return None
+    if args.password_file is not None:
+        return Path(args.password_file).expanduser()
+    return made_password_file((args.data_dir or default_data_dir(args.port)).expanduser().resolve())
+
+
+def _read_password(path: Path) -> Any:
+    from pydantic import SecretStr
+
+    from deltamirror.core.errors import InvalidArgumentError
+
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidArgumentError(f"--password-file {path} cannot be read: {type(exc).__name__}") from exc
+    if not lines or not lines[0]:
+        raise InvalidArgumentError(f"--password-file {path} holds no password on its first line")
+    return SecretStr(lines[0])
 
 
 def _start(args: argparse.Namespace) -> int:
     from deltamirror.devkafka.registry import is_built, load_registry_distribution, maven_repo
 
-    registry = _registry(args)
+    password_file = _password_file(args)
+    basic_auth = (args.user, _read_password(password_file)) if password_file is not None else None
+    registry = _registry(args, basic_auth)
     if not is_built() and not registry.status()["running"]:
         print(
             f"building Apicurio Registry {load_registry_distribution().apicurio_version} with Maven "
@@ -71,6 +117,9 @@ def _start(args: argparse.Namespace) -> int:
     url: str = registry.start()
     state = registry.status()
     print(f"registry running at {url} (pid {state['pid']}, data {state['data_dir']})")
+    if password_file is not None:
+        # the password by the file holding it: this output ends up in terminals, CI logs, tickets
+        print(f"  basic auth: user {args.user}, password in {password_file}")
     return 0
 
 
@@ -88,9 +137,10 @@ def _stop(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     state = _registry(args).status()
     if state["running"]:
+        auth = ", basic auth" if state["basic_auth"] else ""
         print(
             f"registry running at {state['url']} (pid {state['pid']}, Apicurio Registry "
-            f"{state['registry_version']}, data {state['data_dir']})"
+            f"{state['registry_version']}{auth}, data {state['data_dir']})"
         )
         return 0
     print(f"registry not running (port {state['port']}, data {state['data_dir']})")

@@ -14,6 +14,15 @@ Storage is in memory (the app's H2 ``jdbc:h2:mem``): a stop forgets every schema
 Confluent-compatible API (what ``confluent_kafka.schema_registry.SchemaRegistryClient`` talks to)
 is at ``http://127.0.0.1:<port>/apis/ccompat/v7``.
 
+With ``basic_auth=(user, password)`` the registry checks HTTP basic credentials: every API call
+without them, or with others, is answered 401. The build holds Quarkus' embedded users realm
+(``quarkus-elytron-security-properties-file``) with basic auth on; a launch without
+``basic_auth`` lists no user and leaves Apicurio's authorization off, so nothing asks for
+credentials (any sent anyway are checked where a call needs its caller, a write, and refused: no
+user matches). With it, Apicurio's authorization is on (anonymous calls
+refused), its OIDC parts off, and the one user is read from a file of the data dir (mode 0600,
+the password as Quarkus' digest, never on the command line).
+
 Layout::
 
     ${XDG_CACHE_HOME:-~/.cache}/deltamirror/m2/                      Maven's local repository (the download cache)
@@ -26,6 +35,8 @@ POSIX only (process groups, ``fcntl`` locks).
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import logging
 import os
@@ -41,7 +52,9 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
-from deltamirror.core.errors import ConfigError, EnvironmentMissingError
+from pydantic import SecretStr
+
+from deltamirror.core.errors import ConfigError, EnvironmentMissingError, InvalidArgumentError
 from deltamirror.devkafka.jars import (
     MAVEN_CENTRAL,
     MAVEN_REPO_ENV,
@@ -50,8 +63,9 @@ from deltamirror.devkafka.jars import (
     find_java,
     sha256_of,
 )
-from deltamirror.devkafka.processes import LocalJvmService
+from deltamirror.devkafka.processes import LocalJvmService, command_line
 from deltamirror.devkafka.processes import port_is_free as _port_is_free
+from deltamirror.devkafka.security import _read_or_create_secret, write_private
 from deltamirror.mirror.errors import LocalRegistryError
 
 log = logging.getLogger(__name__)
@@ -76,6 +90,23 @@ PORT_FILE = "port"
 LOG_FILE = "registry.log"
 #: on the JVM's command line: how a pid is recognised as this data dir's registry
 DATA_DIR_PROPERTY = "deltamirror.registry.data-dir"
+#: the basic-auth user of a registry started with one: ``quarkus.security.users.embedded.users.<user>``
+#: (mode 0600, Quarkus' digest of the password); read at launch through ``quarkus.config.locations``
+USERS_FILE = "registry-users.properties"
+#: the password ``deltamirror local registry start --user`` makes when given no --password-file
+PASSWORD_FILE = "registry-password"
+#: the embedded realm's name (``quarkus.security.users.embedded.realm-name``, fixed at build time)
+REALM = "Quarkus"
+#: runtime properties of a launch with basic auth: Apicurio's authorization on (anonymous calls
+#: refused), Quarkus' OIDC tenant off (Apicurio turns it on with its authorization; it would ask
+#: an OIDC server), the users as digests
+BASIC_AUTH_PROPERTIES = (
+    "-Dregistry.auth.enabled=true",
+    "-Dquarkus.oidc.tenant-enabled=false",
+    "-Dquarkus.security.users.embedded.plain-text=false",
+    "-Dquarkus.security.users.embedded.algorithm=digest-md5",
+)
+_USER_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 # --- the pinned build -----------------------------------------------------------------------------
@@ -302,13 +333,37 @@ def default_data_dir(port: int) -> Path:
     return cache_root() / "registry-data" / str(port)
 
 
-def _answers(url: str) -> bool:
-    """Whether the ccompat API lists its subjects (the registry's storage is up)."""
+def basic_auth_header(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+
+
+def _probe(url: str, authorization: str | None = None) -> int | None:
+    """The HTTP status of listing the ccompat API's subjects (200 with a list: the storage is up),
+    None when nothing answers."""
+    request = urllib.request.Request(f"{url}/subjects")
+    if authorization is not None:
+        request.add_header("Authorization", authorization)
     try:
-        with urllib.request.urlopen(f"{url}/subjects", timeout=5.0) as response:
-            return response.status == 200 and isinstance(json.loads(response.read()), list)
+        with urllib.request.urlopen(request, timeout=5.0) as response:
+            return 200 if response.status == 200 and isinstance(json.loads(response.read()), list) else None
+    except urllib.error.HTTPError as exc:
+        return exc.code
     except (urllib.error.URLError, OSError, ValueError):
-        return False
+        return None
+
+
+def made_password_file(data_dir: Path) -> Path:
+    """``<data dir>/registry-password``: a random password made once (mode 0600), then reused."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    _read_or_create_secret(data_dir / PASSWORD_FILE)
+    return data_dir / PASSWORD_FILE
+
+
+def users_file_text(user: str, password: str) -> str:
+    """The embedded realm's one user, the password as its digest: HEX(MD5(user:realm:password))."""
+    # the format Quarkus' digest-md5 realm stores (the registry only compares digests with it)
+    digest = hashlib.md5(f"{user}:{REALM}:{password}".encode(), usedforsecurity=False).hexdigest()
+    return f"quarkus.security.users.embedded.users.{user}={digest}\n"
 
 
 def _last_complaint(path: Path) -> str:
@@ -330,9 +385,43 @@ class LocalRegistry(LocalJvmService):
     ERROR = LocalRegistryError
     STOP_TIMEOUT_S = STOP_TIMEOUT_S
 
-    def __init__(self, port: int = DEFAULT_PORT, data_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        port: int = DEFAULT_PORT,
+        data_dir: Path | None = None,
+        *,
+        basic_auth: tuple[str, SecretStr | str] | None = None,
+    ) -> None:
+        """``basic_auth=(user, password)``: the registry refuses (401) every API call without these
+        credentials; None (the default): it asks for none."""
         super().__init__(data_dir or default_data_dir(port))
         self.port = port
+        self._basic_auth: tuple[str, SecretStr] | None = None
+        if basic_auth is not None:
+            user, password = basic_auth
+            secret = password if isinstance(password, SecretStr) else SecretStr(password)
+            if not _USER_NAME.fullmatch(user):
+                raise InvalidArgumentError(
+                    f"the registry's user name {user!r} must be 1-64 letters, digits, '_' or '-'"
+                )
+            value = secret.get_secret_value()
+            if not value or "\n" in value or "\r" in value:
+                raise InvalidArgumentError("the registry's password must be one non-empty line")
+            self._basic_auth = (user, secret)
+
+    @property
+    def basic_auth_user(self) -> str | None:
+        return self._basic_auth[0] if self._basic_auth is not None else None
+
+    def _authorization(self) -> str | None:
+        if self._basic_auth is None:
+            return None
+        user, password = self._basic_auth
+        return basic_auth_header(user, password.get_secret_value())
+
+    @property
+    def users_file(self) -> Path:
+        return self.data_dir / USERS_FILE
 
     @property
     def url(self) -> str:
@@ -353,18 +442,31 @@ class LocalRegistry(LocalJvmService):
             "data_dir": str(self.data_dir),
             "log_file": str(self.log_file),
             "registry_version": load_registry_distribution().apicurio_version,
+            "basic_auth": pid is not None and self._checks_credentials(pid),
         }
+
+    def _checks_credentials(self, pid: int) -> bool:
+        cmdline = command_line(pid) or ""
+        return BASIC_AUTH_PROPERTIES[0] in cmdline
 
     def start(self, timeout: float = READY_TIMEOUT_S) -> str:
         """Start (or find running) and return the ccompat URL once it answers; builds first if needed."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with exclusive_lock(self.data_dir / ".lock"):
             configured = self._configured_port()
-            if self._running_pid() is not None:
+            running = self._running_pid()
+            if running is not None:
                 if configured is not None and configured != self.port:
                     raise ConfigError(
                         f"the registry of data dir {self.data_dir} runs on port {configured}; "
                         f"use --port {configured} or another --data-dir",
+                        port=self.port,
+                    )
+                if self._checks_credentials(running) != (self._basic_auth is not None):
+                    runs = "with" if self._basic_auth is None else "without"
+                    raise ConfigError(
+                        f"the registry of data dir {self.data_dir} runs {runs} basic auth; stop it "
+                        "(deltamirror local registry stop) to start it otherwise, or use another --data-dir",
                         port=self.port,
                     )
                 self._wait_until_ready(timeout, None)
@@ -401,12 +503,20 @@ class LocalRegistry(LocalJvmService):
         return f"-D{DATA_DIR_PROPERTY}={self.data_dir}" in cmdline
 
     def _launch(self, java: Path, runner: Path) -> None:
+        auth: list[str] = []
+        if self._basic_auth is not None:
+            user, password = self._basic_auth
+            write_private(self.users_file, users_file_text(user, password.get_secret_value()))
+            auth = [*BASIC_AUTH_PROPERTIES, f"-Dquarkus.config.locations={self.users_file}"]
+        else:
+            self.users_file.unlink(missing_ok=True)
         command = [
             str(java),
             *JVM_OPTS,
             f"-D{DATA_DIR_PROPERTY}={self.data_dir}",
             f"-Dquarkus.http.host={HOST}",
             f"-Dquarkus.http.port={self.port}",
+            *auth,
             "-jar",
             str(runner),
         ]
@@ -421,8 +531,17 @@ class LocalRegistry(LocalJvmService):
                     f"{_last_complaint(self.log_file)}",
                     file=str(self.log_file),
                 )
-            if _answers(self.url):
+            status = _probe(self.url, self._authorization())
+            if status == 200:
                 return
+            if status in (401, 403):
+                raise ConfigError(
+                    f"the registry at {self.url} refuses "
+                    + ("these credentials" if self._basic_auth is not None else "calls without credentials")
+                    + f" (HTTP {status}): it runs with another user or password; stop it "
+                    "(deltamirror local registry stop) to start it with these",
+                    port=self.port,
+                )
             time.sleep(0.2)
         raise LocalRegistryError(
             f"the registry did not answer at {self.url} within {timeout:.0f} s: {_last_complaint(self.log_file)}",

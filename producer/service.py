@@ -58,6 +58,7 @@ from .liveness import PROBE_INTERVAL_S, BrokerHealth, BrokerWatch, StatusLog, Te
 from .log_format import configure_logging
 from .metrics import GroupMetrics, Metrics, ServedMetrics, ServerHandle, WatcherMetrics, serve
 from .pipeline import STOP_BUDGET_S, TablePipeline
+from .publishing.row_events import check_registries
 from .publishing.row_transform import check_row_settings
 from .publishing.shared_clients import SharedClients
 from .scheduler import Slot, TableScheduler, default_workers
@@ -310,11 +311,14 @@ class WatchService:
 
     def check_locations(self) -> None:
         """Refuse now (ConfigError) a configured table that does not exist (and is not waited for),
-        a table or discover prefix whose storage refuses the credentials, and a table whose
-        row_changes name a column it lacks: no retry changes them."""
+        a table or discover prefix whose storage refuses the credentials, a table whose
+        row_changes name a column it lacks, and a Schema Registry that refuses a table's or
+        prefix's credentials: no retry changes them."""
         check_tables_exist(self.cfg.tables)
         check_prefixes_reachable(self.cfg.discover)
         check_row_settings(self.cfg.tables)  # a filter or key naming a column the table lacks
+        # a Schema Registry refusing the credentials (HTTP 401/403) of a table or discover prefix
+        check_registries([*self.cfg.tables, *self.cfg.discover])
         self.locations_checked = True
 
     def let_wakers_go(self) -> None:

@@ -848,7 +848,7 @@ ROOMS: dict[str, dict[str, set[str]]] = {
         "processes.py": {"jars.py"},
         "broker.py": {"jars.py", "security.py", "processes.py"},
         "tools.py": {"jars.py"},
-        "registry.py": {"jars.py", "processes.py"},
+        "registry.py": {"jars.py", "processes.py", "security.py"},  # the 0600 secret files, as the broker
     },
     "ops": {"*": set(), "server.py": set(), "stopping.py": set()},
     # core's rooms are its modules; declared here: storage/, the one choke point, stands below them

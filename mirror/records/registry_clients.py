@@ -19,6 +19,8 @@ from confluent_kafka.schema_registry import (
 )
 from confluent_kafka.schema_registry.error import SchemaRegistryError as ConfluentRegistryError
 
+from deltamirror.core.errors import ConfigError
+
 from ..errors import SchemaRegistryError, SchemaRegistryUnavailableError
 from .row_formats import RegistrySettings
 
@@ -42,12 +44,16 @@ def registry_client(settings: RegistrySettings) -> SchemaRegistryClient:
     with lock:
         client = _clients.get(settings)
         if client is None:
-            conf: dict[str, Any] = {"url": settings.url}
-            if settings.username is not None:
-                password = settings.password.get_secret_value() if settings.password is not None else ""
-                conf["basic.auth.user.info"] = f"{settings.username}:{password}"
-            client = _clients[settings] = SchemaRegistryClient(conf)
+            client = _clients[settings] = SchemaRegistryClient(_client_conf(settings))
         return client
+
+
+def _client_conf(settings: RegistrySettings) -> dict[str, Any]:
+    conf: dict[str, Any] = {"url": settings.url}
+    if settings.username is not None:
+        password = settings.password.get_secret_value() if settings.password is not None else ""
+        conf["basic.auth.user.info"] = f"{settings.username}:{password}"
+    return conf
 
 
 def subject_name(settings: RegistrySettings, topic: str, field: str, record_name: str) -> str:
@@ -71,6 +77,40 @@ def made_once(cache: dict[K, V], key: K, make: Callable[[], V]) -> V:
         return cache.setdefault(key, made)
 
 
+#: the HTTP statuses of a registry that refuses the credentials (or their absence)
+AUTH_REFUSALS = (401, 403)
+#: how long the start's check of a registry's credentials waits for an answer
+CHECK_TIMEOUT_S = 5
+
+
+def credentials_refused(settings: RegistrySettings, status: int) -> str:
+    """Which settings to look at when the registry answers 401/403; the password never, not even its length."""
+    given = (
+        f"the credentials of row_changes.registry.username ({settings.username!r}) and .password"
+        if settings.username is not None
+        else "calls without credentials"
+    )
+    return (
+        f"the Schema Registry at {settings.url} refuses {given} (HTTP {status}): set "
+        "row_changes.registry.username and row_changes.registry.password to a user it accepts"
+    )
+
+
+def check_registry_access(settings: RegistrySettings) -> None:
+    """Refuse now (ConfigError, exit 2) a registry that refuses these credentials, or calls without
+    any: one read (the subjects). A registry that cannot be reached or fails is left to the first
+    record that needs it (retried there, as ever)."""
+    # a client of its own: one try, bounded (a registry that does not answer delays no start)
+    client = SchemaRegistryClient({**_client_conf(settings), "timeout": CHECK_TIMEOUT_S, "max.retries": 0})
+    try:
+        client.get_subjects()
+    except ConfluentRegistryError as exc:
+        if exc.http_status_code in AUTH_REFUSALS:
+            raise ConfigError(credentials_refused(settings, exc.http_status_code)) from None
+    except Exception:  # unreachable or failing: retried where a schema is registered
+        return
+
+
 def registry_error(exc: Exception, subject: str) -> Exception:
     """A registry failure as deltamirror's error naming the subject (a refusal, or unreachable:
     retry later); any other exception (a value the schema cannot take: a bug) as it is."""
@@ -80,9 +120,14 @@ def registry_error(exc: Exception, subject: str) -> Exception:
             return SchemaRegistryUnavailableError(
                 f"the Schema Registry failed (HTTP {status}): {exc.error_message}", subject=subject
             )
+        hint = (
+            ": check row_changes.registry.username and row_changes.registry.password"
+            if status in AUTH_REFUSALS
+            else ""
+        )
         return SchemaRegistryError(
             f"the Schema Registry refused the schema (HTTP {status}, error {exc.error_code}): "
-            f"{exc.error_message}",
+            f"{exc.error_message}{hint}",
             subject=subject,
         )
     if isinstance(exc, OSError) or type(exc).__module__.split(".")[0] in ("httpx", "httpx2"):
@@ -93,7 +138,10 @@ def registry_error(exc: Exception, subject: str) -> Exception:
 
 
 __all__ = [
+    "AUTH_REFUSALS",
     "SUBJECT_NAME_STRATEGY_FUNCTIONS",
+    "check_registry_access",
+    "credentials_refused",
     "lock",
     "made_once",
     "registry_client",

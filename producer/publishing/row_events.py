@@ -15,7 +15,7 @@ a restart skip the records the committed progress counts (``Position.row_offset`
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -33,10 +33,10 @@ from deltamirror.core.errors import ConfigError
 from deltamirror.core.models import Metadata
 from deltamirror.core.row_tracking import ROW_ID, row_tracking_enabled, snapshot_batches_with_row_ids
 from deltamirror.mirror.records.row_changes import RowChangesOptions, VersionRows
-from deltamirror.mirror.records.row_formats import RegistrySettings
+from deltamirror.mirror.records.row_formats import RegistrySettings, row_change_serializer
 from deltamirror.mirror.topic_names import TableTopics, table_name
 
-from ..settings import RowChangesConfig, TableConfig
+from ..settings import PerTableSettings, RowChangesConfig, TableConfig
 from ..tailing.snapshot_events import SnapshotWork
 from ..tailing.work import CommitWork, PublishUnit, iter_raw_actions
 from .row_transform import RowTransform
@@ -62,6 +62,26 @@ def _registry_settings(config: RowChangesConfig) -> RegistrySettings | None:
         subject_name_strategy=r.subject_name_strategy,
         auto_register=r.auto_register,
     )
+
+
+def check_registries(tables: Sequence[PerTableSettings]) -> None:
+    """Refuse (ConfigError, exit 2) at start a Schema Registry that refuses the configured
+    credentials (``row_changes.registry.username`` / ``password``) of a table or discover prefix,
+    or calls without any: one read per registry. One that cannot be reached is left to the first
+    record, which retries."""
+    checked: set[RegistrySettings] = set()
+    for table in tables:
+        config = table.row_changes
+        if config is None or not config.enabled or config.registry is None:
+            continue
+        settings = _registry_settings(config)
+        if settings is None or settings in checked:
+            continue
+        checked.add(settings)
+        row_change_serializer(config.format)  # its libraries installed (else a ConfigError naming them)
+        from deltamirror.mirror.records.registry_clients import check_registry_access
+
+        check_registry_access(settings)
 
 
 #: actions that decide a version's change rows (the others are not decoded)

@@ -1243,6 +1243,10 @@ ELSEWHERE: dict[str, str] = {
     "local registry status port": "tests/devkafka/test_local_registry.py::test_the_cli_starts_reports_and_stops_a_registry",
     "local registry stop data_dir": "tests/devkafka/test_local_registry.py::test_the_cli_starts_reports_and_stops_a_registry",
     "local registry stop port": "tests/devkafka/test_local_registry.py::test_the_cli_starts_reports_and_stops_a_registry",
+    "local registry start user": "tests/producer/test_avro_registry_auth.py::test_the_registry_credentials_are_checked_used_and_a_refusal_named",
+    "local registry start password_file": "tests/producer/test_avro_registry_auth.py::test_the_registry_credentials_are_checked_used_and_a_refusal_named",
+    "WatchConfig.tables[].row_changes.registry.username": "tests/producer/test_avro_registry_auth.py::test_the_registry_credentials_are_checked_used_and_a_refusal_named",
+    "WatchConfig.tables[].row_changes.registry.password": "tests/producer/test_avro_registry_auth.py::test_the_registry_credentials_are_checked_used_and_a_refusal_named",
     "local kafka start security": "tests/producer/test_secure_kafka.py::test_start_prints_the_client_settings_but_not_the_password",
     "local kafka start secure_port": "tests/devkafka/test_local_kafka_security.py::test_bad_security_settings_are_refused",
     "demo dir": "tests/cli/test_demo_output.py::test_the_demo_ends_with_commands_that_run_on_its_table",
@@ -1331,17 +1335,7 @@ ELSEWHERE: dict[str, str] = {
 #: the settings that have no observer yet, each a debt (not a pass): a setting added to the code fails
 #: ``test_every_setting_has_an_observer`` unless it has an observer; one of these that gets one must be
 #: struck from here (the same test fails until it is)
-_NO_BASIC_AUTH = (
-    "the local registry (Apicurio 2.4.2) checks basic credentials only through an OIDC server's token "
-    "endpoint, and has no identity provider for Quarkus' basic auth: docs/schema-registry.md, "
-    "'Why the registry's credentials are not observed here'"
-)
-NOT_YET_OBSERVED: dict[str, str] = {
-    "WatchConfig.tables[].row_changes.registry.username": _NO_BASIC_AUTH,
-    "WatchConfig.tables[].row_changes.registry.password": _NO_BASIC_AUTH,
-    "WatchConfig.discover[].row_changes.registry.username": _NO_BASIC_AUTH,
-    "WatchConfig.discover[].row_changes.registry.password": _NO_BASIC_AUTH,
-}
+NOT_YET_OBSERVED: dict[str, str] = {}
 
 
 def _inherited(key: str) -> str | None:

@@ -134,6 +134,43 @@ def test_a_port_in_use_is_one_line_exit_2(tmp_path: Path, capsys: pytest.Capture
     assert err[-1].startswith(f"deltamirror: error: port {port} on 127.0.0.1 is already in use"), err
 
 
+def test_the_users_file_holds_quarkus_digest_of_the_password_never_the_password() -> None:
+    text = local_registry.users_file_text("mirror", "pw-1")
+    digest = hashlib.md5(b"mirror:Quarkus:pw-1", usedforsecurity=False).hexdigest()
+    assert text == f"quarkus.security.users.embedded.users.mirror={digest}\n"
+    assert "pw-1" not in text
+
+
+@pytest.mark.parametrize(
+    ("user", "password"), [("a.b", "pw"), ("", "pw"), ("a b", "pw"), ("u", ""), ("u", "a\nb")]
+)
+def test_a_user_name_quarkus_cannot_key_or_an_empty_or_multiline_password_is_refused(
+    tmp_path: Path, user: str, password: str
+) -> None:
+    from deltamirror.core.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError) as caught:
+        LocalRegistry(port=18098, data_dir=tmp_path, basic_auth=(user, password))
+    assert password == "" or password not in str(caught.value)
+
+
+def test_a_password_made_for_the_user_is_private_and_reused(tmp_path: Path) -> None:
+    made = local_registry.made_password_file(tmp_path / "d")
+    first = made.read_text()
+    assert made.stat().st_mode & 0o077 == 0 and len(first.strip()) >= 24
+    assert local_registry.made_password_file(tmp_path / "d").read_text() == first
+
+
+def test_a_password_file_without_a_user_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    secret = tmp_path / "pw"
+    secret.write_text("hunter2-registry\n")
+    rc = main(["local", "registry", "start", "--data-dir", str(tmp_path), "--password-file", str(secret)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err == ["deltamirror: error: --password-file goes with --user"], err
+
+
 # --- a real registry ------------------------------------------------------------------------------
 
 ROW_SCHEMA = {
