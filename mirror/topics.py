@@ -284,6 +284,13 @@ class TopicManager:
             return {tp.partition: f.result(timeout=self.timeout_s).offset for tp, f in futures.items()}
         except KafkaException as exc:
             raise KafkaError(f"cannot read the end offsets of {name}: {exc}", topic=name) from None
+        except TimeoutError:  # the future's own wait, which can end before the request's timeout
+            raise KafkaError(
+                f"cannot read the end offsets of {name}: {self._unanswered()}", topic=name
+            ) from None
+
+    def _unanswered(self) -> str:
+        return f"the brokers did not answer within {round(self.timeout_s, 1):g} s"
 
     def _ensure_progress_topic(self, name: str) -> TopicLimits:
         created = self._create(name, 1, progress_topic_config())
@@ -335,7 +342,7 @@ class TopicManager:
                 return False
             raise KafkaError(f"cannot create topic {name}: {err.str()}", topic=name) from exc
         except Exception as exc:  # a future timeout (whose text is empty)
-            reason = str(exc) or f"the brokers did not answer within {round(self.timeout_s, 1):g} s"
+            reason = str(exc) or self._unanswered()
             raise KafkaError(f"cannot create topic {name}: {reason}", topic=name) from exc
         self._wait_for_leaders(name)
         log.info("created topic %s", name, extra={"topic": name})
@@ -365,8 +372,9 @@ class TopicManager:
             entries: dict[str, Any] = self._describes.submit(name, resource).result(timeout=self.timeout_s)
         except KafkaException as exc:
             raise KafkaError(f"cannot read the configuration of topic {name}: {exc.args[0].str()}") from exc
-        except Exception as exc:
-            raise KafkaError(f"cannot read the configuration of topic {name}: {exc}", topic=name) from exc
+        except Exception as exc:  # a future timeout (whose text is empty)
+            reason = str(exc) or self._unanswered()
+            raise KafkaError(f"cannot read the configuration of topic {name}: {reason}", topic=name) from exc
         return {key: entry.value for key, entry in entries.items() if entry.value is not None}
 
 
