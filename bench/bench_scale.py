@@ -155,6 +155,7 @@ def write_config(
                     "snapshot_mode": mode,
                 }
             ],
+            "oversize_policy": "fail",  # records are not split on shared topics
         }
     else:
         where = {

@@ -132,7 +132,7 @@ class WatchService:
         #: every table this service was given, by normalized uri (it runs here, or in a group maybe not)
         self._tables: dict[str, TableConfig] = {}
         #: the topics of every table given (a collision is refused)
-        self._topics = TopicClaims()
+        self._topics = TopicClaims(cfg.shared_topic_owners())
         for table in cfg.tables:
             self._admit(table)
         self._running: dict[str, _Running] = {}

@@ -566,6 +566,7 @@ class WatchConfig(SettingsModel):
                 raise FieldProblem(
                     "progress_topic", f"must differ from the event topics of {table.uri} (it is compacted)"
                 )
+        self._check_shared_topics()
         broker_limit = self.kafka.extra.get("message.max.bytes")
         if (
             isinstance(broker_limit, str)
@@ -576,6 +577,54 @@ class WatchConfig(SettingsModel):
                 "max_record_bytes", f"larger than kafka.extra.message.max.bytes ({broker_limit})"
             )
         return self
+
+    def shared_topic_owners(self) -> dict[str, str]:
+        """Each shared topic (``topics: shared``) -> the normalized location of its discover prefix."""
+        owners: dict[str, str] = {}
+        for source in self.discover:
+            shared = source.shared_topics()
+            if shared is not None:
+                owners |= dict.fromkeys((shared.actions, shared.commits), source.normalized_uri)
+        return owners
+
+    def _check_shared_topics(self) -> None:
+        """A prefix's shared topics are its own: no other prefix, no configured table and not the
+        progress or signal topic may name them; and records are not split on them (readers join a
+        record's fragments per partition, and another table's records may come between)."""
+        seen: dict[str, int] = {}
+        for i, source in enumerate(self.discover):
+            shared = source.shared_topics()
+            if shared is None:
+                continue
+            if self.oversize_policy == "split":
+                raise FieldProblem(
+                    f"discover.{i}.topics",
+                    "shared needs oversize_policy: fail (the default, split, would publish a record "
+                    "larger than max_record_bytes as fragments, and another table's records may come "
+                    "between them on the shared partition)",
+                )
+            for name in (shared.actions, shared.commits):
+                if name in seen:
+                    raise FieldProblem(
+                        f"discover.{i}.name",
+                        f"the shared topic {name} is also discover prefix {seen[name]}'s: give the "
+                        "prefixes different names",
+                    )
+                seen[name] = i
+                if name in (self.progress_topic, self.signal_topic):
+                    raise FieldProblem(f"discover.{i}.name", f"the shared topic {name} is a watcher topic")
+        for table in self.tables:
+            topics = table.topics()
+            published = {topics.actions, topics.commits}
+            if table.row_changes_on:
+                published |= {topics.changes, topics.transaction}
+            taken = sorted(set(seen) & published)
+            if taken:
+                raise FieldProblem(
+                    "tables",
+                    f"{table.uri} would publish to {taken[0]}, the shared topic of discover prefix "
+                    f"{seen[taken[0]]}: name its topics, or give the prefix a name",
+                )
 
 
 def check_topic_name(value: Any, key: str, source: str | None = None) -> str | None:

@@ -101,7 +101,12 @@ def check_registry_access(settings: RegistrySettings) -> None:
     any: one read (the subjects). A registry that cannot be reached or fails is left to the first
     record that needs it (retried there, as ever)."""
     # a client of its own: one try, bounded (a registry that does not answer delays no start)
-    client = SchemaRegistryClient({**_client_conf(settings), "timeout": CHECK_TIMEOUT_S, "max.retries": 0})
+    try:
+        client = SchemaRegistryClient(
+            {**_client_conf(settings), "timeout": CHECK_TIMEOUT_S, "max.retries": 0}
+        )
+    except ValueError as exc:  # a url the client cannot take
+        raise ConfigError(f"row_changes.registry.url {settings.url!r}: {exc}") from None
     try:
         client.get_subjects()
     except ConfluentRegistryError as exc:

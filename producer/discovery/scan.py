@@ -295,7 +295,7 @@ class DiscoveryLoop:
         explicit = {t.normalized_uri for t in cfg.tables}
         #: configured tables: never discovered again, and their topics are taken
         self._explicit = explicit
-        self._taken_topics = TopicClaims()
+        self._taken_topics = TopicClaims(cfg.shared_topic_owners())
         for t in cfg.tables:
             self._taken_topics.claim(t)
         #: tables discovered and handed to the service, by normalized uri -> (prefix index, table)

@@ -9,6 +9,11 @@ row changes on (names from :meth:`TableConfig.topics`). Two tables may share a t
 table being added names in its settings (actions, commits and transaction records carry the
 table), but never a changes topic: its records are keyed by the row's key alone, so the tables'
 rows would mix, and on a compacted topic a delete's tombstone in one would remove the other's row.
+
+A discover prefix's shared topics (``topics: shared``) belong to the prefix: every table found under
+it publishes to them, and no other table may (the settings refuse a configured table or another
+prefix naming them; this refuses a discovered table of another prefix whose topics would be them).
+They are not claimed table by table, so one table of the prefix dropped frees nothing.
 """
 
 from __future__ import annotations
@@ -41,8 +46,10 @@ class TopicClaims:
     Not thread-safe: the service calls it under its lock, discovery from its one thread.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, shared: dict[str, str] | None = None) -> None:
         self._owners: dict[str, tuple[str, str]] = {}
+        #: shared topic -> the normalized location of the discover prefix whose tables publish to it
+        self._shared = dict(shared or {})
 
     def check(self, table: TableConfig, *, hint: str | None = None) -> None:
         """Raise a one-line ConfigError if ``table`` would publish to another table's topic.
@@ -51,6 +58,15 @@ class TopicClaims:
         """
         uri = table.normalized_uri
         for kind, name in published_topics(table).items():
+            prefix = self._shared.get(name)
+            if prefix is not None:
+                if not uri.startswith(prefix.rstrip("/") + "/"):
+                    raise ConfigError(
+                        f"table {uri} would publish to {name}, the shared topic of the tables under "
+                        f"{prefix}: {hint or f'set {_RENAMED_BY[kind]} for it'}",
+                        table=table.uri,
+                    )
+                continue
             owner = self._owners.get(name)
             if owner is None or owner[0] == uri:
                 continue
@@ -73,7 +89,8 @@ class TopicClaims:
     def claim(self, table: TableConfig) -> None:
         """Record ``table``'s topics as taken (after :meth:`check`, or for a table known valid)."""
         for kind, name in published_topics(table).items():
-            self._owners[name] = (table.normalized_uri, kind)
+            if name not in self._shared:
+                self._owners[name] = (table.normalized_uri, kind)
 
     def admit(self, table: TableConfig, *, hint: str | None = None) -> None:
         """:meth:`check`, then :meth:`claim`."""

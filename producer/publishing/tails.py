@@ -217,6 +217,7 @@ def _read_tail(
 ) -> Tail | None:
     ends = end_offsets(topic, True)
     window = WINDOW
+    key = table_id.encode()
     while True:
         records: list[Record] = []
         starts = {p: max(0, end - window) for p, end in ends.items() if end > 0}
@@ -226,7 +227,9 @@ def _read_tail(
             with _READERS, MirrorConsumer(kafka, purpose="tail") as consumer:
                 consumer.assign((topic, p, start) for p, start in starts.items())
                 for batch in consumer.batches(until_end=True, timeout_s=60.0, idle_timeout_s=30.0):
-                    records += [r for r in batch if r.offset < ends[r.partition]]
+                    # the table's own records only: on a topic shared by many tables (topics:
+                    # shared) the window holds mostly others', and it grows until it finds one
+                    records += [r for r in batch if r.offset < ends[r.partition] and r.key == key]
         except EventStreamError:  # the window began inside a fragmented record: read more
             if all(start == 0 for start in starts.values()):
                 raise

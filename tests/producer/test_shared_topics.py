@@ -48,6 +48,7 @@ def _watch_until(kafka_bootstrap: str, kit: Any, lake: Path, name: str, wanted: 
             ],
             "progress_topic": kit.unique("progress"),
             "transactional_id_prefix": kit.unique("dm"),
+            "oversize_policy": "fail",
         }
     )
     service = WatchService(cfg, stop_budget_s=5.0)
@@ -230,6 +231,7 @@ def test_shared_topics_are_named_by_the_prefix_and_refused_with_row_changes(tmp_
             {
                 "kafka": {"bootstrap_servers": "k:9092"},
                 "discover": [{"uri": str(tmp_path), "topics": "shared"}],
+                "oversize_policy": "fail",
             },
             {"row_changes": True},
         )
@@ -275,6 +277,7 @@ def test_kill_9_with_two_tables_in_transactions_on_one_shared_partition_loses_an
                 "progress_topic": kit.unique("progress"),
                 "transactional_id_prefix": kit.unique("dm"),
                 "txn_max_records": 5000,
+                "oversize_policy": "fail",
             }
         )
     )
@@ -320,3 +323,69 @@ def test_kill_9_with_two_tables_in_transactions_on_one_shared_partition_loses_an
         uri = normalize_table_uri(str(t))
         assert [r.value for r in records if json.loads(r.value)["tableUri"] == uri] == kit.events_output(t)
     assert len(records) == sum(len(kit.events_output(t)) for t in tables)
+
+
+def _watch_config(tmp_path: Path, **top: Any) -> dict[str, Any]:
+    return {
+        "kafka": {"bootstrap_servers": "k:9092"},
+        "discover": [{"uri": str(tmp_path / "lake"), "topics": "shared"}],
+        **top,
+    }
+
+
+def _refusal(data: dict[str, Any]) -> str:
+    with pytest.raises(ConfigError) as refused:
+        merge_overrides(data, {})
+    message = str(refused.value)
+    assert "\n" not in message, message
+    return message
+
+
+def test_shared_topics_refuse_split_records_and_topics_another_table_or_prefix_has(tmp_path: Path) -> None:
+    """A shared prefix's topics are its own, and records are not split on them: readers join a
+    record's fragments per partition, and another table's records may come between fragments."""
+    message = _refusal(_watch_config(tmp_path))  # oversize_policy split, the default
+    assert "discover.0.topics" in message and "oversize_policy: fail" in message, message
+    _refusal(_watch_config(tmp_path, oversize_policy="split"))
+    merge_overrides(_watch_config(tmp_path, oversize_policy="fail"), {})  # taken
+
+    # another prefix of the same last segment (no name): the same shared topics
+    other = {"uri": str(tmp_path / "elsewhere" / "lake"), "topics": "shared"}
+    data = _watch_config(tmp_path, oversize_policy="fail")
+    message = _refusal({**data, "discover": [*data["discover"], other]})
+    assert "discover.1.name" in message and "deltamirror.lake.actions" in message, message
+    # a configured table whose default topics are the prefix's shared ones
+    message = _refusal({**data, "tables": [{"uri": str(tmp_path / "other" / "lake")}]})
+    assert "tables" in message and "deltamirror.lake" in message and "shared topic" in message, message
+
+
+def test_a_table_of_another_prefix_is_refused_on_a_shared_topic_and_one_dropped_frees_nothing(
+    tmp_path: Path,
+) -> None:
+    from deltamirror.producer.discovery.topic_claims import TopicClaims
+
+    shared_prefix = DiscoverConfig.model_validate({"uri": str(tmp_path / "raw"), "topics": "shared"})
+    owners = WatchConfig.model_validate(
+        {
+            "kafka": {"bootstrap_servers": "k:9092"},
+            "discover": [{"uri": str(tmp_path / "raw"), "topics": "shared"}],
+            "oversize_policy": "fail",
+        }
+    ).shared_topic_owners()
+    claims = TopicClaims(owners)
+    a, b = (
+        discovered_config(DiscoveredTable(f"file://{tmp_path}/raw/{n}", n, n), shared_prefix)
+        for n in ("a", "b")
+    )
+    claims.admit(a)
+    claims.admit(b)
+    claims.release(a.normalized_uri)  # one of the prefix's tables dropped: the topics stay the prefix's
+    # a table found under another (per-table) prefix, whose path names its default topics "raw"
+    per_table = discovered_config(
+        DiscoveredTable(f"file://{tmp_path}/other/raw", "raw", "raw"),
+        DiscoverConfig(uri=str(tmp_path / "other")),
+    )
+    assert per_table.topics().actions == "deltamirror.raw.actions"
+    with pytest.raises(ConfigError, match="the shared topic of the tables under"):
+        claims.admit(per_table)
+    claims.admit(b)  # the prefix's own table again: still its topic
