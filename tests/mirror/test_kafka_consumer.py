@@ -309,21 +309,30 @@ def test_a_reader_bounds_its_prefetch_queue_and_the_cluster_settings_take_preced
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """librdkafka's prefetch queue (64 MB by default, and a 1 s back-off once full) is bounded by
-    FETCH_QUEUE_BOUNDS in every reader's client; a ``kafka`` setting of the cluster's overrides it."""
+    FETCH_QUEUE_BOUNDS, and its first connection to a named broker held back for 10 ms, not 50
+    (FIRST_CONNECTION), in every reader's client; a ``kafka`` setting of the cluster's overrides them."""
     from deltamirror.mirror.kafka import clients
-    from deltamirror.mirror.kafka.consumer import FETCH_QUEUE_BOUNDS
+    from deltamirror.mirror.kafka.consumer import FETCH_QUEUE_BOUNDS, FIRST_CONNECTION
 
     made: list[dict[str, Any]] = []
     real = clients.consumer
     monkeypatch.setattr(clients, "consumer", lambda config: made.append(dict(config)) or real(config))
     MirrorConsumer({"bootstrap.servers": "127.0.0.1:9"}).close(0.5)
     MirrorConsumer(
-        {"bootstrap.servers": "127.0.0.1:9", "queued.max.messages.kbytes": 65_536}, fetch_wait_max_ms=None
+        {
+            "bootstrap.servers": "127.0.0.1:9",
+            "queued.max.messages.kbytes": 65_536,
+            "reconnect.backoff.ms": 100,
+        },
+        fetch_wait_max_ms=None,
     ).close(0.5)
     assert FETCH_QUEUE_BOUNDS["queued.max.messages.kbytes"] <= 16_384
     assert {k: made[0][k] for k in FETCH_QUEUE_BOUNDS} == FETCH_QUEUE_BOUNDS
     assert made[1]["queued.max.messages.kbytes"] == 65_536
     assert made[1]["fetch.queue.backoff.ms"] == FETCH_QUEUE_BOUNDS["fetch.queue.backoff.ms"]
+    assert FIRST_CONNECTION["reconnect.backoff.ms"] <= 22  # librdkafka waits half of it, at least 11 ms
+    assert made[0]["reconnect.backoff.ms"] == FIRST_CONNECTION["reconnect.backoff.ms"]
+    assert made[1]["reconnect.backoff.ms"] == 100
 
 
 # --- offsets of a group -----------------------------------------------------------------------------
