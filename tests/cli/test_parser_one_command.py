@@ -1,5 +1,5 @@
 """``deltamirror COMMAND ...`` builds only COMMAND's parser and imports only its module (building all
-~20 took ~50 ms of every command's start, consume-snapshot's restart included); what it parses,
+~20 took 21-28 ms of CPU of every start, consume-snapshot's restart included); what it parses,
 its help, defaults and errors are those of the full parser, which the top-level ``--help``,
 ``--version`` and an unknown command still get."""
 
