@@ -21,7 +21,7 @@ from deltamirror.mirror.errors import EventStreamError, KafkaError, StopRequeste
 from deltamirror.mirror.kafka.consumer import BEGINNING, MirrorConsumer, Record
 from deltamirror.mirror.records.fragments import split_oversize
 from deltamirror.mirror.records.headers import HEADER_FRAGMENT, Headers
-from support.kafka import new_topic
+from support.kafka import new_topic, wait_settled
 
 pytestmark = pytest.mark.kafka
 
@@ -58,31 +58,7 @@ def _transaction(
         producer.commit_transaction(30)
     else:
         producer.abort_transaction(30)
-    _stable(bootstrap, topic)
-
-
-def _stable(bootstrap: str, topic: str, partition: int = 0) -> None:
-    """Wait (bounded) until the partition's last stable offset is its high watermark: a transaction
-    is decided when commit_transaction returns, but its markers are written after, and a reader
-    that starts before they are finds the end before the records: Kafka's rules, not the reader's
-    defect (seen once under a load of 15, with readers that connect in ~10 ms instead of ~55 ms)."""
-    where = TopicPartition(topic, partition)
-    committed = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": _name("lso"), "isolation.level": "read_committed"}
-    )
-    everything = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": _name("hwm"), "isolation.level": "read_uncommitted"}
-    )
-    deadline = time.monotonic() + READ_S
-    try:
-        while (
-            committed.get_watermark_offsets(where, timeout=10, cached=False)[1]
-            < (everything.get_watermark_offsets(where, timeout=10, cached=False)[1])
-        ):
-            assert time.monotonic() < deadline, f"{topic} [{partition}]: the transaction's markers never came"
-    finally:
-        committed.close()
-        everything.close()
+    wait_settled(bootstrap, topic)
 
 
 def _read_to_end(bootstrap: str, topic: str, **kw: Any) -> list[Record]:
@@ -189,7 +165,7 @@ def _publish_with_a_split_record(bootstrap: str, topic: str) -> tuple[bytes, lis
         producer.produce(topic, v, b"table-id", partition=0, headers=h, timestamp=1_234)
     producer.flush(30)
     producer.commit_transaction(30)
-    _stable(bootstrap, topic)
+    wait_settled(bootstrap, topic)
     return big, out_v
 
 
@@ -230,7 +206,7 @@ def test_fragments_split_over_transactions_are_joined(kafka_bootstrap: str, topi
         producer.produce(topic, value, b"k", partition=0, headers=[(HEADER_FRAGMENT, fragment)])
         producer.flush(30)
         producer.commit_transaction(30)
-    _stable(kafka_bootstrap, topic)
+    wait_settled(kafka_bootstrap, topic)
     got = _read_to_end(kafka_bootstrap, topic)
     # three one-record transactions: records at 0, 2, 4 (markers at 1, 3, 5)
     assert [(r.value, r.first_offset, r.offset) for r in got] == [(b"abcdef", 0, 4)]
