@@ -173,7 +173,7 @@ def test_a_snapshot_consumer_serves_its_lag_and_health_while_it_consumes(kafka_b
     from confluent_kafka import Producer
 
     from deltamirror.mirror.kafka.consumer import MirrorConsumer
-    from support.kafka import new_topic
+    from support.kafka import new_topic, wait_settled
 
     values = list(iter_event_values(str(TABLES / "golden__basic-with-inserts-updates")))
     events = [json.loads(v) for v in values]
@@ -204,6 +204,7 @@ def test_a_snapshot_consumer_serves_its_lag_and_health_while_it_consumes(kafka_b
     producer.begin_transaction()
     producer.produce(commits, beat.to_json_bytes(), key=table_id.encode())
     producer.commit_transaction(30)
+    wait_settled(kafka_bootstrap, actions)  # the markers written: the lag below counts the commit's
 
     # the lag a reader reports is what was produced, then nothing once it read to the end
     with MirrorConsumer({"bootstrap.servers": kafka_bootstrap}) as reader:

@@ -21,7 +21,7 @@ from deltamirror.mirror.errors import EventStreamError, KafkaError, StopRequeste
 from deltamirror.mirror.kafka.consumer import BEGINNING, MirrorConsumer, Record
 from deltamirror.mirror.records.fragments import split_oversize
 from deltamirror.mirror.records.headers import HEADER_FRAGMENT, Headers
-from support.kafka import new_topic
+from support.kafka import new_topic, wait_settled
 
 pytestmark = pytest.mark.kafka
 
@@ -47,7 +47,9 @@ def _transactional_producer(bootstrap: str) -> Producer:
     return producer
 
 
-def _transaction(producer: Producer, topic: str, values: list[bytes], *, commit: bool) -> None:
+def _transaction(
+    bootstrap: str, producer: Producer, topic: str, values: list[bytes], *, commit: bool
+) -> None:
     producer.begin_transaction()
     for value in values:
         producer.produce(topic, value, b"k", partition=0)
@@ -56,6 +58,7 @@ def _transaction(producer: Producer, topic: str, values: list[bytes], *, commit:
         producer.commit_transaction(30)
     else:
         producer.abort_transaction(30)
+    wait_settled(bootstrap, topic)
 
 
 def _read_to_end(bootstrap: str, topic: str, **kw: Any) -> list[Record]:
@@ -121,7 +124,7 @@ def test_the_end_is_found_behind_transaction_markers_and_aborted_records(
     offset = 0
     for t, (outcome, n) in enumerate(transactions):
         values = [f"{outcome}-{t}-{i}".encode() for i in range(n)]
-        _transaction(producer, topic, values, commit=outcome == "commit")
+        _transaction(kafka_bootstrap, producer, topic, values, commit=outcome == "commit")
         if outcome == "commit":
             expected += [(offset + i, v) for i, v in enumerate(values)]
         offset += n + 1  # the records, then the transaction's marker
@@ -137,7 +140,7 @@ def test_the_end_is_the_start_of_a_transaction_still_open(kafka_bootstrap: str, 
     """A read_committed reader stops at the last stable offset: what an open transaction wrote is not
     there yet, and waiting for it would hold up every reader of the topic."""
     producer = _transactional_producer(kafka_bootstrap)
-    _transaction(producer, topic, [b"a", b"b"], commit=True)
+    _transaction(kafka_bootstrap, producer, topic, [b"a", b"b"], commit=True)
     producer.begin_transaction()
     producer.produce(topic, b"open", b"k", partition=0)
     producer.flush(30)
@@ -162,6 +165,7 @@ def _publish_with_a_split_record(bootstrap: str, topic: str) -> tuple[bytes, lis
         producer.produce(topic, v, b"table-id", partition=0, headers=h, timestamp=1_234)
     producer.flush(30)
     producer.commit_transaction(30)
+    wait_settled(bootstrap, topic)
     return big, out_v
 
 
@@ -202,6 +206,7 @@ def test_fragments_split_over_transactions_are_joined(kafka_bootstrap: str, topi
         producer.produce(topic, value, b"k", partition=0, headers=[(HEADER_FRAGMENT, fragment)])
         producer.flush(30)
         producer.commit_transaction(30)
+    wait_settled(kafka_bootstrap, topic)
     got = _read_to_end(kafka_bootstrap, topic)
     # three one-record transactions: records at 0, 2, 4 (markers at 1, 3, 5)
     assert [(r.value, r.first_offset, r.offset) for r in got] == [(b"abcdef", 0, 4)]
@@ -309,21 +314,30 @@ def test_a_reader_bounds_its_prefetch_queue_and_the_cluster_settings_take_preced
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """librdkafka's prefetch queue (64 MB by default, and a 1 s back-off once full) is bounded by
-    FETCH_QUEUE_BOUNDS in every reader's client; a ``kafka`` setting of the cluster's overrides it."""
+    FETCH_QUEUE_BOUNDS, and its first connection to a named broker held back for 10 ms, not 50
+    (FIRST_CONNECTION), in every reader's client; a ``kafka`` setting of the cluster's overrides them."""
     from deltamirror.mirror.kafka import clients
-    from deltamirror.mirror.kafka.consumer import FETCH_QUEUE_BOUNDS
+    from deltamirror.mirror.kafka.consumer import FETCH_QUEUE_BOUNDS, FIRST_CONNECTION
 
     made: list[dict[str, Any]] = []
     real = clients.consumer
     monkeypatch.setattr(clients, "consumer", lambda config: made.append(dict(config)) or real(config))
     MirrorConsumer({"bootstrap.servers": "127.0.0.1:9"}).close(0.5)
     MirrorConsumer(
-        {"bootstrap.servers": "127.0.0.1:9", "queued.max.messages.kbytes": 65_536}, fetch_wait_max_ms=None
+        {
+            "bootstrap.servers": "127.0.0.1:9",
+            "queued.max.messages.kbytes": 65_536,
+            "reconnect.backoff.ms": 100,
+        },
+        fetch_wait_max_ms=None,
     ).close(0.5)
     assert FETCH_QUEUE_BOUNDS["queued.max.messages.kbytes"] <= 16_384
     assert {k: made[0][k] for k in FETCH_QUEUE_BOUNDS} == FETCH_QUEUE_BOUNDS
     assert made[1]["queued.max.messages.kbytes"] == 65_536
     assert made[1]["fetch.queue.backoff.ms"] == FETCH_QUEUE_BOUNDS["fetch.queue.backoff.ms"]
+    assert FIRST_CONNECTION["reconnect.backoff.ms"] <= 22  # librdkafka waits half of it, at least 11 ms
+    assert made[0]["reconnect.backoff.ms"] == FIRST_CONNECTION["reconnect.backoff.ms"]
+    assert made[1]["reconnect.backoff.ms"] == 100
 
 
 # --- offsets of a group -----------------------------------------------------------------------------

@@ -293,6 +293,20 @@ def uncommitted_records(bootstrap: str, topic: str) -> int:
         probe.close()
 
 
+def wait_settled(bootstrap: str, topic: str, partition: int = 0, timeout_s: float = 60.0) -> None:
+    """Until no transaction is open on ``topic``'s ``partition`` (its last stable offset is its high
+    watermark): ``commit_transaction`` returns once the transaction is decided, its markers are
+    written after, and a read_committed reader that starts before them finds the end before the
+    records (Kafka's rules; seen once under a load of 15 with readers that connect in ~10 ms)."""
+    probe = TransactionProbe(bootstrap)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while probe.open_records(topic, partition):
+            assert time.monotonic() < deadline, f"{topic} [{partition}]: a transaction's markers never came"
+    finally:
+        probe.close()
+
+
 class SecureBroker:
     """The session's broker with a SASL_SSL listener (SCRAM-SHA-512, its own CA), started by the CLI."""
 
