@@ -457,8 +457,9 @@ class TablePipeline:
         return read_progress(self.kafka, self.cfg.progress_topic, self.uri, stop=self.stop)
 
     def _settled_topics(self) -> list[str]:
-        """The topics a resume waits on: the table's own (only its producer writes them) and the
-        progress topic."""
+        """The topics a resume waits on: the table's own (only its producer writes them, unless a
+        discover prefix shares them among its tables: then others' transactions are waited out
+        too) and the progress topic."""
         topics = [self.topics.actions, self.topics.commits]
         rows = self.txns.rows
         if rows is not None:
