@@ -91,8 +91,8 @@ forge: install ## the forged-record campaign: hostile records on a real broker t
 bench: install ## every performance goal beside its peers, 7 rounds (ROUNDS=, ONLY=group); bench/results (about an hour)
 	$(BIN)/python bench/run.py $(if $(ROUNDS),--rounds $(ROUNDS)) $(foreach g,$(ONLY),--only $(g))
 
-bench-scale: install ## one group member with 100/1,000 tables idle (CPU, threads, pickup p50/p99; SIZES=100,1000; LAYOUT=shared: one discover prefix with topics: shared) and tables moving after SIGKILL/SIGTERM; bench/results/scale.*
-	$(BIN)/python bench/bench_scale.py $(if $(SIZES),--tables $(SIZES)) --rounds $(or $(ROUNDS),1) $(if $(MOVE_TABLES),--move-tables $(MOVE_TABLES)) $(if $(LAYOUT),--layout $(LAYOUT))
+bench-scale: install ## one group member with 100/1,000 tables idle (CPU, threads, pickup p50/p99; SIZES=100,1000; LAYOUT=shared: one discover prefix with topics: shared; POLL=30: the tables' poll_interval_s) and tables moving after SIGKILL/SIGTERM; bench/results/scale.*
+	$(BIN)/python bench/bench_scale.py $(if $(SIZES),--tables $(SIZES)) --rounds $(or $(ROUNDS),1) $(if $(MOVE_TABLES),--move-tables $(MOVE_TABLES)) $(if $(LAYOUT),--layout $(LAYOUT)) $(if $(POLL),--poll-interval $(POLL))
 
 bench-rows: install ## row changes end to end beside the change feed, raw confluent-kafka and (SPARK=1) the Spark job a user would write; memory at 5M rows (ROWS=, MEM_ROWS=, ROUNDS=, SPARK=1)
 	$(BIN)/python bench/bench_row_changes.py --rows $(or $(ROWS),1000000) --mem-rows $(or $(MEM_ROWS),5000000) --rounds $(or $(ROUNDS),5) $(if $(SPARK),--spark)

@@ -14,6 +14,9 @@ snapshot mode ``latest``, notifications on as by default):
   ``--layout per-table`` (default): the tables are configured, each with its own two topics;
   ``--layout shared``: the tables are found under one ``discover`` prefix with ``topics: shared``
   (two topics for all of them, keyed by tableId), which a broker holds at any table count.
+  ``--poll-interval``: the tables' ``poll_interval_s`` (default 1 s). With notifications on a local
+  disk a commit wakes its table at once and the poll only bounds a lost notification, so a member
+  of thousands of local tables can poll seldom: the idle CPU is mostly these polls.
 * ``move``: TWO instances in one group over ``--move-tables`` tables; once both run and every
   table published, one is SIGKILLed (or SIGTERMed), a commit is written to every table right after,
   and the time until every table has published it is taken: the survivor's own tables publish at
@@ -27,6 +30,7 @@ A size that does not start is a result too: its error line is kept (``failed``).
     python bench/bench_scale.py [--tables 100,1000] [--rounds 1] [--move-tables 200] [--no-move]
                                 [--no-idle] [--idle-s 30] [--pickups 5] [--session-ms 10000]
                                 [--port 19394] [--src DIR] [--fresh] [--layout per-table|shared]
+                                [--poll-interval S]
 
 Results: rows appended to bench/results/scale.json (``--fresh`` starts it over), the plot
 bench/results/scale.png, and a markdown table on stdout. Not a test: nothing is asserted.
@@ -139,6 +143,7 @@ def write_config(
     session_ms: int,
     mode: str = "latest",
     layout: str = "per-table",
+    poll_interval_s: float | None = None,
 ) -> Path:
     """``latest`` for the idle case; ``from-version`` 0 for moves: a table that resumes without
     progress after a commit would take that commit as its start (``latest``) and never publish it.
@@ -153,6 +158,7 @@ def write_config(
                     "name": f"dmscale-{run}",
                     "topics": "shared",
                     "snapshot_mode": mode,
+                    **({"poll_interval_s": poll_interval_s} if poll_interval_s is not None else {}),
                 }
             ],
             "oversize_policy": "fail",  # records are not split on shared topics
@@ -164,6 +170,7 @@ def write_config(
                     "uri": str(t),
                     "snapshot_mode": mode,
                     **({"from_version": 0} if mode == "from-version" else {}),
+                    **({"poll_interval_s": poll_interval_s} if poll_interval_s is not None else {}),
                 }
                 for t in tables
             ]
@@ -266,11 +273,14 @@ def measure_idle(args: argparse.Namespace, bootstrap: str, n: int, rnd: int) -> 
     run = uuid.uuid4().hex[:6]
     base = Path(tempfile.mkdtemp(prefix=f"dm-bench-scale-{n}-"))
     tables = make_tables(base, n, run)
-    config = write_config(base, bootstrap, tables, run, args.session_ms, layout=args.layout)
+    config = write_config(
+        base, bootstrap, tables, run, args.session_ms, layout=args.layout, poll_interval_s=args.poll_interval
+    )
     log = base / "watch.log"
     out: dict[str, Any] = {
         "kind": "idle",
         "layout": args.layout,
+        "poll_interval_s": args.poll_interval if args.poll_interval is not None else 1.0,
         "tables": n,
         "round": rnd,
         "load_before": load(),
@@ -353,7 +363,9 @@ def measure_move(args: argparse.Namespace, bootstrap: str, rnd: int) -> list[dic
     run = uuid.uuid4().hex[:6]
     base = Path(tempfile.mkdtemp(prefix=f"dm-bench-scale-move-{n}-"))
     tables = make_tables(base, n, run)
-    config = write_config(base, bootstrap, tables, run, args.session_ms, mode="from-version")
+    config = write_config(
+        base, bootstrap, tables, run, args.session_ms, mode="from-version", poll_interval_s=args.poll_interval
+    )
     reader = CommitsReader(bootstrap, [f"deltamirror.{t.name}.commits" for t in tables])
     procs: dict[str, subprocess.Popen[bytes]] = {}
     logs = {name: base / f"{name}.log" for name in "abc"}
@@ -493,18 +505,20 @@ def plot(rows: list[dict[str, Any]]) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     out = [
-        "| tables | round | startup s | threads | idle CPU % core | pickup median / max s | RSS MB | load before / idle / after |",
-        "|---|---|---|---|---|---|---|---|",
+        "| tables | layout, poll s | round | startup s | threads | idle CPU % core | pickup median / max s | RSS MB | load before / idle / after |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in (r for r in rows if r["kind"] == "idle"):
+        how = f"{r.get('layout', 'per-table')}, {r.get('poll_interval_s', 1.0):g}"
         if "failed" in r:
             out.append(
-                f"| {r['tables']} | {r['round']} | did not start: {r['failed'][:160]} | | | | | {r['load_before']} |"
+                f"| {r['tables']} | {how} | {r['round']} | did not start: {r['failed'][:160]} | | | | | "
+                f"{r['load_before']} |"
             )
             continue
         p = r["pickup_s"]
         out.append(
-            f"| {r['tables']} | {r['round']} | {r['startup_s']} | {r['threads']} | {r['idle_cpu_pct']} | "
+            f"| {r['tables']} | {how} | {r['round']} | {r['startup_s']} | {r['threads']} | {r['idle_cpu_pct']} | "
             f"{p['median']} / {p['max']} ({p['missed']} of {p['n']} missed) | {r['rss_mb']} | "
             f"{r['load_before']} / {r['load_idle']} / {r['load_after']} |"
         )
@@ -528,6 +542,13 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--first-round", type=int, default=0, help="number of the first round (appending)")
     parser.add_argument("--idle-s", type=float, default=30.0)
+    parser.add_argument(
+        "--poll-interval",
+        type=float,
+        default=None,
+        help="the tables' poll_interval_s (default: the setting's, 1 s); with notifications on a local "
+        "disk it only bounds a lost notification",
+    )
     parser.add_argument("--pickups", type=int, default=5)
     parser.add_argument("--move-tables", type=int, default=200)
     parser.add_argument("--session-ms", type=int, default=10_000, help="the group's session timeout")
