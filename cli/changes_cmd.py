@@ -8,7 +8,7 @@ from .common import add_output_arguments, add_table_argument, open_table_from_ar
 from .progress import ProgressLine, add_progress_argument, wanted
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_changes(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "changes",
         help="the change data feed (row-level changes) of a table",
@@ -61,6 +61,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_output_arguments(p, ["jsonl", "parquet", "csv"], "jsonl")
     add_progress_argument(p)
     p.set_defaults(handler=cmd_changes)
+
+
+#: each command of this module and what adds its parser (build_parser takes the one that runs)
+PARSERS = {
+    "changes": _add_changes,
+}
 
 
 def cmd_changes(args: argparse.Namespace) -> int:

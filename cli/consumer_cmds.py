@@ -305,7 +305,7 @@ def _add_flags(p: argparse.ArgumentParser, flags: tuple[Flag, ...]) -> None:
             flag.add_to(p)
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_consume_snapshot(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "consume-snapshot",
         help="keep the active files of every mirrored table, printing each applied version",
@@ -335,6 +335,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _add_flags(p, SNAPSHOT_FLAGS)
     p.set_defaults(handler=cmd_consume_snapshot, long_running=True)
 
+
+def _add_invalidate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "invalidate",
         help="run a command or call a webhook for every committed version (cache invalidation)",
@@ -344,6 +346,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     _add_flags(p, INVALIDATE_FLAGS)
     p.set_defaults(handler=cmd_invalidate, long_running=True)
+
+
+#: each command of this module and what adds its parser (build_parser takes the one that runs)
+PARSERS = {
+    "consume-snapshot": _add_consume_snapshot,
+    "invalidate": _add_invalidate,
+}
 
 
 # --- shared -------------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from .local_registry_cmd import register_service as register_registry
 EXIT_NOT_RUNNING = 3
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_local(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     local = subparsers.add_parser("local", help="local services for development and tests")
     services = local.add_subparsers(dest="local_service", metavar="SERVICE", required=True)
     kafka = services.add_parser(
@@ -80,6 +80,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             )
         action.set_defaults(handler=handler)
     register_registry(services)
+
+
+#: each command of this module and what adds its parser (build_parser takes the one that runs)
+PARSERS = {
+    "local": _add_local,
+}
 
 
 def _broker(args: argparse.Namespace) -> Any:

@@ -15,8 +15,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-# each command and the module that adds it with register(subparsers), in the order --help lists them;
-# the modules are imported lazily, and a command run imports and builds only its own (build_parser)
+# each command and the module whose PARSERS add it, in the order --help lists them; the modules are
+# imported lazily, and a command run imports and builds only its own parser (build_parser)
 COMMANDS = {
     "snapshot": "deltamirror.cli.table_cmds",
     "read": "deltamirror.cli.table_cmds",
@@ -50,28 +50,6 @@ class _Version(argparse._VersionAction):
         super().__call__(parser, *args, **kwargs)
 
 
-class _Unbuilt:
-    """The parser of a command that does not run: takes every call its module's register() makes
-    (add_argument, set_defaults, add_subparsers, add_parser, ...) and builds nothing."""
-
-    def __getattr__(self, name: str) -> _Unbuilt:
-        return self
-
-    def __call__(self, *args: Any, **kwargs: Any) -> _Unbuilt:
-        return self
-
-
-class _OneCommand:
-    """The subparsers as a module's register() sees them when ``command`` runs: its parser is built,
-    the module's other commands get an :class:`_Unbuilt`."""
-
-    def __init__(self, sub: argparse._SubParsersAction[Any], command: str) -> None:
-        self._sub, self._command = sub, command
-
-    def add_parser(self, name: str, **kwargs: Any) -> Any:
-        return self._sub.add_parser(name, **kwargs) if name == self._command else _Unbuilt()
-
-
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The command line's parser. With ``command`` (a name in COMMANDS) only that command's parser
     is built, and only its module imported: what ``deltamirror COMMAND ...`` parses with (building
@@ -90,16 +68,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     one = command if command in COMMANDS else None
-    for name in PLUGINS:
-        if one is not None and name != COMMANDS[one]:
+    for name, module_name in COMMANDS.items():
+        if one is not None and name != one:
             continue
         try:
-            module = importlib.import_module(name)
+            module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
-            if exc.name != name:
+            if exc.name != module_name:
                 raise
             continue
-        module.register(sub if one is None else _OneCommand(sub, one))
+        module.PARSERS[name](sub)
     return parser
 
 

@@ -138,7 +138,7 @@ WATCH_FLAGS: tuple[Flag, ...] = (
 )
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_watch(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "watch",
         help="mirror tables into Kafka (exactly once, in order)",
@@ -155,6 +155,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_progress_argument(p)
     p.set_defaults(handler=cmd_watch, long_running=True)
 
+
+def _add_events(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "events",
         help="print the action events the watcher would publish, without Kafka",
@@ -167,6 +169,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("-o", "--output", metavar="PATH", help=OUTPUT_HELP)
     p.set_defaults(handler=cmd_events)
 
+
+def _add_schema(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "schema",
         help="print the JSON Schema of the events",
@@ -176,6 +180,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.set_defaults(handler=cmd_schema)
 
+
+def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "demo",
         help="start a local Kafka, mirror a small demo table, commit to it and print what a subscriber sees",
@@ -196,6 +202,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="leave the local broker running afterwards (refused with KAFKA_BOOTSTRAP_SERVERS: no local broker)",
     )
     p.set_defaults(handler=cmd_demo, long_running=True)
+
+
+#: each command of this module and what adds its parser (build_parser takes the one that runs)
+PARSERS = {
+    "watch": _add_watch,
+    "events": _add_events,
+    "schema": _add_schema,
+    "demo": _add_demo,
+}
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

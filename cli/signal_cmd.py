@@ -26,7 +26,7 @@ SIGNAL_TOPIC = "deltamirror.signals"
 DEFAULT_TIMEOUT_S = 15.0
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_signal(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "signal",
         help="send a signal to the running watchers (snapshot: a fresh snapshot of a table; net-changes: "
@@ -67,6 +67,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="the range's first version (as watch --from-version names the first version of a catch-up)",
     )
     _common_arguments(net)
+
+
+#: each command of this module and what adds its parser (build_parser takes the one that runs)
+PARSERS = {
+    "signal": _add_signal,
+}
 
 
 def _version(text: str) -> int:

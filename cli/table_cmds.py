@@ -18,7 +18,7 @@ from .common import (
 from .progress import ProgressLine, add_progress_argument, wanted
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_snapshot(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "snapshot",
         help="the active files of a table at a version",
@@ -33,6 +33,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_progress_argument(p)
     p.set_defaults(handler=cmd_snapshot)
 
+
+def _add_read(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "read",
         help="the rows of a table at a version",
@@ -47,6 +49,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_progress_argument(p)
     p.set_defaults(handler=cmd_read)
 
+
+def _add_history(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "history",
         help="every version with its resolved timestamp and operation",
@@ -61,6 +65,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("-o", "--output", metavar="PATH", help=OUTPUT_HELP)
     p.set_defaults(handler=cmd_history)
+
+
+#: each command of this module and what adds its parser (build_parser takes the one that runs)
+PARSERS = {
+    "snapshot": _add_snapshot,
+    "read": _add_read,
+    "history": _add_history,
+}
 
 
 def _snapshot(args: argparse.Namespace, check_features: bool, line: ProgressLine) -> Any:

@@ -44,6 +44,16 @@ def test_commands_table_names_every_command_and_the_module_that_adds_it() -> Non
         assert modules <= {COMMANDS[command], "deltamirror.cli.local_registry_cmd"}, command
 
 
+def test_each_module_adds_exactly_the_commands_the_table_gives_it() -> None:
+    """A module's PARSERS is what build_parser calls: a command missing from it would vanish from
+    the command line, one it adds beyond the table would never be built."""
+    import importlib
+
+    for module_name in PLUGINS:
+        parsers = importlib.import_module(module_name).PARSERS
+        assert list(parsers) == [c for c, m in COMMANDS.items() if m == module_name], module_name
+
+
 def _walk(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
     sub = _subparsers(parser)
     return [parser] + [p for child in (sub.choices.values() if sub else ()) for p in _walk(child)]

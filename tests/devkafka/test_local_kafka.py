@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from deltamirror.cli.local_kafka_cmd import register
+from deltamirror.cli.local_kafka_cmd import PARSERS
 from deltamirror.core.errors import ConfigError, EnvironmentMissingError
 from deltamirror.devkafka import broker as local_kafka
 from deltamirror.devkafka import jars as kafka_jars
@@ -47,7 +47,7 @@ def _fake_repo(root: Path, files: dict[ArtifactPin, bytes]) -> str:
 
 def _cli(*argv: str) -> int:
     parser = argparse.ArgumentParser(prog="deltamirror")
-    register(parser.add_subparsers(dest="command", required=True))
+    PARSERS["local"](parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(list(argv))
     rc: int = args.handler(args)
     return rc

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from deltamirror.cli.local_kafka_cmd import register
+from deltamirror.cli.local_kafka_cmd import PARSERS
 from deltamirror.devkafka.tools import (
     HangingTransaction,
     TransactionsTool,
@@ -54,7 +54,7 @@ def test_find_hanging_output_is_read_row_by_row() -> None:
 
 def _cli(*argv: str) -> int:
     parser = argparse.ArgumentParser(prog="deltamirror")
-    register(parser.add_subparsers(dest="command", required=True))
+    PARSERS["local"](parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(list(argv))
     rc: int = args.handler(args)
     return rc
