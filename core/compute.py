@@ -2,15 +2,9 @@
 
 Importing ``pyarrow.compute`` builds a Python wrapper for each of its ~300 kernels (docstrings
 parsed, signatures made): 60-120 ms of CPU, a tenth of a ``consume-snapshot`` restart, which
-(caught up, nothing new to apply) runs no kernel at all. The modules of the consumers' path take
-``pc`` from here instead::
-
-    if TYPE_CHECKING:
-        import pyarrow.compute as pc
-    else:
-        from deltamirror.core.compute import pc
-
-and ``pc.equal(...)`` then imports the module on its first call. Each name is looked up once and
+(caught up, nothing new to apply) runs no kernel at all. The modules of the consumers' path (and
+core's) take ``pc`` from here instead (``from deltamirror.core.compute import pc``; the type
+checker sees the module itself), and ``pc.equal(...)`` then imports the module on its first call. Each name is looked up once and
 kept on the stand-in, so later calls cost what an attribute of the module costs.
 """
 
