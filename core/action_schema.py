@@ -10,7 +10,8 @@ import itertools
 from typing import Any, TypeVar
 
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from deltamirror.core.compute import pc
 
 STRING_MAP = pa.map_(pa.string(), pa.string())
 

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from deltamirror.core.compute import pc
 
 from . import action_schema
 from .accumulator import ActionAccumulator

@@ -8,7 +8,8 @@ well formed. A handful of kernels check them whatever the number of files.
 from __future__ import annotations
 
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from deltamirror.core.compute import pc
 
 from .actions import Where
 

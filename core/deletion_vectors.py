@@ -18,7 +18,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from deltamirror.core.compute import pc
 
 from .errors import DeletionVectorError, PathOutsideTableError
 from .paths import redact_userinfo

@@ -20,7 +20,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from deltamirror.core.compute import pc
 
 __all__ = ["CHECKPOINT_ROW", "FileTable", "shared_nulls", "with_deferred"]
 

@@ -220,7 +220,9 @@ class Sidecar(DeltaModel):
 class UnknownAction(BaseModel):
     """An action type this version does not know; kept whole and reported, never dropped."""
 
-    model_config = ConfigDict(frozen=True)
+    # built when first used, as DeltaModel's: built at import it was the one validator a
+    # consume-snapshot restart built before its settings (and its pydantic plugin scan)
+    model_config = ConfigDict(frozen=True, defer_build=True)
     action_name: str
     raw: dict[str, Any]
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from deltamirror.core.compute import pc
 
 from . import action_schema, features
 from .accumulator import APPLIED_ACTIONS, ORDER, ActionAccumulator

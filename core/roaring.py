@@ -18,7 +18,8 @@ from array import array
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from deltamirror.core.compute import pc
 
 from .errors import DeletionVectorError
 

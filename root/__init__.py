@@ -9,11 +9,22 @@ invalidation, the Spark source), :mod:`deltamirror.ops` (metrics and health),
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
-try:
-    __version__ = version("deltamirror")
-except PackageNotFoundError:  # pragma: no cover - run from a source tree that was never installed
-    __version__ = "0+unknown"
+
+def __getattr__(name: str) -> Any:
+    """``__version__``, read from the package's metadata when first asked (reading it cost every
+    command's start ~6 ms of CPU)."""
+    if name != "__version__":
+        raise AttributeError(f"module 'deltamirror' has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("deltamirror")
+    except PackageNotFoundError:  # pragma: no cover - run from a source tree that was never installed
+        found = "0+unknown"
+    globals()["__version__"] = found
+    return found
+
 
 __all__ = ["__version__"]

@@ -43,10 +43,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from deltamirror.core import action_schema
+from deltamirror.core.compute import pc
 from deltamirror.core.deletion_vectors import z85_decode
 from deltamirror.core.errors import ConfigError
 from deltamirror.mirror.errors import EventStreamError

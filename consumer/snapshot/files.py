@@ -14,8 +14,8 @@ from collections.abc import Callable
 from itertools import accumulate, pairwise
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from deltamirror.core.compute import pc
 from deltamirror.core.replay import file_keys
 
 #: the files table is made contiguous again when its chunks exceed this, or one per ROWS_PER_CHUNK
@@ -27,6 +27,11 @@ ROWS_PER_SHARED_NULLS = 65_536
 KEEP_PATHS_BELOW = 65_536
 #: such a run keeps one path in this many (its fences)
 FENCE_EVERY = 64
+
+
+class _SearchSorted:
+    def __get__(self, obj: object, owner: type | None = None) -> bool:
+        return hasattr(pc, "search_sorted")
 
 
 class PathIndex:
@@ -47,7 +52,8 @@ class PathIndex:
     per version instead.
     """
 
-    available = hasattr(pc, "search_sorted")
+    #: whether pyarrow has ``search_sorted`` (asked when first needed: asking imports pyarrow.compute)
+    available: bool = _SearchSorted()  # type: ignore[assignment]
 
     def __init__(
         self,

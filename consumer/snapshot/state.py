@@ -29,9 +29,9 @@ from itertools import accumulate
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from deltamirror.core import action_schema
+from deltamirror.core.compute import pc
 from deltamirror.core.deletion_vectors import dv_unique_id
 from deltamirror.core.errors import ConfigError
 from deltamirror.core.replay import canonical_paths, file_keys, reconcile

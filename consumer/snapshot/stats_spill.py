@@ -26,8 +26,9 @@ import tempfile
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from deltamirror.core.compute import pc
 
 from .files import positions_from
 

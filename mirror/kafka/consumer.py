@@ -45,6 +45,10 @@ CLOSE_TIMEOUT_S = 5.0
 #: how long a partition may stay quiet before its end is asked of the broker (the end of a
 #: partition assigned exactly at its last stable offset is reported by no fetch)
 END_CHECK_AFTER_S = 0.5
+#: how long one consume() waits while a read to the end has no records coming: consume() returns
+#: when its batch is full or its timeout passes, not when a partition's end is reported, so a
+#: restart with nothing new to read waited a whole ``poll_s`` (50 ms) after the end was known
+END_SLICE_S = 0.005
 
 #: librdkafka prefetches records ahead of the reader into a queue per partition, by default up to
 #: 64 MB and 100,000 records, and backs off 1 s once that is full: a reader slower than the broker
@@ -342,6 +346,13 @@ class MirrorConsumer:
         ``timeout_s`` bounds the whole read to the end and ``idle_timeout_s`` a silence of the
         broker while the end is not reached: both raise a KafkaError.
 
+        The end of a partition is where librdkafka reports it (its last stable offset). When the
+        log holds records past it (the high watermark of the fetch that reported it is beyond it:
+        a transaction still open, or one committed whose markers are not written yet, as after
+        ``commit_transaction`` returns), the partition counts as at its end only once ``poll_s``
+        passed without a record of it: a transaction just committed is read, one still open is
+        not waited for. When the log holds nothing past it, the end is final at once.
+
         Fragments that do not make a record (missing, out of order, beyond the ``limits``, or cut
         short: a partition that ends, or waits ``fragment_wait_s``, with a record's last fragment
         still to come, when the watcher writes every fragment of a record in one transaction) are
@@ -351,8 +362,12 @@ class MirrorConsumer:
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         pending = set(self._assigned)
+        #: (read to the end) partitions whose end was reported with records past it not readable
+        #: yet, and when: each stays pending until poll_s passed without a record of it
+        held: dict[tuple[str, int], float] = {}
         quiet_since = time.monotonic()
         last_end_check = 0.0
+        records_came = False  # in the last consume(): while none come, a read to the end asks often
         while True:
             if until_end and not pending:
                 return
@@ -366,8 +381,9 @@ class MirrorConsumer:
                     f"could not read {_names(pending)} to the end within {timeout_s:.0f} s",
                     topic=sorted(pending)[0][0],
                 )
+            wait_s = poll_s if records_came or not until_end else min(poll_s, END_SLICE_S)
             try:
-                messages = self._consumer.consume(max_records, timeout=poll_s)
+                messages = self._consumer.consume(max_records, timeout=wait_s)
             except KafkaException as exc:
                 raise KafkaError(f"consuming failed: {_reason(exc)}") from None
             batch = RecordBatch()
@@ -375,13 +391,18 @@ class MirrorConsumer:
             last: tuple[str, int] | None = None
             assembling = self._first  # partitions with a record's first fragments taken
             refused: BadRecordError | None = None
+            records_came = False
             for msg in messages:
                 where = (msg.topic() or "", msg.partition() or 0)
                 err = msg.error()
                 if err is not None:
                     last = None
                     if err.code() == _RdKafkaError._PARTITION_EOF:
-                        pending.discard(where)
+                        if until_end and not self._nothing_past(where, msg.offset() or 0):
+                            held.setdefault(where, time.monotonic())
+                        else:
+                            pending.discard(where)
+                            held.pop(where, None)
                         if where in assembling:  # the end came before a record's last fragment
                             refused = self._cut_short(where, "the partition ends")
                             if on_bad_record is None:
@@ -393,8 +414,10 @@ class MirrorConsumer:
                         raise KafkaError(f"consuming failed: {err.str()}", topic=where[0], partition=where[1])
                     log.warning("consumer error (retried): %s", err.str())
                     continue
+                records_came = True
                 if where != last:
                     pending.add(where)  # not at its end any more: wait for the next end
+                    held.pop(where, None)
                     last = where
                 if where not in assembling:
                     marks: Any = msg.headers()  # a list of (name, value), as _whole reads it
@@ -418,6 +441,11 @@ class MirrorConsumer:
                     items.append(record)
             if refused is None and assembling:
                 refused = self._overdue(on_bad_record)
+            if held:
+                now = time.monotonic()
+                for where in [w for w, since in held.items() if now - since >= poll_s]:
+                    pending.discard(where)
+                    del held[where]
             if messages:
                 quiet_since = time.monotonic()
             elif until_end and pending:
@@ -497,6 +525,16 @@ class MirrorConsumer:
                 return refused
             on_bad_record(refused)
         return None
+
+    def _nothing_past(self, where: tuple[str, int], end: int) -> bool:
+        """Whether the log of ``where`` holds no record past ``end`` (a reported end), committed or
+        not: the high watermark librdkafka kept from the fetch that reported the end is not
+        beyond it."""
+        try:
+            high = self._consumer.get_watermark_offsets(TopicPartition(*where), cached=True)[1]
+        except KafkaException:
+            return False
+        return bool(high is not None and 0 <= high <= end)
 
     def _at_end(self, topic: str, partition: int) -> bool:
         tp = TopicPartition(topic, partition)

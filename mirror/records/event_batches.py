@@ -31,11 +31,11 @@ from itertools import pairwise, repeat
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.json as pj
 from pydantic_core import from_json
 
 from deltamirror.core.accumulator import FILE_ROWS, ORDER
+from deltamirror.core.compute import pc
 
 from ..errors import EventStreamError
 from .boundary import DEFAULT_RULES, BadRecordError, RecordRules

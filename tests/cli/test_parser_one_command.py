@@ -128,3 +128,31 @@ def test_version_is_read_when_asked(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--version"])
     assert exit_.value.code == 0
     assert capsys.readouterr().out == f"deltamirror {version('deltamirror')}\n"
+
+
+def test_a_command_runs_with_what_the_process_held_at_its_start_frozen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """main() freezes (gc.freeze) what is alive when the command starts, so the collector's full
+    passes during the command skip the process's modules and classes, and unfreezes it when the
+    command returns. Seen from a command of the test's own, registered as the CLI's modules are."""
+    import gc
+    import types
+
+    import deltamirror.cli.main as cli_main
+
+    seen: list[int] = []
+
+    def register(sub: Any) -> None:
+        parser = sub.add_parser("gc-probe")
+        parser.set_defaults(handler=lambda args: seen.append(gc.get_freeze_count()) or 0)
+
+    probe = types.ModuleType("gc_probe_cmd")
+    probe.register = register  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "gc_probe_cmd", probe)
+    monkeypatch.setitem(cli_main.COMMANDS, "gc-probe", "gc_probe_cmd")
+    monkeypatch.setattr(cli_main, "PLUGINS", (*cli_main.PLUGINS, "gc_probe_cmd"))
+    assert gc.get_freeze_count() == 0  # this process froze nothing of its own
+    assert main(["gc-probe"]) == 0
+    assert len(seen) == 1 and seen[0] > 10_000  # the modules and classes of the whole test session
+    assert gc.get_freeze_count() == 0

@@ -136,6 +136,24 @@ def test_the_end_is_found_behind_transaction_markers_and_aborted_records(
     assert _read_to_end(kafka_bootstrap, topic, offset=last) == []
 
 
+def test_a_read_from_the_end_ends_when_the_end_is_reported(kafka_bootstrap: str, topic: str) -> None:
+    """A restart with nothing new: the partition's log holds nothing past the end librdkafka
+    reports (the last transaction's markers are written), so the end is final when reported.
+    consume() itself returns only when its batch is full or its timeout passed: a read that asked
+    it for ``poll_s`` waited that long after the end was known (50 ms of every restart); with a
+    poll of an hour, this read must still end."""
+    producer = _transactional_producer(kafka_bootstrap)
+    _transaction(kafka_bootstrap, producer, topic, [b"a", b"b"], commit=True)  # settled: LSO == HWM
+    got: list[list[Record]] = []
+    reader = threading.Thread(
+        target=lambda: got.append(_read_to_end(kafka_bootstrap, topic, offset=3, poll_s=3600.0)), daemon=True
+    )
+    reader.start()
+    reader.join(READ_S)
+    assert not reader.is_alive(), "the read to the end waited out its poll after the end was reported"
+    assert got == [[]]
+
+
 def test_the_end_is_the_start_of_a_transaction_still_open(kafka_bootstrap: str, topic: str) -> None:
     """A read_committed reader stops at the last stable offset: what an open transaction wrote is not
     there yet, and waiting for it would hold up every reader of the topic."""
