@@ -27,6 +27,7 @@ by its scan, they are run once more to announce their drop the same way.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import logging
 import threading
 import time
@@ -66,8 +67,8 @@ class DiscoveredTable:
     #: the ``<name>`` of its default topics (None: the directory name, for a prefix that is a table)
     topic_name: str | None
 
-    @property
-    def normalized_uri(self) -> str:
+    @functools.cached_property
+    def normalized_uri(self) -> str:  # asked several times per table per scan: made once
         return normalize_table_uri(self.uri)
 
 
