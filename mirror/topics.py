@@ -138,8 +138,9 @@ class _Batch:
         self.ready = threading.Event()
         self.futures: dict[str, Any] = {}
         self.error: BaseException | None = None
-        #: callers waiting for it (``_Coalesced``)
+        #: callers waiting for it, and set when its opener may send it (``_Coalesced``)
         self.callers = 0
+        self.turn = threading.Event()
 
 
 class _AdminBatches:
@@ -192,38 +193,47 @@ class _Coalesced:
     answered, with every key asked meanwhile: each answer is taken after its caller asked (as a
     call of its own would have been), and a thousand tables resuming together on the same topics
     cost a request per round instead of one per table (their end offsets were what a 10,000-table
-    start waited on). Nothing waits to gather: a caller alone is answered at once.
+    start waited on). Nothing waits to gather: a caller alone is answered at once. The caller that
+    opened a batch sends it; the others wait for its answer only (no thread is woken for a batch
+    it is not in).
     """
 
     def __init__(self, send: Callable[[list[Any]], dict[Any, Any]]) -> None:
         self._send = send
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._busy = False
-        #: the keys of the next request, and their answers once it was sent
+        #: the batch that takes the keys asked now (sent once the one in flight is answered)
         self._next: _Batch | None = None
 
     def get(self, key: Any) -> Any:
         """``key``'s answer (what ``send`` gave for it: a value, or an exception to raise)."""
-        with self._cond:
+        with self._lock:
             batch = self._next
+            opened = batch is None
             if batch is None:
-                batch = self._next = _Batch()
+                batch = _Batch()
             batch.items[key] = key
             batch.callers += 1
-            while not (self._next is batch and not self._busy):
-                if batch.ready.is_set():
-                    return self._answer(batch, key)
-                self._cond.wait()
-            self._busy, self._next = True, None  # this caller sends the batch
+            if opened and not self._busy:  # nothing in flight: sent now, by this caller
+                self._busy = True
+                batch.turn.set()
+            elif opened:  # sent by this caller once the request in flight is answered
+                self._next = batch
+        if not opened:
+            batch.ready.wait()
+            return self._answer(batch, key)
+        batch.turn.wait()
         try:
             batch.futures = self._send(list(batch.items))
         except BaseException as exc:  # given to every caller of the batch
             batch.error = exc
         finally:
-            with self._cond:
-                batch.ready.set()
-                self._busy = False
-                self._cond.notify_all()
+            batch.ready.set()
+            with self._lock:
+                following, self._next = self._next, None
+                self._busy = following is not None
+            if following is not None:  # its keys are closed now: its opener sends it
+                following.turn.set()
         return self._answer(batch, key)
 
     @staticmethod
