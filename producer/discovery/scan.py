@@ -357,6 +357,9 @@ class DiscoveryLoop:
             if i == index and uri not in found and uri not in self.gone:
                 self.gone.mark(uri)
                 log.info("discovery: table no longer found; checking its log", extra={"table": uri})
+                wake = getattr(self.service, "wake_table", None)
+                if wake is not None:  # it looks at once, not at its next poll (30 s by default)
+                    wake(uri)
 
     def _admit(self, index: int, source: DiscoverConfig, uri: str, table: DiscoveredTable) -> bool:
         """Hand the table to the service, unless its topics are another's (said once)."""
