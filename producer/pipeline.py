@@ -303,8 +303,11 @@ class TablePipeline:
 
     def poll_interval(self) -> float:
         """How long the table waits idle between looks at its log: ``poll_interval_s``, or by default
-        1 s, 30 s while file notifications watch its log on a local disk (:func:`.settings.poll_interval`)."""
-        return poll_interval(self.table, notified=self.waker.notified_locally)
+        1 s, 30 s while file notifications watch its log on a local disk (:func:`.settings.poll_interval`);
+        at most ``heartbeat_interval_s`` (an idle table's heartbeats are sent at its idle looks)."""
+        wait = poll_interval(self.table, notified=self.waker.notified_locally)
+        beat = self.cfg.heartbeat_interval_s
+        return wait if beat is None else min(wait, beat)
 
     def holding_transaction(self) -> bool:
         """A transaction of this table is open (in a group it holds its shard's producer)."""
