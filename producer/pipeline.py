@@ -64,7 +64,7 @@ from .publishing.session import close_publisher, transactional_id, wait_for_brok
 from .publishing.shared_clients import SharedClients, check_topics
 from .publishing.tails import AlreadyPublished, read_tails
 from .publishing.transactions import BATCH, TableTransactions
-from .settings import TableConfig, WatchConfig, poll_interval
+from .settings import POLL_INTERVAL_S, TableConfig, WatchConfig, poll_interval
 from .tailing.retention import RetentionWatch
 from .tailing.snapshot_events import SnapshotWork
 from .tailing.waker import LogWaker
@@ -303,11 +303,14 @@ class TablePipeline:
 
     def poll_interval(self) -> float:
         """How long the table waits idle between looks at its log: ``poll_interval_s``, or by default
-        1 s, 30 s while file notifications watch its log on a local disk (:func:`.settings.poll_interval`);
-        at most ``heartbeat_interval_s`` (an idle table's heartbeats are sent at its idle looks)."""
+        1 s, 30 s while file notifications watch its log on a local disk (:func:`.settings.poll_interval`).
+        By default it is at most ``heartbeat_interval_s`` (not below 1 s, the default poll it had
+        before): an idle table's heartbeats are sent at its idle looks."""
         wait = poll_interval(self.table, notified=self.waker.notified_locally)
         beat = self.cfg.heartbeat_interval_s
-        return wait if beat is None else min(wait, beat)
+        if beat is None or self.table.poll_interval_s is not None:
+            return wait
+        return min(wait, max(beat, POLL_INTERVAL_S))
 
     def holding_transaction(self) -> bool:
         """A transaction of this table is open (in a group it holds its shard's producer)."""
