@@ -892,7 +892,9 @@ def run_latency(
     cfg, (actions, commits_topic, progress) = _watch_config(
         bootstrap, str(root), use_notifications=notifications
     )
-    poll_s: float = cfg.tables[0].poll_interval_s
+    from deltamirror.producer.settings import poll_interval
+
+    poll_s = poll_interval(cfg.tables[0], notified=notifications)  # its default: 30 s with notifications
     metrics = BenchMetrics(target_version=0)
     service = WatchService(cfg, metrics=metrics)
     created: dict[int, float] = {}

@@ -14,9 +14,11 @@ snapshot mode ``latest``, notifications on as by default):
   ``--layout per-table`` (default): the tables are configured, each with its own two topics;
   ``--layout shared``: the tables are found under one ``discover`` prefix with ``topics: shared``
   (two topics for all of them, keyed by tableId), which a broker holds at any table count.
-  ``--poll-interval``: the tables' ``poll_interval_s`` (default 1 s). With notifications on a local
-  disk a commit wakes its table at once and the poll only bounds a lost notification, so a member
-  of thousands of local tables can poll seldom: the idle CPU is mostly these polls.
+  ``--poll-interval``: the tables' ``poll_interval_s`` (not set by default: 30 s for these local
+  tables watched by notifications, 1 s before 2026-11-29's default). A commit wakes its table at
+  once and the poll only bounds a lost notification: the idle CPU was mostly these polls.
+  ``--settle-s``: the wait between the start and the idle measurement (default 5 s; after its
+  resume each table still commits its first position, which at 10,000 tables takes longer).
 * ``move``: TWO instances in one group over ``--move-tables`` tables; once both run and every
   table published, one is SIGKILLed (or SIGTERMed), a commit is written to every table right after,
   and the time until every table has published it is taken: the survivor's own tables publish at
@@ -30,7 +32,7 @@ A size that does not start is a result too: its error line is kept (``failed``).
     python bench/bench_scale.py [--tables 100,1000] [--rounds 1] [--move-tables 200] [--no-move]
                                 [--no-idle] [--idle-s 30] [--pickups 5] [--session-ms 10000]
                                 [--port 19394] [--src DIR] [--fresh] [--layout per-table|shared]
-                                [--poll-interval S]
+                                [--poll-interval S] [--settle-s 5]
 
 Results: rows appended to bench/results/scale.json (``--fresh`` starts it over), the plot
 bench/results/scale.png, and a markdown table on stdout. Not a test: nothing is asserted.
@@ -280,7 +282,8 @@ def measure_idle(args: argparse.Namespace, bootstrap: str, n: int, rnd: int) -> 
     out: dict[str, Any] = {
         "kind": "idle",
         "layout": args.layout,
-        "poll_interval_s": args.poll_interval if args.poll_interval is not None else 1.0,
+        # None: not set (the setting's default: 30 s for a local table watched by notifications)
+        "poll_interval_s": args.poll_interval,
         "tables": n,
         "round": rnd,
         "load_before": load(),
@@ -308,7 +311,10 @@ def measure_idle(args: argparse.Namespace, bootstrap: str, n: int, rnd: int) -> 
             time.sleep(0.1 if n <= 1000 else 0.5)
         out["startup_s"] = round(time.monotonic() - spawned, 2)
         out["load_started"] = load()
-        time.sleep(5)
+        # after its resume each table still reads its log and commits its first position (one
+        # transaction per table through its shard's producer): at 10,000 tables that outlasts 5 s
+        time.sleep(args.settle_s)
+        out["settle_s"] = args.settle_s
         out["threads"] = len(os.listdir(f"/proc/{proc.pid}/task"))
         names = thread_names(proc.pid)
         out["threads_by_name"] = dict(names.most_common(6))
@@ -509,7 +515,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in (r for r in rows if r["kind"] == "idle"):
-        how = f"{r.get('layout', 'per-table')}, {r.get('poll_interval_s', 1.0):g}"
+        poll = r.get("poll_interval_s", 1.0)
+        how = f"{r.get('layout', 'per-table')}, {'default' if poll is None else f'{poll:g}'}"
         if "failed" in r:
             out.append(
                 f"| {r['tables']} | {how} | {r['round']} | did not start: {r['failed'][:160]} | | | | | "
@@ -546,8 +553,14 @@ def main() -> int:
         "--poll-interval",
         type=float,
         default=None,
-        help="the tables' poll_interval_s (default: the setting's, 1 s); with notifications on a local "
-        "disk it only bounds a lost notification",
+        help="the tables' poll_interval_s (default: not set, the setting's default: 30 s for a local "
+        "table watched by notifications); with notifications on a local disk it only bounds a lost one",
+    )
+    parser.add_argument(
+        "--settle-s",
+        type=float,
+        default=5.0,
+        help="seconds between the start and the idle measurement (the tables' first commits end)",
     )
     parser.add_argument("--pickups", type=int, default=5)
     parser.add_argument("--move-tables", type=int, default=200)

@@ -51,7 +51,13 @@ WATCH_FLAGS: tuple[Flag, ...] = (
         "its commits from then on)",
         "TS",
     ),
-    Flag("poll_interval_s", ("--poll-interval",), "seconds between log polls (default 1)", "S", float),
+    Flag(
+        "poll_interval_s",
+        ("--poll-interval",),
+        "seconds between log polls (default 1; 30 for a local log that file notifications watch)",
+        "S",
+        float,
+    ),
     Flag("progress_topic", ("--progress-topic",), "compacted progress topic", "TOPIC"),
     Flag(
         "transactional_id_prefix",

@@ -138,6 +138,9 @@ class _Batch:
         self.ready = threading.Event()
         self.futures: dict[str, Any] = {}
         self.error: BaseException | None = None
+        #: callers waiting for it, and set when its opener may send it (``_Coalesced``)
+        self.callers = 0
+        self.turn = threading.Event()
 
 
 class _AdminBatches:
@@ -183,6 +186,63 @@ class _AdminBatches:
         return batch.futures[name]
 
 
+class _Coalesced:
+    """Answers for keys asked by many threads, one request in flight at a time.
+
+    A key asked while a request is in flight goes in the next one, which is sent once that one is
+    answered, with every key asked meanwhile: each answer is taken after its caller asked (as a
+    call of its own would have been), and a thousand tables resuming together on the same topics
+    cost a request per round instead of one per table (their end offsets were what a 10,000-table
+    start waited on). Nothing waits to gather: a caller alone is answered at once. The caller that
+    opened a batch sends it; the others wait for its answer only (no thread is woken for a batch
+    it is not in).
+    """
+
+    def __init__(self, send: Callable[[list[Any]], dict[Any, Any]]) -> None:
+        self._send = send
+        self._lock = threading.Lock()
+        self._busy = False
+        #: the batch that takes the keys asked now (sent once the one in flight is answered)
+        self._next: _Batch | None = None
+
+    def get(self, key: Any) -> Any:
+        """``key``'s answer (what ``send`` gave for it: a value, or an exception to raise)."""
+        with self._lock:
+            batch = self._next
+            opened = batch is None
+            if batch is None:
+                batch = _Batch()
+            batch.items[key] = key
+            batch.callers += 1
+            if opened and not self._busy:  # nothing in flight: sent now, by this caller
+                self._busy = True
+                batch.turn.set()
+            elif opened:  # sent by this caller once the request in flight is answered
+                self._next = batch
+        if not opened:
+            batch.ready.wait()
+            return self._answer(batch, key)
+        batch.turn.wait()
+        try:
+            batch.futures = self._send(list(batch.items))
+        except BaseException as exc:  # given to every caller of the batch
+            batch.error = exc
+        finally:
+            batch.ready.set()
+            with self._lock:
+                following, self._next = self._next, None
+                self._busy = following is not None
+            if following is not None:  # its keys are closed now: its opener sends it
+                following.turn.set()
+        return self._answer(batch, key)
+
+    @staticmethod
+    def _answer(batch: _Batch, key: Any) -> Any:
+        if batch.error is not None:
+            return batch.error
+        return batch.futures[key]
+
+
 class TopicManager:
     """Creates or validates topics through the admin API; remembers what it learned about each.
 
@@ -211,6 +271,8 @@ class TopicManager:
         self._describes = _AdminBatches(
             lambda resources: {r.name: f for r, f in self._admin.describe_configs(resources).items()}
         )
+        #: the end offsets asked by many threads at once, one request for all
+        self._ends = _Coalesced(self._read_ends)
 
     def _cached(self, kind: str, name: str, fresh: bool, check: Callable[[], TopicLimits]) -> TopicLimits:
         key = (kind, name)
@@ -268,26 +330,69 @@ class TopicManager:
 
     def end_offsets(self, name: str, *, committed: bool = True) -> dict[int, int]:
         """Each partition's end now: for a ``read_committed`` reader (its last stable offset), or
-        with ``committed=False`` the high watermark (records of open transactions included)."""
-        try:
-            topic = self._admin.list_topics(topic=name, timeout=self.timeout_s).topics.get(name)
-            if topic is None or topic.error is not None or not topic.partitions:
-                raise KafkaError(f"cannot read the metadata of topic {name}", topic=name)
-            wanted = {TopicPartition(name, p): OffsetSpec.latest() for p in topic.partitions}  # type: ignore[no-untyped-call]
-            futures = self._admin.list_offsets(
-                wanted,
-                isolation_level=IsolationLevel.READ_COMMITTED
-                if committed
-                else IsolationLevel.READ_UNCOMMITTED,
-                request_timeout=self.timeout_s,
-            )
-            return {tp.partition: f.result(timeout=self.timeout_s).offset for tp, f in futures.items()}
-        except KafkaException as exc:
-            raise KafkaError(f"cannot read the end offsets of {name}: {exc}", topic=name) from None
-        except TimeoutError:  # the future's own wait, which can end before the request's timeout
-            raise KafkaError(
-                f"cannot read the end offsets of {name}: {self._unanswered()}", topic=name
-            ) from None
+        with ``committed=False`` the high watermark (records of open transactions included).
+
+        "Now" is a moment after the call: concurrent calls (tables resuming together on shared
+        topics ask the same) are answered by one request per topic (:class:`_Coalesced`).
+        """
+        answer = self._ends.get((name, committed))
+        if isinstance(answer, BaseException):
+            raise answer
+        return dict(answer)
+
+    def _read_ends(self, keys: list[tuple[str, bool]]) -> dict[tuple[str, bool], Any]:
+        """The ends of ``keys`` ((topic, committed) pairs): one metadata request per topic and one
+        ListOffsets request per isolation level for all of them; a topic's failure is its own."""
+        out: dict[tuple[str, bool], Any] = {}
+        partitions: dict[str, list[int]] = {}
+        for name in dict.fromkeys(name for name, _ in keys):
+            try:
+                topic = self._admin.list_topics(topic=name, timeout=self.timeout_s).topics.get(name)
+                if topic is None or topic.error is not None or not topic.partitions:
+                    raise KafkaError(f"cannot read the metadata of topic {name}", topic=name)
+                partitions[name] = sorted(topic.partitions)
+            except KafkaException as exc:
+                error = KafkaError(f"cannot read the end offsets of {name}: {exc}", topic=name)
+                out.update({k: error for k in keys if k[0] == name})
+            except KafkaError as exc:
+                out.update({k: exc for k in keys if k[0] == name})
+        for committed in (True, False):
+            names = [name for name, c in keys if c == committed and name in partitions]
+            if not names:
+                continue
+            wanted = {TopicPartition(n, p): OffsetSpec.latest() for n in names for p in partitions[n]}  # type: ignore[no-untyped-call]
+            try:
+                futures = self._admin.list_offsets(
+                    wanted,
+                    isolation_level=IsolationLevel.READ_COMMITTED
+                    if committed
+                    else IsolationLevel.READ_UNCOMMITTED,
+                    request_timeout=self.timeout_s,
+                )
+            except KafkaException as exc:
+                out.update(
+                    {
+                        (n, committed): KafkaError(f"cannot read the end offsets of {n}: {exc}", topic=n)
+                        for n in names
+                    }
+                )
+                continue
+            ends: dict[str, dict[int, int]] = {n: {} for n in names}
+            for tp, future in futures.items():
+                key = (tp.topic, committed)
+                if key in out:
+                    continue
+                try:
+                    ends[tp.topic][tp.partition] = future.result(timeout=self.timeout_s).offset
+                except KafkaException as exc:
+                    out[key] = KafkaError(f"cannot read the end offsets of {tp.topic}: {exc}", topic=tp.topic)
+                except TimeoutError:  # the future's own wait, which can end before the request's timeout
+                    out[key] = KafkaError(
+                        f"cannot read the end offsets of {tp.topic}: {self._unanswered()}", topic=tp.topic
+                    )
+            for n in names:
+                out.setdefault((n, committed), ends[n])
+        return out
 
     def _unanswered(self) -> str:
         return f"the brokers did not answer within {round(self.timeout_s, 1):g} s"

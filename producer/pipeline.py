@@ -64,7 +64,7 @@ from .publishing.session import close_publisher, transactional_id, wait_for_brok
 from .publishing.shared_clients import SharedClients, check_topics
 from .publishing.tails import AlreadyPublished, read_tails
 from .publishing.transactions import BATCH, TableTransactions
-from .settings import TableConfig, WatchConfig
+from .settings import POLL_INTERVAL_S, TableConfig, WatchConfig, poll_interval
 from .tailing.retention import RetentionWatch
 from .tailing.snapshot_events import SnapshotWork
 from .tailing.waker import LogWaker
@@ -300,6 +300,17 @@ class TablePipeline:
                 self.waker.wait(delay, self.stop)
             else:
                 self.stop.wait(delay)
+
+    def poll_interval(self) -> float:
+        """How long the table waits idle between looks at its log: ``poll_interval_s``, or by default
+        1 s, 30 s while file notifications watch its log on a local disk (:func:`.settings.poll_interval`).
+        By default it is at most ``heartbeat_interval_s`` (not below 1 s, the default poll it had
+        before): an idle table's heartbeats are sent at its idle looks."""
+        wait = poll_interval(self.table, notified=self.waker.notified_locally)
+        beat = self.cfg.heartbeat_interval_s
+        if beat is None or self.table.poll_interval_s is not None:
+            return wait
+        return min(wait, max(beat, POLL_INTERVAL_S))
 
     def holding_transaction(self) -> bool:
         """A transaction of this table is open (in a group it holds its shard's producer)."""
@@ -798,13 +809,13 @@ class TablePipeline:
             txns.commit()
         work = self._next_work()
         if work is None and txns.atomic:  # a catch-up's versions exist: read again (never commit a part)
-            return self.table.poll_interval_s
+            return self.poll_interval()
         if work is None:
             if txns.in_transaction:
                 txns.commit()
             self.metrics.versions_behind(self.uri, 0)
             txns.idle_duties()
-            return self.table.poll_interval_s
+            return self.poll_interval()
         if isinstance(work, NetChangesWork):
             if txns.block is not None:  # never inside another atomic block's transaction
                 log.warning(

@@ -209,6 +209,14 @@ class WatchService:
         if normalized_uri not in self.running_tables():
             self.reports.forget_table(normalized_uri)
 
+    def wake_table(self, normalized_uri: str) -> None:
+        """An idle table running here looks at its log now, not at its next poll (discovery found it
+        gone, a signal asks it for something)."""
+        with self._lock:
+            entry = self._running.get(normalized_uri)
+        if entry is not None and entry.slot is not None:
+            self.scheduler.wake(entry.slot)
+
     def _on_signal(self, signal: Signal, answer: SignalAnswer) -> bool:
         """A signal for a table running here: its pipeline publishes a fresh snapshot, or the net row
         changes from the signal's version; answered through ``answer`` (at once, or by the table's
@@ -222,8 +230,10 @@ class WatchService:
                 answer("a net-changes signal names no fromVersion")
             else:
                 entry.pipeline.request_net_changes(signal.from_version, answer)
+                self.wake_table(signal.table_uri)  # not at its next poll (30 s by default)
             return True
         entry.pipeline.request_snapshot()
+        self.wake_table(signal.table_uri)
         answer(None)
         return True
 

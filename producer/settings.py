@@ -235,6 +235,15 @@ def _net_catch_up_problem(snapshot_mode: str, row_changes: RowChangesConfig | No
     )
 
 
+#: ``poll_interval_s`` when it is not set, for a table that polls (an object store, a log no file
+#: notification watches)
+POLL_INTERVAL_S = 1.0
+#: ``poll_interval_s`` when it is not set, for a table whose ``_delta_log`` file notifications watch on a
+#: local disk: a new commit wakes it at once, so its poll only bounds a notification lost, and each poll
+#: of 10,000 idle tables a second cost most of a core (docs/scale-out.md)
+NOTIFIED_POLL_INTERVAL_S = 30.0
+
+
 class PerTableSettings(SettingsModel):
     """The settings of one table that a discover prefix also takes, for every table it finds.
 
@@ -247,7 +256,10 @@ class PerTableSettings(SettingsModel):
     from_timestamp: str | None = None
     #: row-level change events; None (or ``enabled: false``): none are published
     row_changes: RowChangesConfig | None = None
-    poll_interval_s: float = Field(default=1.0, gt=0)
+    #: seconds between two looks at the log for the next version; None (not set): :data:`POLL_INTERVAL_S`,
+    #: or :data:`NOTIFIED_POLL_INTERVAL_S` while file notifications watch the table's log on a local
+    #: disk (a commit wakes the table at once; the poll only bounds a lost notification)
+    poll_interval_s: float | None = Field(default=None, gt=0)
     #: locations outside the table root its log may name (a shallow clone's source); see open_table
     allowed_path_prefixes: list[str] = Field(default_factory=list)
     #: action events without the ``stats`` and ``tags`` of add and remove actions (per-column
@@ -294,6 +306,15 @@ class PerTableSettings(SettingsModel):
         """fsspec options with secrets revealed: pass them to fsspec, never to a log."""
         revealed: dict[str, Any] = reveal(self.storage_options)
         return revealed
+
+
+def poll_interval(settings: PerTableSettings, *, notified: bool) -> float:
+    """The seconds an idle table waits between looks at its log: ``poll_interval_s`` when set, else
+    :data:`NOTIFIED_POLL_INTERVAL_S` while file notifications watch its log on a local disk
+    (``notified``), else :data:`POLL_INTERVAL_S`."""
+    if settings.poll_interval_s is not None:
+        return settings.poll_interval_s
+    return NOTIFIED_POLL_INTERVAL_S if notified else POLL_INTERVAL_S
 
 
 class TableConfig(PerTableSettings):
@@ -876,7 +897,9 @@ def merge_overrides(
 
 __all__ = [
     "FLAG_NAMES",
+    "NOTIFIED_POLL_INTERVAL_S",
     "OVERRIDES",
+    "POLL_INTERVAL_S",
     "SNAPSHOT_MODES",
     "TABLE_ONLY",
     "TABLE_OVERRIDES",
@@ -890,5 +913,6 @@ __all__ = [
     "TableConfig",
     "WatchConfig",
     "merge_overrides",
+    "poll_interval",
     "validate_watch_config",
 ]

@@ -44,6 +44,9 @@ from deltamirror.mirror.records.record import Record
 _RECOVERABLE = (TransactionAbortableError, RetriableKafkaError, RecordRefusedError, StopRequested)
 #: how often a table waiting for its shard's lock looks at its stop budget
 _LOCK_SLICE_S = 0.2
+#: a shard's producer that answered a metadata request this recently is taken as reachable by the
+#: tables of the shard that open next (10,000 tables opening asked for the whole metadata each)
+REACHABLE_FRESH_S = 1.0
 
 
 def shard_transactional_id(prefix: str, group: str, shard: int) -> str:
@@ -61,6 +64,8 @@ class _Generation:
         self.fenced = False
         #: unusable for another reason: the next open replaces it
         self.broken = False
+        #: when the producer last answered a metadata request (monotonic)
+        self.answered_at = float("-inf")
 
 
 class ShardProducer:
@@ -228,7 +233,15 @@ class ProducerLease:
     # --- opening -------------------------------------------------------------------------------
 
     def reachable(self, timeout_s: float) -> bool:
-        return self._gen.pub.reachable(timeout_s)
+        """A broker answered the shard's producer within ``timeout_s``, or less than
+        :data:`REACHABLE_FRESH_S` ago (for another table of the shard)."""
+        gen = self._gen
+        if time.monotonic() - gen.answered_at < REACHABLE_FRESH_S:
+            return True
+        if not gen.pub.reachable(timeout_s):
+            return False
+        gen.answered_at = time.monotonic()
+        return True
 
     def init(self) -> None:
         """The shard's producer initialised (by this table, or earlier by another of the shard)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +34,66 @@ RETRY_WATCH_S = 30.0
 STOP_RELAY_INTERVAL_S = 0.2
 
 _ONLY_COMMIT_EVENTS = ("created", "moved", "closed")
+
+#: file systems whose notifications miss what other machines write there: a log on one is polled as
+#: if no notification watched it (FUSE mounts too: sshfs, s3fs, gcsfuse...)
+NETWORK_FILE_SYSTEMS = frozenset(
+    {"nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "ceph", "glusterfs", "lustre", "gpfs", "afs", "davfs"}
+)
+#: how long the mount table read from /proc/self/mounts is used before it is read again
+MOUNTS_TTL_S = 60.0
+_mounts: tuple[float, list[tuple[str, str]]] = (float("-inf"), [])
+_mounts_lock = threading.Lock()
+_OCTAL = re.compile(r"\\([0-7]{3})")
+
+
+def _mount_table() -> list[tuple[str, str]]:
+    """(mount point, file system type) of every mount, longest mount point first ([] off Linux)."""
+    global _mounts
+    with _mounts_lock:
+        read_at, table = _mounts
+        if time.monotonic() - read_at < MOUNTS_TTL_S:
+            return table
+        try:
+            with open("/proc/self/mounts", encoding="utf-8", errors="replace") as fh:
+                rows = [line.split() for line in fh]
+        except OSError:
+            rows = []
+        # the mount point escapes spaces, tabs and backslashes as octal (\040)
+        table = sorted(
+            (
+                (_OCTAL.sub(lambda m: chr(int(m.group(1), 8)), row[1]), row[2])
+                for row in rows
+                if len(row) >= 3
+            ),
+            key=lambda entry: len(entry[0]),
+            reverse=True,
+        )
+        _mounts = (time.monotonic(), table)
+        return table
+
+
+#: st_dev -> on a local disk: the folders of one device are all local or all not (one stat per table)
+_by_device: dict[int, bool] = {}
+
+
+def on_local_disk(folder: str) -> bool:
+    """False when ``folder`` is on a network file system (NFS, SMB...) or a FUSE mount, whose
+    notifications do not see other machines' writes; True otherwise, and when it cannot be told."""
+    try:
+        device = os.stat(folder).st_dev
+    except OSError:
+        return True
+    local = _by_device.get(device)
+    if local is None:
+        local = True
+        path = os.path.realpath(folder)
+        for mount_point, fs_type in _mount_table():
+            if path == mount_point or path.startswith(mount_point.rstrip("/") + "/"):
+                local = fs_type not in NETWORK_FILE_SYSTEMS and not fs_type.startswith("fuse")
+                break
+        _by_device[device] = local
+    return local
 
 
 class WatchdogObserver:
@@ -278,6 +339,8 @@ class LogWaker:
         self._folder = storage.log_path
         self._wanted = enabled and storage.uri.startswith("file://")
         self._subscribed = False
+        #: the watched folder is on a local disk (notifications see every write there)
+        self._local = False
         self._next_try = 0.0
         self._stops: set[threading.Event] = set()
         self._closed = False
@@ -291,10 +354,18 @@ class LogWaker:
         self._subscribed = self._notifier.subscribe(self._folder, self._changed)
         if not self._subscribed:
             self._wanted = False  # the folder exists and cannot be watched: polling for good
+        elif not self._local:
+            self._local = on_local_disk(self._folder)
 
     @property
     def notifying(self) -> bool:
         return self._subscribed
+
+    @property
+    def notified_locally(self) -> bool:
+        """Notifications watch the log on a local disk: a new commit wakes the table at once, and
+        its poll (``poll_interval_s``, longer by default then) only bounds a lost notification."""
+        return self._subscribed and self._local
 
     def listen(self, listener: Callable[[], None] | None) -> None:
         """Call ``listener`` (on the notifier's thread: it must not block) whenever a log file
@@ -342,4 +413,4 @@ class LogWaker:
             self._notifier.unsubscribe(self._folder, self._changed)
 
 
-__all__ = ["NOTIFIER", "LogNotifier", "LogWaker"]
+__all__ = ["NETWORK_FILE_SYSTEMS", "NOTIFIER", "LogNotifier", "LogWaker", "on_local_disk"]

@@ -38,7 +38,10 @@ def test_flags_alone_default_to_an_initial_snapshot(tmp_path: Path, handed: list
     (cfg,) = handed
     assert cfg.kafka.bootstrap_servers == "k:9092"
     assert table_starts(cfg) == [("a", "initial", None, None), ("b", "initial", None, None)]
-    assert [t.poll_interval_s for t in cfg.tables] == [1.0, 1.0]
+    assert [t.poll_interval_s for t in cfg.tables] == [
+        None,
+        None,
+    ]  # not set: 1 s, or 30 s watched by notifications
     assert cfg.metrics_port is None
 
 
@@ -127,7 +130,7 @@ def test_a_config_file_alone_is_taken_as_written(tmp_path: Path, handed: list[Wa
     (cfg,) = handed
     assert cfg.kafka.bootstrap_servers == "file:9092" and cfg.progress_topic == "file-progress"
     assert table_starts(cfg) == [("a", "latest", None, None), ("b", "from-version", 4, None)]
-    assert [t.poll_interval_s for t in cfg.tables] == [3, 1.0]
+    assert [t.poll_interval_s for t in cfg.tables] == [3, None]
 
 
 def test_flags_override_the_config_file(tmp_path: Path, handed: list[WatchConfig]) -> None:

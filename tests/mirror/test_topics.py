@@ -100,3 +100,74 @@ def test_an_admin_request_left_unanswered_is_a_kafka_error_naming_the_topic(
     with pytest.raises(KafkaError, match=r"within 0\.5 s") as caught:
         call(manager, topic)
     assert topic in str(caught.value)
+
+
+class _HeldListOffsets:
+    """A real admin client whose first ListOffsets request waits until ``release`` is set: the
+    calls made meanwhile are what the manager does with callers that come while one is in flight."""
+
+    def __init__(self, admin: Any) -> None:
+        import threading
+
+        self._admin = admin
+        self.requests: list[int] = []  # partitions asked, per ListOffsets request
+        self.in_flight = threading.Event()
+        self.release = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._admin, name)
+
+    def list_offsets(self, wanted: Any, *args: Any, **kwargs: Any) -> Any:
+        self.requests.append(len(wanted))
+        futures = self._admin.list_offsets(wanted, *args, **kwargs)
+        if len(self.requests) == 1:  # answered by the broker, and not returned yet
+            for future in futures.values():
+                future.result(30)
+            self.in_flight.set()
+            assert self.release.wait(30), "the test never released the first request"
+        return futures
+
+
+@pytest.mark.kafka
+def test_end_offsets_asked_by_many_threads_at_once_is_one_request_and_each_answer_follows_its_ask(
+    kafka_bootstrap: str,
+) -> None:
+    """A 10,000-table start waited on each table's own end-offsets requests (several per table, on
+    one admin client). Callers that ask while a request is in flight share the next one; none gets
+    an answer taken before it asked (a record written meanwhile is in the later callers' ends)."""
+    import threading
+    import time
+
+    from confluent_kafka import Producer
+
+    topic = f"ends-{uuid.uuid4().hex[:8]}"
+    manager = TopicManager({"bootstrap.servers": kafka_bootstrap}, max_record_bytes=1_000_000)
+    manager.ensure_event_topic(topic)
+    held = _HeldListOffsets(manager._admin)
+    manager._admin = held
+    answers: dict[str, dict[int, int]] = {}
+
+    def ask(name: str) -> None:
+        answers[name] = manager.end_offsets(topic)
+
+    first = threading.Thread(target=ask, args=("first",))
+    first.start()
+    assert held.in_flight.wait(30)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer.produce(topic, b"written while the first request was in flight")
+    assert producer.flush(30) == 0
+    later = [threading.Thread(target=ask, args=(f"later-{i}",)) for i in range(20)]
+    for thread in later:
+        thread.start()
+    deadline = time.monotonic() + 30
+    while (pending := manager._ends._next) is None or pending.callers < len(later):
+        assert time.monotonic() < deadline, "the later callers never queued behind the first request"
+        time.sleep(0.01)
+    held.release.set()
+    for thread in (first, *later):
+        thread.join(30)
+    assert answers["first"] == {0: 0}
+    assert {name: ends for name, ends in answers.items() if name != "first"} == {
+        f"later-{i}": {0: 1} for i in range(20)
+    }
+    assert held.requests == [1, 1]  # the first caller's request, then one for the twenty others

@@ -12,7 +12,7 @@ from pydantic import SecretStr, ValidationError
 from deltamirror.core.errors import ConfigError
 from deltamirror.mirror.settings import KafkaSettings
 from deltamirror.producer.config_file import load_config, redacted
-from deltamirror.producer.settings import TABLE_ONLY, TableConfig, WatchConfig, merge_overrides
+from deltamirror.producer.settings import TABLE_ONLY, TableConfig, WatchConfig, merge_overrides, poll_interval
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 SECRETS = {
@@ -110,7 +110,9 @@ def test_defaults(tmp_path: Path) -> None:
     assert (cfg.max_record_bytes, cfg.oversize_policy, cfg.use_notifications) == (1_000_000, "split", True)
     table = cfg.tables[0]
     assert (table.snapshot_mode, table.from_version, table.from_timestamp) == ("initial", None, None)
-    assert (table.actions_topic, table.commits_topic, table.poll_interval_s) == (None, None, 1.0)
+    assert (table.actions_topic, table.commits_topic, table.poll_interval_s) == (None, None, None)
+    # not set: 1 s, or 30 s while file notifications watch the log on a local disk
+    assert (poll_interval(table, notified=False), poll_interval(table, notified=True)) == (1.0, 30.0)
     assert table.storage_options == {}
     assert cfg.kafka.librdkafka_config() == {"bootstrap.servers": "localhost:9092"}
 
@@ -818,3 +820,8 @@ def test_net_catch_up_that_cannot_apply_is_refused_by_name(tmp_path: Path, entry
         with pytest.raises(ConfigError) as info:
             load_config(write(tmp_path, "w.yaml", text), environ={})
         assert f"{where}[0].row_changes" in str(info.value) and problem in str(info.value)
+
+
+def test_a_poll_interval_set_applies_whether_notifications_watch_the_log_or_not() -> None:
+    table = TableConfig(uri="/t", poll_interval_s=0.5)
+    assert (poll_interval(table, notified=False), poll_interval(table, notified=True)) == (0.5, 0.5)

@@ -385,6 +385,42 @@ def test_dropped_notice_invalidates_the_whole_table() -> None:
 
 
 @pytest.mark.kafka
+def test_a_table_discovery_no_longer_finds_is_looked_at_then_not_at_its_next_poll(
+    kafka_bootstrap: str, tmp_path: Path, kit: Any
+) -> None:
+    """Idle tables on a local disk poll every 30 s by default: the scan that finds a table gone wakes
+    it (before, it ended with tableDropped only at its next poll, an hour away here)."""
+    from deltamirror.producer.service import WatchService
+
+    lake = tmp_path / "lake"
+    kit.make_table(lake / "a", versions=1)
+    name = kit.unique("discwake")
+    cfg = WatchConfig.model_validate(
+        {
+            "kafka": {"bootstrap_servers": kafka_bootstrap},
+            "discover": [{"uri": str(lake), "name": name, "interval_s": 0.3, "poll_interval_s": 3600}],
+            "progress_topic": kit.unique("progress"),
+        }
+    )
+    commits = f"deltamirror.{name}.a.commits"
+    service = WatchService(cfg, stop_budget_s=5.0)
+    service.start()
+
+    def kinds(records: list[Any]) -> list[bytes]:
+        return [r.headers.get("kind", b"") for r in records]
+
+    try:
+        kit.consume(kafka_bootstrap, [commits], until=lambda rs: b"commit" in kinds(rs), timeout_s=30)
+        shutil.rmtree(lake / "a")
+        kit.consume(kafka_bootstrap, [commits], until=lambda rs: b"tableDropped" in kinds(rs), timeout_s=30)
+        assert service._failure is None, service._failure
+    finally:
+        service.request_stop()
+        assert service.wait(30), "the watcher did not stop"
+        service.close()
+
+
+@pytest.mark.kafka
 def test_watch_discovers_created_tables_and_announces_dropped_ones_once(
     kafka_bootstrap: str, tmp_path: Path, kit: Any
 ) -> None:

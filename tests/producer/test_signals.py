@@ -90,6 +90,44 @@ def test_signal_snapshot_republishes_the_table_between_two_versions(
     assert (last[-1].json["version"], last[-1].json["snapshot"]) == (2, False)
 
 
+def test_a_snapshot_signal_wakes_an_idle_table_whose_poll_is_an_hour_away(
+    kafka_bootstrap: str, tmp_path: Path, kit: Any
+) -> None:
+    """A table watched by notifications polls every 30 s by default: a signal must not wait for the
+    poll (before, the signalled table looked at it only at its next poll)."""
+    from deltamirror.producer.discovery.signals import send_signal
+    from deltamirror.producer.service import WatchService
+
+    name = kit.unique("sigwake")
+    table = kit.make_table(tmp_path / name, versions=2)
+    signals = kit.unique("signals")
+    cfg = WatchConfig.model_validate(
+        {
+            "kafka": {"bootstrap_servers": kafka_bootstrap},
+            "tables": [{"uri": str(table), "poll_interval_s": 3600}],
+            "signal_topic": signals,
+            "progress_topic": kit.unique("progress"),
+        }
+    )
+    commits = f"deltamirror.{name}.commits"
+    service = WatchService(cfg, stop_budget_s=5.0)
+    service.start()
+
+    def snapshots(records: list[Any]) -> int:
+        return sum(1 for r in records if r.headers.get("kind") == b"commit" and r.json["snapshot"])
+
+    try:
+        kit.consume(kafka_bootstrap, [commits], until=lambda rs: snapshots(rs) == 1, timeout_s=30)
+        assert service.signals is not None and service.signals.listening.wait(30)
+        send_signal({"bootstrap.servers": kafka_bootstrap}, signals, f"file://{table}", "snapshot")
+        kit.consume(kafka_bootstrap, [commits], until=lambda rs: snapshots(rs) == 2, timeout_s=30)
+        assert service._failure is None, service._failure
+    finally:
+        service.request_stop()
+        assert service.wait(30), "the watcher did not stop"
+        service.close()
+
+
 def test_a_signal_sent_before_the_table_runs_here_is_acted_on_when_it_starts(
     kafka_bootstrap: str, tmp_path: Path, kit: Any
 ) -> None:

@@ -201,3 +201,35 @@ def test_a_deleted_and_recreated_log_folder_is_watched_again(tmp_path: Path, bac
     finally:
         waker.close()
     assert not notifier.running
+
+
+def test_a_local_log_watched_by_notifications_is_notified_locally_and_one_on_a_network_mount_is_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An idle table polls every 30 s by default only where a notification sees every commit: not
+    on NFS, SMB or a FUSE mount, whose notifications miss other machines' writes."""
+    local = tiny_table(tmp_path / "local")
+    notifier = LogNotifier()
+    waker = LogWaker(TableStorage(str(local)), notifier=notifier)
+    off = LogWaker(TableStorage(str(tiny_table(tmp_path / "off"))), enabled=False, notifier=notifier)
+    try:
+        assert waker.notifying and waker.notified_locally
+        assert not off.notifying and not off.notified_locally
+    finally:
+        waker.close()
+        off.close()
+    # mounts made up below tmp_path (one device: what a device was found to be is forgotten each time)
+    mounts = [(str(tmp_path / "nfs"), "nfs4"), (str(tmp_path / "fuse"), "fuse.sshfs"), ("/", "ext4")]
+    monkeypatch.setattr(waker_module, "_mounts", (time.monotonic(), mounts))
+    monkeypatch.setattr(waker_module, "_by_device", {})
+    remote = tiny_table(tmp_path / "nfs" / "t")
+    waker = LogWaker(TableStorage(str(remote)), notifier=notifier)
+    try:
+        assert waker.notifying and not waker.notified_locally  # watched, but polled as if it were not
+    finally:
+        waker.close()
+    monkeypatch.setattr(waker_module, "_by_device", {})
+    assert not waker_module.on_local_disk(str(tiny_table(tmp_path / "fuse" / "t")))
+    monkeypatch.setattr(waker_module, "_by_device", {})
+    assert waker_module.on_local_disk(str(local))
+    assert not notifier.running
