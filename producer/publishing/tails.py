@@ -226,11 +226,12 @@ def _read_tail(
         try:
             with _READERS, MirrorConsumer(kafka, purpose="tail") as consumer:
                 consumer.assign((topic, p, start) for p, start in starts.items())
-                for batch in consumer.batches(until_end=True, timeout_s=60.0, idle_timeout_s=30.0):
-                    # the table's own records only: on a topic shared by many tables (topics:
-                    # shared) the window holds mostly others', and it grows until it finds one
-                    records += [r for r in batch if r.offset < ends[r.partition] and r.key == key]
-        except EventStreamError:  # the window began inside a fragmented record: read more
+                # the table's own records only: on a topic shared by many tables (topics: shared)
+                # the window holds mostly others' (neither joined nor judged here: the window may
+                # begin inside their fragments), and it grows until it finds one
+                for batch in consumer.batches(until_end=True, timeout_s=60.0, idle_timeout_s=30.0, key=key):
+                    records += [r for r in batch if r.offset < ends[r.partition]]
+        except EventStreamError:  # the window began inside a fragmented record of the table: read more
             if all(start == 0 for start in starts.values()):
                 raise
             window *= 8

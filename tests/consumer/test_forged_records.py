@@ -132,7 +132,8 @@ def test_fragments_of_a_record_too_large_to_take_are_refused_at_the_first(
 def test_a_record_cut_short_at_the_end_of_the_topic_is_an_error_not_the_end(
     kafka_bootstrap: str, base: Base, tmp_path: Path
 ) -> None:
-    forged = [fragments(b'{"schemaVersion":1,', 0, 3, key=base.table_id.encode()), fragments(b'"x":1', 1, 3)]
+    key = base.table_id.encode()  # a record's fragments share its key
+    forged = [fragments(b'{"schemaVersion":1,', 0, 3, key=key), fragments(b'"x":1', 1, 3, key=key)]
     topics = write_case(kafka_bootstrap, base, actions=forged)
     result = _consume(kafka_bootstrap, topics, tmp_path / "state", tmp_path)
     line = _refused_at(result, topics.actions, len(base.actions))

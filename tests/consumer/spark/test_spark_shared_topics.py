@@ -57,7 +57,6 @@ def test_a_stream_of_one_table_on_shared_topics_reads_its_rows_only(
             ],
             "progress_topic": f"{name}.progress",
             "transactional_id_prefix": name,
-            "oversize_policy": "fail",
         }
     )
     topics = f"deltamirror.{name}"
