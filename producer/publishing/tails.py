@@ -169,12 +169,11 @@ def reconcile(position: Position | None, actions: Tail | None, summary: Tail | N
 def _tail_of(
     records: list[Record], table_id: str, *, summaries: bool, table_uri: str | None = None
 ) -> Tail | None:
-    """The last record of the table in ``records``: keyed by its id and, with ``table_uri``, at its
-    location. A copied table folder keeps its ``tableId``, so on a topic shared by the tables of a
-    prefix (``topics: shared``) a copy's records carry the same key: they are another table's."""
+    """The last record of the table in ``records`` (the table's own: :func:`_read_tail` reads its
+    key only) and, with ``table_uri``, at its location. A copied table folder keeps its ``tableId``,
+    so on a topic shared by the tables of a prefix (``topics: shared``) a copy's records carry the
+    same key: they are another table's."""
     for record in reversed(records):
-        if record.key != table_id.encode():
-            continue
         if summaries:
             if record.header(HEADER_KIND) != "commit":
                 continue  # a heartbeat, a tableReplaced
