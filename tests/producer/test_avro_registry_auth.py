@@ -24,7 +24,7 @@ from deltamirror.cli.main import main
 from deltamirror.core.changes import read_changes
 from deltamirror.core.table import open_table
 from support.cdf_tables import cdf_table
-from support.watching import watch_until
+from support.watching import watch_row_changes
 
 pytestmark = [pytest.mark.kafka, pytest.mark.registry]
 
@@ -135,16 +135,12 @@ def test_the_registry_credentials_are_checked_used_and_a_refusal_named(
         name = kit.unique("avroauth")
         actions, changes = f"{name}.actions", f"{name}.changes"
         registry = {"url": url, "username": USER, "password": PASSWORD}
-        watch_until(
+        watch_row_changes(
             kafka_bootstrap,
             path,
             actions,
             end,
-            kit.unique("dm"),
-            snapshot_mode="from-version",
-            changes_topic=changes,
-            transaction_topic=f"{name}.transaction",
-            row_changes={"format": "avro", "key_columns": ["id"], "registry": registry},
+            {"format": "avro", "key_columns": ["id"], "registry": registry},
         )
         client = SchemaRegistryClient({"url": url, "basic.auth.user.info": f"{USER}:{PASSWORD}"})
         values = AvroDeserializer(client)

@@ -18,14 +18,13 @@ from deltamirror.consumer.mirror_changes import MirrorIndex, MirrorSettings, rea
 from deltamirror.core.errors import ConfigError
 from deltamirror.core.storage import normalize_table_uri
 from deltamirror.core.timestamps import CommitTimestamp, TimestampSource
-from deltamirror.mirror import ActionEvent
 from deltamirror.mirror.kafka.consumer import Record
 from deltamirror.producer.discovery.scan import DiscoveredTable, discovered_config
 from deltamirror.producer.publishing.tails import _tail_of
 from deltamirror.producer.settings import DiscoverConfig, WatchConfig, merge_overrides
 from deltamirror.producer.tailing.work import Position
-
-FROM = "2000-01-01T00:00:00Z"  # every commit of the tables: the whole log, as `deltamirror events`
+from support.records import commit_info_value
+from support.watching import shared_watch_settings
 
 
 def _whole(records: list[Any]) -> int:
@@ -46,25 +45,7 @@ def _watch_until(kafka_bootstrap: str, kit: Any, lake: Path, name: str, wanted: 
     its actions topic holds ``wanted`` whole records; the records of both topics."""
     from deltamirror.producer.service import WatchService
 
-    cfg = WatchConfig.model_validate(
-        {
-            "kafka": {"bootstrap_servers": kafka_bootstrap},
-            "discover": [
-                {
-                    "uri": str(lake),
-                    "name": name,
-                    "topics": "shared",
-                    "snapshot_mode": "from-timestamp",
-                    "from_timestamp": FROM,
-                    "interval_s": 0.3,
-                    "poll_interval_s": 0.2,
-                }
-            ],
-            "progress_topic": kit.unique("progress"),
-            "transactional_id_prefix": kit.unique("dm"),
-            **top,
-        }
-    )
+    cfg = WatchConfig.model_validate(shared_watch_settings(kafka_bootstrap, lake, name, **top))
     service = WatchService(cfg, stop_budget_s=5.0)
     service.start()
     try:
@@ -310,27 +291,11 @@ def test_a_copied_table_on_the_same_shared_topic_is_another_table_to_the_reader(
         assert _mirror_read(kafka_bootstrap, name, table) == _by_version(own[table])
 
 
-def _event(uri: str, version: int) -> bytes:
-    return ActionEvent(
-        schema_version=1,
-        table_id="same-id",
-        table_uri=uri,
-        version=version,
-        commit_timestamp=1,
-        commit_timestamp_source="ict",
-        index=0,
-        count=1,
-        type="commitInfo",
-        snapshot=False,
-        action={"operation": "WRITE"},
-    ).to_json_bytes()
-
-
 def test_a_tables_tail_on_a_shared_topic_is_its_own_not_a_copys_with_the_same_id() -> None:
     """After trouble a table skips what its topics hold past its progress: a copy's later records
     (same id, same key) taken as its own would skip versions the table never published."""
     records = [
-        Record("t", 0, i, i, b"same-id", _event(uri, v), [], 0)
+        Record("t", 0, i, i, b"same-id", commit_info_value("same-id", uri, v), [], 0)
         for i, (uri, v) in enumerate([("file:///lake/a", 2), ("file:///lake/copy", 7)])
     ]
     tail = _tail_of(records, "same-id", summaries=False, table_uri="file:///lake/a")
@@ -393,17 +358,8 @@ def test_kill_9_with_two_tables_in_transactions_on_one_shared_partition_loses_an
     name = kit.unique("kill")
     actions, commits = f"deltamirror.{name}.actions", f"deltamirror.{name}.commits"
     config = tmp_path / "watch.yaml"
-    prefix = {"uri": str(lake), "name": name, "topics": "shared", "snapshot_mode": "from-timestamp"}
     config.write_text(
-        yaml.safe_dump(
-            {
-                "kafka": {"bootstrap_servers": kafka_bootstrap},
-                "discover": [{**prefix, "from_timestamp": FROM, "interval_s": 0.3, "poll_interval_s": 0.2}],
-                "progress_topic": kit.unique("progress"),
-                "transactional_id_prefix": kit.unique("dm"),
-                "txn_max_records": 5000,
-            }
-        )
+        yaml.safe_dump(shared_watch_settings(kafka_bootstrap, lake, name, txn_max_records=5000))
     )
     log = tmp_path / "watch.log"
     argv = [sys.executable, "-m", "deltamirror.cli.main", "watch", "--config", str(config)]
