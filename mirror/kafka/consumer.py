@@ -73,6 +73,8 @@ class Record:
     topic: str
     partition: int
     #: the offset of the record (of its last fragment): a reader that took it goes on at offset + 1
+    #: (on a shared topic, not past :meth:`MirrorConsumer.fragment_starts`: another key's record
+    #: may be in part there)
     offset: int
     #: the offset of its first fragment: a reader that must read it again starts there
     first_offset: int
@@ -420,7 +422,7 @@ class MirrorConsumer:
                         break
                     on_bad_record(exc)
                     # the record fed was not one of the refused (a whole one, another's first
-                    # fragment): taken as it comes, by an assembler that holds nothing now
+                    # fragment): taken as it comes, its key holding nothing now
                     record = self._whole_after_refusal(where, msg, exc, on_bad_record)
                 if record is not None:
                     items.append(record)
