@@ -373,7 +373,7 @@ class KeyedFragments:
     @staticmethod
     def _context(slot: _Slot, offset: int) -> dict[str, Any]:
         # the key is the record's table id (the contract's); "key" would read as a secret's name
-        return {"topic": slot[0], "partition": slot[1], "offset": offset, "table_id": _key_text(slot[2])}
+        return {"table_id": _key_text(slot[2]), "topic": slot[0], "partition": slot[1], "offset": offset}
 
     def _refusal(self, message: str, slot: _Slot, offset: int) -> FragmentError:
         return FragmentError(message, **self._context(slot, offset))

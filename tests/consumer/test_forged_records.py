@@ -141,6 +141,25 @@ def test_a_record_cut_short_at_the_end_of_the_topic_is_an_error_not_the_end(
     assert _versions(result) == base.versions
 
 
+def test_a_forged_fragment_of_another_key_between_a_records_fragments_is_refused_at_its_offset(
+    kafka_bootstrap: str, base: Base, tmp_path: Path
+) -> None:
+    """Fragments are joined per key (on a shared topic another table's records may come between a
+    record's fragments): another key's fragment with no first one before it is refused on its own,
+    at its offset, naming its key."""
+    key = base.table_id.encode()
+    forged = [
+        fragments(b'{"schemaVersion":1,', 0, 2, key=key),
+        fragments(b'"x":1', 1, 3, key=b"another-table"),
+        fragments(b'"x":1}', 1, 2, key=key),
+    ]
+    topics = write_case(kafka_bootstrap, base, actions=forged)
+    result = _consume(kafka_bootstrap, topics, tmp_path / "state", tmp_path)
+    line = _refused_at(result, topics.actions, len(base.actions) + 1)
+    assert "out of order" in line and "table_id=another-table" in line, line
+    assert _versions(result) == base.versions
+
+
 def test_an_undecodable_record_after_good_versions_keeps_them_and_a_restart_goes_no_further(
     kafka_bootstrap: str, base: Base, tmp_path: Path
 ) -> None:

@@ -207,7 +207,7 @@ def test_forged_or_incomplete_fragments_are_refused_per_key_naming_topic_partiti
     # another key's fragment out of order: refused at its own offset; A's record is still joined
     with pytest.raises(FragmentError, match="out of order") as orphan:
         joiner.feed(where, b"B", 11, *parts[1])
-    assert orphan.value.context == {"topic": "shared.actions", "partition": 3, "offset": 11, "table_id": "B"}
+    assert orphan.value.context == {"table_id": "B", "topic": "shared.actions", "partition": 3, "offset": 11}
     assert joiner.feed(where, b"A", 12, *parts[1]) is None
     # a whole record of A before A's last fragment: A's record is refused at its first fragment
     with pytest.raises(FragmentError, match="cut short") as cut:
