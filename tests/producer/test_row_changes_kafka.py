@@ -112,7 +112,16 @@ def test_records_equal_delta_spark_change_feed_keys_and_partitions(
         end = open_table(scenario.path).latest_version()
         expected = spark_cdf(spark, scenario.path, 0, end)  # from version 0: one timestamp rule
         actions, changes, txn = _topics(kafka_bootstrap)
-        watch_row_changes(kafka_bootstrap, scenario.path, actions, end, {"key_columns": ["id"]})
+        # the topics this test reads: the changes (keys, partitions) and the transaction topic
+        watch_row_changes(
+            kafka_bootstrap,
+            scenario.path,
+            actions,
+            end,
+            {"key_columns": ["id"]},
+            changes_topic=changes,
+            transaction_topic=txn,
+        )
         records = kit.consume(kafka_bootstrap, [changes], idle_s=0.5)
         got = normalize_cdf_rows(_unpaired(records))
         assert got and got == expected, scenario.name

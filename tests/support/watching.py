@@ -68,12 +68,15 @@ def watch_row_changes(
     actions: str,
     until_version: int,
     row_changes: dict[str, Any],
+    *,
+    changes_topic: str | None = None,
+    transaction_topic: str | None = None,
     **table_settings: Any,
 ) -> str:
-    """:func:`watch_until` from version 0 with ``row_changes`` on, to ``actions`` and its
-    ``.changes`` and ``.transaction`` partners, under a transactional id prefix of its own; returns
-    the changes topic."""
-    changes = actions.replace(".actions", ".changes")
+    """:func:`watch_until` from version 0 with ``row_changes`` on, to ``actions`` and its changes
+    and transaction topics (by default its ``.changes`` and ``.transaction`` partners), under a
+    transactional id prefix of its own; returns the changes topic."""
+    changes = changes_topic or actions.replace(".actions", ".changes")
     watch_until(
         bootstrap,
         table,
@@ -82,7 +85,7 @@ def watch_row_changes(
         f"dm-{uuid.uuid4().hex[:10]}",
         snapshot_mode="from-version",
         changes_topic=changes,
-        transaction_topic=actions.replace(".actions", ".transaction"),
+        transaction_topic=transaction_topic or actions.replace(".actions", ".transaction"),
         row_changes=row_changes,
         **table_settings,
     )
