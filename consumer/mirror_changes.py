@@ -475,14 +475,15 @@ class _VersionReader:
         self.partition = partition
         consumer.assign([(topic, partition, offset)])
         skip = self.settings.on_bad_record == "skip"
+        # only the table's own records: another table's share the partition on a shared topic,
+        # and the read may start inside its fragments (they are neither joined nor judged here)
         for batch in consumer.batches(
             until_end=True,
             idle_timeout_s=self.settings.idle_timeout_s,
             on_bad_record=self._skip if skip else None,
+            key=key,
         ):
             for record in batch:
-                if record.key != key:
-                    continue  # another table's records share the partition
                 try:
                     version = self._take(record.value, record.first_offset, partition)
                 except BadRecordError as exc:

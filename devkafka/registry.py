@@ -65,7 +65,7 @@ from deltamirror.devkafka.jars import (
 )
 from deltamirror.devkafka.processes import LocalJvmService, command_line
 from deltamirror.devkafka.processes import port_is_free as _port_is_free
-from deltamirror.devkafka.security import _read_or_create_secret, write_private
+from deltamirror.devkafka.security import read_or_create_secret, write_private
 from deltamirror.mirror.errors import LocalRegistryError
 
 log = logging.getLogger(__name__)
@@ -355,7 +355,7 @@ def _probe(url: str, authorization: str | None = None) -> int | None:
 def made_password_file(data_dir: Path) -> Path:
     """``<data dir>/registry-password``: a random password made once (mode 0600), then reused."""
     data_dir.mkdir(parents=True, exist_ok=True)
-    _read_or_create_secret(data_dir / PASSWORD_FILE)
+    read_or_create_secret(data_dir / PASSWORD_FILE)
     return data_dir / PASSWORD_FILE
 
 

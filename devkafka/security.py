@@ -106,7 +106,9 @@ def write_private(path: Path, text: str) -> None:
     os.chmod(path, 0o600)
 
 
-def _read_or_create_secret(path: Path) -> str:
+def read_or_create_secret(path: Path) -> str:
+    """The secret kept in ``path``; a new random one, written there readable by the owner only,
+    when the file is missing or empty."""
     if path.is_file():
         value = path.read_text(encoding="utf-8").strip()
         if value:
@@ -143,7 +145,7 @@ def ensure_tls_material(data_dir: Path) -> tuple[Path, Path, str]:
     directory.mkdir(parents=True, exist_ok=True)
     os.chmod(directory, 0o700)
     ca, keystore = directory / CA_FILE, directory / KEYSTORE_FILE
-    store_password = _read_or_create_secret(directory / KEYSTORE_PASSWORD_FILE)
+    store_password = read_or_create_secret(directory / KEYSTORE_PASSWORD_FILE)
     if ca.is_file() and keystore.is_file():
         return ca, keystore, store_password
     with tempfile.TemporaryDirectory(dir=directory, prefix=".tls-") as tmp_name:
@@ -250,7 +252,7 @@ def upsert_scram_user(plaintext_bootstrap: str, settings: SecureClientSettings) 
 
     from deltamirror.mirror.kafka import clients
 
-    password = _read_or_create_secret(settings.password_file)
+    password = read_or_create_secret(settings.password_file)
     admin = clients.admin({"bootstrap.servers": plaintext_bootstrap, "log_level": 0})
     upsert = UserScramCredentialUpsertion(
         settings.username,
@@ -308,6 +310,7 @@ __all__ = [
     "ensure_tls_material",
     "kafka_section_yaml",
     "listener_properties",
+    "read_or_create_secret",
     "upsert_scram_user",
     "write_client_config",
     "write_private",

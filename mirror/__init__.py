@@ -39,7 +39,7 @@ if TYPE_CHECKING:
         decode_progress,
         json_schema,
     )
-    from .records.fragments import FragmentAssembler, FragmentError
+    from .records.fragments import FragmentAssembler, FragmentError, KeyedFragments
     from .records.spark_ddl import (
         ACTIONS_DDL,
         COMMITS_DDL,
@@ -69,6 +69,7 @@ __getattr__, __dir__ = lazy_exports(
         "json_schema": ".records.events",
         "FragmentAssembler": ".records.fragments",
         "FragmentError": ".records.fragments",
+        "KeyedFragments": ".records.fragments",
         "ACTIONS_DDL": ".records.spark_ddl",
         "COMMITS_DDL": ".records.spark_ddl",
         "TRANSACTION_DDL": ".records.spark_ddl",
@@ -104,6 +105,7 @@ __all__ = [
     "Heartbeat",
     "KafkaError",
     "KafkaSettings",
+    "KeyedFragments",
     "ProducerFencedError",
     "ProgressRecord",
     "RecordTooLargeError",

@@ -493,9 +493,10 @@ class WatchConfig(SettingsModel):
     ``oversize_policy`` says what happens to a record whose value is larger than
     ``max_record_bytes`` (a huge ``schemaString`` or ``stats``); nothing is ever dropped:
 
-    - ``split``: the record is published as consecutive fragment records with the same key, in the
-      same transaction, whose headers say which fragment of how many they are;
-      ``deltamirror.mirror.records.fragments.FragmentAssembler`` joins them again.
+    - ``split``: the record is published as fragment records with the same key, in order and in
+      the same transaction, whose headers say which fragment of how many they are;
+      ``deltamirror.mirror.records.fragments.KeyedFragments`` joins them again per partition and
+      key (on a shared topic, ``topics: shared``, another table's records may come between them).
     - ``fail``: the table stops with an error naming the version and the action index, and resumes
       once the limit (here and on the broker) is raised.
     """
@@ -610,20 +611,12 @@ class WatchConfig(SettingsModel):
 
     def _check_shared_topics(self) -> None:
         """A prefix's shared topics are its own: no other prefix, no configured table and not the
-        progress or signal topic may name them; and records are not split on them (readers join a
-        record's fragments per partition, and another table's records may come between)."""
+        progress or signal topic may name them."""
         seen: dict[str, int] = {}
         for i, source in enumerate(self.discover):
             shared = source.shared_topics()
             if shared is None:
                 continue
-            if self.oversize_policy == "split":
-                raise FieldProblem(
-                    f"discover.{i}.topics",
-                    "shared needs oversize_policy: fail (the default, split, would publish a record "
-                    "larger than max_record_bytes as fragments, and another table's records may come "
-                    "between them on the shared partition)",
-                )
             for name in (shared.actions, shared.commits):
                 if name in seen:
                     raise FieldProblem(

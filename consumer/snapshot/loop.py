@@ -101,7 +101,7 @@ from deltamirror.mirror.records.events import (
     TableReplaced,
     decode_commits_record,
 )
-from deltamirror.mirror.records.fragments import FragmentAssembler
+from deltamirror.mirror.records.fragments import KeyedFragments
 from deltamirror.mirror.records.headers import HEADER_KIND, header_value
 
 from .state import IncrementalSnapshot, Invalidation
@@ -272,9 +272,11 @@ class SnapshotConsumer:
         self.metrics = metrics
         self.stop_event = stop or threading.Event()
         self.batch_size = batch_size
-        #: fragments of records given to :meth:`handle` (run's records come whole)
-        self._assemblers: dict[tuple[str, int], FragmentAssembler] = {}
-        self._fragment_start: dict[tuple[str, int], int] = {}
+        #: fragments of records given to :meth:`handle`, per partition and key (run's records
+        #: come whole, joined by its reader: :attr:`_reader`)
+        self._fragments = KeyedFragments(self.rules.limits)
+        #: the reader of :meth:`run` while it runs: what it holds in part bounds the offsets saved
+        self._reader: MirrorConsumer | None = None
         #: per partition, the offset of the first record of each table's unfinished version
         self._starts: dict[int, dict[str, int]] = {}
         self._dirty: set[str] = set()
@@ -323,15 +325,34 @@ class SnapshotConsumer:
             else MirrorConsumer(self.config, group_id=self.group_id, fetch_wait_max_ms=None, limits=limits)
         )
         with consumer:
+            self._reader = consumer
             try:
-                with contextlib.suppress(StopRequested):  # stopped: what was taken is still saved
-                    self._consume(consumer, once=once, topic_timeout_s=topic_timeout_s)
-            except BadRecordError:
-                # stopped at a refused record: what came before it is delivered and saved first
+                try:
+                    with contextlib.suppress(StopRequested):  # stopped: what was taken is still saved
+                        self._consume(consumer, once=once, topic_timeout_s=topic_timeout_s)
+                except BadRecordError as exc:
+                    # stopped at a refused record: what came before it is delivered and saved
+                    # first, and a restart reads from it (fragments refused by the reader may
+                    # start before records of other keys taken after them)
+                    self._restart_at(exc)
+                    self._end(consumer)
+                    raise
                 self._end(consumer)
-                raise
-            self._end(consumer)
+            finally:
+                self._reader = None
         # closing the consumer commits the stored offsets (within a bound: MirrorConsumer.close)
+
+    def _restart_at(self, error: BadRecordError) -> None:
+        """A restart reads from the record ``error`` names again (when it names one of these topics)."""
+        where = error.context
+        partition, offset = where.get("partition"), where.get("offset")
+        if type(partition) is not int or type(offset) is not int:
+            return
+        offsets = {self.topic: self._offsets, self.commits_topic: self._commits_offsets}.get(
+            where.get("topic")
+        )
+        if offsets is not None and partition in offsets:
+            offsets[partition] = min(offsets[partition], offset)
 
     def _end(self, consumer: MirrorConsumer) -> None:
         self.checkpoint(consumer)
@@ -589,28 +610,26 @@ class SnapshotConsumer:
         offset: int,
         value: bytes,
         headers: Sequence[tuple[str, bytes | str | None]] | None = None,
+        key: bytes | None = None,
     ) -> None:
         """One record as Kafka stores it (maybe a fragment of a larger one), in partition order.
 
         For a caller that reads the topics itself; :meth:`run` takes whole records (:meth:`take`).
-        :meth:`checkpoint` then persists and reports.
+        :meth:`checkpoint` then persists and reports. Fragments are joined per partition and
+        ``key`` (the record's key: on a topic shared by many tables another table's records may
+        come between a record's fragments; a caller that passes no key has them joined per
+        partition, which refuses such records).
         """
         if topic != self.topic and topic != self.commits_topic:
             raise ConfigError(f"a record of topic {topic}, which this consumer does not read")
-        where = (topic, partition)
-        assembler = self._assemblers.get(where)
-        if assembler is None:
-            assembler = self._assemblers[where] = FragmentAssembler(self.rules.limits)
         try:
-            whole = assembler.feed(value, headers)
+            joined = self._fragments.feed((topic, partition), key, offset, value, headers)
         except BadRecordError as exc:
-            exc.context.update(self._where(topic, partition, self._fragment_start.pop(where, offset)))
             self._refused(exc)
             return
-        if whole is None:
-            self._fragment_start.setdefault(where, offset)
+        if joined is None:
             return
-        first = self._fragment_start.pop(where, offset)
+        whole, first = joined
         self._take(topic, partition, first, offset, whole, header_value(headers, HEADER_KIND), None)
 
     def _take(
@@ -798,11 +817,33 @@ class SnapshotConsumer:
     @property
     def position(self) -> Position:
         """Where a restart would continue from: what the next checkpoint writes."""
-        return Position(self._safe_offsets(), dict(self._commits_offsets), dict(self.retired))
+        return Position(self._safe_offsets(), self._safe_commits_offsets(), dict(self.retired))
+
+    def _held_starts(self) -> dict[tuple[str, int], int]:
+        """Per partition, the first fragment of the oldest record read in part (by the reader of
+        :meth:`run` or by :meth:`handle`): on a shared topic other tables' records may come between
+        a record's fragments and be taken before it, and a restart must read it whole again."""
+        held = self._fragments.starts()
+        if self._reader is not None:
+            for where, offset in self._reader.fragment_starts().items():
+                held[where] = min(offset, held.get(where, offset))
+        return held
 
     def _safe_offsets(self) -> dict[int, int]:
-        """Per partition, where a restart must read from: the oldest unfinished version, or past the end."""
-        return {p: min(self._starts.get(p, {}).values(), default=o) for p, o in self._offsets.items()}
+        """Per partition, where a restart must read from: the oldest unfinished version or record
+        read in part, or past the end."""
+        held = self._held_starts()
+        return {
+            p: min(*self._starts.get(p, {}).values(), held.get((self.topic, p), o), o)
+            for p, o in self._offsets.items()
+        }
+
+    def _safe_commits_offsets(self) -> dict[int, int]:
+        """Per commits-topic partition, where a restart must read from (a record read in part again)."""
+        held = self._held_starts()
+        return {
+            p: min(held.get((self.commits_topic or "", p), o), o) for p, o in self._commits_offsets.items()
+        }
 
     def checkpoint(self, consumer: OffsetStore | None = None) -> None:
         """After a batch: store the offsets in ``consumer`` (if any) for the group commit, report
@@ -820,7 +861,7 @@ class SnapshotConsumer:
         if consumer is not None:
             stored = {(self.topic, p): o for p, o in offsets.items()}
             if self.commits_topic is not None:
-                stored.update({(self.commits_topic, p): o for p, o in self._commits_offsets.items()})
+                stored.update({(self.commits_topic, p): o for p, o in self._safe_commits_offsets().items()})
             if stored:
                 consumer.store_offsets(stored)
         self._report()
@@ -864,7 +905,7 @@ class SnapshotConsumer:
             self.store.save(
                 (self.tables[t] for t in sorted(self._dirty)),
                 self._safe_offsets() if offsets is None else offsets,
-                commits_offsets=dict(self._commits_offsets),
+                commits_offsets=self._safe_commits_offsets(),
                 retired=self.retired,
                 dropped=sorted(self._dropped),
             )

@@ -4,7 +4,8 @@ Every reader of the mirror (the watcher's progress, the snapshot consumer, the c
 from the mirror, the Spark source) reads the same way: partitions assigned by the reader itself
 (no group rebalancing: each reader knows which partitions it needs), ``read_committed`` (an
 aborted transaction's records are never seen), records in partition order, fragments of the
-``split`` oversize policy joined back into one value, and a clear notion of "the end": a
+``split`` oversize policy joined back into one value (per partition and key: on a topic shared by
+many tables another table's records may come between a record's fragments), and a clear notion of "the end": a
 partition is at its end when the consumer's position reaches its last stable offset. That loop
 is :meth:`MirrorConsumer.batches`, written once here.
 
@@ -30,7 +31,7 @@ from confluent_kafka import KafkaError as _RdKafkaError
 
 from ..errors import KafkaError, StopRequested, TopicNotFoundError
 from ..records.boundary import BadRecordError, RecordLimits
-from ..records.fragments import FragmentAssembler, FragmentError
+from ..records.fragments import FragmentError, KeyedFragments
 from ..records.headers import HEADER_FRAGMENT, Headers, header_value
 from . import clients
 
@@ -76,6 +77,8 @@ class Record:
     topic: str
     partition: int
     #: the offset of the record (of its last fragment): a reader that took it goes on at offset + 1
+    #: (on a shared topic, not past :meth:`MirrorConsumer.fragment_starts`: another key's record
+    #: may be in part there)
     offset: int
     #: the offset of its first fragment: a reader that must read it again starts there
     first_offset: int
@@ -197,8 +200,8 @@ class MirrorConsumer:
         self._assigned: list[tuple[str, int]] = []
         #: where each assigned partition was asked to start (BEGINNING or an offset): lag() before a read
         self._start_offsets: dict[tuple[str, int], int] = {}
-        self._assemblers: dict[tuple[str, int], FragmentAssembler] = {}
-        self._first: dict[tuple[str, int], int] = {}
+        #: records come in part (split by the watcher), per partition and key
+        self._fragments = KeyedFragments(self.limits)
         #: whether every assigned partition was at its end when :meth:`batches` last yielded
         #: (its end was reported and no record came since): a reader knows it has caught up
         self.at_end = False
@@ -318,8 +321,7 @@ class MirrorConsumer:
         parts = [TopicPartition(t, p, BEGINNING if o is None else o) for t, p, o in starts]
         self._assigned = [(tp.topic, tp.partition) for tp in parts]
         self._start_offsets = {(tp.topic, tp.partition): tp.offset for tp in parts}
-        self._assemblers.clear()
-        self._first.clear()
+        self._fragments.clear()
         self.at_end = not parts
         try:
             self._consumer.assign(parts)
@@ -336,6 +338,7 @@ class MirrorConsumer:
         max_records: int = 1000,
         poll_s: float = 0.05,
         on_bad_record: BadRecordHandler | None = None,
+        key: bytes | None = None,
     ) -> Iterator[RecordBatch]:
         """Whole records of the assigned partitions, in batches, each partition in order.
 
@@ -359,6 +362,13 @@ class MirrorConsumer:
         a :class:`~.fragments.FragmentError` naming the offset of their first fragment. The records
         before them are yielded first; then the error is raised, or with ``on_bad_record`` handed
         to it (which may raise it) and the read goes on after them.
+
+        Fragments are joined per partition and key (:class:`~.fragments.KeyedFragments`): on a
+        topic shared by many tables another table's records may come between a record's
+        fragments. A joined record comes at its last fragment's place, so a reader that stores
+        offsets must not store one past :meth:`fragment_starts`. With ``key`` only the records
+        of that key are read (the others are neither joined nor judged: a reader of one table on
+        a shared topic, which may start inside another table's fragments).
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         pending = set(self._assigned)
@@ -389,7 +399,7 @@ class MirrorConsumer:
             batch = RecordBatch()
             items = batch._items
             last: tuple[str, int] | None = None
-            assembling = self._first  # partitions with a record's first fragments taken
+            assembling = self._fragments  # holds the partitions with a record's first fragments taken
             refused: BadRecordError | None = None
             records_came = False
             for msg in messages:
@@ -404,11 +414,9 @@ class MirrorConsumer:
                             pending.discard(where)
                             held.pop(where, None)
                         if where in assembling:  # the end came before a record's last fragment
-                            refused = self._cut_short(where, "the partition ends")
-                            if on_bad_record is None:
+                            refused = self._cut_short(where, "the partition ends", on_bad_record)
+                            if refused is not None:
                                 break
-                            on_bad_record(refused)
-                            refused = None
                         continue
                     if err.fatal() or not err.retriable():
                         raise KafkaError(f"consuming failed: {err.str()}", topic=where[0], partition=where[1])
@@ -419,7 +427,9 @@ class MirrorConsumer:
                     pending.add(where)  # not at its end any more: wait for the next end
                     held.pop(where, None)
                     last = where
-                if where not in assembling:
+                if key is not None and msg.key() != key:
+                    continue  # another key's: not this reader's to join or judge
+                if where not in assembling or not assembling.holds(where, msg.key()):
                     marks: Any = msg.headers()  # a list of (name, value), as _whole reads it
                     for name, _ in marks or ():
                         if name == HEADER_FRAGMENT:
@@ -435,7 +445,7 @@ class MirrorConsumer:
                         break
                     on_bad_record(exc)
                     # the record fed was not one of the refused (a whole one, another's first
-                    # fragment): taken as it comes, by an assembler that holds nothing now
+                    # fragment): taken as it comes, its key holding nothing now
                     record = self._whole_after_refusal(where, msg, exc, on_bad_record)
                 if record is not None:
                     items.append(record)
@@ -453,11 +463,9 @@ class MirrorConsumer:
                 if quiet >= END_CHECK_AFTER_S and time.monotonic() - last_end_check >= END_CHECK_AFTER_S:
                     last_end_check = time.monotonic()
                     pending = {w for w in pending if not self._at_end(*w)}
-                    for where in [w for w in assembling if w not in pending and refused is None]:
-                        refused = self._cut_short(where, "the partition ends")
-                        if on_bad_record is not None:
-                            on_bad_record(refused)
-                            refused = None
+                    for where in {w for w in assembling.starts() if w not in pending}:
+                        if refused is None:
+                            refused = self._cut_short(where, "the partition ends", on_bad_record)
                 if pending and idle_timeout_s is not None and quiet >= idle_timeout_s:
                     raise KafkaError(
                         f"{_names(pending)} did not reach their end: the broker sent nothing for "
@@ -473,23 +481,14 @@ class MirrorConsumer:
     def _whole(self, where: tuple[str, int], msg: Any) -> Record | None:
         offset: int = msg.offset() or 0
         headers: Headers = msg.headers() or []
-        assembler = self._assemblers.get(where)
-        if assembler is None:
-            assembler = self._assemblers[where] = FragmentAssembler(self.limits)
-        try:
-            value = assembler.feed(msg.value() or b"", headers)
-        except FragmentError as exc:
-            exc.context.update(topic=where[0], partition=where[1], offset=self._first.pop(where, offset))
-            raise
-        if value is None:
-            self._first.setdefault(where, offset)
+        key: bytes | None = msg.key()
+        joined = self._fragments.feed(where, key, offset, msg.value() or b"", headers)
+        if joined is None:
             return None
-        first = self._first.pop(where, None)
-        if first is None:
-            first = offset
-        else:  # joined: the record's headers are its own, without the last fragment's mark
+        value, first = joined
+        if first != offset:  # joined: the record's headers are its own, without the last fragment's mark
             headers = [h for h in headers if h[0] != HEADER_FRAGMENT]
-        return Record(where[0], where[1], offset, first, msg.key(), value, headers, msg.timestamp()[1])
+        return Record(where[0], where[1], offset, first, key, value, headers, msg.timestamp()[1])
 
     def _whole_after_refusal(
         self, where: tuple[str, int], msg: Any, refused: FragmentError, on_bad_record: BadRecordHandler
@@ -503,24 +502,12 @@ class MirrorConsumer:
             on_bad_record(exc)
             return None
 
-    def _cut_short(self, where: tuple[str, int], why: str) -> FragmentError:
-        """The fragments held for ``where`` as a refusal: the record's last fragment never came."""
-        assembler = self._assemblers[where]
-        held = assembler.describe()
-        assembler.reset()
-        first = self._first.pop(where)
-        return FragmentError(
-            f"a record cut short: {held} held, {why} before its last fragment (the watcher writes a "
-            "record's fragments in one transaction)",
-            topic=where[0],
-            partition=where[1],
-            offset=first,
-        )
-
-    def _overdue(self, on_bad_record: BadRecordHandler | None) -> FragmentError | None:
-        for where in [w for w, a in self._assemblers.items() if w in self._first and a.overdue()]:
-            wait = self.limits.fragment_wait_s
-            refused = self._cut_short(where, f"its first fragment waited {wait:.0f} s")
+    def _cut_short(
+        self, where: tuple[str, int], why: str, on_bad_record: BadRecordHandler | None
+    ) -> FragmentError | None:
+        """The records of ``where`` held in part, refused (their last fragment never came): each
+        handed to ``on_bad_record``, or without one the first returned (the others are dropped)."""
+        for refused in self._fragments.cut_short(where, why):
             if on_bad_record is None:
                 return refused
             on_bad_record(refused)
@@ -535,6 +522,19 @@ class MirrorConsumer:
         except KafkaException:
             return False
         return bool(high is not None and 0 <= high <= end)
+
+    def _overdue(self, on_bad_record: BadRecordHandler | None) -> FragmentError | None:
+        for refused in self._fragments.overdue():
+            if on_bad_record is None:
+                return refused
+            on_bad_record(refused)
+        return None
+
+    def fragment_starts(self) -> dict[tuple[str, int], int]:
+        """Per partition with a record read in part (its last fragment still to come), the offset
+        of the first fragment of the oldest such record: a reader that stores or saves offsets
+        stores none past it, or a restart would miss that record."""
+        return self._fragments.starts()
 
     def _at_end(self, topic: str, partition: int) -> bool:
         tp = TopicPartition(topic, partition)

@@ -93,6 +93,9 @@ class RecordLimits:
     are forgotten first). ``max_actions_per_version``: the ``count`` a version (or snapshot) may
     say, so what a reader holds of a version still incomplete (a snapshot of 50 million files
     passes; a record saying more is refused at once, not after its actions were gathered).
+    ``max_pending_records``, ``max_pending_bytes``: what a reader holds of records come in part,
+    all keys and partitions together (on a shared topic other tables' records may come between a
+    record's fragments, so a reader joins many at once: :class:`~.fragments.KeyedFragments`).
     """
 
     max_record_bytes: int = 64 * MiB
@@ -101,6 +104,8 @@ class RecordLimits:
     max_tables: int = 10_000
     max_retired: int = 10_000
     max_actions_per_version: int = 50_000_000
+    max_pending_records: int = 1_000
+    max_pending_bytes: int = 256 * MiB
 
     def __post_init__(self) -> None:
         for name in (
@@ -109,6 +114,8 @@ class RecordLimits:
             "max_tables",
             "max_retired",
             "max_actions_per_version",
+            "max_pending_records",
+            "max_pending_bytes",
         ):
             value = getattr(self, name)
             if type(value) is not int or value < 1:

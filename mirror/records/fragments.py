@@ -1,8 +1,14 @@
 """Records larger than a topic takes: split into fragments by the producer, joined by every reader.
 
-With the ``split`` oversize policy a value longer than the topic's limit becomes consecutive
-records of one partition (same key, same transaction), each with a ``fragment`` header
+With the ``split`` oversize policy a value longer than the topic's limit becomes records of one
+partition with the same key, in order and in one transaction, each with a ``fragment`` header
 ``"<i>/<n>"``. With ``fail`` such a value stops the table with :class:`RecordTooLargeError`.
+
+On a topic of one table a record's fragments are consecutive; on a topic shared by many tables
+(``topics: shared``, keyed by ``tableId``) another table's transaction may write its records
+between them. So readers join fragments per (topic, partition, key) (:class:`KeyedFragments`),
+each key's record bounded as one record is (:class:`FragmentAssembler`), and everything held
+bounded in total (:class:`~.boundary.RecordLimits`: ``max_pending_records``, ``max_pending_bytes``).
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..errors import EventStreamError, RecordTooLargeError
-from .boundary import BadRecordError, RecordLimits
+from .boundary import BadRecordError, RecordLimits, shown
 from .headers import HEADER_FRAGMENT, Headers
 
 OversizePolicy = Literal["split", "fail"]
@@ -97,8 +103,9 @@ class FragmentError(BadRecordError):
 class FragmentAssembler:
     """Joins the fragment records of the ``split`` oversize policy back into one value.
 
-    Fragments of one value are consecutive records of one partition (same key, same transaction),
-    each with a ``fragment`` header ``"<i>/<n>"``. Feed every record of a partition in order;
+    Fragments of one value are records of one partition with one key, in order (on a shared topic
+    other keys' records may come between them: :class:`KeyedFragments` keeps an assembler per
+    key), each with a ``fragment`` header ``"<i>/<n>"``. Feed every record of the key in order;
     :meth:`feed` returns a whole value, or ``None`` while a value is still incomplete. A fragment
     out of order means records were lost or reordered: that is an error, never a guess. What one
     value may take is bounded (``limits``: :class:`~.boundary.RecordLimits`): at most
@@ -125,6 +132,16 @@ class FragmentAssembler:
     def describe(self) -> str:
         """What is held: ``fragments 0-4 of 999999 (5000000 bytes)``."""
         return f"fragments 0-{len(self._parts) - 1} of {self._total} ({self._bytes} bytes)"
+
+    @property
+    def held_bytes(self) -> int:
+        """The bytes of the fragments held."""
+        return self._bytes
+
+    @property
+    def since(self) -> float:
+        """When the first fragment held came (by the assembler's clock)."""
+        return self._since
 
     def reset(self) -> None:
         self._parts, self._total, self._bytes = [], 0, 0
@@ -182,6 +199,186 @@ class FragmentAssembler:
         return whole
 
 
+#: (topic, partition)
+Where = tuple[str, int]
+#: (topic, partition, key): fragments of one record share them
+_Slot = tuple[str, int, bytes | None]
+
+
+@dataclass(slots=True)
+class _Held:
+    """A record's fragments taken so far, and the offset of its first."""
+
+    assembler: FragmentAssembler
+    first: int
+
+
+def _has_fragment(headers: Sequence[tuple[str, bytes | str | None]] | None) -> bool:
+    return any(name == HEADER_FRAGMENT for name, _ in headers or ())
+
+
+def _key_text(key: bytes | None) -> str | None:
+    return None if key is None else shown(key.decode("utf-8", "replace"))
+
+
+class KeyedFragments:
+    """Fragments of records of many partitions and keys, each record joined on its own.
+
+    The fragments of one record share topic, partition and key and come in order; a shared topic
+    may hold other keys' records between them, never the same key's. Each key's record is joined
+    by a :class:`FragmentAssembler` (its bounds: ``max_fragments``, ``max_record_bytes``,
+    ``fragment_wait_s``); what all keys hold together is bounded too: at most
+    ``max_pending_records`` records in part and ``max_pending_bytes`` bytes of their fragments
+    (the topics are input: a forged run of first fragments must not grow a reader without end).
+    Past a bound the fragment is refused at once with the fragments of its record held before it.
+
+    Every refusal is a :class:`FragmentError` naming topic, partition, the offset of the refused
+    record's first fragment, and its key (as ``table_id``: the mirror's records are keyed by it).
+    """
+
+    def __init__(
+        self, limits: RecordLimits | None = None, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.limits = limits if limits is not None else RecordLimits()
+        self._clock = clock
+        self._held: dict[_Slot, _Held] = {}
+        #: per partition, how many of its keys hold a record in part
+        self._partitions: dict[Where, int] = {}
+        self._bytes = 0
+
+    def __contains__(self, where: object) -> bool:
+        """Whether a record of partition ``where`` (topic, partition) has come in part."""
+        return where in self._partitions
+
+    def __len__(self) -> int:
+        """How many records have come in part."""
+        return len(self._held)
+
+    @property
+    def held_bytes(self) -> int:
+        return self._bytes
+
+    def holds(self, where: Where, key: bytes | None) -> bool:
+        return (where[0], where[1], key) in self._held
+
+    def starts(self) -> dict[Where, int]:
+        """Per partition with records in part, the offset of the oldest one's first fragment: a
+        reader that resumes must read from there, or lose that record."""
+        out: dict[Where, int] = {}
+        for (topic, partition, _), held in self._held.items():
+            where = (topic, partition)
+            if where not in out or held.first < out[where]:
+                out[where] = held.first
+        return out
+
+    def clear(self) -> None:
+        self._held.clear()
+        self._partitions.clear()
+        self._bytes = 0
+
+    def feed(
+        self,
+        where: Where,
+        key: bytes | None,
+        offset: int,
+        value: bytes,
+        headers: Sequence[tuple[str, bytes | str | None]] | None,
+    ) -> tuple[bytes, int] | None:
+        """A record of ``where`` keyed ``key`` at ``offset``, in partition order: (the whole
+        value, the offset of its first fragment), or None while its record is incomplete."""
+        slot = (where[0], where[1], key)
+        held = self._held.get(slot)
+        fragment = _has_fragment(headers)
+        if held is None:
+            if not fragment:
+                return value, offset
+            if len(self._held) >= self.limits.max_pending_records:
+                raise self._refusal(
+                    f"a record's first fragment with {len(self._held)} records already in part, as "
+                    f"many as a reader holds (max_pending_records {self.limits.max_pending_records})",
+                    slot,
+                    offset,
+                )
+        if fragment and self._bytes + len(value) > self.limits.max_pending_bytes:
+            size, first = self._bytes + len(value), offset if held is None else held.first
+            self._drop(slot)
+            raise self._refusal(
+                f"the fragments of the records in part would hold {size} bytes with this one, more "
+                f"than a reader holds (max_pending_bytes {self.limits.max_pending_bytes})",
+                slot,
+                first,
+            )
+        if held is None:
+            held = _Held(FragmentAssembler(self.limits, clock=self._clock), offset)
+        assembler = held.assembler
+        before = assembler.held_bytes
+        try:
+            whole = assembler.feed(value, headers)
+        except FragmentError as exc:
+            self._bytes -= before
+            self._forget(slot)
+            exc.context.update(self._context(slot, held.first))
+            raise
+        self._bytes += assembler.held_bytes - before
+        if whole is None:
+            if slot not in self._held:
+                self._held[slot] = held
+                self._partitions[where] = self._partitions.get(where, 0) + 1
+            return None
+        self._forget(slot)
+        return whole, held.first
+
+    def cut_short(self, where: Where, why: str) -> list[FragmentError]:
+        """The records of ``where`` held in part, refused (oldest first): ``why`` their last
+        fragment never came (the partition ended, say)."""
+        slots = sorted((s for s in self._held if s[:2] == where), key=lambda s: self._held[s].first)
+        return [self._cut(slot, why) for slot in slots]
+
+    def overdue(self) -> list[FragmentError]:
+        """The records whose first fragment waited longer than ``fragment_wait_s`` for their last,
+        refused (oldest first)."""
+        slots = sorted(
+            (s for s, h in self._held.items() if h.assembler.overdue()), key=lambda s: self._held[s].first
+        )
+        wait = self.limits.fragment_wait_s
+        return [self._cut(slot, f"its first fragment waited {wait:.0f} s") for slot in slots]
+
+    def _cut(self, slot: _Slot, why: str) -> FragmentError:
+        held = self._held[slot]
+        described = held.assembler.describe()
+        self._drop(slot)
+        return self._refusal(
+            f"a record cut short: {described} held, {why} before its last fragment (the watcher writes "
+            "a record's fragments in one transaction)",
+            slot,
+            held.first,
+        )
+
+    def _drop(self, slot: _Slot) -> None:
+        held = self._held.get(slot)
+        if held is not None:
+            self._bytes -= held.assembler.held_bytes
+            held.assembler.reset()
+            self._forget(slot)
+
+    def _forget(self, slot: _Slot) -> None:
+        if self._held.pop(slot, None) is not None:
+            where = (slot[0], slot[1])
+            left = self._partitions[where] - 1
+            if left:
+                self._partitions[where] = left
+            else:
+                del self._partitions[where]
+
+    @staticmethod
+    def _context(slot: _Slot, offset: int) -> dict[str, Any]:
+        # the key is the record's table id (the contract's); "key" would read as a secret's name
+        return {"table_id": _key_text(slot[2]), "topic": slot[0], "partition": slot[1], "offset": offset}
+
+    def _refusal(self, message: str, slot: _Slot, offset: int) -> FragmentError:
+        return FragmentError(message, **self._context(slot, offset))
+
+
 _FRAGMENT = re.compile(r"([0-9]{1,9})/([0-9]{1,9})")
 
 
@@ -197,4 +394,11 @@ def _fragment_of(header: bytes | str) -> tuple[int, int, str]:
     return int(match[1]), int(match[2]), text
 
 
-__all__ = ["FragmentAssembler", "FragmentError", "Oversize", "OversizePolicy", "split_oversize"]
+__all__ = [
+    "FragmentAssembler",
+    "FragmentError",
+    "KeyedFragments",
+    "Oversize",
+    "OversizePolicy",
+    "split_oversize",
+]

@@ -231,7 +231,13 @@ class SignalListener:
         TopicManager(self.kafka, max_record_bytes=SIGNAL_MAX_BYTES).ensure_signal_topic(
             self.topic, SIGNAL_TOPIC_MAX_BYTES
         )
-        limits = RecordLimits(max_record_bytes=MAX_SIGNAL_BYTES, max_fragments=2)
+        # fragments are joined per key: what keys hold in part together is bounded as tightly
+        limits = RecordLimits(
+            max_record_bytes=MAX_SIGNAL_BYTES,
+            max_fragments=2,
+            max_pending_records=64,
+            max_pending_bytes=16 * MAX_SIGNAL_BYTES,
+        )
         # signals are small: the client queues a few MB of them, not the 64 MB it queues by default
         small = {**self.kafka, "queued.max.messages.kbytes": "4096", "fetch.max.bytes": "4194304"}
         with MirrorConsumer(small, purpose="signals", fetch_wait_max_ms=None, limits=limits) as consumer:

@@ -169,12 +169,11 @@ def reconcile(position: Position | None, actions: Tail | None, summary: Tail | N
 def _tail_of(
     records: list[Record], table_id: str, *, summaries: bool, table_uri: str | None = None
 ) -> Tail | None:
-    """The last record of the table in ``records``: keyed by its id and, with ``table_uri``, at its
-    location. A copied table folder keeps its ``tableId``, so on a topic shared by the tables of a
-    prefix (``topics: shared``) a copy's records carry the same key: they are another table's."""
+    """The last record of the table in ``records`` (the table's own: :func:`_read_tail` reads its
+    key only) and, with ``table_uri``, at its location. A copied table folder keeps its ``tableId``,
+    so on a topic shared by the tables of a prefix (``topics: shared``) a copy's records carry the
+    same key: they are another table's."""
     for record in reversed(records):
-        if record.key != table_id.encode():
-            continue
         if summaries:
             if record.header(HEADER_KIND) != "commit":
                 continue  # a heartbeat, a tableReplaced
@@ -226,11 +225,12 @@ def _read_tail(
         try:
             with _READERS, MirrorConsumer(kafka, purpose="tail") as consumer:
                 consumer.assign((topic, p, start) for p, start in starts.items())
-                for batch in consumer.batches(until_end=True, timeout_s=60.0, idle_timeout_s=30.0):
-                    # the table's own records only: on a topic shared by many tables (topics:
-                    # shared) the window holds mostly others', and it grows until it finds one
-                    records += [r for r in batch if r.offset < ends[r.partition] and r.key == key]
-        except EventStreamError:  # the window began inside a fragmented record: read more
+                # the table's own records only: on a topic shared by many tables (topics: shared)
+                # the window holds mostly others' (neither joined nor judged here: the window may
+                # begin inside their fragments), and it grows until it finds one
+                for batch in consumer.batches(until_end=True, timeout_s=60.0, idle_timeout_s=30.0, key=key):
+                    records += [r for r in batch if r.offset < ends[r.partition]]
+        except EventStreamError:  # the window began inside a fragmented record of the table: read more
             if all(start == 0 for start in starts.values()):
                 raise
             window *= 8

@@ -132,11 +132,31 @@ def test_fragments_of_a_record_too_large_to_take_are_refused_at_the_first(
 def test_a_record_cut_short_at_the_end_of_the_topic_is_an_error_not_the_end(
     kafka_bootstrap: str, base: Base, tmp_path: Path
 ) -> None:
-    forged = [fragments(b'{"schemaVersion":1,', 0, 3, key=base.table_id.encode()), fragments(b'"x":1', 1, 3)]
+    key = base.table_id.encode()  # a record's fragments share its key
+    forged = [fragments(b'{"schemaVersion":1,', 0, 3, key=key), fragments(b'"x":1', 1, 3, key=key)]
     topics = write_case(kafka_bootstrap, base, actions=forged)
     result = _consume(kafka_bootstrap, topics, tmp_path / "state", tmp_path)
     line = _refused_at(result, topics.actions, len(base.actions))
     assert "cut short" in line
+    assert _versions(result) == base.versions
+
+
+def test_a_forged_fragment_of_another_key_between_a_records_fragments_is_refused_at_its_offset(
+    kafka_bootstrap: str, base: Base, tmp_path: Path
+) -> None:
+    """Fragments are joined per key (on a shared topic another table's records may come between a
+    record's fragments): another key's fragment with no first one before it is refused on its own,
+    at its offset, naming its key."""
+    key = base.table_id.encode()
+    forged = [
+        fragments(b'{"schemaVersion":1,', 0, 2, key=key),
+        fragments(b'"x":1', 1, 3, key=b"another-table"),
+        fragments(b'"x":1}', 1, 2, key=key),
+    ]
+    topics = write_case(kafka_bootstrap, base, actions=forged)
+    result = _consume(kafka_bootstrap, topics, tmp_path / "state", tmp_path)
+    line = _refused_at(result, topics.actions, len(base.actions) + 1)
+    assert "out of order" in line and "table_id=another-table" in line, line
     assert _versions(result) == base.versions
 
 

@@ -1077,3 +1077,32 @@ def test_a_large_first_run_of_chunked_paths_is_indexed_without_a_copy_of_them() 
     expected = sorted(i for i, n in enumerate(names) if n in probes.to_pylist())
     assert sorted(index.positions(probes).to_pylist()) == expected
     assert sorted(flat.positions(probes).to_pylist()) == expected
+
+
+def test_handle_joins_split_records_per_key_and_resumes_before_one_still_in_part() -> None:
+    """On a shared topic another table's records come between a split record's fragments: each
+    table's record is joined on its own, and the position never passes the first fragment of a
+    record still in part (a restart there would read its later fragments alone and lose it)."""
+    from deltamirror.mirror.records.fragments import split_oversize
+
+    def version0(table: str, path: str) -> list[bytes]:
+        meta = ("metaData", {**METADATA[1], "id": table, "description": "d" * 3000})
+        return action_values(
+            0, [meta, PROTOCOL, _add(path, "1")], table_id=table, table_uri=f"file:///{table}"
+        )
+
+    values_a, headers_a = split_oversize(version0("a", "x"), [[]] * 3, 1000, "split")
+    a = [(b"a", v, h) for v, h in zip(values_a, headers_a, strict=True)]
+    b = [(b"b", v, []) for v in version0("b", "y")]
+    assert a[0][2] and a[1][2]  # a's version begins with its metaData's fragments
+    order = [*a[:2], *b, *a[2:]]  # b's version whole between them
+    consumer = SnapshotConsumer("unused:9092", "t.actions")
+    positions = []
+    for offset, (key, value, headers) in enumerate(order):
+        consumer.handle("t.actions", 0, offset, value, headers, key=key)
+        positions.append(consumer.position.offsets.get(0))
+    assert sorted(s.table_id for s in consumer.tables.values()) == ["a", "b"]
+    assert all(len(s.files) == 1 and not s.in_progress for s in consumer.tables.values())
+    # b's version applied while a's first record is still in part: the position stays before it
+    assert consumer.tables["b"] is not None and positions[1 + len(b)] == 0
+    assert positions[-1] == len(order)

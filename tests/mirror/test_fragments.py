@@ -6,7 +6,12 @@ import pytest
 
 from deltamirror.mirror.errors import EventStreamError, RecordTooLargeError
 from deltamirror.mirror.records.boundary import RecordLimits
-from deltamirror.mirror.records.fragments import FragmentAssembler, FragmentError, split_oversize
+from deltamirror.mirror.records.fragments import (
+    FragmentAssembler,
+    FragmentError,
+    KeyedFragments,
+    split_oversize,
+)
 from deltamirror.mirror.records.headers import HEADER_FRAGMENT, Headers, action_headers, header_value
 
 
@@ -161,3 +166,99 @@ def test_the_fail_policy_names_topic_table_version_and_the_index_of_the_value() 
     )
     assert str(LIMIT + 1) in text and str(LIMIT) in text
     assert error.exit_code == 2
+
+
+# --- many keys on one partition (a topic shared by many tables) ----------------------------------
+
+
+def _keyed(value: bytes, size: int) -> list[tuple[bytes, list[tuple[str, bytes]]]]:
+    return [(v, h) for v, h in _split(value, size)]
+
+
+def test_fragments_of_keys_interleaved_on_one_partition_are_each_joined_whole() -> None:
+    """On a shared topic another table's records come between a record's fragments: each key's
+    record is joined on its own, and the oldest record in part bounds where a reader may resume."""
+    joiner = KeyedFragments()
+    a, b = b"a" * 25, b"b" * 15
+    pa_, pb = _keyed(a, 10), _keyed(b, 10)
+    where = ("t", 0)
+    order = [
+        (b"A", pa_[0]),
+        (b"B", pb[0]),
+        (b"C", (b"{}", [])),
+        (b"A", pa_[1]),
+        (b"B", pb[1]),
+        (b"A", pa_[2]),
+    ]
+    out, starts = [], []
+    for offset, (key, (value, headers)) in enumerate(order):
+        out.append(joiner.feed(where, key, offset, value, headers))
+        starts.append(joiner.starts())
+    assert out == [None, None, (b"{}", 2), None, (b, 1), (a, 0)]
+    assert starts == [{where: 0}] * 5 + [{}]
+    assert len(joiner) == 0 and joiner.held_bytes == 0 and where not in joiner
+
+
+def test_forged_or_incomplete_fragments_are_refused_per_key_naming_topic_partition_offset() -> None:
+    joiner = KeyedFragments()
+    where = ("shared.actions", 3)
+    parts = _keyed(b"x" * 30, 10)
+    joiner.feed(where, b"A", 10, *parts[0])
+    # another key's fragment out of order: refused at its own offset; A's record is still joined
+    with pytest.raises(FragmentError, match="out of order") as orphan:
+        joiner.feed(where, b"B", 11, *parts[1])
+    assert orphan.value.context == {"table_id": "B", "topic": "shared.actions", "partition": 3, "offset": 11}
+    assert joiner.feed(where, b"A", 12, *parts[1]) is None
+    # a whole record of A before A's last fragment: A's record is refused at its first fragment
+    with pytest.raises(FragmentError, match="cut short") as cut:
+        joiner.feed(where, b"A", 13, b"{}", [])
+    assert cut.value.keeps_current and cut.value.context["offset"] == 10
+    assert joiner.feed(where, b"A", 13, b"{}", []) == (b"{}", 13)
+    # the partition ends with records in part: each refused, oldest first
+    joiner.feed(where, b"B", 14, *parts[0])
+    joiner.feed(where, b"A", 15, *parts[0])
+    joiner.feed(("other", 0), b"A", 1, *parts[0])
+    refused = joiner.cut_short(where, "the partition ends")
+    assert [(e.context["offset"], e.context["table_id"]) for e in refused] == [(14, "B"), (15, "A")]
+    assert all("cut short" in str(e) and "topic=shared.actions" in str(e) for e in refused)
+    assert joiner.starts() == {("other", 0): 1}
+
+
+def test_what_all_keys_hold_in_part_is_bounded_in_total() -> None:
+    parts = _keyed(b"x" * 30, 10)
+    where = ("t", 0)
+    few = KeyedFragments(RecordLimits(max_pending_records=2))
+    few.feed(where, b"A", 0, *parts[0])
+    few.feed(where, b"B", 1, *parts[0])
+    with pytest.raises(FragmentError, match="max_pending_records 2") as many:
+        few.feed(where, b"C", 2, *parts[0])
+    assert many.value.context["offset"] == 2 and len(few) == 2
+    assert few.feed(where, b"A", 3, *parts[1]) is None  # the others' go on
+
+    small = KeyedFragments(RecordLimits(max_pending_bytes=25))
+    small.feed(where, b"A", 0, *parts[0])
+    small.feed(where, b"B", 1, *parts[0])
+    with pytest.raises(FragmentError, match="max_pending_bytes 25") as full:
+        small.feed(where, b"A", 2, *parts[1])
+    assert full.value.context["offset"] == 0 and full.value.context["table_id"] == "A"
+    assert small.held_bytes == 10 and small.starts() == {where: 1}  # A's fragments are let go
+    assert small.feed(where, b"B", 3, *parts[1]) is None
+    with pytest.raises(FragmentError, match="max_pending_bytes 25"):  # B's record is 30 bytes
+        small.feed(where, b"B", 4, *parts[2])
+    assert small.held_bytes == 0 and len(small) == 0
+    short = _keyed(b"y" * 20, 10)
+    assert small.feed(where, b"C", 5, *short[0]) is None
+    assert small.feed(where, b"C", 6, *short[1]) == (b"y" * 20, 5)
+
+
+def test_a_record_in_part_too_long_is_refused_per_key() -> None:
+    now = [0.0]
+    joiner = KeyedFragments(RecordLimits(fragment_wait_s=5.0), clock=lambda: now[0])
+    parts = _keyed(b"x" * 30, 10)
+    joiner.feed(("t", 0), b"A", 7, *parts[0])
+    now[0] = 3.0
+    joiner.feed(("t", 0), b"B", 8, *parts[0])
+    now[0] = 6.0
+    (late,) = joiner.overdue()
+    assert late.context["offset"] == 7 and "waited 5 s" in str(late)
+    assert joiner.starts() == {("t", 0): 8}

@@ -17,7 +17,7 @@ import pytest
 
 from support.cdf_tables import typed_cdf_table
 from support.connect_avro import file_sink_lines
-from support.watching import watch_until
+from support.watching import watch_row_changes
 
 pytestmark = [pytest.mark.kafka, pytest.mark.registry, pytest.mark.slow]
 
@@ -46,20 +46,9 @@ def test_connect_avro_converter_reads_the_row_changes(
     from confluent_kafka.serialization import MessageField, SerializationContext
 
     path = tmp_path / "t"
-    end = typed_cdf_table(path)
-    name = kit.unique("connect")
-    changes = f"{name}.changes"
-    watch_until(
-        kafka_bootstrap,
-        path,
-        f"{name}.actions",
-        end,
-        kit.unique("dm"),
-        snapshot_mode="from-version",
-        changes_topic=changes,
-        transaction_topic=f"{name}.transaction",
-        row_changes={"format": "avro", "key_columns": ["id"], "registry": {"url": schema_registry}},
-    )
+    row_changes = {"format": "avro", "key_columns": ["id"], "registry": {"url": schema_registry}}
+    actions = f"{kit.unique('connect')}.actions"
+    changes = watch_row_changes(kafka_bootstrap, path, actions, typed_cdf_table(path), row_changes)
     records = kit.consume(kafka_bootstrap, [changes], idle_s=0.5)
     values = AvroDeserializer(SchemaRegistryClient({"url": schema_registry}))
     events = [

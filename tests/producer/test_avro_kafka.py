@@ -31,7 +31,7 @@ from deltamirror.producer.service import WatchService
 from support.cdf_tables import cdf_table
 from support.records import wait_for
 from support.tables import TABLES
-from support.watching import published_version, watch_until
+from support.watching import published_version, watch_row_changes
 
 pytestmark = [pytest.mark.kafka, pytest.mark.registry]
 
@@ -52,17 +52,13 @@ def test_watch_publishes_avro_row_changes_equal_to_the_change_feed(
     path = tmp_path / "t"
     end = cdf_table(path)
     name = kit.unique("avro")
-    actions, changes, txn = f"{name}.actions", f"{name}.changes", f"{name}.transaction"
-    watch_until(
+    actions, changes = f"{name}.actions", f"{name}.changes"
+    watch_row_changes(
         kafka_bootstrap,
         path,
         actions,
         end,
-        kit.unique("dm"),
-        snapshot_mode="from-version",
-        changes_topic=changes,
-        transaction_topic=txn,
-        row_changes={"format": "avro", "key_columns": ["id"], "registry": {"url": registry}},
+        {"format": "avro", "key_columns": ["id"], "registry": {"url": registry}},
     )
     client = SchemaRegistryClient({"url": registry})
     values, keys = AvroDeserializer(client), AvroDeserializer(client)
@@ -87,6 +83,43 @@ def test_watch_publishes_avro_row_changes_equal_to_the_change_feed(
     assert sum(e["op"] == "u" for e in events) == sum(
         row["_change_type"] == "update_postimage" for row in feed
     )
+
+
+def _avro_watch_config(bootstrap: str, registry: str, name: str, *tables: tuple[Path, str]) -> WatchConfig:
+    """A watcher of ``tables`` ((path, topic name) each: NAME.actions, .commits, .changes,
+    .transaction) from version 0, with Avro row changes through ``registry``, polled every 0.1 s."""
+    return WatchConfig.model_validate(
+        {
+            "kafka": {"bootstrap_servers": bootstrap},
+            "tables": [
+                {
+                    "uri": str(path),
+                    "snapshot_mode": "from-version",
+                    "from_version": 0,
+                    "actions_topic": f"{topic}.actions",
+                    "commits_topic": f"{topic}.commits",
+                    "poll_interval_s": 0.1,
+                    "changes_topic": f"{topic}.changes",
+                    "transaction_topic": f"{topic}.transaction",
+                    "row_changes": {"format": "avro", "registry": {"url": registry}},
+                }
+                for path, topic in tables
+            ],
+            "progress_topic": f"{name}.progress",
+            "transactional_id_prefix": name,
+            "signal_topic": None,
+        }
+    )
+
+
+def _stop(service: WatchService, server: Any) -> None:
+    """Stop the watcher and its metrics server; the CLI's log lines back to pytest's capture."""
+    service.request_stop()
+    assert service.wait(30), "the watcher did not stop"
+    service.close()
+    server.stop()
+    logging.getLogger("deltamirror").handlers.clear()
+    logging.getLogger("deltamirror").propagate = True
 
 
 def _compatibility(registry: str, subject: str, level: str) -> None:
@@ -166,28 +199,7 @@ def test_an_incompatible_schema_change_stops_that_table_visibly_before_its_versi
     subject = f"{name}.changes-value"
     _compatibility(registry, subject, "BACKWARD")
 
-    def table(path: Path, topic: str) -> dict[str, Any]:
-        return {
-            "uri": str(path),
-            "snapshot_mode": "from-version",
-            "from_version": 0,
-            "actions_topic": f"{topic}.actions",
-            "commits_topic": f"{topic}.commits",
-            "poll_interval_s": 0.1,
-            "changes_topic": f"{topic}.changes",
-            "transaction_topic": f"{topic}.transaction",
-            "row_changes": {"format": "avro", "registry": {"url": registry}},
-        }
-
-    cfg = WatchConfig.model_validate(
-        {
-            "kafka": {"bootstrap_servers": kafka_bootstrap},
-            "tables": [table(refused, name), table(other, name2)],
-            "progress_topic": f"{name}.progress",
-            "transactional_id_prefix": name,
-            "signal_topic": None,
-        }
-    )
+    cfg = _avro_watch_config(kafka_bootstrap, registry, name, (refused, name), (other, name2))
     monkeypatch.setattr(pipeline_module, "BACKOFF_MIN_S", 0.05)  # retries in quick succession
     monkeypatch.setattr(pipeline_module, "BACKOFF_MAX_S", 0.1)
     stream = io.StringIO()
@@ -211,12 +223,7 @@ def test_an_incompatible_schema_change_stops_that_table_visibly_before_its_versi
         status, body = _get(server.url + "/healthz")
         metrics_text = _get(server.url + "/metrics")[1]
     finally:
-        service.request_stop()
-        assert service.wait(30), "the watcher did not stop"
-        service.close()
-        server.stop()
-        logging.getLogger("deltamirror").handlers.clear()
-        logging.getLogger("deltamirror").propagate = True
+        _stop(service, server)
 
     # one log line, naming table, version and subject, no traceback; retries said at debug only
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
@@ -289,27 +296,7 @@ def test_a_table_stopped_by_a_refusal_publishes_the_version_once_the_registry_ac
     name = kit.unique("avroresume")
     subject = f"{name}.changes-value"
     _compatibility(registry, subject, "BACKWARD")
-    cfg = WatchConfig.model_validate(
-        {
-            "kafka": {"bootstrap_servers": kafka_bootstrap},
-            "tables": [
-                {
-                    "uri": str(path),
-                    "snapshot_mode": "from-version",
-                    "from_version": 0,
-                    "actions_topic": f"{name}.actions",
-                    "commits_topic": f"{name}.commits",
-                    "poll_interval_s": 0.1,
-                    "changes_topic": f"{name}.changes",
-                    "transaction_topic": f"{name}.transaction",
-                    "row_changes": {"format": "avro", "registry": {"url": registry}},
-                }
-            ],
-            "progress_topic": f"{name}.progress",
-            "transactional_id_prefix": name,
-            "signal_topic": None,
-        }
-    )
+    cfg = _avro_watch_config(kafka_bootstrap, registry, name, (path, name))
     monkeypatch.setattr(pipeline_module, "BACKOFF_MIN_S", 0.05)  # retries in quick succession
     monkeypatch.setattr(pipeline_module, "BACKOFF_MAX_S", 0.1)
     stream = io.StringIO()
@@ -334,12 +321,7 @@ def test_a_table_stopped_by_a_refusal_publishes_the_version_once_the_registry_ac
         )
         metrics_text = _get(server.url + "/metrics")[1]
     finally:
-        service.request_stop()
-        assert service.wait(30), "the watcher did not stop"
-        service.close()
-        server.stop()
-        logging.getLogger("deltamirror").handlers.clear()
-        logging.getLogger("deltamirror").propagate = True
+        _stop(service, server)
 
     assert stopped_status == 503 and stopped_at == 1
     health = json.loads(body)

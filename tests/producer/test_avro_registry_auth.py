@@ -24,7 +24,7 @@ from deltamirror.cli.main import main
 from deltamirror.core.changes import read_changes
 from deltamirror.core.table import open_table
 from support.cdf_tables import cdf_table
-from support.watching import watch_until
+from support.watching import watch_row_changes
 
 pytestmark = [pytest.mark.kafka, pytest.mark.registry]
 
@@ -52,6 +52,42 @@ def _status(url: str, credentials: tuple[str, str] | None) -> int:
         return exc.code
 
 
+def _started_or_skip(code: int, err: str) -> None:
+    """A registry that did not start is a skip (a failure in CI)."""
+    if code != 0:
+        reason = f"no Schema Registry: {err.strip()}"
+        if os.environ.get("DELTAMIRROR_REQUIRE_ALL"):  # CI: a missing registry is a failure, not a skip
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+
+def test_a_user_without_a_password_file_gets_a_password_made_in_the_data_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``local registry start --user NAME`` alone: a random password made once in the data dir
+    (mode 0600), named by its file in the output, and the registry checks it."""
+    from deltamirror.devkafka.registry import PASSWORD_FILE, LocalRegistry
+
+    data_dir = tmp_path / "registry"
+    where = ["--port", str(_free_port()), "--data-dir", str(data_dir)]
+    code = main(["local", "registry", "start", *where, "--user", USER])
+    out, err = capsys.readouterr()
+    try:
+        _started_or_skip(code, err)
+        made = data_dir.resolve() / PASSWORD_FILE
+        password = made.read_text().strip()
+        assert len(password) >= 24 and made.stat().st_mode & 0o077 == 0
+        assert f"basic auth: user {USER}, password in {made}" in out and password not in out + err, out + err
+        url = LocalRegistry(port=int(where[1]), data_dir=data_dir).url
+        assert (_status(url, None), _status(url, (USER, WRONG)), _status(url, (USER, password))) == (
+            401,
+            401,
+            200,
+        )
+    finally:
+        main(["local", "registry", "stop", *where])
+
+
 def test_the_registry_credentials_are_checked_used_and_a_refusal_named(
     kafka_bootstrap: str,
     tmp_path: Path,
@@ -74,11 +110,7 @@ def test_the_registry_credentials_are_checked_used_and_a_refusal_named(
     code = main(["local", "registry", "start", *where, "--user", USER, "--password-file", str(secret)])
     out, err = capsys.readouterr()
     try:
-        if code != 0:
-            reason = f"no Schema Registry: {err.strip()}"
-            if os.environ.get("DELTAMIRROR_REQUIRE_ALL"):  # CI: a missing registry is a failure, not a skip
-                pytest.fail(reason)
-            pytest.skip(reason)
+        _started_or_skip(code, err)
         # the password by the file holding it, never its value
         assert f"basic auth: user {USER}, password in {secret}" in out and PASSWORD not in out + err, (
             out + err
@@ -103,16 +135,12 @@ def test_the_registry_credentials_are_checked_used_and_a_refusal_named(
         name = kit.unique("avroauth")
         actions, changes = f"{name}.actions", f"{name}.changes"
         registry = {"url": url, "username": USER, "password": PASSWORD}
-        watch_until(
+        watch_row_changes(
             kafka_bootstrap,
             path,
             actions,
             end,
-            kit.unique("dm"),
-            snapshot_mode="from-version",
-            changes_topic=changes,
-            transaction_topic=f"{name}.transaction",
-            row_changes={"format": "avro", "key_columns": ["id"], "registry": registry},
+            {"format": "avro", "key_columns": ["id"], "registry": registry},
         )
         client = SchemaRegistryClient({"url": url, "basic.auth.user.info": f"{USER}:{PASSWORD}"})
         values = AvroDeserializer(client)

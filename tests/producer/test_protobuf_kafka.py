@@ -12,7 +12,7 @@ import pytest
 from deltamirror.core.changes import read_changes
 from deltamirror.core.table import open_table
 from support.cdf_tables import cdf_table
-from support.watching import watch_until
+from support.watching import watch_row_changes
 
 pytestmark = [pytest.mark.kafka, pytest.mark.registry]
 
@@ -27,17 +27,13 @@ def test_watch_publishes_protobuf_row_changes_equal_to_the_change_feed(
     path = tmp_path / "t"
     end = cdf_table(path)
     name = kit.unique("pb")
-    actions, changes, txn = f"{name}.actions", f"{name}.changes", f"{name}.transaction"
-    watch_until(
+    actions, changes = f"{name}.actions", f"{name}.changes"
+    watch_row_changes(
         kafka_bootstrap,
         path,
         actions,
         end,
-        kit.unique("dm"),
-        snapshot_mode="from-version",
-        changes_topic=changes,
-        transaction_topic=txn,
-        row_changes={"format": "protobuf", "key_columns": ["id"], "registry": {"url": schema_registry}},
+        {"format": "protobuf", "key_columns": ["id"], "registry": {"url": schema_registry}},
     )
     table = open_table(str(path))
     feed = read_changes(table, starting_version=0, ending_version=end).to_arrow()
@@ -128,20 +124,9 @@ def test_protobuf_records_read_with_a_descriptor_set_from_the_registry_after_six
     from support.cdf_tables import typed_cdf_table
 
     path = tmp_path / "t"
-    end = typed_cdf_table(path)
-    name = kit.unique("pbdesc")
-    changes = f"{name}.changes"
-    watch_until(
-        kafka_bootstrap,
-        path,
-        f"{name}.actions",
-        end,
-        kit.unique("dm"),
-        snapshot_mode="from-version",
-        changes_topic=changes,
-        transaction_topic=f"{name}.transaction",
-        row_changes={"format": "protobuf", "key_columns": ["id"], "registry": {"url": schema_registry}},
-    )
+    row_changes = {"format": "protobuf", "key_columns": ["id"], "registry": {"url": schema_registry}}
+    actions, end = f"{kit.unique('pbdesc')}.actions", typed_cdf_table(path)
+    changes = watch_row_changes(kafka_bootstrap, path, actions, end, row_changes)
     records = [r for r in kit.consume(kafka_bootstrap, [changes], idle_s=0.5) if r.value is not None]
     assert records
     for r in records:

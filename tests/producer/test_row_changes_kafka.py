@@ -30,7 +30,7 @@ from support.spark_scenarios import (
     scenario_update_dv,
     spark_cdf,
 )
-from support.watching import watch_until
+from support.watching import watch_row_changes, watch_until
 
 pytestmark = [pytest.mark.kafka]
 
@@ -112,16 +112,15 @@ def test_records_equal_delta_spark_change_feed_keys_and_partitions(
         end = open_table(scenario.path).latest_version()
         expected = spark_cdf(spark, scenario.path, 0, end)  # from version 0: one timestamp rule
         actions, changes, txn = _topics(kafka_bootstrap)
-        watch_until(
+        # the topics this test reads: the changes (keys, partitions) and the transaction topic
+        watch_row_changes(
             kafka_bootstrap,
             scenario.path,
             actions,
             end,
-            kit.unique("dm"),
-            snapshot_mode="from-version",
+            {"key_columns": ["id"]},
             changes_topic=changes,
             transaction_topic=txn,
-            row_changes={"key_columns": ["id"]},
         )
         records = kit.consume(kafka_bootstrap, [changes], idle_s=0.5)
         got = normalize_cdf_rows(_unpaired(records))
@@ -169,17 +168,9 @@ def test_without_a_key_updates_are_a_delete_and_an_insert_and_the_key_is_the_row
         {**row, "_change_type": unpaired.get(row["_change_type"], row["_change_type"])}
         for row in spark_cdf(spark, scenario.path, 0, end)
     ]
-    actions, changes, txn = _topics(kafka_bootstrap)
-    watch_until(
-        kafka_bootstrap,
-        scenario.path,
-        actions,
-        end,
-        kit.unique("dm"),
-        snapshot_mode="from-version",
-        changes_topic=changes,
-        transaction_topic=txn,
-        row_changes={"format": "json-schema", "tombstones": True},
+    actions, changes, _ = _topics(kafka_bootstrap)
+    watch_row_changes(
+        kafka_bootstrap, scenario.path, actions, end, {"format": "json-schema", "tombstones": True}
     )
     records = kit.consume(kafka_bootstrap, [changes], idle_s=0.5)
     events = [_decoded_decimals(json.loads(r.value)) for r in records if r.value is not None]
@@ -362,18 +353,8 @@ def test_a_filter_projection_and_mask_from_the_settings_reach_the_records_and_th
     }
     path = str(TABLES / "krs__cdf-table")
     end = open_table(path).latest_version()
-    actions, changes, txn = _topics(kafka_bootstrap)
-    watch_until(
-        kafka_bootstrap,
-        path,
-        actions,
-        end,
-        kit.unique("dm"),
-        snapshot_mode="from-version",
-        changes_topic=changes,
-        transaction_topic=txn,
-        row_changes=settings,
-    )
+    actions, changes, _ = _topics(kafka_bootstrap)
+    watch_row_changes(kafka_bootstrap, path, actions, end, settings)
     got = [json.loads(r.value) for r in kit.consume(kafka_bootstrap, [changes], idle_s=0.5) if r.value]
     unit = unit_records("krs__cdf-table", 0, RowChangesConfig(**settings))
     expected = [json.loads(r.value) for r in unit if r.value and r.topic.endswith(".changes")]

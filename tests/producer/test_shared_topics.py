@@ -4,6 +4,7 @@ other tables mixed in (issue 29 item 2)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import time
@@ -17,45 +18,42 @@ from deltamirror.consumer.mirror_changes import MirrorIndex, MirrorSettings, rea
 from deltamirror.core.errors import ConfigError
 from deltamirror.core.storage import normalize_table_uri
 from deltamirror.core.timestamps import CommitTimestamp, TimestampSource
-from deltamirror.mirror import ActionEvent
 from deltamirror.mirror.kafka.consumer import Record
 from deltamirror.producer.discovery.scan import DiscoveredTable, discovered_config
 from deltamirror.producer.publishing.tails import _tail_of
 from deltamirror.producer.settings import DiscoverConfig, WatchConfig, merge_overrides
 from deltamirror.producer.tailing.work import Position
+from support.records import commit_info_value
+from support.watching import shared_watch_settings
 
-FROM = "2000-01-01T00:00:00Z"  # every commit of the tables: the whole log, as `deltamirror events`
+
+def _whole(records: list[Any]) -> int:
+    """How many whole records ``records`` hold: a split one counts at its last fragment."""
+    n = 0
+    for r in records:
+        fragment = r.headers.get("fragment")
+        if fragment is None:
+            n += 1
+        else:
+            index, total = fragment.decode().split("/")
+            n += int(index) + 1 == int(total)
+    return n
 
 
-def _watch_until(kafka_bootstrap: str, kit: Any, lake: Path, name: str, wanted: int) -> list[Any]:
-    """Run a watcher over ``lake`` with shared topics until its actions topic holds ``wanted``
-    records; the records of both topics."""
+def _watch_until(kafka_bootstrap: str, kit: Any, lake: Path, name: str, wanted: int, **top: Any) -> list[Any]:
+    """Run a watcher over ``lake`` with shared topics (``top``: more settings of the watcher) until
+    its actions topic holds ``wanted`` whole records; the records of both topics."""
     from deltamirror.producer.service import WatchService
 
-    cfg = WatchConfig.model_validate(
-        {
-            "kafka": {"bootstrap_servers": kafka_bootstrap},
-            "discover": [
-                {
-                    "uri": str(lake),
-                    "name": name,
-                    "topics": "shared",
-                    "snapshot_mode": "from-timestamp",
-                    "from_timestamp": FROM,
-                    "interval_s": 0.3,
-                    "poll_interval_s": 0.2,
-                }
-            ],
-            "progress_topic": kit.unique("progress"),
-            "transactional_id_prefix": kit.unique("dm"),
-            "oversize_policy": "fail",
-        }
-    )
+    cfg = WatchConfig.model_validate(shared_watch_settings(kafka_bootstrap, lake, name, **top))
     service = WatchService(cfg, stop_budget_s=5.0)
     service.start()
     try:
         actions = kit.consume(
-            kafka_bootstrap, [f"deltamirror.{name}.actions"], until=lambda rs: len(rs) >= wanted, timeout_s=90
+            kafka_bootstrap,
+            [f"deltamirror.{name}.actions"],
+            until=lambda rs: _whole(rs) >= wanted,
+            timeout_s=90,
         )
         commits = kit.consume(
             kafka_bootstrap,
@@ -71,7 +69,7 @@ def _watch_until(kafka_bootstrap: str, kit: Any, lake: Path, name: str, wanted: 
         service.request_stop()
         assert service.wait(30), "the watcher did not stop"
         service.close()
-    assert len(actions) == wanted  # nothing more came while waiting for the summaries
+    assert _whole(actions) == wanted  # nothing more came while waiting for the summaries
     return [*actions, *commits]
 
 
@@ -83,11 +81,14 @@ def _own_events(kit: Any, table: Path) -> list[Any]:
     return [json.loads(line) for line in kit.events_output(table)]
 
 
-def _mirror_read(bootstrap: str, name: str, table: Path) -> list[tuple[int, list[Any]]]:
-    """What the Spark source's reader takes from the shared topics for ``table``: (version, actions)."""
-    settings = MirrorSettings(
-        bootstrap, f"deltamirror.{name}.actions", f"deltamirror.{name}.commits", str(table)
-    )
+def _mirror_read(
+    bootstrap: str, name: str, table: Path, commits: str | None = None
+) -> list[tuple[int, list[Any]]]:
+    """What the Spark source's reader takes from the shared topics for ``table``: (version, actions).
+    ``name``: the prefix's (its topics deltamirror.NAME.actions/.commits), or with ``commits`` the
+    actions topic itself."""
+    actions = name if commits is not None else f"deltamirror.{name}.actions"
+    settings = MirrorSettings(bootstrap, actions, commits or f"deltamirror.{name}.commits", str(table))
     index = MirrorIndex(settings)
     index.refresh()
     assert index.first == 0 and index.latest is not None and index.table_id is not None
@@ -137,19 +138,34 @@ def test_two_tables_on_shared_topics_read_back_per_table_equal_their_own_events(
         assert _mirror_read(kafka_bootstrap, name, table) == _by_version(own[normalize_table_uri(str(table))])
 
     # consume-snapshot and invalidate keep each table of the topic apart (their lines are per table)
-    topic = f"deltamirror.{name}.actions"
+    _consumers_see_each_table(kafka_bootstrap, kit, f"deltamirror.{name}.actions", own, tmp_path, capsys)
+
+
+def _consumers_see_each_table(
+    bootstrap: str,
+    kit: Any,
+    topic: str,
+    own: dict[str, list[Any]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    commits: str | None = None,
+) -> None:
+    """consume-snapshot and invalidate over ``topic`` (and its commits topic) see each table of
+    ``own`` (location -> its events) version by version, every file of it."""
     group = [
         "--bootstrap-servers",
-        kafka_bootstrap,
+        bootstrap,
         "--once",
-        "--commits-topic",
+        *(["--commits-topic", commits] if commits else ["--commits-topic"]),
         "--topic",
         topic,
         "--group-id",
     ]
+    capsys.readouterr()
     assert main(["consume-snapshot", *group, kit.unique("snap")]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
-    delivered = tmp_path / "delivered.txt"
+    delivered = tmp_path / f"delivered-{kit.unique('d')}.txt"
+    delivered.touch()
     hook = f"sh -c 'echo \"$DELTAMIRROR_TABLE $DELTAMIRROR_VERSION\" >> {delivered}'"
     assert main(["invalidate", *group, kit.unique("inv"), "--exec", hook]) == 0
     handed = [line.split() for line in delivered.read_text().splitlines()]
@@ -163,6 +179,99 @@ def test_two_tables_on_shared_topics_read_back_per_table_equal_their_own_events(
         assert files == [(v, v + 1) for v in range(n)]
         assert [int(v) for table, v in handed if table == uri] == list(range(n))
     assert len(handed) == sum(len(_by_version(e)) for e in own.values())
+
+
+def _wide_table(path: Path, versions: int) -> Path:
+    """A table of 60 columns: its metaData (the schema) and each add (its stats) pass 1 KB."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    for v in range(versions):
+        wide = pa.table({f"a_rather_long_column_name_{i:03d}": pa.array([v], pa.int64()) for i in range(60)})
+        write_deltalake(str(path), wide, mode="append")
+    return path
+
+
+def _interleaved(records: list[Any]) -> list[Any]:
+    """The records of each key in their order, the keys taking turns record by record: every
+    table's split record gets the other tables' records between its fragments."""
+    by_key: dict[bytes | None, list[Any]] = {}
+    for r in records:
+        by_key.setdefault(r.key, []).append(r)
+    queues = list(by_key.values())
+    out: list[Any] = []
+    while any(queues):
+        for queue in queues:
+            if queue:
+                out.append(queue.pop(0))
+    return out
+
+
+def _event_position(event: dict[str, Any]) -> Position:
+    timestamp = CommitTimestamp(
+        event["version"], event["commitTimestamp"], TimestampSource(event["commitTimestampSource"])
+    )
+    return Position(
+        event["tableId"], event["version"], event["index"], event["count"], timestamp, event["snapshot"]
+    )
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(240)
+def test_split_records_between_another_tables_on_a_shared_topic_are_read_whole_by_every_reader(
+    kafka_bootstrap: str, tmp_path: Path, kit: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """oversize_policy split (the default) on shared topics: two tables' records, each split into
+    fragments, written so that the other table's records come between every two fragments. The
+    change feed's reader (the Spark source's), consume-snapshot, invalidate and the watcher's tail
+    read each take every record whole (they joined fragments per partition and refused them)."""
+    from deltamirror.mirror.topics import TopicManager
+    from deltamirror.producer.publishing.tails import read_tails
+    from support.forge import read_all, write_topics
+
+    lake = tmp_path / "lake"
+    tables = [_wide_table(lake / "a", 2), _wide_table(lake / "sales" / "b", 3)]
+    own = {normalize_table_uri(str(t)): _own_events(kit, t) for t in tables}
+    name = kit.unique("split")
+    _watch_until(kafka_bootstrap, kit, lake, name, sum(len(e) for e in own.values()), max_record_bytes=1024)
+    written = read_all(kafka_bootstrap, f"deltamirror.{name}.actions")
+    actions = _interleaved(written)
+    runs: dict[bytes | None, list[int]] = {}  # per key, the places of its records' fragments
+    for at, r in enumerate(actions):
+        if dict(r.headers).get("fragment") is not None:
+            runs.setdefault(r.key, []).append(at)
+    assert len(runs) == 2, "both tables' records were split"
+    # another table's record between two fragments of one record of each table
+    assert all(any(b - a > 1 for a, b in itertools.pairwise(places)) for places in runs.values())
+    topics = write_topics(kafka_bootstrap, actions, read_all(kafka_bootstrap, f"deltamirror.{name}.commits"))
+
+    # the Spark source's reader: one table's records, each whole
+    for table in tables:
+        uri = normalize_table_uri(str(table))
+        assert _mirror_read(kafka_bootstrap, topics.actions, table, topics.commits) == _by_version(own[uri])
+    # consume-snapshot and invalidate: every table, every version, every file
+    _consumers_see_each_table(kafka_bootstrap, kit, topics.actions, own, tmp_path, capsys, topics.commits)
+    # the watcher's tail read at a restart: each table's last record and summary, whole
+    manager = TopicManager({"bootstrap.servers": kafka_bootstrap}, max_record_bytes=1_000_000)
+    ends = {topic: manager.end_offsets(topic) for topic in (topics.actions, topics.commits)}
+    del manager  # its admin client goes with it (no client is left open by a test)
+
+    def end_offsets(topic: str, committed: bool) -> dict[int, int]:
+        return ends[topic]  # nothing is written any more: the ends of a read_committed reader
+
+    for uri, events in own.items():
+        first, last = events[0], events[-1]
+        resume = read_tails(
+            {"bootstrap.servers": kafka_bootstrap},
+            end_offsets,
+            topics.actions,
+            topics.commits,
+            _event_position(first),
+            uri,
+        )
+        assert resume.overstated is None and resume.already.actions is not None, resume
+        assert resume.already.actions.key == (last["version"], last["snapshot"], last["index"])
+        assert resume.already.summary is not None and resume.already.summary.version == last["version"]
 
 
 @pytest.mark.kafka
@@ -184,27 +293,11 @@ def test_a_copied_table_on_the_same_shared_topic_is_another_table_to_the_reader(
         assert _mirror_read(kafka_bootstrap, name, table) == _by_version(own[table])
 
 
-def _event(uri: str, version: int) -> bytes:
-    return ActionEvent(
-        schema_version=1,
-        table_id="same-id",
-        table_uri=uri,
-        version=version,
-        commit_timestamp=1,
-        commit_timestamp_source="ict",
-        index=0,
-        count=1,
-        type="commitInfo",
-        snapshot=False,
-        action={"operation": "WRITE"},
-    ).to_json_bytes()
-
-
 def test_a_tables_tail_on_a_shared_topic_is_its_own_not_a_copys_with_the_same_id() -> None:
     """After trouble a table skips what its topics hold past its progress: a copy's later records
     (same id, same key) taken as its own would skip versions the table never published."""
     records = [
-        Record("t", 0, i, i, b"same-id", _event(uri, v), [], 0)
+        Record("t", 0, i, i, b"same-id", commit_info_value("same-id", uri, v), [], 0)
         for i, (uri, v) in enumerate([("file:///lake/a", 2), ("file:///lake/copy", 7)])
     ]
     tail = _tail_of(records, "same-id", summaries=False, table_uri="file:///lake/a")
@@ -231,7 +324,6 @@ def test_shared_topics_are_named_by_the_prefix_and_refused_with_row_changes(tmp_
             {
                 "kafka": {"bootstrap_servers": "k:9092"},
                 "discover": [{"uri": str(tmp_path), "topics": "shared"}],
-                "oversize_policy": "fail",
             },
             {"row_changes": True},
         )
@@ -268,18 +360,8 @@ def test_kill_9_with_two_tables_in_transactions_on_one_shared_partition_loses_an
     name = kit.unique("kill")
     actions, commits = f"deltamirror.{name}.actions", f"deltamirror.{name}.commits"
     config = tmp_path / "watch.yaml"
-    prefix = {"uri": str(lake), "name": name, "topics": "shared", "snapshot_mode": "from-timestamp"}
     config.write_text(
-        yaml.safe_dump(
-            {
-                "kafka": {"bootstrap_servers": kafka_bootstrap},
-                "discover": [{**prefix, "from_timestamp": FROM, "interval_s": 0.3, "poll_interval_s": 0.2}],
-                "progress_topic": kit.unique("progress"),
-                "transactional_id_prefix": kit.unique("dm"),
-                "txn_max_records": 5000,
-                "oversize_policy": "fail",
-            }
-        )
+        yaml.safe_dump(shared_watch_settings(kafka_bootstrap, lake, name, txn_max_records=5000))
     )
     log = tmp_path / "watch.log"
     argv = [sys.executable, "-m", "deltamirror.cli.main", "watch", "--config", str(config)]
@@ -341,17 +423,18 @@ def _refusal(data: dict[str, Any]) -> str:
     return message
 
 
-def test_shared_topics_refuse_split_records_and_topics_another_table_or_prefix_has(tmp_path: Path) -> None:
-    """A shared prefix's topics are its own, and records are not split on them: readers join a
-    record's fragments per partition, and another table's records may come between fragments."""
-    message = _refusal(_watch_config(tmp_path))  # oversize_policy split, the default
-    assert "discover.0.topics" in message and "oversize_policy: fail" in message, message
-    _refusal(_watch_config(tmp_path, oversize_policy="split"))
-    merge_overrides(_watch_config(tmp_path, oversize_policy="fail"), {})  # taken
+def test_shared_topics_take_split_records_and_refuse_topics_another_table_or_prefix_has(
+    tmp_path: Path,
+) -> None:
+    """A shared prefix's topics are its own; records are split on them as anywhere (readers join a
+    record's fragments per partition and key: another table's records may come between them)."""
+    for policy in ("split", "fail"):
+        assert merge_overrides(_watch_config(tmp_path, oversize_policy=policy), {}).oversize_policy == policy
+    assert merge_overrides(_watch_config(tmp_path), {}).oversize_policy == "split"  # the default
 
     # another prefix of the same last segment (no name): the same shared topics
     other = {"uri": str(tmp_path / "elsewhere" / "lake"), "topics": "shared"}
-    data = _watch_config(tmp_path, oversize_policy="fail")
+    data = _watch_config(tmp_path)
     message = _refusal({**data, "discover": [*data["discover"], other]})
     assert "discover.1.name" in message and "deltamirror.lake.actions" in message, message
     # a configured table whose default topics are the prefix's shared ones
@@ -369,7 +452,6 @@ def test_a_table_of_another_prefix_is_refused_on_a_shared_topic_and_one_dropped_
         {
             "kafka": {"bootstrap_servers": "k:9092"},
             "discover": [{"uri": str(tmp_path / "raw"), "topics": "shared"}],
-            "oversize_policy": "fail",
         }
     ).shared_topic_owners()
     claims = TopicClaims(owners)

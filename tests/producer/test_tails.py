@@ -9,10 +9,10 @@ are not published again, and a progress record committed over aborted actions is
 from __future__ import annotations
 
 from deltamirror.core.timestamps import CommitTimestamp, TimestampSource
-from deltamirror.mirror import ActionEvent
 from deltamirror.mirror.kafka.consumer import Record
 from deltamirror.producer.publishing.tails import Tail, _tail_of, reconcile
 from deltamirror.producer.tailing.work import Position
+from support.records import commit_info_value
 
 TABLE = "t-1"
 
@@ -69,19 +69,7 @@ def _record(value: bytes, offset: int) -> Record:
 def test_an_unreadable_last_record_gives_no_position_rather_than_an_older_one() -> None:
     """Anyone who can write the topic can append a record the watcher cannot read: taking the
     record before it as the tail would read as the progress overstated and publish again."""
-    good = ActionEvent(
-        schema_version=1,
-        table_id=TABLE,
-        table_uri="file:///data/t",
-        version=2,
-        commit_timestamp=1,
-        commit_timestamp_source="ict",
-        index=0,
-        count=1,
-        type="commitInfo",
-        snapshot=False,
-        action={"operation": "WRITE"},
-    ).to_json_bytes()
+    good = commit_info_value(TABLE, "file:///data/t", 2)
     records = [_record(good, 0), _record(b"not json", 1)]
     assert _tail_of(records, TABLE, summaries=False) is None
     tail = _tail_of(records[:1], TABLE, summaries=False)

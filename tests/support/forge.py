@@ -53,7 +53,8 @@ class Base:
         return sorted({json.loads(r.value or b"{}")["version"] for r in self.actions})
 
 
-def _read_all(bootstrap: str, topic: str) -> list[Rec]:
+def read_all(bootstrap: str, topic: str) -> list[Rec]:
+    """Every committed record of partition 0 of ``topic``, as written (key, value, headers, timestamp)."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
@@ -94,8 +95,8 @@ def mirror_base(bootstrap: str, table_id: str, workdir: Path) -> Base:
     name = f"forge-{uuid.uuid4().hex[:10]}"
     actions = f"{name}.actions"
     watch_until(bootstrap, table, actions, latest, name, snapshot_mode="from-version", from_version=0)
-    action_recs = _read_all(bootstrap, actions)
-    commit_recs = _read_all(bootstrap, actions.replace(".actions", ".commits"))
+    action_recs = read_all(bootstrap, actions)
+    commit_recs = read_all(bootstrap, actions.replace(".actions", ".commits"))
     events = [json.loads(r.value or b"") for r in action_recs]
     last = [e for e in events if e["version"] == latest]
     return Base(table, events[0]["tableUri"], events[0]["tableId"], action_recs, commit_recs, last)
@@ -117,6 +118,18 @@ def write_case(
     config: dict[str, str] | None = None,
 ) -> Topics:
     """Fresh topics holding ``base``'s records (or ``base_actions``), then the forged ones."""
+    return write_topics(
+        bootstrap,
+        [*(base.actions if base_actions is None else base_actions), *actions],
+        [*base.commits, *commits],
+        config=config,
+    )
+
+
+def write_topics(
+    bootstrap: str, actions: Iterable[Rec], commits: Iterable[Rec], *, config: dict[str, str] | None = None
+) -> Topics:
+    """Fresh actions and commits topics (one partition each) holding these records, in this order."""
     from confluent_kafka import Producer
 
     name = f"forged-{uuid.uuid4().hex[:10]}"
@@ -125,10 +138,7 @@ def write_case(
         new_topic(bootstrap, topic, config=config)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "message.max.bytes": 2_000_000})
     try:
-        for topic, recs in (
-            (topics.actions, [*(base.actions if base_actions is None else base_actions), *actions]),
-            (topics.commits, [*base.commits, *commits]),
-        ):
+        for topic, recs in ((topics.actions, actions), (topics.commits, commits)):
             for rec in recs:
                 kwargs: dict[str, Any] = {"key": rec.key, "headers": rec.headers, "partition": 0}
                 if rec.timestamp_ms is not None:

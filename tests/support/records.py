@@ -50,6 +50,26 @@ def action_values(
     return encoder.encode_many(0, list(actions))
 
 
+def commit_info_value(table_id: str, table_uri: str, version: int) -> bytes:
+    """The actions-topic value of a version of one action, a ``commitInfo`` (index 0 of 1, commit
+    timestamp 1 from In-Commit Timestamps), as the watcher writes it."""
+    from deltamirror.mirror import ActionEvent
+
+    return ActionEvent(
+        schema_version=1,
+        table_id=table_id,
+        table_uri=table_uri,
+        version=version,
+        commit_timestamp=1,
+        commit_timestamp_source="ict",
+        index=0,
+        count=1,
+        type="commitInfo",
+        snapshot=False,
+        action={"operation": "WRITE"},
+    ).to_json_bytes()
+
+
 def read_topic(
     kafka: Mapping[str, Any] | str, topic: str, *, isolation: str = "read_committed", timeout_s: float = 30.0
 ) -> list[Rec]:

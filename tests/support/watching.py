@@ -62,6 +62,63 @@ def watch_until(
         service.close()
 
 
+def watch_row_changes(
+    bootstrap: str,
+    table: Path | str,
+    actions: str,
+    until_version: int,
+    row_changes: dict[str, Any],
+    *,
+    changes_topic: str | None = None,
+    transaction_topic: str | None = None,
+    **table_settings: Any,
+) -> str:
+    """:func:`watch_until` from version 0 with ``row_changes`` on, to ``actions`` and its changes
+    and transaction topics (by default its ``.changes`` and ``.transaction`` partners), under a
+    transactional id prefix of its own; returns the changes topic."""
+    changes = changes_topic or actions.replace(".actions", ".changes")
+    watch_until(
+        bootstrap,
+        table,
+        actions,
+        until_version,
+        f"dm-{uuid.uuid4().hex[:10]}",
+        snapshot_mode="from-version",
+        changes_topic=changes,
+        transaction_topic=transaction_topic or actions.replace(".actions", ".transaction"),
+        row_changes=row_changes,
+        **table_settings,
+    )
+    return changes
+
+
+#: a time before every commit of the tables a test writes: a discover prefix from it mirrors the whole log
+FROM_THE_START = "2000-01-01T00:00:00Z"
+
+
+def shared_watch_settings(bootstrap: str, lake: Path | str, name: str, **top: Any) -> dict[str, Any]:
+    """The settings of a watcher over every table under ``lake`` on the prefix's shared topics
+    (``deltamirror.NAME.actions`` / ``.commits``), each table's whole log, found and polled quickly,
+    with a progress topic and transactional ids of ``name``'s; ``top``: more top-level settings."""
+    return {
+        "kafka": {"bootstrap_servers": bootstrap},
+        "discover": [
+            {
+                "uri": str(lake),
+                "name": name,
+                "topics": "shared",
+                "snapshot_mode": "from-timestamp",
+                "from_timestamp": FROM_THE_START,
+                "interval_s": 0.3,
+                "poll_interval_s": 0.2,
+            }
+        ],
+        "progress_topic": f"{name}.progress",
+        "transactional_id_prefix": f"{name}-dm",
+        **top,
+    }
+
+
 def published_version(bootstrap: str, commits: str, table_id: str | None = None) -> int:
     """The highest version summarized on ``commits`` (read_committed), or -1."""
     from confluent_kafka import Consumer, TopicPartition

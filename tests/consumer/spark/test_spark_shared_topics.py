@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 from support.spark import spark  # noqa: F401
+from support.watching import shared_watch_settings
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(600)]
 
@@ -41,25 +42,7 @@ def test_a_stream_of_one_table_on_shared_topics_reads_its_rows_only(
     _write(lake / "a", 100, 3)
     _write(lake / "b", 500, 2)
     name = f"sp-{uuid.uuid4().hex[:8]}"
-    cfg = WatchConfig.model_validate(
-        {
-            "kafka": {"bootstrap_servers": kafka_bootstrap},
-            "discover": [
-                {
-                    "uri": str(lake),
-                    "name": name,
-                    "topics": "shared",
-                    "snapshot_mode": "from-timestamp",
-                    "from_timestamp": "2000-01-01T00:00:00Z",
-                    "interval_s": 0.3,
-                    "poll_interval_s": 0.2,
-                }
-            ],
-            "progress_topic": f"{name}.progress",
-            "transactional_id_prefix": name,
-            "oversize_policy": "fail",
-        }
-    )
+    cfg = WatchConfig.model_validate(shared_watch_settings(kafka_bootstrap, lake, name))
     topics = f"deltamirror.{name}"
     service = WatchService(cfg, stop_budget_s=5.0)
     service.start()
