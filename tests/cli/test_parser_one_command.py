@@ -143,12 +143,12 @@ def test_a_command_runs_with_what_the_process_held_at_its_start_frozen(
 
     seen: list[int] = []
 
-    def register(sub: Any) -> None:
+    def add_gc_probe(sub: Any) -> None:
         parser = sub.add_parser("gc-probe")
         parser.set_defaults(handler=lambda args: seen.append(gc.get_freeze_count()) or 0)
 
     probe = types.ModuleType("gc_probe_cmd")
-    probe.register = register  # type: ignore[attr-defined]
+    probe.PARSERS = {"gc-probe": add_gc_probe}  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "gc_probe_cmd", probe)
     monkeypatch.setitem(cli_main.COMMANDS, "gc-probe", "gc_probe_cmd")
     monkeypatch.setattr(cli_main, "PLUGINS", (*cli_main.PLUGINS, "gc_probe_cmd"))
