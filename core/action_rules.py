@@ -367,6 +367,57 @@ STRUCTS: dict[str, type[msgspec.Struct]] = {name: _TYPES[name][2] for name in so
 STRUCT_DECODERS: dict[str, msgspec.json.Decoder[Any]] = {
     name: msgspec.json.Decoder(kind) for name, kind in STRUCTS.items()
 }
+
+#: fields of the file actions that a reader publishing the log's own bytes (the watcher) does not
+#: read (``stats``), or reads once per distinct text (``partitionValues``): :data:`FORWARD_DECODERS`
+#: keeps them as raw JSON. (``tags`` are built: a check of their raw text afterwards, one decode
+#: per distinct text, measured dearer than the dict msgspec builds on the way.)
+FORWARDED_FIELDS = ("partitionValues", "stats")
+#: an optional forwarded field that is absent reads as JSON null
+RAW_NULL = msgspec.Raw(b"null")
+
+
+def _forwarding(kind: type[msgspec.Struct]) -> type[msgspec.Struct]:
+    """``kind`` with its :data:`FORWARDED_FIELDS` as :class:`msgspec.Raw`: msgspec still parses
+    their text (strict JSON syntax, escapes, surrogates; not UTF-8) but builds no object of it."""
+    required, optional = [], []
+    info = msgspec.inspect.type_info(kind)
+    assert isinstance(info, msgspec.inspect.StructType)
+    for f in info.fields:
+        forwarded = f.name in FORWARDED_FIELDS
+        typ = msgspec.Raw if forwarded else kind.__annotations__[f.name]
+        if f.required:
+            required.append((f.name, typ))
+        else:
+            optional.append((f.name, typ, RAW_NULL if forwarded else None))
+    return msgspec.defstruct(
+        "forward_" + kind.__name__,
+        [*required, *optional],
+        kw_only=True,
+        forbid_unknown_fields=True,
+        gc=False,
+        module=__name__,
+    )
+
+
+#: the file actions with :data:`FORWARDED_FIELDS` left as raw JSON; what one of them must hold is
+#: checked afterwards by :data:`FORWARD_CHECKS` (core.actions does both, on UTF-8 text only)
+FORWARD_DECODERS: dict[str, msgspec.json.Decoder[Any]] = {
+    name: msgspec.json.Decoder(_forwarding(kind)) for name, kind in STRUCTS.items()
+}
+#: per file action, per forwarded field it has: None for "a string or null" (the raw text, valid
+#: JSON, then only needs to start with a quote or be null), else the decoder of the field's own
+#: type in the Struct (run once per distinct text)
+FORWARD_CHECKS: dict[str, dict[str, msgspec.json.Decoder[Any] | None]] = {
+    name: {
+        field: None
+        if kind.__annotations__[field] == (str | None)
+        else msgspec.json.Decoder(kind.__annotations__[field])
+        for field in FORWARDED_FIELDS
+        if field in kind.__struct_fields__
+    }
+    for name, kind in STRUCTS.items()
+}
 #: an action type this version does not know: any JSON value with finite numbers
 _UNKNOWN = SchemaValidator(_FREE, config=_STRICT)
 

@@ -28,8 +28,13 @@ validated value and the log's own bytes (which the watcher publishes as they are
 The watcher (``structs``) reads file actions through msgspec Structs compiled from the same
 rules (:data:`~.action_rules.STRUCTS`): no dict per action, about half the cost. A body the
 Structs refuse, or one holding a field this version does not know, goes to the validators, whose
-verdict (and message) stands; tests/core/test_boundary_agreement.py holds both to one answer over
-the real writers' logs and the mutation corpus.
+verdict (and message) stands. A run of plain file-action lines of a buffer that is valid UTF-8 is
+first decoded with ``stats`` and ``partitionValues`` left as raw JSON (:data:`~.action_rules.
+FORWARD_DECODERS`: parsed strictly, not built): ``stats`` is then checked to be a string or null by
+its first byte, each distinct ``partitionValues`` text decoded once by its field's own type; any
+refusal there sends the run to the Structs, so the verdicts are theirs.
+tests/core/test_boundary_agreement.py holds all three to one answer over the real writers' logs
+and the mutation corpus.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from __future__ import annotations
 import itertools
 import json
 import operator
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import IO, Any
@@ -48,6 +53,8 @@ from pydantic_core import PydanticCustomError, ValidationError
 
 from .action_rules import (
     FILE_ACTIONS,
+    FORWARD_CHECKS,
+    FORWARD_DECODERS,
     KNOWN_ACTIONS,
     STRUCT_DECODERS,
     VALIDATORS,
@@ -215,6 +222,9 @@ class ActionRun:
     line: int
     bodies: list[bytes]
     values: list[Any]
+    #: for a run decoded with its forwarded fields raw (:data:`~.action_rules.FORWARD_DECODERS`):
+    #: its distinct ``partitionValues`` texts, each with its checked value (None: no map)
+    partitions: dict[bytes, dict[str, str | None] | None] | None = None
 
     def __len__(self) -> int:
         return len(self.values)
@@ -240,6 +250,8 @@ class _Scanner:
         self.where = where
         self.only = tuple(only)
         self.structs: Mapping[str, msgspec.json.Decoder[Any]] = STRUCT_DECODERS if structs else {}
+        #: the buffer being scanned is valid UTF-8 (what msgspec does not check of a raw field)
+        self._utf8 = False
 
     def buffer(self, text: bytes, lineno: int) -> tuple[list[ActionRun], int]:
         """The runs of ``text`` (whole lines, its first being line ``lineno + 1``) and the number
@@ -254,6 +266,7 @@ class _Scanner:
         out: list[ActionRun] = []
         if self.only:
             return out, self._some_lines(_lines_of(text), lineno, out)
+        self._utf8 = bool(self.structs) and _is_utf8(text)
         if text.count(b"\n", 0, _FEW_LINES_BYTES) < _FEW_LINES:  # few lines: one by one
             return out, self._lines(_lines_of(text), lineno, out)
         pieces = text.split(_ADD_BOUNDARY)
@@ -274,6 +287,11 @@ class _Scanner:
         field this version does not know) is left to the validators, whose verdict stands."""
         decoder = self.structs.get(name)
         if decoder is not None:
+            if self._utf8:
+                forwarded = _forwarded(name, bodies, line)
+                if forwarded is not None:
+                    out.append(forwarded)
+                    return True
             try:
                 out.append(ActionRun(name, line, bodies, list(map(decoder.decode, bodies))))
                 return True
@@ -332,6 +350,48 @@ class _Scanner:
                 else:
                     out.append(ActionRun(name, lineno, [body], [value]))
         return lineno
+
+
+def _is_utf8(text: bytes) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.decode()  # strict: no surrogate, no overlong form (as msgspec decodes a string)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+#: the first bytes of a valid JSON text that is a string or null (``"`` and ``n``)
+_STRING_OR_NULL = frozenset(b'"n')
+_FIRST_BYTE = operator.itemgetter(0)
+_VIEW: Callable[[Any], memoryview] = memoryview
+
+
+def _forwarded(name: str, bodies: list[bytes], line: int) -> ActionRun | None:
+    """Bodies of file actions (valid UTF-8) decoded with their forwarded fields raw, then those
+    fields checked as the Struct checks them: ``stats`` by its first byte, ``partitionValues``
+    once per distinct text. None when any of this refuses a body (the Structs, then the validators, judge
+    them and name what is wrong), so nothing is accepted that the Struct would refuse."""
+    decoder = FORWARD_DECODERS.get(name)
+    if decoder is None:
+        return None
+    try:
+        values = list(map(decoder.decode, bodies))
+        partitions = None
+        for field, check in FORWARD_CHECKS[name].items():
+            raws = map(operator.attrgetter(field), values)
+            if check is None:  # a string or null: by its first byte (no copy of the text)
+                if not _STRING_OR_NULL.issuperset(map(_FIRST_BYTE, map(_VIEW, raws))):
+                    return None
+                continue
+            distinct = dict.fromkeys(map(bytes, raws))
+            checked = dict(zip(distinct, map(check.decode, distinct), strict=True))
+            if field == "partitionValues":
+                partitions = checked
+    except ValueError:  # msgspec.DecodeError (a ValidationError too)
+        return None
+    return ActionRun(name, line, bodies, values, partitions)
 
 
 #: how a line of one known action with an object body starts: one that also ends with ``}}`` is
@@ -429,7 +489,9 @@ def read_actions(
 
     With ``structs``, the values of file actions (add, remove, cdc) are msgspec Structs of their
     fields (:data:`~.action_rules.STRUCTS`, read as attributes; fields unknown to this version are
-    checked, not kept) instead of dicts: for a reader that publishes the actions' own bytes and
+    checked, not kept; in runs of plain lines ``stats`` and ``partitionValues`` are
+    :class:`msgspec.Raw` text, checked, with the run's distinct maps in :attr:`ActionRun.partitions`)
+    instead of dicts: for a reader that publishes the actions' own bytes and
     reads a few fields (the watcher), decoded in C at about half the cost. The same lines are
     accepted and refused, with the same messages.
     """
@@ -486,6 +548,8 @@ class PartitionKeySets:
         without the map), which a caller summarizing partitions uses."""
         if run.name not in FILE_ACTIONS:
             return {}
+        if run.partitions is not None:  # forwarded: each distinct text checked once already
+            return dict.fromkeys(tuple(m.items()) for m in run.partitions.values() if m is not None)
         if len(run.values) == 1:  # small commits interleave removes and adds: runs of one
             one = run.values[0].partitionValues
             return {} if one is None else {tuple(one.items()): None}

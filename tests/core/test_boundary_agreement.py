@@ -35,11 +35,14 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 def _same(struct: msgspec.Struct, value: Any) -> bool:
     """A Struct holds what the validator's dict holds in each of its fields (absent reads as null;
-    the dict's fields this version does not know are not the Struct's)."""
+    the dict's fields this version does not know are not the Struct's; a field the watcher
+    forwards, read raw, holds the JSON text of that value)."""
     if not isinstance(value, dict):
         return False
     for name in struct.__struct_fields__:
         a, b = getattr(struct, name), value.get(name)
+        if isinstance(a, msgspec.Raw):
+            a = msgspec.json.decode(a)
         if isinstance(a, msgspec.Struct):
             if not _same(a, b):
                 return False
@@ -216,6 +219,22 @@ _DV = b'"deletionVector":{"storageType":"u","pathOrInlineDv":"ab","sizeInBytes":
         _ADD + b',"tags":{"a":NaN}}',
         _ADD + b',"partitionValues":{"p":["x"]}}',
         _ADD + b',"partitionValues":null}',
+        # the fields the watcher reads raw (stats, tags, partitionValues), checked after the parse
+        _ADD + b',"stats":5}',
+        _ADD + b',"stats":true}',
+        _ADD + b',"stats":null}',
+        _ADD + b',"stats":{"numRecords":1}}',
+        _ADD + b',"stats":["{}"]}',
+        _ADD + b',"stats":"\\u00e9\\"\\n"}',
+        _ADD + b',"stats":"\xc3\xa9"}',  # valid UTF-8, not ASCII
+        _ADD + b',"tags":"x"}',
+        _ADD + b',"tags":[]}',
+        _ADD + b',"tags":{"a":{"b":"c"}}}',
+        _ADD + b',"tags":{"a":null,"b":"\xc3\xa9"}}',
+        _ADD + b',"partitionValues":"p=1"}',
+        _ADD + b',"partitionValues":{"p":1}}',
+        _ADD + b',"partitionValues":{"p":null,"q":"x"}}',
+        _ADD + b',"partitionValues":{"p":"1","p":2}}',
         _ADD + b"} trailing",
         _ADD + b",}",
         _ADD + b',"size":01}',
@@ -236,3 +255,26 @@ def test_one_answer_for_hand_made_lines(name: str, body: bytes) -> None:
     assert _check_bodies(data, tally) == []
     assert _check_readers(data) == []
     assert _check_readers(data * 100) == []  # a run of lines, decoded together
+
+
+def test_plain_file_actions_are_read_with_their_forwarded_fields_raw() -> None:
+    """The watcher's fast path: a run of add lines is parsed with stats and partitionValues left
+    as JSON text (checked, not built), each distinct partitionValues text checked once; a
+    buffer that is not valid UTF-8 (which msgspec does not check of raw text) takes the Structs,
+    which refuse the line."""
+    lines = b"".join(b'{"add":' + _ADD + b',"tags":{"t":"' + str(i).encode() + b'"}}}\n' for i in range(100))
+    runs = list(read_actions(lines, table="t", file="f.json", version=3, structs=True))
+    assert {r.name for r in runs} == {"add"} and sum(map(len, runs)) == 100
+    assert all(r.partitions == {b'{"p":"1"}': {"p": "1"}} for r in runs)
+    first = runs[0].values[0]
+    assert isinstance(first.stats, msgspec.Raw) and bytes(first.stats) == b'"{}"'
+    assert first.tags == {"t": "0"}
+    assert _check_readers(lines) == []
+    not_utf8 = lines.replace(b'"t":"7"', b'"t":"\xff"')
+    with pytest.raises(CorruptLogError, match=r"line=8"):
+        list(read_actions(not_utf8, table="t", file="f.json", version=3, structs=True))
+    accented = lines.replace(b'"t":"7"', b'"t":"\xc3\xa9"')
+    runs = list(read_actions(accented, table="t", file="f.json", version=3, structs=True))
+    assert [v for r in runs for v in r.values][7].tags == {"t": "\u00e9"}
+    assert all(r.partitions is not None for r in runs)  # valid UTF-8: the fast path too
+    assert _check_readers(accented) == []
