@@ -91,11 +91,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     in_main_thread = threading.current_thread() is threading.main_thread()
     stops = StopSignals(mode="unwind").install() if in_main_thread else None
-    # what the process holds when the command starts (its modules, classes, functions: a few
-    # hundred thousand objects, none of them garbage) is frozen for the command's run, so the
-    # cyclic collector's full passes skip it (one during a consume-snapshot restart took ~30 ms of
-    # CPU, and a long run pays one per many thousand allocations); unfrozen when the command
-    # returns. Not when the process froze objects of its own: those stay as they are.
+    # what the process holds when main() starts is frozen for the command's run, so the cyclic
+    # collector's full passes skip it; unfrozen when the command returns. From the command line
+    # that is the interpreter's and this module's objects (about 10,000): the modules a command
+    # imports as it runs (pyarrow, pydantic, the consumer) come after and are not frozen. Not when
+    # the process froze objects of its own: those stay as they are.
     froze = in_main_thread and gc.get_freeze_count() == 0
     if froze:
         gc.freeze()

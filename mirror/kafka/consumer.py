@@ -353,8 +353,10 @@ class MirrorConsumer:
         log holds records past it (the high watermark of the fetch that reported it is beyond it:
         a transaction still open, or one committed whose markers are not written yet, as after
         ``commit_transaction`` returns), the partition counts as at its end only once ``poll_s``
-        passed without a record of it: a transaction just committed is read, one still open is
-        not waited for. When the log holds nothing past it, the end is final at once.
+        passed without a record of it: a transaction whose markers come within that is read, one
+        still open (or slower) is not waited for. When the log holds nothing past it, the end is
+        final at once. A record in part at an end with records past it is kept, not cut short: its
+        last fragments may lie behind another producer's open transaction (a shared topic).
 
         Fragments that do not make a record (missing, out of order, beyond the ``limits``, or cut
         short: a partition that ends, or waits ``fragment_wait_s``, with a record's last fragment
@@ -408,12 +410,18 @@ class MirrorConsumer:
                 if err is not None:
                     last = None
                     if err.code() == _RdKafkaError._PARTITION_EOF:
-                        if until_end and not self._nothing_past(where, msg.offset() or 0):
+                        final = self._nothing_past(where, msg.offset() or 0)
+                        if until_end and not final:
                             held.setdefault(where, time.monotonic())
                         else:
                             pending.discard(where)
                             held.pop(where, None)
-                        if where in assembling:  # the end came before a record's last fragment
+                        # the end came before a record's last fragment: cut short only when the
+                        # log holds nothing past the end. Records past it sit behind an open
+                        # transaction (the last stable offset): on a topic shared by many tables
+                        # another producer's transaction may open between a committed record's
+                        # fragments, and its last fragments come when that transaction ends
+                        if final and where in assembling:
                             refused = self._cut_short(where, "the partition ends", on_bad_record)
                             if refused is not None:
                                 break
@@ -464,7 +472,7 @@ class MirrorConsumer:
                     last_end_check = time.monotonic()
                     pending = {w for w in pending if not self._at_end(*w)}
                     for where in {w for w in assembling.starts() if w not in pending}:
-                        if refused is None:
+                        if refused is None and self._nothing_past(where, self._position(where)):
                             refused = self._cut_short(where, "the partition ends", on_bad_record)
                 if pending and idle_timeout_s is not None and quiet >= idle_timeout_s:
                     raise KafkaError(
@@ -535,6 +543,14 @@ class MirrorConsumer:
         of the first fragment of the oldest such record: a reader that stores or saves offsets
         stores none past it, or a restart would miss that record."""
         return self._fragments.starts()
+
+    def _position(self, where: tuple[str, int]) -> int:
+        """The consumer's position in ``where`` (-1 when it has none yet)."""
+        try:
+            offset: int = self._consumer.position([TopicPartition(*where)])[0].offset
+        except KafkaException:
+            return -1
+        return offset
 
     def _at_end(self, topic: str, partition: int) -> bool:
         tp = TopicPartition(topic, partition)

@@ -87,8 +87,13 @@ class RecordLimits:
     ``max_record_bytes``: a whole record, fragments joined (the watcher splits a value larger than
     its ``max_record_bytes``, 1 MB by default, so only an action of tens of megabytes comes near).
     ``max_fragments``, ``fragment_wait_s``: the fragments of one record, and how long the first
-    may wait for the last (the watcher writes them in one transaction: a reader sees them all at
-    once). ``max_tables``: distinct tables a reader keeps state for (an id never seen before, past
+    may wait for the last. The watcher writes them in one transaction, so on a topic of one table a
+    reader sees them all at once; on a topic shared by many tables another producer's transaction
+    may open between them, and a ``read_committed`` reader sees the first fragments (below the last
+    stable offset) and the rest only when that transaction ends, which the broker forces within
+    ``transaction.max.timeout.ms`` (15 minutes by default): hence 16 minutes. A record cut short
+    at a partition's end with nothing past it is refused at once, without this wait.
+    ``max_tables``: distinct tables a reader keeps state for (an id never seen before, past
     that, is refused). ``max_retired``: ids of replaced or dropped tables remembered (the oldest
     are forgotten first). ``max_actions_per_version``: the ``count`` a version (or snapshot) may
     say, so what a reader holds of a version still incomplete (a snapshot of 50 million files
@@ -100,7 +105,7 @@ class RecordLimits:
 
     max_record_bytes: int = 64 * MiB
     max_fragments: int = 65_536
-    fragment_wait_s: float = 60.0
+    fragment_wait_s: float = 960.0
     max_tables: int = 10_000
     max_retired: int = 10_000
     max_actions_per_version: int = 50_000_000

@@ -8,6 +8,7 @@ transaction of ``n`` records takes ``n`` offsets and its commit or abort marker 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -228,6 +229,43 @@ def test_fragments_split_over_transactions_are_joined(kafka_bootstrap: str, topi
     got = _read_to_end(kafka_bootstrap, topic)
     # three one-record transactions: records at 0, 2, 4 (markers at 1, 3, 5)
     assert [(r.value, r.first_offset, r.offset) for r in got] == [(b"abcdef", 0, 4)]
+
+
+def test_a_committed_record_whose_fragments_another_open_transaction_splits_is_waited_for(
+    kafka_bootstrap: str, topic: str
+) -> None:
+    """On a topic shared by many tables another producer's transaction may open between a record's
+    fragments. Once the record's transaction commits, a read_committed reader sees its first
+    fragment (below the last stable offset) and the rest only when the other transaction ends: the
+    partition's end then comes with records past it, and the record is not cut short there (it
+    was refused as "a record cut short" before, dropped or stopping the reader); it comes whole
+    once the other transaction ends."""
+    table_a, table_b = _transactional_producer(kafka_bootstrap), _transactional_producer(kafka_bootstrap)
+    table_a.begin_transaction()
+    table_a.produce(topic, b"ab", b"table-a", partition=0, headers=[(HEADER_FRAGMENT, b"0/2")])
+    table_a.flush(30)
+    table_b.begin_transaction()
+    table_b.produce(topic, b"other", b"table-b", partition=0)
+    table_b.flush(30)
+    table_a.produce(topic, b"cd", b"table-a", partition=0, headers=[(HEADER_FRAGMENT, b"1/2")])
+    table_a.flush(30)
+    table_a.commit_transaction(30)
+    try:
+        with MirrorConsumer(_kafka(kafka_bootstrap), purpose="test") as consumer:
+            consumer.assign([(topic, 0, None)])
+            # the end is table-b's open transaction, its first offset: table-a's first fragment only
+            assert [r for b in consumer.batches(until_end=True, timeout_s=READ_S) for r in b] == []
+            assert consumer.fragment_starts() == {(topic, 0): 0}
+            table_b.commit_transaction(30)
+            wait_settled(kafka_bootstrap, topic)
+            got = [r for b in consumer.batches(until_end=True, timeout_s=READ_S) for r in b]
+    finally:
+        with contextlib.suppress(Exception):
+            table_b.abort_transaction(30)
+    assert [(r.key, r.value, r.first_offset, r.offset) for r in got] == [
+        (b"table-b", b"other", 1, 1),
+        (b"table-a", b"abcd", 0, 2),
+    ]
 
 
 # --- topics that do not exist ---------------------------------------------------------------------
