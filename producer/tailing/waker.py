@@ -35,10 +35,30 @@ STOP_RELAY_INTERVAL_S = 0.2
 
 _ONLY_COMMIT_EVENTS = ("created", "moved", "closed")
 
-#: file systems whose notifications miss what other machines write there: a log on one is polled as
-#: if no notification watched it (FUSE mounts too: sshfs, s3fs, gcsfuse...)
+#: file systems whose notifications miss what other machines (or a VM's host) write there: network
+#: and cluster file systems, VM shared folders; a log on one is polled as if no notification watched
+#: it (FUSE mounts too: sshfs, s3fs, gcsfuse...)
 NETWORK_FILE_SYSTEMS = frozenset(
-    {"nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "ceph", "glusterfs", "lustre", "gpfs", "afs", "davfs"}
+    {
+        "nfs",
+        "nfs4",
+        "cifs",
+        "smb3",
+        "smbfs",
+        "9p",
+        "ceph",
+        "glusterfs",
+        "lustre",
+        "gpfs",
+        "afs",
+        "davfs",
+        "virtiofs",
+        "vboxsf",
+        "vmhgfs",
+        "ocfs2",
+        "gfs2",
+        "beegfs",
+    }
 )
 #: how long the mount table read from /proc/self/mounts is used before it is read again
 MOUNTS_TTL_S = 60.0
