@@ -133,7 +133,7 @@ ADMIN_BATCH = 500
 
 
 class _Batch:
-    def __init__(self) -> None:
+    def __init__(self, deadline: float = 0.0) -> None:
         self.items: dict[str, Any] = {}
         self.ready = threading.Event()
         self.futures: dict[str, Any] = {}
@@ -141,6 +141,8 @@ class _Batch:
         #: callers waiting for it, and set when its opener may send it (``_Coalesced``)
         self.callers = 0
         self.turn = threading.Event()
+        #: when its answers are due (``time.monotonic()``): its opener's ask plus its timeout
+        self.deadline = deadline
 
 
 class _AdminBatches:
@@ -196,22 +198,33 @@ class _Coalesced:
     start waited on). Nothing waits to gather: a caller alone is answered at once. The caller that
     opened a batch sends it; the others wait for its answer only (no thread is woken for a batch
     it is not in).
+
+    A batch has one deadline, its opener's ask plus its timeout (the earliest of its callers'):
+    ``send`` gets it and answers what it reached by then; a key it did not answer, or a caller
+    still waiting at its own deadline, gets ``missed(key)``. No caller waits longer than its own
+    timeout, however many keys share its batch (a batch once cost a timeout per topic).
     """
 
-    def __init__(self, send: Callable[[list[Any]], dict[Any, Any]]) -> None:
+    def __init__(
+        self,
+        send: Callable[[list[Any], float], dict[Any, Any]],
+        missed: Callable[[Any], BaseException],
+    ) -> None:
         self._send = send
+        self._missed = missed
         self._lock = threading.Lock()
         self._busy = False
         #: the batch that takes the keys asked now (sent once the one in flight is answered)
         self._next: _Batch | None = None
 
-    def get(self, key: Any) -> Any:
+    def get(self, key: Any, timeout_s: float) -> Any:
         """``key``'s answer (what ``send`` gave for it: a value, or an exception to raise)."""
+        deadline = time.monotonic() + timeout_s
         with self._lock:
             batch = self._next
             opened = batch is None
             if batch is None:
-                batch = _Batch()
+                batch = _Batch(deadline)
             batch.items[key] = key
             batch.callers += 1
             if opened and not self._busy:  # nothing in flight: sent now, by this caller
@@ -220,11 +233,13 @@ class _Coalesced:
             elif opened:  # sent by this caller once the request in flight is answered
                 self._next = batch
         if not opened:
-            batch.ready.wait()
+            if not batch.ready.wait(max(0.0, deadline - time.monotonic())):
+                return self._missed(key)
             return self._answer(batch, key)
-        batch.turn.wait()
+        batch.turn.wait()  # the batch in flight ends by its deadline, which is before this one's
         try:
-            batch.futures = self._send(list(batch.items))
+            if time.monotonic() < batch.deadline:
+                batch.futures = self._send(list(batch.items), batch.deadline)
         except BaseException as exc:  # given to every caller of the batch
             batch.error = exc
         finally:
@@ -236,10 +251,11 @@ class _Coalesced:
                 following.turn.set()
         return self._answer(batch, key)
 
-    @staticmethod
-    def _answer(batch: _Batch, key: Any) -> Any:
+    def _answer(self, batch: _Batch, key: Any) -> Any:
         if batch.error is not None:
             return batch.error
+        if key not in batch.futures:
+            return self._missed(key)
         return batch.futures[key]
 
 
@@ -272,7 +288,12 @@ class TopicManager:
             lambda resources: {r.name: f for r, f in self._admin.describe_configs(resources).items()}
         )
         #: the end offsets asked by many threads at once, one request for all
-        self._ends = _Coalesced(self._read_ends)
+        self._ends = _Coalesced(
+            self._read_ends,
+            lambda key: KafkaError(
+                f"cannot read the end offsets of {key[0]}: {self._unanswered()}", topic=key[0]
+            ),
+        )
 
     def _cached(self, kind: str, name: str, fresh: bool, check: Callable[[], TopicLimits]) -> TopicLimits:
         key = (kind, name)
@@ -333,29 +354,35 @@ class TopicManager:
         with ``committed=False`` the high watermark (records of open transactions included).
 
         "Now" is a moment after the call: concurrent calls (tables resuming together on shared
-        topics ask the same) are answered by one request per topic (:class:`_Coalesced`).
+        topics ask the same) are answered by one request for all (:class:`_Coalesced`), within
+        the manager's timeout.
         """
-        answer = self._ends.get((name, committed))
+        answer = self._ends.get((name, committed), self.timeout_s)
         if isinstance(answer, BaseException):
             raise answer
         return dict(answer)
 
-    def _read_ends(self, keys: list[tuple[str, bool]]) -> dict[tuple[str, bool], Any]:
-        """The ends of ``keys`` ((topic, committed) pairs): one metadata request per topic and one
-        ListOffsets request per isolation level for all of them; a topic's failure is its own."""
+    def _read_ends(self, keys: list[tuple[str, bool]], deadline: float) -> dict[tuple[str, bool], Any]:
+        """The ends of ``keys`` ((topic, committed) pairs): one metadata request for all their
+        topics and one ListOffsets request per isolation level, each given what is left until
+        ``deadline``; a topic's failure is its own, and a key not reached by then is left out."""
         out: dict[tuple[str, bool], Any] = {}
         partitions: dict[str, list[int]] = {}
-        for name in dict.fromkeys(name for name, _ in keys):
-            try:
-                topic = self._admin.list_topics(topic=name, timeout=self.timeout_s).topics.get(name)
-                if topic is None or topic.error is not None or not topic.partitions:
-                    raise KafkaError(f"cannot read the metadata of topic {name}", topic=name)
-                partitions[name] = sorted(topic.partitions)
-            except KafkaException as exc:
-                error = KafkaError(f"cannot read the end offsets of {name}: {exc}", topic=name)
+        names = list(dict.fromkeys(name for name, _ in keys))
+        try:
+            # one topic is asked by name; several by one request for every topic's metadata
+            metadata = self._admin.list_topics(
+                topic=names[0] if len(names) == 1 else None, timeout=_left(deadline)
+            ).topics
+        except KafkaException as exc:
+            return {k: KafkaError(f"cannot read the end offsets of {k[0]}: {exc}", topic=k[0]) for k in keys}
+        for name in names:
+            topic = metadata.get(name)
+            if topic is None or topic.error is not None or not topic.partitions:
+                error = KafkaError(f"cannot read the metadata of topic {name}", topic=name)
                 out.update({k: error for k in keys if k[0] == name})
-            except KafkaError as exc:
-                out.update({k: exc for k in keys if k[0] == name})
+            else:
+                partitions[name] = sorted(topic.partitions)
         for committed in (True, False):
             names = [name for name, c in keys if c == committed and name in partitions]
             if not names:
@@ -367,7 +394,7 @@ class TopicManager:
                     isolation_level=IsolationLevel.READ_COMMITTED
                     if committed
                     else IsolationLevel.READ_UNCOMMITTED,
-                    request_timeout=self.timeout_s,
+                    request_timeout=_left(deadline),
                 )
             except KafkaException as exc:
                 out.update(
@@ -383,7 +410,7 @@ class TopicManager:
                 if key in out:
                     continue
                 try:
-                    ends[tp.topic][tp.partition] = future.result(timeout=self.timeout_s).offset
+                    ends[tp.topic][tp.partition] = future.result(timeout=_left(deadline)).offset
                 except KafkaException as exc:
                     out[key] = KafkaError(f"cannot read the end offsets of {tp.topic}: {exc}", topic=tp.topic)
                 except TimeoutError:  # the future's own wait, which can end before the request's timeout
@@ -481,6 +508,12 @@ class TopicManager:
             reason = str(exc) or self._unanswered()
             raise KafkaError(f"cannot read the configuration of topic {name}: {reason}", topic=name) from exc
         return {key: entry.value for key, entry in entries.items() if entry.value is not None}
+
+
+def _left(deadline: float) -> float:
+    """The seconds left until ``deadline`` (``time.monotonic()``), a little at least: a request
+    given no time is not sent."""
+    return max(0.001, deadline - time.monotonic())
 
 
 def _int(text: str | None) -> int | None:

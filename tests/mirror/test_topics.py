@@ -111,11 +111,16 @@ class _HeldListOffsets:
 
         self._admin = admin
         self.requests: list[int] = []  # partitions asked, per ListOffsets request
+        self.metadata: list[str | None] = []  # the topic named, per metadata request (None: all)
         self.in_flight = threading.Event()
         self.release = threading.Event()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._admin, name)
+
+    def list_topics(self, *args: Any, **kwargs: Any) -> Any:
+        self.metadata.append(kwargs.get("topic"))
+        return self._admin.list_topics(*args, **kwargs)
 
     def list_offsets(self, wanted: Any, *args: Any, **kwargs: Any) -> Any:
         self.requests.append(len(wanted))
@@ -171,3 +176,100 @@ def test_end_offsets_asked_by_many_threads_at_once_is_one_request_and_each_answe
         f"later-{i}": {0: 1} for i in range(20)
     }
     assert held.requests == [1, 1]  # the first caller's request, then one for the twenty others
+    assert held.metadata == [topic, topic]
+
+
+@pytest.mark.kafka
+def test_end_offsets_of_many_topics_in_one_batch_are_one_metadata_request(kafka_bootstrap: str) -> None:
+    """A batch asked a metadata request per topic, one after the other: twenty topics, twenty
+    requests. Callers of twenty topics that queue behind a request in flight now share one
+    metadata request and one ListOffsets request, and each gets its own topic's ends."""
+    import threading
+    import time
+
+    from confluent_kafka import Producer
+
+    manager = TopicManager({"bootstrap.servers": kafka_bootstrap}, max_record_bytes=1_000_000)
+    first, *others = [f"ends-many-{i}-{uuid.uuid4().hex[:6]}" for i in range(21)]
+    for topic in (first, *others):
+        manager.ensure_event_topic(topic)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i, topic in enumerate(others):
+        for _ in range(i):
+            producer.produce(topic, b"x")
+    assert producer.flush(30) == 0
+    held = _HeldListOffsets(manager._admin)
+    manager._admin = held
+    answers: dict[str, dict[int, int]] = {}
+
+    def ask(topic: str) -> None:
+        answers[topic] = manager.end_offsets(topic)
+
+    opener = threading.Thread(target=ask, args=(first,))
+    opener.start()
+    assert held.in_flight.wait(30)
+    later = [threading.Thread(target=ask, args=(topic,)) for topic in others]
+    for thread in later:
+        thread.start()
+    deadline = time.monotonic() + 20  # inside the manager's 30 s timeout, which the callers wait at most
+    while (pending := manager._ends._next) is None or pending.callers < len(later):
+        assert time.monotonic() < deadline, "the later callers never queued behind the first request"
+        time.sleep(0.01)
+    held.release.set()
+    for thread in (opener, *later):
+        thread.join(30)
+    assert answers == {first: {0: 0}, **{topic: {0: i} for i, topic in enumerate(others)}}
+    assert held.metadata == [first, None]  # the opener's topic, then one request for the twenty
+    assert held.requests == [1, 20]
+
+
+def test_end_offsets_of_many_topics_asked_together_end_within_one_timeout_when_no_broker_answers() -> None:
+    """A batch of end-offsets keys asked a metadata request per topic, one after the other, each
+    with the whole timeout: twenty tables resuming together against a broker that does not answer
+    waited twenty timeouts, where each alone had waited one. Each caller now waits its own timeout
+    at most, and a batch asks one metadata request for all its topics."""
+    import socket
+    import threading
+    import time
+
+    timeout_s, count = 1.0, 20
+    with socket.socket() as silent:  # accepts connections (the kernel's backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        bootstrap = f"127.0.0.1:{silent.getsockname()[1]}"
+        manager = TopicManager(
+            {"bootstrap.servers": bootstrap}, max_record_bytes=1_000_000, timeout_s=timeout_s
+        )
+        real_list_topics = manager._admin.list_topics
+        metadata_requests: list[str | None] = []
+
+        def list_topics(*args: Any, **kwargs: Any) -> Any:
+            metadata_requests.append(kwargs.get("topic"))
+            return real_list_topics(*args, **kwargs)
+
+        manager._admin.list_topics = list_topics  # counted, then asked of the real client
+        topics = [f"silent-{i}-{uuid.uuid4().hex[:6]}" for i in range(count)]
+        errors: dict[str, BaseException] = {}
+        start = threading.Barrier(count)
+
+        def ask(topic: str) -> None:
+            start.wait(30)
+            try:
+                manager.end_offsets(topic)
+            except BaseException as exc:
+                errors[topic] = exc
+
+        threads = [threading.Thread(target=ask, args=(topic,)) for topic in topics]
+        began = time.monotonic()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(count * timeout_s * 3)
+        elapsed = time.monotonic() - began
+    assert sorted(errors) == sorted(topics)
+    for topic, error in errors.items():
+        assert isinstance(error, KafkaError) and topic in str(error), error
+    # a timeout per topic would be 20 s; each caller's own timeout is 1 s (the threads' start and
+    # the client's connection attempts take their share of a busy machine's time, not 5 s)
+    assert elapsed < count * timeout_s / 4, f"{elapsed:.1f} s for {count} topics of {timeout_s} s each"
+    assert len(metadata_requests) < count / 2, metadata_requests
