@@ -133,130 +133,113 @@ ADMIN_BATCH = 500
 
 
 class _Batch:
-    def __init__(self, deadline: float = 0.0) -> None:
-        self.items: dict[str, Any] = {}
-        self.ready = threading.Event()
-        self.futures: dict[str, Any] = {}
-        self.error: BaseException | None = None
-        #: callers waiting for it, and set when its opener may send it (``_Coalesced``)
+    def __init__(self, deadline: float) -> None:
+        self.items: dict[Any, Any] = {}
+        #: callers waiting for it
         self.callers = 0
+        #: set when its opener may send it, and once its answers are in
         self.turn = threading.Event()
+        self.ready = threading.Event()
+        self.answers: dict[Any, Any] = {}
+        self.error: BaseException | None = None
         #: when its answers are due (``time.monotonic()``): its opener's ask plus its timeout
         self.deadline = deadline
 
 
-class _AdminBatches:
-    """Requests of many threads about many topics sent as one admin request.
+class _Batches:
+    """Requests of many threads about many keys (topics) sent as one request.
 
-    A process that starts (or takes over) a thousand tables would otherwise send a CreateTopics
-    and a DescribeConfigs request per topic, one after the other on the broker's side: on a small
-    broker, a thousand tables' first start took minutes, and requests timed out. The first thread
-    to ask waits :data:`ADMIN_GATHER_S` for others, then sends one request for all; each thread
-    waits on its own topic's future.
-    """
+    The caller that opens a batch sends it; the others that ask while it is open join it and wait
+    for its answer only (no thread is woken for a batch it is not in). Two ways to close a batch:
 
-    def __init__(self, send: Callable[[list[Any]], dict[str, Any]]) -> None:
-        self._send = send
-        self._lock = threading.Lock()
-        self._open: _Batch | None = None
-
-    def submit(self, name: str, item: Any) -> Any:
-        """The future of ``name``'s answer (``item`` is what the request needs of it)."""
-        with self._lock:
-            batch = self._open
-            leader = batch is None
-            if batch is None:
-                batch = self._open = _Batch()
-            batch.items.setdefault(name, item)
-            if len(batch.items) >= ADMIN_BATCH:
-                self._open = None  # full: whoever asks next starts another
-        if leader:
-            time.sleep(ADMIN_GATHER_S)
-            with self._lock:
-                if self._open is batch:
-                    self._open = None
-            try:
-                batch.futures = self._send(list(batch.items.values()))
-            except BaseException as exc:  # given to every thread of the batch
-                batch.error = exc
-            finally:
-                batch.ready.set()
-        else:
-            batch.ready.wait()
-        if batch.error is not None:
-            raise batch.error
-        return batch.futures[name]
-
-
-class _Coalesced:
-    """Answers for keys asked by many threads, one request in flight at a time.
-
-    A key asked while a request is in flight goes in the next one, which is sent once that one is
-    answered, with every key asked meanwhile: each answer is taken after its caller asked (as a
-    call of its own would have been), and a thousand tables resuming together on the same topics
-    cost a request per round instead of one per table (their end offsets were what a 10,000-table
-    start waited on). Nothing waits to gather: a caller alone is answered at once. The caller that
-    opened a batch sends it; the others wait for its answer only (no thread is woken for a batch
-    it is not in).
+    - gathering (``gather_s``, at most ``limit`` keys): the opener waits ``gather_s`` for others,
+      then sends; several batches may be in flight. A process that starts (or takes over) a
+      thousand tables would otherwise send a CreateTopics and a DescribeConfigs request per topic,
+      one after the other on the broker's side: on a small broker, a thousand tables' first start
+      took minutes, and requests timed out.
+    - ``one_in_flight``: a batch opened while nothing is in flight is sent at once; a key asked
+      while one is in flight goes in the next batch, sent once that one is answered, with every key
+      asked meanwhile. Each answer is taken after its caller asked (as a call of its own would have
+      been), and a thousand tables resuming together on the same topics cost a request per round
+      instead of one per table (their end offsets were what a 10,000-table start waited on).
 
     A batch has one deadline, its opener's ask plus its timeout (the earliest of its callers'):
     ``send`` gets it and answers what it reached by then; a key it did not answer, or a caller
-    still waiting at its own deadline, gets ``missed(key)``. No caller waits longer than its own
-    timeout, however many keys share its batch (a batch once cost a timeout per topic).
+    still waiting at its own deadline, gets ``missed(key)`` raised. No caller waits longer than its
+    own timeout, however many keys share its batch (a batch of end offsets once cost a timeout per
+    topic).
     """
 
     def __init__(
         self,
         send: Callable[[list[Any], float], dict[Any, Any]],
         missed: Callable[[Any], BaseException],
+        *,
+        one_in_flight: bool = False,
+        gather_s: float = 0.0,
+        limit: int | None = None,
     ) -> None:
+        if one_in_flight and limit is not None:
+            raise ValueError("a batch sent one at a time takes every key asked meanwhile: no limit")
         self._send = send
         self._missed = missed
+        self._one_in_flight = one_in_flight
+        self._gather_s = gather_s
+        self._limit = limit
         self._lock = threading.Lock()
+        #: the batch that takes the keys asked now
+        self._open: _Batch | None = None
+        #: a batch is being sent (``one_in_flight``)
         self._busy = False
-        #: the batch that takes the keys asked now (sent once the one in flight is answered)
-        self._next: _Batch | None = None
 
-    def get(self, key: Any, timeout_s: float) -> Any:
-        """``key``'s answer (what ``send`` gave for it: a value, or an exception to raise)."""
+    def ask(self, key: Any, item: Any, timeout_s: float) -> Any:
+        """What ``send`` answered for ``key`` (``item`` is what the request needs of it)."""
         deadline = time.monotonic() + timeout_s
         with self._lock:
-            batch = self._next
+            batch = self._open
             opened = batch is None
             if batch is None:
-                batch = _Batch(deadline)
-            batch.items[key] = key
+                batch = self._open = _Batch(deadline)
+            batch.items.setdefault(key, item)
             batch.callers += 1
-            if opened and not self._busy:  # nothing in flight: sent now, by this caller
-                self._busy = True
+            if self._limit is not None and len(batch.items) >= self._limit:
+                self._open = None  # full: whoever asks next opens another
+            if opened and not (self._one_in_flight and self._busy):
+                if self._one_in_flight:  # sent now, with this caller's key alone
+                    self._busy = True
+                    self._open = None
                 batch.turn.set()
-            elif opened:  # sent by this caller once the request in flight is answered
-                self._next = batch
         if not opened:
             if not batch.ready.wait(max(0.0, deadline - time.monotonic())):
-                return self._missed(key)
+                raise self._missed(key)
             return self._answer(batch, key)
-        batch.turn.wait()  # the batch in flight ends by its deadline, which is before this one's
+        batch.turn.wait()  # one in flight: it ends by its deadline, which is before this one's
+        if self._gather_s:
+            time.sleep(self._gather_s)
+            with self._lock:
+                if self._open is batch:
+                    self._open = None
         try:
             if time.monotonic() < batch.deadline:
-                batch.futures = self._send(list(batch.items), batch.deadline)
+                batch.answers = self._send(list(batch.items.values()), batch.deadline)
         except BaseException as exc:  # given to every caller of the batch
             batch.error = exc
         finally:
             batch.ready.set()
-            with self._lock:
-                following, self._next = self._next, None
-                self._busy = following is not None
-            if following is not None:  # its keys are closed now: its opener sends it
-                following.turn.set()
+            if self._one_in_flight:
+                with self._lock:
+                    following, self._open = self._open, None
+                    self._busy = following is not None
+                if following is not None:  # its keys are closed now: its opener sends it
+                    following.turn.set()
         return self._answer(batch, key)
 
     def _answer(self, batch: _Batch, key: Any) -> Any:
         if batch.error is not None:
-            return batch.error
-        if key not in batch.futures:
-            return self._missed(key)
-        return batch.futures[key]
+            raise batch.error
+        if key not in batch.answers:
+            raise self._missed(key)
+        return batch.answers[key]
 
 
 class TopicManager:
@@ -281,18 +264,26 @@ class TopicManager:
         self._checked: dict[tuple[str, str], TopicLimits] = {}
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_lock = threading.Lock()
-        self._creates = _AdminBatches(
-            lambda specs: self._admin.create_topics(specs, operation_timeout=self.timeout_s)
+        # a caller's own wait that ends unanswered is a future's timeout (no text), as its .result()'s
+        self._creates = _Batches(
+            lambda specs, _: self._admin.create_topics(specs, operation_timeout=self.timeout_s),
+            lambda _: TimeoutError(),
+            gather_s=ADMIN_GATHER_S,
+            limit=ADMIN_BATCH,
         )
-        self._describes = _AdminBatches(
-            lambda resources: {r.name: f for r, f in self._admin.describe_configs(resources).items()}
+        self._describes = _Batches(
+            lambda resources, _: {r.name: f for r, f in self._admin.describe_configs(resources).items()},
+            lambda _: TimeoutError(),
+            gather_s=ADMIN_GATHER_S,
+            limit=ADMIN_BATCH,
         )
         #: the end offsets asked by many threads at once, one request for all
-        self._ends = _Coalesced(
+        self._ends = _Batches(
             self._read_ends,
             lambda key: KafkaError(
                 f"cannot read the end offsets of {key[0]}: {self._unanswered()}", topic=key[0]
             ),
+            one_in_flight=True,
         )
 
     def _cached(self, kind: str, name: str, fresh: bool, check: Callable[[], TopicLimits]) -> TopicLimits:
@@ -354,10 +345,10 @@ class TopicManager:
         with ``committed=False`` the high watermark (records of open transactions included).
 
         "Now" is a moment after the call: concurrent calls (tables resuming together on shared
-        topics ask the same) are answered by one request for all (:class:`_Coalesced`), within
+        topics ask the same) are answered by one request for all (:class:`_Batches`), within
         the manager's timeout.
         """
-        answer = self._ends.get((name, committed), self.timeout_s)
+        answer = self._ends.ask((name, committed), (name, committed), self.timeout_s)
         if isinstance(answer, BaseException):
             raise answer
         return dict(answer)
@@ -467,7 +458,7 @@ class TopicManager:
         """True if the topic was created now, False if it existed."""
         spec = NewTopic(name, num_partitions=partitions, replication_factor=-1, config=config)
         try:
-            self._creates.submit(name, spec).result(timeout=self.timeout_s)
+            self._creates.ask(name, spec, self.timeout_s).result(timeout=self.timeout_s)
         except KafkaException as exc:
             err = exc.args[0]
             if err.code() == _RdKafkaError.TOPIC_ALREADY_EXISTS:
@@ -501,7 +492,9 @@ class TopicManager:
     def _describe(self, name: str) -> dict[str, str]:
         resource = ConfigResource(ResourceType.TOPIC, name)
         try:
-            entries: dict[str, Any] = self._describes.submit(name, resource).result(timeout=self.timeout_s)
+            entries: dict[str, Any] = self._describes.ask(name, resource, self.timeout_s).result(
+                timeout=self.timeout_s
+            )
         except KafkaException as exc:
             raise KafkaError(f"cannot read the configuration of topic {name}: {exc.args[0].str()}") from exc
         except Exception as exc:  # a future timeout (whose text is empty)

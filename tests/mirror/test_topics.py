@@ -165,7 +165,7 @@ def test_end_offsets_asked_by_many_threads_at_once_is_one_request_and_each_answe
     for thread in later:
         thread.start()
     deadline = time.monotonic() + 30
-    while (pending := manager._ends._next) is None or pending.callers < len(later):
+    while (pending := manager._ends._open) is None or pending.callers < len(later):
         assert time.monotonic() < deadline, "the later callers never queued behind the first request"
         time.sleep(0.01)
     held.release.set()
@@ -212,7 +212,7 @@ def test_end_offsets_of_many_topics_in_one_batch_are_one_metadata_request(kafka_
     for thread in later:
         thread.start()
     deadline = time.monotonic() + 20  # inside the manager's 30 s timeout, which the callers wait at most
-    while (pending := manager._ends._next) is None or pending.callers < len(later):
+    while (pending := manager._ends._open) is None or pending.callers < len(later):
         assert time.monotonic() < deadline, "the later callers never queued behind the first request"
         time.sleep(0.01)
     held.release.set()
