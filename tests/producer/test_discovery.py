@@ -24,8 +24,13 @@ from deltamirror.producer.discovery.scan import (
     find_tables,
 )
 from deltamirror.producer.settings import DiscoverConfig, TableConfig, WatchConfig, merge_overrides
+from support.watching import discover_config
 
 V0 = "00000000000000000000.json"
+
+
+def _kinds(records: list[Any]) -> list[bytes]:
+    return [r.headers.get("kind", b"") for r in records]
 
 
 def _commit0(table_id: str = "t") -> str:
@@ -395,24 +400,17 @@ def test_a_table_discovery_no_longer_finds_is_looked_at_then_not_at_its_next_pol
     lake = tmp_path / "lake"
     kit.make_table(lake / "a", versions=1)
     name = kit.unique("discwake")
-    cfg = WatchConfig.model_validate(
-        {
-            "kafka": {"bootstrap_servers": kafka_bootstrap},
-            "discover": [{"uri": str(lake), "name": name, "interval_s": 0.3, "poll_interval_s": 3600}],
-            "progress_topic": kit.unique("progress"),
-        }
+    cfg = discover_config(
+        kafka_bootstrap, lake, name, poll_interval_s=3600, progress_topic=kit.unique("progress")
     )
     commits = f"deltamirror.{name}.a.commits"
     service = WatchService(cfg, stop_budget_s=5.0)
     service.start()
 
-    def kinds(records: list[Any]) -> list[bytes]:
-        return [r.headers.get("kind", b"") for r in records]
-
     try:
-        kit.consume(kafka_bootstrap, [commits], until=lambda rs: b"commit" in kinds(rs), timeout_s=30)
+        kit.consume(kafka_bootstrap, [commits], until=lambda rs: b"commit" in _kinds(rs), timeout_s=30)
         shutil.rmtree(lake / "a")
-        kit.consume(kafka_bootstrap, [commits], until=lambda rs: b"tableDropped" in kinds(rs), timeout_s=30)
+        kit.consume(kafka_bootstrap, [commits], until=lambda rs: b"tableDropped" in _kinds(rs), timeout_s=30)
         assert service._failure is None, service._failure
     finally:
         service.request_stop()
@@ -431,28 +429,21 @@ def test_watch_discovers_created_tables_and_announces_dropped_ones_once(
     kit.make_table(lake / "a", versions=2)
     name = kit.unique("disc")
     progress = kit.unique("progress")
-    cfg = WatchConfig.model_validate(
-        {
-            "kafka": {"bootstrap_servers": kafka_bootstrap},
-            "discover": [{"uri": str(lake), "name": name, "interval_s": 0.3, "poll_interval_s": 0.2}],
-            "progress_topic": progress,
-        }
-    )
+    cfg = discover_config(kafka_bootstrap, lake, name, progress_topic=progress)
     a_commits, b_commits = f"deltamirror.{name}.a.commits", f"deltamirror.{name}.sub.b.commits"
     a_uri = f"file://{lake}/a"
     service = WatchService(cfg, stop_budget_s=5.0)
     service.start()
 
-    def kinds(records: list[Any]) -> list[bytes]:
-        return [r.headers.get("kind", b"") for r in records]
-
     try:
-        kit.consume(kafka_bootstrap, [a_commits], until=lambda rs: b"commit" in kinds(rs), timeout_s=30)
+        kit.consume(kafka_bootstrap, [a_commits], until=lambda rs: b"commit" in _kinds(rs), timeout_s=30)
         kit.make_table(lake / "sub" / "b", versions=1)  # created while the watcher runs
-        kit.consume(kafka_bootstrap, [b_commits], until=lambda rs: b"commit" in kinds(rs), timeout_s=30)
+        kit.consume(kafka_bootstrap, [b_commits], until=lambda rs: b"commit" in _kinds(rs), timeout_s=30)
 
         shutil.rmtree(lake / "a")
-        kit.consume(kafka_bootstrap, [a_commits], until=lambda rs: b"tableDropped" in kinds(rs), timeout_s=30)
+        kit.consume(
+            kafka_bootstrap, [a_commits], until=lambda rs: b"tableDropped" in _kinds(rs), timeout_s=30
+        )
         deadline = time.monotonic() + 15
         while a_uri in {t.normalized_uri for t in service.tables()}:  # forgotten once its pipeline ended
             assert time.monotonic() < deadline, "the dropped table was not forgotten"
@@ -486,7 +477,9 @@ def test_watch_discovers_created_tables_and_announces_dropped_ones_once(
     service = WatchService(cfg, stop_budget_s=5.0)
     service.start()
     try:
-        kit.consume(kafka_bootstrap, [b_commits], until=lambda rs: b"tableDropped" in kinds(rs), timeout_s=30)
+        kit.consume(
+            kafka_bootstrap, [b_commits], until=lambda rs: b"tableDropped" in _kinds(rs), timeout_s=30
+        )
         time.sleep(1.0)
     finally:
         service.request_stop()
@@ -495,7 +488,7 @@ def test_watch_discovers_created_tables_and_announces_dropped_ones_once(
     assert service._failure is None
     for topic, count in ((a_commits, 1), (b_commits, 1)):
         again = kit.consume(kafka_bootstrap, [topic], idle_s=0.5, timeout_s=15)
-        assert kinds(again).count(b"tableDropped") == count, topic
+        assert _kinds(again).count(b"tableDropped") == count, topic
 
     notices: list[TableReplacement] = []
     consumer = SnapshotConsumer(

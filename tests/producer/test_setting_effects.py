@@ -28,6 +28,7 @@ from deltamirror.mirror.records.events import ProgressRecord
 from deltamirror.producer import WatchConfig
 from deltamirror.producer.service import WatchService
 from support.records import read_topic, wait_for
+from support.watching import discover_config
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
 
@@ -458,14 +459,13 @@ def test_discover_interval_s_is_how_soon_a_table_created_under_the_prefix_is_fou
     lake = tmp_path / "lake"
     kit.make_table(lake / "a", versions=1)
     name = kit.unique("fxd")
-    cfg = WatchConfig.model_validate(
-        {
-            "kafka": {"bootstrap_servers": kafka_bootstrap},
-            "discover": [{"uri": str(lake), "name": name, "interval_s": 0.3, "poll_interval_s": 0.2}],
-            "progress_topic": f"{name}.progress",
-            "transactional_id_prefix": name,
-            "signal_topic": None,
-        }
+    cfg = discover_config(
+        kafka_bootstrap,
+        lake,
+        name,
+        progress_topic=f"{name}.progress",
+        transactional_id_prefix=name,
+        signal_topic=None,
     )
 
     def published(table: str) -> bool:

@@ -6,7 +6,10 @@ import json
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from deltamirror.producer import WatchConfig
 
 
 def watch_until(
@@ -117,6 +120,25 @@ def shared_watch_settings(bootstrap: str, lake: Path | str, name: str, **top: An
         "transactional_id_prefix": f"{name}-dm",
         **top,
     }
+
+
+def discover_config(
+    bootstrap: str, lake: Path | str, name: str, *, poll_interval_s: float = 0.2, **top: Any
+) -> WatchConfig:
+    """The :class:`~deltamirror.producer.WatchConfig` of a watcher that discovers the tables under
+    ``lake`` (named ``name``, each on its own topics), found every 0.3 s and polled every
+    ``poll_interval_s``; ``top``: the top-level settings (``progress_topic`` at least)."""
+    from deltamirror.producer import WatchConfig
+
+    return WatchConfig.model_validate(
+        {
+            "kafka": {"bootstrap_servers": bootstrap},
+            "discover": [
+                {"uri": str(lake), "name": name, "interval_s": 0.3, "poll_interval_s": poll_interval_s}
+            ],
+            **top,
+        }
+    )
 
 
 def published_version(bootstrap: str, commits: str, table_id: str | None = None) -> int:
