@@ -118,6 +118,19 @@ class _HeldListOffsets:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._admin, name)
 
+    def release_once_queued(self, manager: TopicManager, later: list[Any]) -> None:
+        """Starts the ``later`` callers' threads while the first request is held, and releases it
+        once all of them wait in the next batch."""
+        import time
+
+        for thread in later:
+            thread.start()
+        deadline = time.monotonic() + 20  # inside the manager's 30 s timeout, which the callers wait at most
+        while (pending := manager._ends._open) is None or pending.callers < len(later):
+            assert time.monotonic() < deadline, "the later callers never queued behind the first request"
+            time.sleep(0.01)
+        self.release.set()
+
     def list_topics(self, *args: Any, **kwargs: Any) -> Any:
         self.metadata.append(kwargs.get("topic"))
         return self._admin.list_topics(*args, **kwargs)
@@ -141,7 +154,6 @@ def test_end_offsets_asked_by_many_threads_at_once_is_one_request_and_each_answe
     one admin client). Callers that ask while a request is in flight share the next one; none gets
     an answer taken before it asked (a record written meanwhile is in the later callers' ends)."""
     import threading
-    import time
 
     from confluent_kafka import Producer
 
@@ -162,13 +174,7 @@ def test_end_offsets_asked_by_many_threads_at_once_is_one_request_and_each_answe
     producer.produce(topic, b"written while the first request was in flight")
     assert producer.flush(30) == 0
     later = [threading.Thread(target=ask, args=(f"later-{i}",)) for i in range(20)]
-    for thread in later:
-        thread.start()
-    deadline = time.monotonic() + 30
-    while (pending := manager._ends._open) is None or pending.callers < len(later):
-        assert time.monotonic() < deadline, "the later callers never queued behind the first request"
-        time.sleep(0.01)
-    held.release.set()
+    held.release_once_queued(manager, later)
     for thread in (first, *later):
         thread.join(30)
     assert answers["first"] == {0: 0}
@@ -185,7 +191,6 @@ def test_end_offsets_of_many_topics_in_one_batch_are_one_metadata_request(kafka_
     requests. Callers of twenty topics that queue behind a request in flight now share one
     metadata request and one ListOffsets request, and each gets its own topic's ends."""
     import threading
-    import time
 
     from confluent_kafka import Producer
 
@@ -209,13 +214,7 @@ def test_end_offsets_of_many_topics_in_one_batch_are_one_metadata_request(kafka_
     opener.start()
     assert held.in_flight.wait(30)
     later = [threading.Thread(target=ask, args=(topic,)) for topic in others]
-    for thread in later:
-        thread.start()
-    deadline = time.monotonic() + 20  # inside the manager's 30 s timeout, which the callers wait at most
-    while (pending := manager._ends._open) is None or pending.callers < len(later):
-        assert time.monotonic() < deadline, "the later callers never queued behind the first request"
-        time.sleep(0.01)
-    held.release.set()
+    held.release_once_queued(manager, later)
     for thread in (opener, *later):
         thread.join(30)
     assert answers == {first: {0: 0}, **{topic: {0: i} for i, topic in enumerate(others)}}
