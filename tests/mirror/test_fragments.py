@@ -262,3 +262,37 @@ def test_a_record_in_part_too_long_is_refused_per_key() -> None:
     (late,) = joiner.overdue()
     assert late.context["offset"] == 7 and "waited 5 s" in str(late)
     assert joiner.starts() == {("t", 0): 8}
+
+
+@pytest.mark.kafka
+def test_the_default_fragment_wait_outlasts_every_transaction_the_broker_lets_a_producer_open(
+    kafka_bootstrap: str,
+) -> None:
+    """A record's fragments that another producer's open transaction splits are seen whole only
+    once that transaction ends, which the broker forces within its ``transaction.max.timeout.ms``
+    (a producer asking a longer transaction timeout is refused): the default wait (it was 60 s, and
+    cut such records short) is longer than that bound, read from the broker."""
+    import uuid
+
+    from confluent_kafka import KafkaError, KafkaException, Producer
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    brokers = admin.list_topics(timeout=30).brokers
+    resource = ConfigResource(ResourceType.BROKER, str(min(brokers)))
+    config = admin.describe_configs([resource])[resource].result(30)
+    max_timeout_ms = int(config["transaction.max.timeout.ms"].value)
+    wait_s = RecordLimits().fragment_wait_s
+    assert wait_s * 1000 > max_timeout_ms, (wait_s, max_timeout_ms)
+
+    # the bound is the broker's: no transaction may stay open as long as the default wait
+    producer = Producer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "transactional.id": f"fragment-wait-{uuid.uuid4().hex[:8]}",
+            "transaction.timeout.ms": str(int(wait_s * 1000)),
+        }
+    )
+    with pytest.raises(KafkaException) as refused:
+        producer.init_transactions(30)
+    assert refused.value.args[0].code() == KafkaError.INVALID_TRANSACTION_TIMEOUT
