@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka import KafkaError as _RdKafkaError
 from confluent_kafka.admin import ConfigResource, NewTopic, OffsetSpec, ResourceType
 
@@ -361,19 +361,20 @@ class TopicManager:
         partitions: dict[str, list[int]] = {}
         names = list(dict.fromkeys(name for name, _ in keys))
         try:
-            # one topic is asked by name; several by one request for every topic's metadata
-            metadata = self._admin.list_topics(
-                topic=names[0] if len(names) == 1 else None, timeout=_left(deadline)
-            ).topics
+            # one Metadata request naming the batch's topics (not every topic of the cluster)
+            described = self._admin.describe_topics(TopicCollection(names), request_timeout=_left(deadline))
         except KafkaException as exc:
             return {k: KafkaError(f"cannot read the end offsets of {k[0]}: {exc}", topic=k[0]) for k in keys}
         for name in names:
-            topic = metadata.get(name)
-            if topic is None or topic.error is not None or not topic.partitions:
+            try:
+                found = described[name].result(timeout=_left(deadline)).partitions
+            except (KafkaException, TimeoutError):
+                found = None
+            if not found:
                 error = KafkaError(f"cannot read the metadata of topic {name}", topic=name)
                 out.update({k: error for k in keys if k[0] == name})
             else:
-                partitions[name] = sorted(topic.partitions)
+                partitions[name] = sorted(p.id for p in found)
         for committed in (True, False):
             names = [name for name, c in keys if c == committed and name in partitions]
             if not names:

