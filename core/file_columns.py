@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from deltamirror.core.compute import pc
 
 from .errors import SchemaError, UnsupportedFeatureError
 from .partitions import parse_partition_value, partition_value_of

@@ -12,8 +12,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
+
+from deltamirror.core.compute import pc
 
 from . import deletion_vectors
 from .errors import (

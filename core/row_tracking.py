@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from deltamirror.core.compute import pc
 
 from .constant_columns import repeated_int64
 from .errors import CorruptLogError, InvalidArgumentError

@@ -31,7 +31,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from deltamirror.core.compute import pc
 
 from ..errors import NetChangesError
 from ..row_tracking import ROW_COMMIT_VERSION

@@ -18,7 +18,8 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from deltamirror.core.compute import pc
 
 from .. import arguments
 from ..deletion_vectors import keep_mask, read_deleted_rows
