@@ -42,6 +42,7 @@ from __future__ import annotations
 import itertools
 import json
 import operator
+import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
@@ -362,10 +363,15 @@ def _is_utf8(text: bytes) -> bool:
     return True
 
 
-#: the first bytes of a valid JSON text that is a string or null (``"`` and ``n``)
-_STRING_OR_NULL = frozenset(b'"n')
-_FIRST_BYTE = operator.itemgetter(0)
-_VIEW: Callable[[Any], memoryview] = memoryview
+#: the first byte of a valid JSON text that is a string or null (``"`` and ``n``), as
+#: :data:`_FIRST_BYTE` gives it: read from the raw text's buffer without a copy, one tuple per text
+#: (a memoryview per text cost half as much again)
+_STRING_OR_NULL = frozenset({(ord('"'),), (ord("n"),)})
+_FIRST_BYTE: Callable[[Any], tuple[int, ...]] = struct.Struct("B").unpack_from
+#: joins raw JSON texts so that one split gives them back as bytes: a NUL byte is in no valid JSON
+#: text (outside strings only whitespace may separate tokens; inside, control characters are
+#: escaped), which msgspec has checked of every raw field
+_SEPARATOR = b"\x00"
 
 
 def _forwarded(name: str, bodies: list[bytes], line: int) -> ActionRun | None:
@@ -382,14 +388,15 @@ def _forwarded(name: str, bodies: list[bytes], line: int) -> ActionRun | None:
         for field, check in FORWARD_CHECKS[name].items():
             raws = map(operator.attrgetter(field), values)
             if check is None:  # a string or null: by its first byte (no copy of the text)
-                if not _STRING_OR_NULL.issuperset(map(_FIRST_BYTE, map(_VIEW, raws))):
+                if not _STRING_OR_NULL.issuperset(map(_FIRST_BYTE, raws)):
                     return None
                 continue
-            distinct = dict.fromkeys(map(bytes, raws))
+            # the texts as bytes in two C calls (a bytes() per text cost 40% more)
+            distinct = dict.fromkeys(_SEPARATOR.join(raws).split(_SEPARATOR))
             checked = dict(zip(distinct, map(check.decode, distinct), strict=True))
             if field == "partitionValues":
                 partitions = checked
-    except ValueError:  # msgspec.DecodeError (a ValidationError too)
+    except (ValueError, struct.error):  # msgspec.DecodeError (a ValidationError too); an empty text
         return None
     return ActionRun(name, line, bodies, values, partitions)
 

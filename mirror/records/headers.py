@@ -66,14 +66,14 @@ def action_headers(
     for action_type in types:
         _type_header(action_type)  # remembered from now on (up to 1024 types)
     if not extra and all(t in _TYPE_HEADERS for t in types):
+        type_headers = (
+            repeat(_TYPE_HEADERS[next(iter(types))])  # one type (a run of adds): no lookup per record
+            if len(types) == 1
+            else map(_TYPE_HEADERS.__getitem__, map(_TYPE_OF, batch))
+        )
         return map(  # C-level: no Python step per record
             list,
-            zip(
-                repeat(version_header),
-                indexes,
-                map(_TYPE_HEADERS.__getitem__, map(_TYPE_OF, batch)),
-                strict=False,  # repeat() is endless
-            ),
+            zip(repeat(version_header), indexes, type_headers, strict=False),  # repeat() is endless
         )
     return (
         [version_header, index, _type_header(t), *extra] for index, (t, _) in zip(indexes, batch, strict=True)
