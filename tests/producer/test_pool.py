@@ -130,7 +130,7 @@ def test_one_idle_worker_waits_for_the_next_due_table_the_others_until_notified(
         scheduler.wake(slot)
         wait_for(lambda slot=slot: idle[slots.index(slot)].done == 2, f"table {step}", 30, 0.01)
     earlier = Steps("soon", 2, log, idle_s=1800.0)  # due before the others' next: the timer moves
-    scheduler.add(earlier, lambda _slot, _exc: None)
+    slots.append(scheduler.add(earlier, lambda _slot, _exc: None))
     wait_for(
         lambda: earlier.done == 1 and scheduler.waiting == len(scheduler.threads()),
         "the new table's first step",
@@ -139,7 +139,14 @@ def test_one_idle_worker_waits_for_the_next_due_table_the_others_until_notified(
     )
     assert scheduler.timed_waiting == 1
     assert scheduler._timer_due == min(s.due for s in scheduler._slots)
+    for slot in slots:  # every table to its end: the workers end with the last
+        while not slot.done.is_set():
+            scheduler.wake(slot, always=True)
+            slot.done.wait(0.05)
     scheduler.close()
+    for worker in scheduler.threads():
+        worker.join(30)
+        assert not worker.is_alive()
 
 
 def test_a_stop_cuts_a_back_off_short() -> None:
