@@ -443,10 +443,10 @@ class DiscoveryLoop:
 
         refused = add_tables([config for _, _, config in configs], each=found)
         for uri, table, _ in configs:
-            exc = refused.get(uri)
-            if exc is not None:
+            refusal = refused.get(uri)
+            if refusal is not None:
                 self._taken_topics.release(uri)
-                self._refuse(uri, exc)
+                self._refuse(uri, refusal)
                 continue
             self._refused.discard(uri)
             self.tables[uri] = (index, table)
