@@ -23,7 +23,11 @@ snapshot mode ``latest``, notifications on as by default):
   table published, one is SIGKILLed (or SIGTERMed), a commit is written to every table right after,
   and the time until every table has published it is taken: the survivor's own tables publish at
   once, so the figure is the time the dead member's tables took to move (the survivor's log gives
-  how many moved). The group's session timeout is recorded with it.
+  how many moved). The group's session timeout is recorded with it. With ``--layout shared`` the
+  tables are under one discover prefix with shared topics, published from version 0 (snapshot
+  mode ``from-timestamp`` at the epoch), only the SIGKILL is measured, and the shared topics are
+  then checked exactly once per table (``exactly_once``: lost, duplicated, out of order, with the
+  fault campaign's reader and tally, tests/chaos/checker.py).
 
 The 1-minute load average is recorded before and after each measurement: the machine is shared,
 and a figure taken at a load above the core count is a loaded machine's, not the watcher's.
@@ -41,6 +45,7 @@ bench/results/scale.png, and a markdown table on stdout. Not a test: nothing is 
 from __future__ import annotations
 
 import argparse
+import collections
 import datetime
 import json
 import os
@@ -117,6 +122,11 @@ def resumed_tables(path: Path, since: int = 0) -> int:
     return sum(int(x.get("tables", 0)) for x in log_lines(path)[since:] if x.get("msg") == RESUMED)
 
 
+def resumed_lines(path: Path, since: int = 0) -> int:
+    """Tables that logged ``resuming table`` (each once per resume) after line ``since``."""
+    return len({x.get("table") for x in log_lines(path)[since:] if x.get("msg") == "resuming table"})
+
+
 def assigned_tables(path: Path, since: int = 0) -> int:
     return sum(int(x.get("tables", 0)) for x in log_lines(path)[since:] if x.get("msg") == "shards assigned")
 
@@ -149,7 +159,8 @@ def write_config(
 ) -> Path:
     """``latest`` for the idle case; ``from-version`` 0 for moves: a table that resumes without
     progress after a commit would take that commit as its start (``latest``) and never publish it.
-    ``shared``: the tables' folder as a discover prefix with ``topics: shared`` (``latest`` only)."""
+    ``shared``: the tables' folder as a discover prefix with ``topics: shared`` (``latest``, or
+    ``from-timestamp`` from the epoch: version 0 on, for moves)."""
     config = base / "watch.yaml"  # JSON is YAML
     if layout == "shared":
         where: dict[str, Any] = {
@@ -160,6 +171,8 @@ def write_config(
                     "name": f"dmscale-{run}",
                     "topics": "shared",
                     "snapshot_mode": mode,
+                    # a prefix takes no from_version: from the epoch is from version 0
+                    **({"from_timestamp": "1970-01-01T00:00:00Z"} if mode == "from-timestamp" else {}),
                     **({"poll_interval_s": poll_interval_s} if poll_interval_s is not None else {}),
                 }
             ],
@@ -363,29 +376,134 @@ def measure_idle(args: argparse.Namespace, bootstrap: str, n: int, rnd: int) -> 
     return out
 
 
+class SharedCommitsReader(CommitsReader):
+    """:class:`CommitsReader` for one shared commits topic: the versions summarized per table
+    (by its key, the tableId), every partition read."""
+
+    def __init__(self, bootstrap: str, topic: str, keys: list[str]) -> None:
+        super().__init__(bootstrap, keys)  # ``topics`` and ``latest``: one entry per table
+        self.topic = topic
+
+    def _assign_new(self) -> None:
+        from confluent_kafka import TopicPartition
+
+        if self.assigned:
+            return
+        md = self.consumer.list_topics(timeout=10).topics
+        if self.topic in md and md[self.topic].partitions:
+            self.assigned.add(self.topic)
+            self.consumer.assign(
+                [TopicPartition(self.topic, p, -2) for p in sorted(md[self.topic].partitions)]
+            )
+
+    def _poll(self) -> None:
+        if time.monotonic() - self._last_assign > 1.0:
+            self._assign_new()
+            self._last_assign = time.monotonic()
+        for msg in self.consumer.consume(10_000, timeout=0.1):
+            value = msg.value() or b""
+            if msg.error() is None and value.startswith(b'{"kind":"commit"'):
+                key = (msg.key() or b"").decode()
+                if key in self.latest:
+                    self.latest[key] = max(self.latest[key], json.loads(value)["version"])
+
+
+def check_shared_topics(bootstrap: str, run: str, tables: list[Path], last_version: int) -> dict[str, Any]:
+    """Exactly once on the shared topics, per table (by key): the fault campaign's reader and
+    tally (tests/chaos/checker.py: every partition read_committed; lost, duplicated, out of
+    order), its per-table check by hand: one commit summary per version 0..``last_version`` in
+    order, and per version each action envelope (version, index) once, in order, as many as the
+    summary's ``actionCount``. (The campaign's ``check_table`` compares each table with ``deltamirror
+    events`` and reads a topic of its own: a process per table, not for 10,000 tables on one topic.)"""
+    import itertools
+
+    from chaos.checker import Tally, _tally_sequence, read_topic
+
+    keys = {t.name for t in tables}
+    commits: dict[str, list[dict[str, Any]]] = {k: [] for k in keys}
+    for m in read_topic(bootstrap, f"deltamirror.dmscale-{run}.commits", timeout_s=600):
+        if m.headers.get("kind") == b"commit" and (m.key or b"").decode() in keys:
+            commits[(m.key or b"").decode()].append(json.loads(m.value))
+    actions: dict[str, list[tuple[int, int]]] = {k: [] for k in keys}
+    for m in read_topic(bootstrap, f"deltamirror.dmscale-{run}.actions", timeout_s=600):
+        key = (m.key or b"").decode()
+        if key in keys:
+            env = json.loads(m.value)
+            actions[key].append((env["version"], env["index"]))
+    total = Tally()
+    for key in sorted(keys):
+        tally = Tally(versions=last_version + 1)
+        summaries = commits[key]
+        tally.records += len(summaries) + len(actions[key])
+        _tally_sequence(
+            tally, key, "commit summaries", [c["version"] for c in summaries], list(range(last_version + 1))
+        )
+        want = sorted({(c["version"], i) for c in summaries for i in range(c["actionCount"])})
+        seen = collections.Counter(actions[key])
+        tally.duplicated += sum(c - 1 for c in seen.values() if c > 1)
+        tally.out_of_order += sum(1 for a, b in itertools.pairwise(actions[key]) if b < a)
+        tally.lost += sum(1 for ident in want if ident not in seen)
+        tally.mismatched += sum(1 for ident in seen if ident not in set(want))
+        total.add(tally)
+    return {
+        "tables": len(keys),
+        "versions": total.versions,
+        "records": total.records,
+        "lost": total.lost,
+        "duplicated": total.duplicated,
+        "out_of_order": total.out_of_order,
+        "mismatched": total.mismatched,
+        "clean": total.clean,
+        "problems": total.problems[:5],
+    }
+
+
 def measure_move(args: argparse.Namespace, bootstrap: str, rnd: int) -> list[dict[str, Any]]:
-    """SIGKILL then SIGTERM one of two members; a new member is started in between."""
+    """SIGKILL then SIGTERM one of two members; a new member is started in between.
+
+    ``--layout shared``: the tables under one discover prefix with shared topics, from version 0
+    (``from-timestamp`` at the epoch), the SIGKILL only, then the topics checked exactly once
+    (:func:`check_shared_topics`)."""
     n = args.move_tables
     run = uuid.uuid4().hex[:6]
     base = Path(tempfile.mkdtemp(prefix=f"dm-bench-scale-move-{n}-"))
     tables = make_tables(base, n, run)
+    shared = args.layout == "shared"
     config = write_config(
-        base, bootstrap, tables, run, args.session_ms, mode="from-version", poll_interval_s=args.poll_interval
+        base,
+        bootstrap,
+        tables,
+        run,
+        args.session_ms,
+        mode="from-timestamp" if shared else "from-version",
+        layout=args.layout,
+        poll_interval_s=args.poll_interval,
     )
-    reader = CommitsReader(bootstrap, [f"deltamirror.{t.name}.commits" for t in tables])
+    reader: CommitsReader = (
+        SharedCommitsReader(bootstrap, f"deltamirror.dmscale-{run}.commits", [t.name for t in tables])
+        if shared
+        else CommitsReader(bootstrap, [f"deltamirror.{t.name}.commits" for t in tables])
+    )
+    events = (
+        (("SIGKILL", signal.SIGKILL, "b", None),)
+        if shared
+        else (
+            ("SIGKILL", signal.SIGKILL, "b", None),
+            ("SIGTERM", signal.SIGTERM, "c", "c"),
+        )
+    )
     procs: dict[str, subprocess.Popen[bytes]] = {}
     logs = {name: base / f"{name}.log" for name in "abc"}
     rows: list[dict[str, Any]] = []
     version = 0
-    limit = args.session_ms / 1000 + 60
+    # shared (10,000 tables): a move past the goal's 60 s is still measured, not cut off
+    limit = args.session_ms / 1000 + (300 if shared else 60)
     try:
         procs["a"] = spawn(config, logs["a"])
         procs["b"] = spawn(config, logs["b"])
-        for name, signum, survivor, joiner in (
-            ("SIGKILL", signal.SIGKILL, "b", None),
-            ("SIGTERM", signal.SIGTERM, "c", "c"),
-        ):
+        for name, signum, survivor, joiner in events:
             row: dict[str, Any] = {"kind": "move", "event": name, "tables": n, "round": rnd}
+            row["layout"] = args.layout
             row["session_timeout_ms"] = args.session_ms
             rows.append(row)
             if joiner:  # back to two members: the survivor and a new one
@@ -396,7 +514,12 @@ def measure_move(args: argparse.Namespace, bootstrap: str, rnd: int) -> list[dic
             # both members hold shards and every table published: the steady state before the event
             # (a resumed report is dropped when shards are revoked during the resume: count assignments)
             settle = time.monotonic()
-            while not all(assigned_tables(logs[m]) > 0 for m in (victim, survivor)):
+            # shared: discovery finds the tables after the first assignment (of no table): each
+            # member has resumed tables of its own
+            holds = (
+                (lambda m: resumed_lines(logs[m]) > 0) if shared else (lambda m: assigned_tables(logs[m]) > 0)
+            )
+            while not all(holds(m) for m in (victim, survivor)):
                 if time.monotonic() - settle > args.start_timeout_s or any(
                     procs[m].poll() is not None for m in (victim, survivor)
                 ):
@@ -424,11 +547,15 @@ def measure_move(args: argparse.Namespace, bootstrap: str, rnd: int) -> list[dic
                 )
                 return rows
             row["all_published_s"] = round(took, 2)
-            row["moved_tables"] = assigned_tables(logs[survivor], seen)
+            row["moved_tables"] = (
+                resumed_lines(logs[survivor], seen) if shared else assigned_tables(logs[survivor], seen)
+            )
             if name == "SIGTERM":
                 row["exit_code"] = procs[victim].wait(60)
             else:
                 procs[victim].wait(10)
+            if shared:
+                row["exactly_once"] = check_shared_topics(bootstrap, run, tables, version)
     finally:
         reader.close()
         for proc in procs.values():

@@ -33,6 +33,7 @@ import collections
 import heapq
 import itertools
 import logging
+import math
 import os
 import threading
 import time
@@ -128,6 +129,13 @@ class TableScheduler:
         #: the most openers alive at once (for the tests and the bench)
         self.openers_peak = 0
         self._closed = False
+        #: the due time one worker waits for with a timeout (inf: none does); the other idle
+        #: workers wait until notified: with every worker waiting for the head's due time, each
+        #: idle table's turn woke them all (10,000 tables polled every 30 s: 333 turns a second)
+        self._timer_due = math.inf
+        #: idle workers now, and how many of them wait with a timeout (for the tests)
+        self.waiting = 0
+        self.timed_waiting = 0
         #: slots added and not ended (for tests and the status)
         self._slots: set[Slot] = set()
 
@@ -190,6 +198,8 @@ class TableScheduler:
         slot.due = due
         slot.token += 1
         heapq.heappush(self._heap, (due, next(self._order), slot.token, slot))
+        if due < self._timer_due:  # before what the waiting worker waits for: one wakes for it
+            self._cond.notify()
 
     def _start_workers(self) -> None:
         while len(self._threads) < min(self.workers, len(self._slots)):
@@ -215,13 +225,28 @@ class TableScheduler:
                         slot.token += 1  # no other entry of it is current
                         slot.running = True
                         slot.woken = slot.urgent = False
+                        if self._heap:  # an idle worker waits for the next one (or takes it)
+                            self._cond.notify()
                         if slot.table.opening:  # to an opener: never wait on a worker for an open
                             self._hand_to_opener(slot)
                             continue
                         return slot
-                    self._cond.wait(left)
-                else:
-                    self._cond.wait()
+                    if due < self._timer_due:  # this worker waits for the head's due time
+                        self._timer_due = due
+                        self._wait(left)
+                        if self._timer_due == due:
+                            self._timer_due = math.inf
+                        continue
+                self._wait(None)  # another worker waits for the head: this one until notified
+
+    def _wait(self, timeout: float | None) -> None:
+        self.waiting += 1
+        self.timed_waiting += timeout is not None
+        try:
+            self._cond.wait(timeout)
+        finally:
+            self.waiting -= 1
+            self.timed_waiting -= timeout is not None
 
     def _hand_to_opener(self, slot: Slot) -> None:
         """Under the lock: ``slot`` (taken, running) is opened by an opener, started if none waits."""
@@ -287,10 +312,7 @@ class TableScheduler:
             slot.running = False
             now = time.monotonic()
             soon = slot.urgent or (slot.woken and slot.table.wakeable)
-            due = now if soon else now + delay
-            self._push(slot, due)
-            if due <= now:
-                self._cond.notify()
+            self._push(slot, now if soon else now + delay)  # notifies a worker if it is due first
 
     @staticmethod
     def _turn(table: Steppable) -> float | None:

@@ -162,7 +162,12 @@ class TableSharing:
         started = time.monotonic()
         self.host.renew_shard_producers(shards)
         tables = [t for t in self.host.tables() if self.shard(t.normalized_uri) in shards]
-        pipelines = [p for p in (self.host.start_table(t) for t in tables) if p is not None]
+        # several at once where the host can (each start waits on its table's storage)
+        start_tables = getattr(self.host, "start_tables", None)
+        started_ = (
+            start_tables(tables) if start_tables is not None else [self.host.start_table(t) for t in tables]
+        )
+        pipelines = [p for p in started_ if p is not None]
         log.info(
             "shards assigned",
             extra={"group": self.group_id, "shards": sorted(shards), "tables": len(pipelines)},
