@@ -130,7 +130,7 @@ DEFAULT_BATCH_SIZE = 10_000
 #: cost ~6 s of the ~36 s of CPU of a 1M-file catch-up: ``malloc_trim`` walks the whole heap, and
 #: the next batch faults the pages back in; the heap reuses what a batch freed for the next
 #: batches, so between two returns it holds about one batch's worth more, not more each batch
-GIVE_BACK_RECORDS = 50_000
+GIVE_BACK_RECORDS = 20_000
 #: while catching up, a save only this many times ``checkpoint_interval_s`` after the first change
 CATCH_UP_SAVE_FACTOR = 10
 
