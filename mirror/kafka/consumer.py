@@ -28,6 +28,7 @@ from typing import Any, overload
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as _RdKafkaError
+from confluent_kafka import Message as _ClientMessage
 
 from ..errors import KafkaError, StopRequested, TopicNotFoundError
 from ..records.boundary import BadRecordError, RecordLimits
@@ -36,6 +37,9 @@ from ..records.headers import HEADER_FRAGMENT, Headers, header_value
 from . import clients
 
 log = logging.getLogger(__name__)
+
+#: the client's message type, whose methods read a batch's columns (``map`` in C)
+_Message: Any = _ClientMessage
 
 #: the offset that means "the first record the partition still has"
 BEGINNING = OFFSET_BEGINNING
@@ -113,10 +117,13 @@ class RecordBatch(Sequence[Record]):
     (:meth:`values`, :meth:`offsets`...) for a reader that takes a batch at once, without a Python
     object per record beyond the client's own message."""
 
-    __slots__ = ("_items",)
+    __slots__ = ("_items", "_joined")
 
     def __init__(self) -> None:
         self._items: list[Any] = []  # a Record (joined from fragments) or the client's message
+        #: whether any item is a Record: without one, a column is read from the messages in C
+        #: (``map`` over the message type's own method, no test of each item's type)
+        self._joined = False
 
     def __len__(self) -> int:
         return len(self._items)
@@ -135,22 +142,37 @@ class RecordBatch(Sequence[Record]):
     def __iter__(self) -> Iterator[Record]:
         return map(_record, self._items)
 
+    # a consumed message (not an error) always has its topic, partition and offset: the
+    # ``or`` of the mixed form stays for a Record's sake only; a value may be None (a tombstone)
+
     def topics(self) -> list[str]:
+        if not self._joined:
+            return list(map(_Message.topic, self._items))
         return [i.topic if type(i) is Record else i.topic() or "" for i in self._items]
 
     def partitions(self) -> list[int]:
+        if not self._joined:
+            return list(map(_Message.partition, self._items))
         return [i.partition if type(i) is Record else i.partition() or 0 for i in self._items]
 
     def offsets(self) -> list[int]:
+        if not self._joined:
+            return list(map(_Message.offset, self._items))
         return [i.offset if type(i) is Record else i.offset() or 0 for i in self._items]
 
     def first_offsets(self) -> list[int]:
+        if not self._joined:
+            return list(map(_Message.offset, self._items))
         return [i.first_offset if type(i) is Record else i.offset() or 0 for i in self._items]
 
     def values(self) -> list[bytes]:
+        if not self._joined:
+            return [v or b"" for v in map(_Message.value, self._items)]
         return [i.value if type(i) is Record else i.value() or b"" for i in self._items]
 
     def keys(self) -> list[bytes | None]:
+        if not self._joined:
+            return list(map(_Message.key, self._items))
         return [i.key if type(i) is Record else i.key() for i in self._items]
 
 
@@ -401,14 +423,20 @@ class MirrorConsumer:
             batch = RecordBatch()
             items = batch._items
             last: tuple[str, int] | None = None
+            last_topic: str | None = None
+            last_partition: Any = -1
             assembling = self._fragments  # holds the partitions with a record's first fragments taken
+            #: the partitions with records in part (live: feeding a fragment changes it), read as a
+            #: dict: the loop asks it of every record, a method call each was its dearest test
+            in_part = assembling.partitions_in_part
             refused: BadRecordError | None = None
             records_came = False
             for msg in messages:
-                where = (msg.topic() or "", msg.partition() or 0)
                 err = msg.error()
                 if err is not None:
+                    where = (msg.topic() or "", msg.partition() or 0)
                     last = None
+                    last_topic = None
                     if err.code() == _RdKafkaError._PARTITION_EOF:
                         final = self._nothing_past(where, msg.offset() or 0)
                         if until_end and not final:
@@ -421,7 +449,7 @@ class MirrorConsumer:
                         # transaction (the last stable offset): on a topic shared by many tables
                         # another producer's transaction may open between a committed record's
                         # fragments, and its last fragments come when that transaction ends
-                        if final and where in assembling:
+                        if final and where in in_part:
                             refused = self._cut_short(where, "the partition ends", on_bad_record)
                             if refused is not None:
                                 break
@@ -431,13 +459,17 @@ class MirrorConsumer:
                     log.warning("consumer error (retried): %s", err.str())
                     continue
                 records_came = True
-                if where != last:
-                    pending.add(where)  # not at its end any more: wait for the next end
-                    held.pop(where, None)
-                    last = where
+                topic: Any = msg.topic()
+                partition: Any = msg.partition()
+                if partition != last_partition or topic != last_topic or last is None:
+                    last_topic, last_partition = topic, partition
+                    last = (topic or "", partition or 0)
+                    pending.add(last)  # not at its end any more: wait for the next end
+                    held.pop(last, None)
+                where = last
                 if key is not None and msg.key() != key:
                     continue  # another key's: not this reader's to join or judge
-                if where not in assembling or not assembling.holds(where, msg.key()):
+                if not in_part or where not in in_part or not assembling.holds(where, msg.key()):
                     marks: Any = msg.headers()  # a list of (name, value), as _whole reads it
                     for name, _ in marks or ():
                         if name == HEADER_FRAGMENT:
@@ -457,6 +489,7 @@ class MirrorConsumer:
                     record = self._whole_after_refusal(where, msg, exc, on_bad_record)
                 if record is not None:
                     items.append(record)
+                    batch._joined = True
             if refused is None and assembling:
                 refused = self._overdue(on_bad_record)
             if held:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -250,6 +250,12 @@ class KeyedFragments:
         """Whether a record of partition ``where`` (topic, partition) has come in part."""
         return where in self._partitions
 
+    @property
+    def partitions_in_part(self) -> Mapping[Where, int]:
+        """The partitions with records in part (per partition, how many keys hold one), live: it
+        changes as fragments are fed and records joined or refused (a reader's loop binds it once)."""
+        return self._partitions
+
     def __len__(self) -> int:
         """How many records have come in part."""
         return len(self._held)
@@ -273,7 +279,7 @@ class KeyedFragments:
 
     def clear(self) -> None:
         self._held.clear()
-        self._partitions.clear()
+        self._partitions.clear()  # cleared, not replaced: partitions_in_part stays live
         self._bytes = 0
 
     def feed(

@@ -208,6 +208,30 @@ def test_fragments_come_back_as_one_record_with_the_offsets_of_both_ends(
     assert [r.header("index") for r in got] == ["0", "1", "2"]
 
 
+@pytest.mark.parametrize("max_records", [1, 1000])
+def test_a_batch_s_columns_are_those_of_its_records_joined_or_not(
+    kafka_bootstrap: str, topic: str, max_records: int
+) -> None:
+    """A reader that takes a batch in columns (the snapshot consumer) sees what it would see record
+    by record: batches with a joined record and batches of the client's messages alone."""
+    _publish_with_a_split_record(kafka_bootstrap, topic)
+    with MirrorConsumer(_kafka(kafka_bootstrap), purpose="test") as consumer:
+        consumer.assign([(topic, 0, None)])
+        batches = list(consumer.batches(until_end=True, timeout_s=READ_S, max_records=max_records))
+    assert sum(map(len, batches)) == 3
+    for batch in batches:
+        records = list(batch)
+        assert batch.topics() == [r.topic for r in records] == [topic] * len(batch)
+        assert batch.partitions() == [r.partition for r in records]
+        assert batch.offsets() == [r.offset for r in records]
+        assert batch.first_offsets() == [r.first_offset for r in records]
+        assert batch.values() == [r.value for r in records]
+        assert batch.keys() == [r.key for r in records] == [b"table-id"] * len(batch)
+    firsts = [o for batch in batches for o in batch.first_offsets()]
+    offsets = [o for batch in batches for o in batch.offsets()]
+    assert firsts[:2] == [0, 1] and offsets[1] > 1  # the joined record starts at its first fragment
+
+
 def test_a_read_that_starts_inside_a_split_record_is_an_event_stream_error(
     kafka_bootstrap: str, topic: str
 ) -> None:
