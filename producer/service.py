@@ -40,7 +40,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import cast
 
@@ -207,7 +206,9 @@ class WatchService:
         """:meth:`add_table` for many tables (a discovery scan's new ones): each is admitted here,
         then the owned ones are started on :data:`START_THREADS` threads (:meth:`start_tables`),
         after ``each`` is called with it (on those threads; for a table not owned too). Returns
-        the refused ones (their topics are another's), by normalized URI, none of them admitted."""
+        the refused ones by normalized URI: those whose topics are another's (not admitted) and
+        those whose start refused them (admitted, as :meth:`add_table` leaves them); one refusal
+        never keeps the others from starting or from being returned."""
         refused: dict[str, ConfigError] = {}
         admitted: list[TableConfig] = []
         with self._lock:
@@ -222,10 +223,13 @@ class WatchService:
                 admitted.append(table)
 
         def start(table: TableConfig) -> TablePipeline | None:
-            if each is not None:
-                each(table)
-            if self.sharing is None or self.sharing.owns(table.normalized_uri):
-                return self.start_table(table)
+            try:
+                if each is not None:
+                    each(table)
+                if self.sharing is None or self.sharing.owns(table.normalized_uri):
+                    return self.start_table(table)
+            except ConfigError as exc:  # its pipeline refused (as add_table's caller is told): it alone
+                refused[table.normalized_uri] = exc
             return None
 
         self._in_parallel(start, admitted)
@@ -244,13 +248,39 @@ class WatchService:
         # with the tables that resume already holding the GIL, each such wait took a switch
         # interval, and 10,000 tables were handed over one by one in 44 s; on several threads the
         # waits overlap. Starting tables has no order between tables (each one's own order is kept
-        # by its pipeline), and start_table is safe on concurrent threads.
+        # by its pipeline), and start_table is safe on concurrent threads. The threads are daemons,
+        # as the discovery and membership threads that call this are: a stop never waits on a start
+        # in progress (a slow store) beyond its budget (concurrent.futures joins its threads at exit).
         if len(tables) <= 1:
             return [fn(t) for t in tables]
-        with ThreadPoolExecutor(
-            max_workers=min(START_THREADS, len(tables)), thread_name_prefix="watch-start"
-        ) as pool:
-            return list(pool.map(fn, tables))
+        results: list[TablePipeline | None] = [None] * len(tables)
+        failed: list[tuple[int, BaseException]] = []
+        todo = iter(enumerate(tables))
+        taking = threading.Lock()
+
+        def work() -> None:
+            while True:
+                with taking:
+                    item = next(todo, None)
+                if item is None:
+                    return
+                i, table = item
+                try:
+                    results[i] = fn(table)
+                except BaseException as exc:  # raised once every table was tried: one stops none
+                    failed.append((i, exc))
+
+        threads = [
+            threading.Thread(target=work, name=f"watch-start-{n}", daemon=True)
+            for n in range(min(START_THREADS, len(tables)))
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if failed:
+            raise min(failed, key=lambda f: f[0])[1]
+        return results
 
     def remove_table(self, normalized_uri: str, *, reason: str) -> None:
         """Stop the table at its next batch boundary (its open transaction finished) and forget it,

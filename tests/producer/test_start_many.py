@@ -96,3 +96,89 @@ def test_a_groups_assigned_tables_are_started_on_several_threads(
         assert len(threads) >= 2
     finally:
         service.close()
+
+
+def _discovering(tmp_path: Path, count: int) -> WatchService:
+    for i in range(count):
+        _local_table(tmp_path / "lake" / f"t{i}")
+    return WatchService(
+        WatchConfig.model_validate(
+            {
+                "kafka": {"bootstrap_servers": "localhost:1"},
+                "discover": [{"uri": str(tmp_path / "lake"), "topics": "shared", "name": "lake"}],
+                "oversize_policy": "fail",
+                "use_notifications": False,
+            }
+        )
+    )
+
+
+def test_one_table_whose_start_is_refused_is_refused_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ConfigError from one table's start refused that table alone while tables were started one
+    by one; started together, it came out of the whole scan: no table of the scan was recorded as
+    found (so none would be noticed dropped) and the discovery thread ended (found by review)."""
+    from deltamirror.core.errors import ConfigError
+
+    service = _discovering(tmp_path, 4)
+    real = service._new_pipeline
+    refused_uri = f"file://{tmp_path}/lake/t2"
+
+    def built(table: TableConfig) -> Any:
+        if table.normalized_uri == refused_uri:
+            raise ConfigError("refused for the test", table=table.normalized_uri)
+        return real(table)
+
+    monkeypatch.setattr(service, "_new_pipeline", built)
+    try:
+        assert service.discovery is not None
+        with caplog.at_level("ERROR", logger="deltamirror"):
+            service.discovery.scan_now()
+        others = {f"file://{tmp_path}/lake/t{i}" for i in (0, 1, 3)}
+        assert service.running_tables() == others
+        assert set(service.discovery.tables) == others
+        said = [r.getMessage() for r in caplog.records if refused_uri in r.getMessage()]
+        assert len(said) == 1 and "refused for the test" in said[0], said
+    finally:
+        service.close()
+
+
+def test_tables_are_started_on_daemon_threads_and_one_failure_stops_no_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start threads were a thread pool's, which the interpreter joins at exit: a stop waited on
+    a start in progress (a slow store) beyond its budget. They are daemons now, like the discovery
+    and membership threads that start tables; and a table whose start fails (a bug: not a refusal)
+    is raised only once every other table was tried."""
+    tables = []
+    for i in range(4):
+        _local_table(tmp_path / f"t{i}")
+        tables.append({"uri": str(tmp_path / f"t{i}"), "snapshot_mode": "latest"})
+    cfg = WatchConfig.model_validate(
+        {
+            "kafka": {"bootstrap_servers": "localhost:1"},
+            "tables": tables,
+            "use_notifications": False,
+            "group": {"name": "g", "shards": 2},
+        }
+    )
+    service = WatchService(cfg)
+    real = service._new_pipeline
+    daemons: list[bool] = []
+    broken = cfg.tables[1].normalized_uri
+
+    def built(table: TableConfig) -> Any:
+        daemons.append(threading.current_thread().daemon)
+        if table.normalized_uri == broken:
+            raise RuntimeError("a bug in one table's start")
+        return real(table)
+
+    monkeypatch.setattr(service, "_new_pipeline", built)
+    try:
+        with pytest.raises(RuntimeError, match="a bug in one table's start"):
+            service.start_tables(list(cfg.tables))  # what a group's assignment does
+        assert len(daemons) == 4 and all(daemons), daemons
+        assert service.running_tables() == {t.normalized_uri for t in cfg.tables} - {broken}
+    finally:
+        service.close()
