@@ -366,12 +366,15 @@ class TopicManager:
         except KafkaException as exc:
             return {k: KafkaError(f"cannot read the end offsets of {k[0]}: {exc}", topic=k[0]) for k in keys}
         for name in names:
+            reason = "it has no partitions"
             try:
                 found = described[name].result(timeout=_left(deadline)).partitions
-            except (KafkaException, TimeoutError):
-                found = None
+            except KafkaException as exc:  # the broker's reason: unknown topic, not authorized...
+                found, reason = None, str(exc)
+            except TimeoutError:
+                found, reason = None, self._unanswered()
             if not found:
-                error = KafkaError(f"cannot read the metadata of topic {name}", topic=name)
+                error = KafkaError(f"cannot read the metadata of topic {name}: {reason}", topic=name)
                 out.update({k: error for k in keys if k[0] == name})
             else:
                 partitions[name] = sorted(p.id for p in found)
