@@ -137,7 +137,10 @@ def test_one_idle_worker_waits_for_the_next_due_table_the_others_until_notified(
         30,
         0.01,
     )
-    assert scheduler.timed_waiting == 1
+    # a worker waits for the new earliest due time; the one that waited for the later one may still
+    # wait out its own timeout (it then finds nothing due: harmless), which worker wakes first is
+    # the threads' order
+    assert 1 <= scheduler.timed_waiting <= 2
     assert scheduler._timer_due == min(s.due for s in scheduler._slots)
     for slot in slots:  # every table to its end: the workers end with the last
         while not slot.done.is_set():
