@@ -142,6 +142,8 @@ def markdown(index: dict[str, Any], reports: list[dict[str, Any]]) -> str:
                     f"({goal['min']:.2f}-{goal['max']:.2f})"
                 )
             met = "-" if goal["met"] is None else ("yes" if goal["met"] else "**no**")
+            if goal["met"] and goal.get("q3") is not None and goal["q3"] > goal["limit"]:
+                met = "within noise: the median meets it, the IQR spans the limit"
             if report["quick"] and goal["met"] is not None:
                 met += " (quick run)"
             limit = (
