@@ -22,6 +22,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, overload
@@ -339,6 +340,7 @@ class MirrorConsumer:
         poll_s: float = 0.05,
         on_bad_record: BadRecordHandler | None = None,
         key: bytes | None = None,
+        keys: AbstractSet[bytes] | None = None,
     ) -> Iterator[RecordBatch]:
         """Whole records of the assigned partitions, in batches, each partition in order.
 
@@ -370,8 +372,10 @@ class MirrorConsumer:
         fragments. A joined record comes at its last fragment's place, so a reader that stores
         offsets must not store one past :meth:`fragment_starts`. With ``key`` only the records
         of that key are read (the others are neither joined nor judged: a reader of one table on
-        a shared topic, which may start inside another table's fragments).
+        a shared topic, which may start inside another table's fragments); with ``keys``, those of
+        these keys (a reader of many tables at once).
         """
+        wanted = keys if key is None else {key}
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         pending = set(self._assigned)
         #: (read to the end) partitions whose end was reported with records past it not readable
@@ -435,7 +439,7 @@ class MirrorConsumer:
                     pending.add(where)  # not at its end any more: wait for the next end
                     held.pop(where, None)
                     last = where
-                if key is not None and msg.key() != key:
+                if wanted is not None and msg.key() not in wanted:
                     continue  # another key's: not this reader's to join or judge
                 if where not in assembling or not assembling.holds(where, msg.key()):
                     marks: Any = msg.headers()  # a list of (name, value), as _whole reads it
