@@ -341,6 +341,7 @@ class MirrorConsumer:
         on_bad_record: BadRecordHandler | None = None,
         key: bytes | None = None,
         keys: AbstractSet[bytes] | None = None,
+        ends: Mapping[tuple[str, int], int] | None = None,
     ) -> Iterator[RecordBatch]:
         """Whole records of the assigned partitions, in batches, each partition in order.
 
@@ -373,7 +374,11 @@ class MirrorConsumer:
         offsets must not store one past :meth:`fragment_starts`. With ``key`` only the records
         of that key are read (the others are neither joined nor judged: a reader of one table on
         a shared topic, which may start inside another table's fragments); with ``keys``, those of
-        these keys (a reader of many tables at once).
+        these keys (a reader of many tables at once). With ``ends`` (with ``until_end``), a
+        partition given an end there is read once a record at or past that end less one came (of
+        any key; nothing from that end on is yielded), or its end is reported: a reader that needs
+        the records below an end taken earlier does not chase the end of a partition others keep
+        writing (it may not find it for a long time).
         """
         wanted = keys if key is None else {key}
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -384,6 +389,8 @@ class MirrorConsumer:
         quiet_since = time.monotonic()
         last_end_check = 0.0
         records_came = False  # in the last consume(): while none come, a read to the end asks often
+        #: partitions read to their given end (``ends``): nothing more of them is taken
+        finished: set[tuple[str, int]] = set()
         while True:
             if until_end and not pending:
                 return
@@ -410,7 +417,18 @@ class MirrorConsumer:
             records_came = False
             for msg in messages:
                 where = (msg.topic() or "", msg.partition() or 0)
+                if where in finished:
+                    continue
                 err = msg.error()
+                if err is None and ends is not None and until_end:
+                    bound = ends.get(where)
+                    if bound is not None and (msg.offset() or 0) >= bound - 1:
+                        finished.add(where)  # what the reader needs of it came
+                        pending.discard(where)
+                        held.pop(where, None)
+                        if (msg.offset() or 0) >= bound:
+                            continue
+                        last = where  # not pending again
                 if err is not None:
                     last = None
                     if err.code() == _RdKafkaError._PARTITION_EOF:
@@ -475,7 +493,7 @@ class MirrorConsumer:
                 if quiet >= END_CHECK_AFTER_S and time.monotonic() - last_end_check >= END_CHECK_AFTER_S:
                     last_end_check = time.monotonic()
                     pending = {w for w in pending if not self._at_end(*w)}
-                    for where in {w for w in assembling.starts() if w not in pending}:
+                    for where in {w for w in assembling.starts() if w not in pending and w not in finished}:
                         if refused is None and self._nothing_past(where, self._position(where)):
                             refused = self._cut_short(where, "the partition ends", on_bad_record)
                 if pending and idle_timeout_s is not None and quiet >= idle_timeout_s:

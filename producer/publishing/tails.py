@@ -45,6 +45,9 @@ log = logging.getLogger("deltamirror.watch")
 
 #: records read back from each partition's end at first (more when a record there is fragmented)
 WINDOW = 64
+#: a gathered read keeps a table's last record of a window undecoded up to this size (decoded when
+#: the window is read: most are not the last), a larger one decided as it comes (bounds what it holds)
+HOLD_BYTES = 16_384
 #: tail reads running at once in a process: each is a short-lived consumer (librdkafka allows about
 #: 1,000 clients per process, and a group member may resume many tables at once)
 _READERS = threading.BoundedSemaphore(4)
@@ -242,7 +245,13 @@ def _read_tail(
                 # the table's own records only: on a topic shared by many tables (topics: shared)
                 # the window holds mostly others' (neither joined nor judged here: the window may
                 # begin inside their fragments), and it grows until it finds one
-                for batch in consumer.batches(until_end=True, timeout_s=60.0, idle_timeout_s=30.0, key=key):
+                for batch in consumer.batches(
+                    until_end=True,
+                    timeout_s=60.0,
+                    idle_timeout_s=30.0,
+                    key=key,
+                    ends={(topic, p): ends[p] for p in starts},
+                ):
                     records += [r for r in batch if r.offset < ends[r.partition]]
         except EventStreamError:  # the window began inside a fragmented record of the table: read more
             if all(start == 0 for start in starts.values()):
@@ -302,7 +311,8 @@ def _read_gathered(
     joined per partition and key). A table whose fragments are refused in a window (the window
     began inside its record) is answered as its read answers that: a larger window, or at the
     partition's start the error. What a window holds is not kept: per table and partition, its
-    last record that is not a heartbeat (decoded once the window is read); when that one does not
+    last record that is not a heartbeat (decoded once the window is read; one larger than
+    :data:`HOLD_BYTES` is decoded as it comes, and kept only as its Tail); when that one does not
     count (a copy's, at another location: rare), the table reads the same window again deciding
     every record as it comes. ``on_window(window, tables)`` is called before each read."""
     ends = end_offsets(topic, True)
@@ -337,6 +347,7 @@ def _read_gathered(
                         idle_timeout_s=30.0,
                         keys=set(by_key),
                         on_bad_record=_refuser(refused),
+                        ends={(topic, p): ends[p] for p in starts},
                     ):
                         for record in batch:
                             if record.offset >= ends[record.partition] or record.key in refused:
@@ -344,7 +355,7 @@ def _read_gathered(
                             for ask in by_key.get(record.key or b"", ()):
                                 if _cheap_skip(record, ask):
                                     continue
-                                if ask in eager:
+                                if ask in eager or len(record.value) > HOLD_BYTES:
                                     found = _classify(
                                         record, ask.table_id, summaries=ask.summaries, table_uri=ask.table_uri
                                     )
