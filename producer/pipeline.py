@@ -535,7 +535,13 @@ class TablePipeline:
         """Resume the publisher from the progress topic's position as the actions and commits topics
         bear it out (:func:`~.publishing.tails.read_tails`); returns the position resumed from."""
         resume = read_tails(
-            self.kafka, end_offsets, self.topics.actions, self.topics.commits, committed, self.uri
+            self.kafka,
+            end_offsets,
+            self.topics.actions,
+            self.topics.commits,
+            committed,
+            self.uri,
+            board=self.clients.tails if self.clients is not None else None,
         )
         if resume.overstated is not None:
             log.warning(

@@ -22,6 +22,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, overload
@@ -361,6 +362,8 @@ class MirrorConsumer:
         poll_s: float = 0.05,
         on_bad_record: BadRecordHandler | None = None,
         key: bytes | None = None,
+        keys: AbstractSet[bytes] | None = None,
+        ends: Mapping[tuple[str, int], int] | None = None,
     ) -> Iterator[RecordBatch]:
         """Whole records of the assigned partitions, in batches, each partition in order.
 
@@ -392,8 +395,14 @@ class MirrorConsumer:
         fragments. A joined record comes at its last fragment's place, so a reader that stores
         offsets must not store one past :meth:`fragment_starts`. With ``key`` only the records
         of that key are read (the others are neither joined nor judged: a reader of one table on
-        a shared topic, which may start inside another table's fragments).
+        a shared topic, which may start inside another table's fragments); with ``keys``, those of
+        these keys (a reader of many tables at once). With ``ends`` (with ``until_end``), a
+        partition given an end there is read once a record at or past that end less one came (of
+        any key; nothing from that end on is yielded), or its end is reported: a reader that needs
+        the records below an end taken earlier does not chase the end of a partition others keep
+        writing (it may not find it for a long time).
         """
+        wanted = keys if key is None else {key}
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         pending = set(self._assigned)
         #: (read to the end) partitions whose end was reported with records past it not readable
@@ -402,6 +411,8 @@ class MirrorConsumer:
         quiet_since = time.monotonic()
         last_end_check = 0.0
         records_came = False  # in the last consume(): while none come, a read to the end asks often
+        #: partitions read to their given end (``ends``): nothing more of them is taken
+        finished: set[tuple[str, int]] = set()
         while True:
             if until_end and not pending:
                 return
@@ -433,6 +444,20 @@ class MirrorConsumer:
             records_came = False
             for msg in messages:
                 err = msg.error()
+                if ends is not None:  # a read to ends taken earlier (a tail: few records), per record
+                    where = (msg.topic() or "", msg.partition() or 0)
+                    if where in finished:
+                        continue
+                    if err is None and until_end:
+                        bound = ends.get(where)
+                        if bound is not None and (msg.offset() or 0) >= bound - 1:
+                            finished.add(where)  # what the reader needs of it came
+                            pending.discard(where)
+                            held.pop(where, None)
+                            if (msg.offset() or 0) >= bound:
+                                continue
+                            # not pending again: the run below is this partition's already
+                            last, last_topic, last_partition = where, msg.topic(), msg.partition()
                 if err is not None:
                     where = (msg.topic() or "", msg.partition() or 0)
                     last = None
@@ -467,7 +492,7 @@ class MirrorConsumer:
                     pending.add(last)  # not at its end any more: wait for the next end
                     held.pop(last, None)
                 where = last
-                if key is not None and msg.key() != key:
+                if wanted is not None and msg.key() not in wanted:
                     continue  # another key's: not this reader's to join or judge
                 if not in_part or where not in in_part or not assembling.holds(where, msg.key()):
                     marks: Any = msg.headers()  # a list of (name, value), as _whole reads it
@@ -504,7 +529,7 @@ class MirrorConsumer:
                 if quiet >= END_CHECK_AFTER_S and time.monotonic() - last_end_check >= END_CHECK_AFTER_S:
                     last_end_check = time.monotonic()
                     pending = {w for w in pending if not self._at_end(*w)}
-                    for where in {w for w in assembling.starts() if w not in pending}:
+                    for where in {w for w in assembling.starts() if w not in pending and w not in finished}:
                         if refused is None and self._nothing_past(where, self._position(where)):
                             refused = self._cut_short(where, "the partition ends", on_bad_record)
                 if pending and idle_timeout_s is not None and quiet >= idle_timeout_s:

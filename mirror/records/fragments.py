@@ -98,6 +98,9 @@ class FragmentError(BadRecordError):
     def __init__(self, message: str, *, keeps_current: bool = False, **context: Any) -> None:
         super().__init__(message, **context)
         self.keeps_current = keeps_current
+        #: the refused record's key as read (set by :class:`KeyedFragments`): a reader of many keys
+        #: tells whose record it was (``table_id`` in the context is shown, maybe cut)
+        self.record_key: bytes | None = None
 
 
 class FragmentAssembler:
@@ -324,6 +327,7 @@ class KeyedFragments:
             self._bytes -= before
             self._forget(slot)
             exc.context.update(self._context(slot, held.first))
+            exc.record_key = slot[2]
             raise
         self._bytes += assembler.held_bytes - before
         if whole is None:
@@ -382,7 +386,9 @@ class KeyedFragments:
         return {"table_id": _key_text(slot[2]), "topic": slot[0], "partition": slot[1], "offset": offset}
 
     def _refusal(self, message: str, slot: _Slot, offset: int) -> FragmentError:
-        return FragmentError(message, **self._context(slot, offset))
+        refused = FragmentError(message, **self._context(slot, offset))
+        refused.record_key = slot[2]
+        return refused
 
 
 _FRAGMENT = re.compile(r"([0-9]{1,9})/([0-9]{1,9})")

@@ -3,7 +3,8 @@
 librdkafka allows about 1,000 clients per process. A running table would otherwise hold a
 producer, and while it resumes an admin client (its topic checks) and a consumer (its progress).
 Shared here: one admin client for the process (each topic checked once), one read of the
-progress topic for the tables that resume together (:class:`~.progress.ProgressBoard`), and in a
+progress topic for the tables that resume together (:class:`~.progress.ProgressBoard`), one read
+of a topic's tail for those of them that read it (:class:`~.tails.TailBoard`), and in a
 group one transactional producer per shard (:mod:`..group.shard_producers`).
 """
 
@@ -19,6 +20,7 @@ from deltamirror.mirror.topics import TopicLimits, TopicManager
 from ..group.shard_producers import ShardProducers
 from ..settings import WatchConfig
 from .progress import ProgressBoard
+from .tails import TailBoard
 
 
 class SharedClients:
@@ -28,6 +30,8 @@ class SharedClients:
         self.cfg = cfg
         self.kafka = kafka
         self.progress = ProgressBoard(kafka, cfg.progress_topic, end_offsets=self._end_offsets)
+        #: one read of a topic's tail for the tables that resume together (shared topics)
+        self.tails = TailBoard(kafka, self._end_offsets)
         self._topics: TopicManager | None = None
         self._closed = False
         self._lock = threading.Lock()

@@ -27,14 +27,16 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from deltamirror.core.timestamps import CommitTimestamp, TimestampSource
 from deltamirror.mirror import decode_action_event
 from deltamirror.mirror.errors import EventStreamError, KafkaError
 from deltamirror.mirror.kafka.consumer import MirrorConsumer, Record
+from deltamirror.mirror.records.boundary import BadRecordError
+from deltamirror.mirror.records.fragments import FragmentError
 from deltamirror.mirror.records.headers import HEADER_KIND
 
 from ..tailing.work import Position
@@ -43,6 +45,9 @@ log = logging.getLogger("deltamirror.watch")
 
 #: records read back from each partition's end at first (more when a record there is fragmented)
 WINDOW = 64
+#: a gathered read keeps a table's last record of a window undecoded up to this size (decoded when
+#: the window is read: most are not the last), a larger one decided as it comes (bounds what it holds)
+HOLD_BYTES = 16_384
 #: tail reads running at once in a process: each is a short-lived consumer (librdkafka allows about
 #: 1,000 clients per process, and a group member may resume many tables at once)
 _READERS = threading.BoundedSemaphore(4)
@@ -166,6 +171,43 @@ def reconcile(position: Position | None, actions: Tail | None, summary: Tail | N
     return Resume(position, past(position, actions, summary))
 
 
+#: what :func:`_classify` says of a record that does not count (another kind, a copy's)
+_SKIP: Any = object()
+
+
+def _classify(record: Record, table_id: str, *, summaries: bool, table_uri: str | None) -> Any:
+    """One record of the table as :func:`_tail_of` judges it from the end: its Tail, None (an
+    action record nothing can be taken from: no older one counts either), or :data:`_SKIP`."""
+    if summaries:
+        if record.header(HEADER_KIND) != "commit":
+            return _SKIP  # a heartbeat, a tableReplaced
+        try:
+            doc: Any = json.loads(record.value)
+            if table_uri is not None and doc.get("tableUri") != table_uri:
+                return _SKIP  # a copy of the table (same id) at another location
+            return Tail(table_id, int(doc["version"]), bool(doc.get("snapshot", False)), -1)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return _SKIP  # not ours to judge here: the consumers check every record
+    try:
+        event = decode_action_event(record.value)
+    except EventStreamError:
+        # not ours to judge here (the consumers check every record), but nothing to take a
+        # position from either: an older record would read as the progress overstated
+        return None
+    if table_uri is not None and event.table_uri != table_uri:
+        return _SKIP  # a copy of the table (same id) at another location
+    return Tail(
+        table_id,
+        event.version,
+        event.snapshot,
+        event.index,
+        event.count,
+        CommitTimestamp(
+            event.version, event.commit_timestamp, TimestampSource(event.commit_timestamp_source)
+        ),
+    )
+
+
 def _tail_of(
     records: list[Record], table_id: str, *, summaries: bool, table_uri: str | None = None
 ) -> Tail | None:
@@ -174,34 +216,9 @@ def _tail_of(
     so on a topic shared by the tables of a prefix (``topics: shared``) a copy's records carry the
     same key: they are another table's."""
     for record in reversed(records):
-        if summaries:
-            if record.header(HEADER_KIND) != "commit":
-                continue  # a heartbeat, a tableReplaced
-            try:
-                doc: Any = json.loads(record.value)
-                if table_uri is not None and doc.get("tableUri") != table_uri:
-                    continue  # a copy of the table (same id) at another location
-                return Tail(table_id, int(doc["version"]), bool(doc.get("snapshot", False)), -1)
-            except (ValueError, KeyError, TypeError, AttributeError):
-                continue  # not ours to judge here: the consumers check every record
-        try:
-            event = decode_action_event(record.value)
-        except EventStreamError:
-            # not ours to judge here (the consumers check every record), but nothing to take a
-            # position from either: an older record would read as the progress overstated
-            return None
-        if table_uri is not None and event.table_uri != table_uri:
-            continue  # a copy of the table (same id) at another location
-        return Tail(
-            table_id,
-            event.version,
-            event.snapshot,
-            event.index,
-            event.count,
-            CommitTimestamp(
-                event.version, event.commit_timestamp, TimestampSource(event.commit_timestamp_source)
-            ),
-        )
+        found = _classify(record, table_id, summaries=summaries, table_uri=table_uri)
+        if found is not _SKIP:
+            return found  # type: ignore[no-any-return]
     return None
 
 
@@ -228,7 +245,13 @@ def _read_tail(
                 # the table's own records only: on a topic shared by many tables (topics: shared)
                 # the window holds mostly others' (neither joined nor judged here: the window may
                 # begin inside their fragments), and it grows until it finds one
-                for batch in consumer.batches(until_end=True, timeout_s=60.0, idle_timeout_s=30.0, key=key):
+                for batch in consumer.batches(
+                    until_end=True,
+                    timeout_s=60.0,
+                    idle_timeout_s=30.0,
+                    key=key,
+                    ends={(topic, p): ends[p] for p in starts},
+                ):
                     records += [r for r in batch if r.offset < ends[r.partition]]
         except EventStreamError:  # the window began inside a fragmented record of the table: read more
             if all(start == 0 for start in starts.values()):
@@ -247,6 +270,229 @@ def _read_tail(
         window *= 8  # only other tables' records, or aborted ones, in the window
 
 
+@dataclass(frozen=True)
+class _Ask:
+    """A table's tail asked of a topic (the arguments of :func:`_read_tail`)."""
+
+    table_id: str
+    summaries: bool
+    table_uri: str | None
+
+
+def _cheap_skip(record: Record, ask: _Ask) -> bool:
+    """Whether :func:`_classify` would skip the record, told without decoding it (a summary
+    topic's heartbeats and tableReplaced records)."""
+    return ask.summaries and record.header(HEADER_KIND) != "commit"
+
+
+def _refuser(refused: dict[bytes | None, EventStreamError]) -> Callable[[BadRecordError], None]:
+    """A refused record kept as its key's first refusal (None: a refusal of no key's)."""
+
+    def on_bad(exc: BadRecordError) -> None:
+        refused.setdefault(exc.record_key if isinstance(exc, FragmentError) else None, exc)
+
+    return on_bad
+
+
+def _read_gathered(
+    kafka: Mapping[str, Any],
+    end_offsets: EndOffsets,
+    topic: str,
+    asks: Collection[_Ask],
+    *,
+    on_window: Callable[[int, int], None] | None = None,
+) -> dict[_Ask, Tail | EventStreamError | None]:
+    """What :func:`_read_tail` gives each of ``asks`` (a Tail, None, or the EventStreamError it
+    raises), from one consumer per window for all of them.
+
+    The windows are :func:`_read_tail`'s (the same ends, taken once, the same starts, growing x8),
+    read for the asks not answered yet, with each table's records only (``keys``): each table
+    sees in a window exactly the records its own read sees, joined the same way (fragments are
+    joined per partition and key). A table whose fragments are refused in a window (the window
+    began inside its record) is answered as its read answers that: a larger window, or at the
+    partition's start the error. What a window holds is not kept: per table and partition, its
+    last record that is not a heartbeat (decoded once the window is read; one larger than
+    :data:`HOLD_BYTES` is decoded as it comes, and kept only as its Tail); when that one does not
+    count (a copy's, at another location: rare), the table reads the same window again deciding
+    every record as it comes. ``on_window(window, tables)`` is called before each read."""
+    ends = end_offsets(topic, True)
+    answers: dict[_Ask, Tail | EventStreamError | None] = {}
+    starts_at: dict[int, int] = {p: end for p, end in ends.items() if end > 0}
+    if not starts_at:
+        return dict.fromkeys(asks, None)
+    todo = set(asks)
+    #: asks whose last record in a window did not count: their records are decided as they come
+    eager: set[_Ask] = set()
+    window = WINDOW
+    while todo:
+        starts = {p: max(0, end - window) for p, end in starts_at.items()}
+        whole = all(start == 0 for start in starts.values())
+        group = set(todo)
+        while group:
+            if on_window is not None:
+                on_window(window, len(group))
+            by_key: dict[bytes, list[_Ask]] = {}
+            for ask in group:
+                by_key.setdefault(ask.table_id.encode(), []).append(ask)
+            #: per (ask, partition): the last record (not decided yet) or what it was decided to be
+            last: dict[tuple[_Ask, int], Any] = {}
+            refused: dict[bytes | None, EventStreamError] = {}
+
+            try:
+                with _READERS, MirrorConsumer(kafka, purpose="tail") as consumer:
+                    consumer.assign((topic, p, start) for p, start in starts.items())
+                    for batch in consumer.batches(
+                        until_end=True,
+                        timeout_s=60.0,
+                        idle_timeout_s=30.0,
+                        keys=set(by_key),
+                        on_bad_record=_refuser(refused),
+                        ends={(topic, p): ends[p] for p in starts},
+                    ):
+                        for record in batch:
+                            if record.offset >= ends[record.partition] or record.key in refused:
+                                continue
+                            for ask in by_key.get(record.key or b"", ()):
+                                if _cheap_skip(record, ask):
+                                    continue
+                                if ask in eager or len(record.value) > HOLD_BYTES:
+                                    found = _classify(
+                                        record, ask.table_id, summaries=ask.summaries, table_uri=ask.table_uri
+                                    )
+                                    if found is not _SKIP:
+                                        last[ask, record.partition] = found
+                                else:
+                                    last[ask, record.partition] = record
+            except EventStreamError as exc:  # not one table's: as every table's read would, read more
+                refused[None] = exc
+            redo: set[_Ask] = set()
+            for ask in group:
+                error = refused.get(ask.table_id.encode(), refused.get(None))
+                if error is not None:
+                    if whole:
+                        answers[ask] = error
+                        todo.discard(ask)
+                    continue  # the window began inside its fragmented record: read more
+                tails: list[Tail] = []
+                for p in starts:
+                    found = last.get((ask, p))
+                    if isinstance(found, Record):
+                        found = _classify(
+                            found, ask.table_id, summaries=ask.summaries, table_uri=ask.table_uri
+                        )
+                        if found is _SKIP:
+                            redo.add(ask)
+                            break
+                    if found is not None:
+                        tails.append(found)
+                else:
+                    if tails or whole:
+                        answers[ask] = max(tails, key=lambda t: t.key) if tails else None
+                        todo.discard(ask)
+            eager |= redo
+            group = redo
+        window *= 8  # only other tables' records, or aborted ones, in the window
+    return answers
+
+
+@dataclass(eq=False)
+class _Round:
+    """The asks of one topic that one gathered read answers."""
+
+    asks: set[_Ask] = field(default_factory=set)
+    #: set when this round's opener may read (nothing in flight on the topic)
+    turn: threading.Event = field(default_factory=threading.Event)
+    ready: threading.Event = field(default_factory=threading.Event)
+    answers: dict[_Ask, Tail | EventStreamError | None] = field(default_factory=dict)
+    error: BaseException | None = None
+
+
+class TailBoard:
+    """One read of a topic's tail for the tables that resume together (a group moving shards).
+
+    Without it each resuming table reads back its actions and commits topics on a consumer of its
+    own: on topics shared by many tables (``topics: shared``) that read goes far back to find the
+    table's last record among the others', and thousands of tables resuming at once read it once
+    each (a survivor of 10,000 tables resumed ~0.3 tables a second). Here the tables that ask for
+    a topic's tail while a read of it is in flight are answered by the next read, together
+    (:func:`_read_gathered`); a table asking with nothing in flight is read at once, alone.
+
+    Each answer is what the table's own read would have given (:func:`_read_tail`): its read
+    began after it asked, with the topic's ends taken then, so it sees everything committed
+    before its ask, as reading alone at that moment.
+    """
+
+    def __init__(self, kafka: Mapping[str, Any], end_offsets: EndOffsets) -> None:
+        self.kafka = kafka
+        self.end_offsets = end_offsets
+        #: how many gathered reads were made (one per round: one per topic for tables asking together)
+        self.reads = 0
+        #: how many windows were read (a consumer each)
+        self.windows = 0
+        #: called with the topic and its asks before each round's read (tests hold a read here)
+        self.before_read: Callable[[str, frozenset[_Ask]], None] | None = None
+        self._lock = threading.Lock()
+        self._busy: set[str] = set()
+        #: per topic, the round that takes the asks made now (read once the one in flight is done)
+        self._next: dict[str, _Round] = {}
+
+    def waiting(self, topic: str) -> int:
+        """How many asks of ``topic`` wait for the next read (not the one in flight)."""
+        with self._lock:
+            round_ = self._next.get(topic)
+            return 0 if round_ is None else len(round_.asks)
+
+    def tail(
+        self, topic: str, table_id: str, *, summaries: bool, table_uri: str | None = None
+    ) -> Tail | None:
+        """What :func:`_read_tail` gives (raises the same EventStreamError, a KafkaError)."""
+        ask = _Ask(table_id, summaries, table_uri)
+        with self._lock:
+            round_ = self._next.get(topic)
+            opened = round_ is None
+            if round_ is None:
+                round_ = _Round()
+                if topic in self._busy:
+                    self._next[topic] = round_  # read by this caller once the read in flight is done
+                else:
+                    self._busy.add(topic)
+                    round_.turn.set()
+            round_.asks.add(ask)
+        if opened:
+            round_.turn.wait()
+            self._read(topic, round_)
+        else:
+            round_.ready.wait()
+        if round_.error is not None:
+            raise round_.error
+        answer = round_.answers[ask]
+        if isinstance(answer, EventStreamError):
+            raise answer
+        return answer
+
+    def _read(self, topic: str, round_: _Round) -> None:
+        try:
+            asks = frozenset(round_.asks)  # closed: taken from _next, or never in it
+            if self.before_read is not None:
+                self.before_read(topic, asks)
+            round_.answers = _read_gathered(self.kafka, self.end_offsets, topic, asks, on_window=self._window)
+        except BaseException as exc:  # given to every table of the round
+            round_.error = exc
+        finally:
+            with self._lock:
+                self.reads += 1
+                following = self._next.pop(topic, None)
+                if following is None:
+                    self._busy.discard(topic)
+            round_.ready.set()
+            if following is not None:  # its asks are closed now: its opener reads them
+                following.turn.set()
+
+    def _window(self, window: int, tables: int) -> None:
+        with self._lock:
+            self.windows += 1
+
+
 def read_tails(
     kafka: Mapping[str, Any],
     end_offsets: EndOffsets,
@@ -254,19 +500,27 @@ def read_tails(
     commits_topic: str,
     position: Position | None,
     table_uri: str | None = None,
+    board: TailBoard | None = None,
 ) -> Resume:
     """Where the table resumes from ``position`` (the progress topic's), given what its actions and
     commits topics hold committed (:func:`reconcile`); with ``table_uri`` only the records of the
-    table at that location count (a topic shared by many tables may hold a copy's, same id)."""
+    table at that location count (a topic shared by many tables may hold a copy's, same id).
+    With ``board``, read together with the other tables resuming at the same time."""
     table_id = position.table_id if position is not None else None
     try:
         if table_id is None:
             # nothing committed: a partial first transaction is not told apart
             return Resume(position, AlreadyPublished())
-        actions = _read_tail(
-            kafka, end_offsets, actions_topic, table_id, summaries=False, table_uri=table_uri
-        )
-        summary = _read_tail(kafka, end_offsets, commits_topic, table_id, summaries=True, table_uri=table_uri)
+        if board is not None:
+            actions = board.tail(actions_topic, table_id, summaries=False, table_uri=table_uri)
+            summary = board.tail(commits_topic, table_id, summaries=True, table_uri=table_uri)
+        else:
+            actions = _read_tail(
+                kafka, end_offsets, actions_topic, table_id, summaries=False, table_uri=table_uri
+            )
+            summary = _read_tail(
+                kafka, end_offsets, commits_topic, table_id, summaries=True, table_uri=table_uri
+            )
     except (KafkaError, EventStreamError) as exc:
         raise KafkaError(
             f"cannot read the last records of {actions_topic} and {commits_topic}: {exc}"
@@ -274,4 +528,4 @@ def read_tails(
     return reconcile(position, actions, summary)
 
 
-__all__ = ["AlreadyPublished", "Resume", "Tail", "key_of", "past", "read_tails", "reconcile"]
+__all__ = ["AlreadyPublished", "Resume", "Tail", "TailBoard", "key_of", "past", "read_tails", "reconcile"]

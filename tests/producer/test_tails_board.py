@@ -1,0 +1,170 @@
+"""Tables resuming together read a shared topic's tail once, not once each (issue 29).
+
+A group member that takes over a dead member's thousands of tables resumed ~0.3 tables a second:
+each table read back its shared actions and commits topics on a consumer of its own, from the end
+with a growing window until it found its own last record. The board answers every table asking
+while a read is in flight with the next read, and each answer is what the table's own read gives.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from deltamirror.mirror.errors import EventStreamError
+from deltamirror.producer.publishing.tails import TailBoard, _read_tail
+from support.forge import Rec, commits_rec, fragments, write_topics
+from support.records import commit_info_value
+
+TABLES = 30
+
+
+def _summary(table_id: str, uri: str, version: int) -> Rec:
+    return commits_rec({"kind": "commit", "tableId": table_id, "tableUri": uri, "version": version})
+
+
+def _uri(i: int) -> str:
+    return f"file:///lake/t{i}"
+
+
+def _forged() -> tuple[list[Rec], list[Rec], dict[str, str]]:
+    """Thirty tables on one actions and one commits topic: table i's last records lie about
+    30 * i records from the end (windows of 64, 512 and 4,096 needed); table 3's location has a
+    copy (same id) whose records come after its own; table 5's last action is split in fragments
+    that the first window begins inside; heartbeats follow the summaries."""
+    ids = {_uri(i): f"id-{i}" for i in range(TABLES)}
+    actions: list[Rec] = []
+    commits: list[Rec] = []
+    last_version = {i: 0 for i in range(TABLES)}
+    # table i writes versions until round TABLES - i: the lower i, the further back its last record
+    for round_ in range(TABLES * 4):
+        for i in range(TABLES):
+            if round_ < (TABLES - i) * 4:
+                v = last_version[i] = round_ + 1
+                key = ids[_uri(i)].encode()
+                actions.append(Rec(commit_info_value(ids[_uri(i)], _uri(i), v), key))
+                commits.append(_summary(ids[_uri(i)], _uri(i), v))
+                commits.append(commits_rec({"kind": "heartbeat", "tableId": ids[_uri(i)]}, kind="heartbeat"))
+    # a copy of table 3 (same id, another location) writes after it
+    copy = "file:///lake/copy-of-t3"
+    for v in range(last_version[3] + 1, last_version[3] + 3):
+        actions.append(Rec(commit_info_value(ids[_uri(3)], copy, v), ids[_uri(3)].encode()))
+        commits.append(_summary(ids[_uri(3)], copy, v))
+    # table 5's last action in three fragments, the second 64 records from the end
+    value = commit_info_value(ids[_uri(5)], _uri(5), last_version[5] + 1)
+    parts = [value[:20], value[20:40], value[40:]]
+    key5 = ids[_uri(5)].encode()
+    actions.append(fragments(parts[0], 0, 3, key5))
+    filler = [
+        Rec(commit_info_value(ids[_uri(29)], _uri(29), 1000 + n), ids[_uri(29)].encode()) for n in range(70)
+    ]
+    actions += filler[:2]
+    actions.append(fragments(parts[1], 1, 3, key5))
+    actions += filler[2:10]
+    actions.append(fragments(parts[2], 2, 3, key5))
+    actions += filler[10:]
+    return actions, commits, ids
+
+
+def _asked_together(
+    kafka: dict[str, Any],
+    end_offsets: Any,
+    topic: str,
+    summaries: bool,
+    asks: list[tuple[str, str]],
+    alone: dict[str, Any],
+) -> None:
+    """Every table asks at once while the first table's read is held open: two reads answer all."""
+    board = TailBoard(kafka, end_offsets)
+    held = threading.Event()
+    rounds: list[int] = []
+
+    def hold_first(topic: str, asked: frozenset[Any]) -> None:
+        rounds.append(len(asked))
+        if len(rounds) == 1:  # the first table's read waits until every other table asked
+            deadline = time.monotonic() + 60
+            while board.waiting(topic) < len(asks) - 1 and time.monotonic() < deadline:
+                held.wait(0.01)
+
+    board.before_read = hold_first
+    answers: dict[str, Any] = {}
+
+    def ask(uri: str, table_id: str) -> None:
+        try:
+            answers[uri] = board.tail(topic, table_id, summaries=summaries, table_uri=uri)
+        except EventStreamError as exc:  # pragma: no cover - compared below
+            answers[uri] = exc
+
+    first = threading.Thread(target=ask, args=asks[0])
+    first.start()
+    deadline = time.monotonic() + 60
+    while not rounds and time.monotonic() < deadline:
+        held.wait(0.01)  # the first read is open, alone
+    threads = [threading.Thread(target=ask, args=a) for a in asks[1:]]
+    for t in threads:
+        t.start()
+    for t in [first, *threads]:
+        t.join(120)
+    assert answers == alone
+    assert rounds == [1, len(asks) - 1]  # one read for the first table, one for all the others
+    assert board.reads == 2
+    # the tables needing the largest window bound the consumers: its windows (64, 512, 4096,
+    # 32768: the whole topic), and one more for the copied table's location, per read
+    assert board.windows <= 2 * 4 + 2 < len(asks)
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(300)
+def test_tables_asking_together_are_answered_by_one_read_each_as_their_own_read(kafka_bootstrap: str) -> None:
+    from deltamirror.mirror.topics import TopicManager
+
+    actions, commits, ids = _forged()
+    topics = write_topics(kafka_bootstrap, actions, commits)
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    manager = TopicManager(kafka, max_record_bytes=1_000_000)
+    ends = {topic: manager.end_offsets(topic) for topic in (topics.actions, topics.commits)}
+    del manager
+
+    def end_offsets(topic: str, committed: bool) -> dict[int, int]:
+        return ends[topic]  # nothing is written any more
+
+    asks = [(uri, table_id) for uri, table_id in ids.items()]
+    asks.append(("file:///lake/nowhere", "id-unknown"))  # a table with no record: None
+    for topic, summaries in ((topics.actions, False), (topics.commits, True)):
+        alone: dict[str, Any] = {
+            uri: _read_tail(kafka, end_offsets, topic, table_id, summaries=summaries, table_uri=uri)
+            for uri, table_id in asks
+        }
+        # the forged cases are what the table's own read makes of them
+        assert alone["file:///lake/nowhere"] is None
+        assert alone[_uri(3)] is not None and alone[_uri(3)].version == 4 * (TABLES - 3)  # not the copy's
+        if not summaries:
+            assert alone[_uri(5)] is not None and alone[_uri(5)].version == 4 * (TABLES - 5) + 1  # joined
+
+        _asked_together(kafka, end_offsets, topic, summaries, asks, alone)
+
+
+@pytest.mark.kafka
+def test_a_table_alone_on_the_board_reads_as_its_own_read(kafka_bootstrap: str) -> None:
+    """Per-table topics: each table asks of its own topic, alone; the answer is the same."""
+    actions, commits, ids = _forged()
+    topics = write_topics(kafka_bootstrap, actions, commits)
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    from deltamirror.mirror.topics import TopicManager
+
+    manager = TopicManager(kafka, max_record_bytes=1_000_000)
+    ends = {topic: manager.end_offsets(topic) for topic in (topics.actions, topics.commits)}
+    del manager
+
+    def end_offsets(topic: str, committed: bool) -> dict[int, int]:
+        return ends[topic]
+
+    board = TailBoard(kafka, end_offsets)
+    for uri in (_uri(0), _uri(3), _uri(5), _uri(29)):
+        for topic, summaries in ((topics.actions, False), (topics.commits, True)):
+            own = _read_tail(kafka, end_offsets, topic, ids[uri], summaries=summaries, table_uri=uri)
+            assert board.tail(topic, ids[uri], summaries=summaries, table_uri=uri) == own
+    assert board.reads == 8
