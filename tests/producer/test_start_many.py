@@ -28,6 +28,20 @@ def _local_table(path: Path) -> None:
     )
 
 
+def _grouped(tmp_path: Path, count: int) -> WatchConfig:
+    """``count`` configured tables in a group of two shards (none started until assigned)."""
+    for i in range(count):
+        _local_table(tmp_path / f"t{i}")
+    return WatchConfig.model_validate(
+        {
+            "kafka": {"bootstrap_servers": "localhost:1"},
+            "tables": [{"uri": str(tmp_path / f"t{i}"), "snapshot_mode": "latest"} for i in range(count)],
+            "use_notifications": False,
+            "group": {"name": "g", "shards": 2},
+        }
+    )
+
+
 def _overlapping_builds(service: WatchService, monkeypatch: pytest.MonkeyPatch) -> set[str]:
     """Every pipeline's construction waits for another one's (a barrier of two, bounded): one by
     one on a single thread, the first waits out the bound and raises BrokenBarrierError."""
@@ -47,17 +61,7 @@ def _overlapping_builds(service: WatchService, monkeypatch: pytest.MonkeyPatch) 
 def test_a_scans_new_tables_are_started_on_several_threads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for i in range(4):
-        _local_table(tmp_path / "lake" / f"t{i}")
-    cfg = WatchConfig.model_validate(
-        {
-            "kafka": {"bootstrap_servers": "localhost:1"},
-            "discover": [{"uri": str(tmp_path / "lake"), "topics": "shared", "name": "lake"}],
-            "oversize_policy": "fail",
-            "use_notifications": False,
-        }
-    )
-    service = WatchService(cfg)
+    service = _discovering(tmp_path, 4)
     try:
         threads = _overlapping_builds(service, monkeypatch)
         assert service.discovery is not None
@@ -75,18 +79,7 @@ def test_a_scans_new_tables_are_started_on_several_threads(
 def test_a_groups_assigned_tables_are_started_on_several_threads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    tables = []
-    for i in range(4):
-        _local_table(tmp_path / f"t{i}")
-        tables.append({"uri": str(tmp_path / f"t{i}"), "snapshot_mode": "latest"})
-    cfg = WatchConfig.model_validate(
-        {
-            "kafka": {"bootstrap_servers": "localhost:1"},
-            "tables": tables,
-            "use_notifications": False,
-            "group": {"name": "g", "shards": 2},
-        }
-    )
+    cfg = _grouped(tmp_path, 4)
     service = WatchService(cfg)
     try:
         threads = _overlapping_builds(service, monkeypatch)
@@ -151,18 +144,7 @@ def test_tables_are_started_on_daemon_threads_and_one_failure_stops_no_other(
     a start in progress (a slow store) beyond its budget. They are daemons now, like the discovery
     and membership threads that start tables; and a table whose start fails (a bug: not a refusal)
     is raised only once every other table was tried."""
-    tables = []
-    for i in range(4):
-        _local_table(tmp_path / f"t{i}")
-        tables.append({"uri": str(tmp_path / f"t{i}"), "snapshot_mode": "latest"})
-    cfg = WatchConfig.model_validate(
-        {
-            "kafka": {"bootstrap_servers": "localhost:1"},
-            "tables": tables,
-            "use_notifications": False,
-            "group": {"name": "g", "shards": 2},
-        }
-    )
+    cfg = _grouped(tmp_path, 4)
     service = WatchService(cfg)
     real = service._new_pipeline
     daemons: list[bool] = []

@@ -116,20 +116,27 @@ def _asked_together(
     assert board.windows <= 2 * 4 + 2 < len(asks)
 
 
-@pytest.mark.kafka
-@pytest.mark.timeout(300)
-def test_tables_asking_together_are_answered_by_one_read_each_as_their_own_read(kafka_bootstrap: str) -> None:
+def _written(bootstrap: str) -> tuple[dict[str, str], Any, dict[str, str], Any]:
+    """The forged topics written, and their ends (nothing is written to them after)."""
     from deltamirror.mirror.topics import TopicManager
 
     actions, commits, ids = _forged()
-    topics = write_topics(kafka_bootstrap, actions, commits)
-    kafka = {"bootstrap.servers": kafka_bootstrap}
+    topics = write_topics(bootstrap, actions, commits)
+    kafka = {"bootstrap.servers": bootstrap}
     manager = TopicManager(kafka, max_record_bytes=1_000_000)
     ends = {topic: manager.end_offsets(topic) for topic in (topics.actions, topics.commits)}
     del manager
 
     def end_offsets(topic: str, committed: bool) -> dict[int, int]:
-        return ends[topic]  # nothing is written any more
+        return ends[topic]
+
+    return kafka, topics, ids, end_offsets
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(300)
+def test_tables_asking_together_are_answered_by_one_read_each_as_their_own_read(kafka_bootstrap: str) -> None:
+    kafka, topics, ids, end_offsets = _written(kafka_bootstrap)
 
     asks = [(uri, table_id) for uri, table_id in ids.items()]
     asks.append(("file:///lake/nowhere", "id-unknown"))  # a table with no record: None
@@ -150,18 +157,7 @@ def test_tables_asking_together_are_answered_by_one_read_each_as_their_own_read(
 @pytest.mark.kafka
 def test_a_table_alone_on_the_board_reads_as_its_own_read(kafka_bootstrap: str) -> None:
     """Per-table topics: each table asks of its own topic, alone; the answer is the same."""
-    actions, commits, ids = _forged()
-    topics = write_topics(kafka_bootstrap, actions, commits)
-    kafka = {"bootstrap.servers": kafka_bootstrap}
-    from deltamirror.mirror.topics import TopicManager
-
-    manager = TopicManager(kafka, max_record_bytes=1_000_000)
-    ends = {topic: manager.end_offsets(topic) for topic in (topics.actions, topics.commits)}
-    del manager
-
-    def end_offsets(topic: str, committed: bool) -> dict[int, int]:
-        return ends[topic]
-
+    kafka, topics, ids, end_offsets = _written(kafka_bootstrap)
     board = TailBoard(kafka, end_offsets)
     for uri in (_uri(0), _uri(3), _uri(5), _uri(29)):
         for topic, summaries in ((topics.actions, False), (topics.commits, True)):
