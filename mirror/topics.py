@@ -144,6 +144,23 @@ class _Batch:
         self.error: BaseException | None = None
         #: when its answers are due (``time.monotonic()``): its opener's ask plus its timeout
         self.deadline = deadline
+        self.opened = time.monotonic()
+        #: when its request went out (one queued behind another may reach its deadline first)
+        self.sent_at: float | None = None
+
+    def why_unanswered(self) -> str:
+        """Empty when the request went out at once and was not answered in time; else what its
+        wait behind the request before it took."""
+        if self.sent_at is None:
+            waited = max(0.0, min(time.monotonic(), self.deadline) - self.opened)
+            return f"not asked: it waited {waited:.1f} s behind the request before it, until its deadline"
+        waited = self.sent_at - self.opened
+        if waited < 0.1:
+            return ""
+        return (
+            f"asked after waiting {waited:.1f} s behind the request before it, "
+            f"no answer in the {max(0.0, self.deadline - self.sent_at):.1f} s left"
+        )
 
 
 class _Batches:
@@ -165,15 +182,17 @@ class _Batches:
 
     A batch has one deadline, its opener's ask plus its timeout (the earliest of its callers'):
     ``send`` gets it and answers what it reached by then; a key it did not answer, or a caller
-    still waiting at its own deadline, gets ``missed(key)`` raised. No caller waits longer than its
-    own timeout, however many keys share its batch (a batch of end offsets once cost a timeout per
-    topic).
+    still waiting at its own deadline, gets ``missed(key, why)`` raised, ``why`` empty when the
+    request was sent and not answered in time, or saying that the batch waited behind the one in
+    flight until its deadline and was never sent (which a message blaming the brokers would hide).
+    No caller waits longer than its own timeout, however many keys share its batch (a batch of end
+    offsets once cost a timeout per topic).
     """
 
     def __init__(
         self,
         send: Callable[[list[Any], float], dict[Any, Any]],
-        missed: Callable[[Any], BaseException],
+        missed: Callable[[Any, str], BaseException],
         *,
         one_in_flight: bool = False,
         gather_s: float = 0.0,
@@ -211,7 +230,7 @@ class _Batches:
                 batch.turn.set()
         if not opened:
             if not batch.ready.wait(max(0.0, deadline - time.monotonic())):
-                raise self._missed(key)
+                raise self._missed(key, batch.why_unanswered())
             return self._answer(batch, key)
         batch.turn.wait()  # one in flight: it ends by its deadline, which is before this one's
         if self._gather_s:
@@ -221,6 +240,7 @@ class _Batches:
                     self._open = None
         try:
             if time.monotonic() < batch.deadline:
+                batch.sent_at = time.monotonic()
                 batch.answers = self._send(list(batch.items.values()), batch.deadline)
         except BaseException as exc:  # given to every caller of the batch
             batch.error = exc
@@ -238,7 +258,7 @@ class _Batches:
         if batch.error is not None:
             raise batch.error
         if key not in batch.answers:
-            raise self._missed(key)
+            raise self._missed(key, batch.why_unanswered())
         return batch.answers[key]
 
 
@@ -267,21 +287,21 @@ class TopicManager:
         # a caller's own wait that ends unanswered is a future's timeout (no text), as its .result()'s
         self._creates = _Batches(
             lambda specs, _: self._admin.create_topics(specs, operation_timeout=self.timeout_s),
-            lambda _: TimeoutError(),
+            lambda _key, _why: TimeoutError(),
             gather_s=ADMIN_GATHER_S,
             limit=ADMIN_BATCH,
         )
         self._describes = _Batches(
             lambda resources, _: {r.name: f for r, f in self._admin.describe_configs(resources).items()},
-            lambda _: TimeoutError(),
+            lambda _key, _why: TimeoutError(),
             gather_s=ADMIN_GATHER_S,
             limit=ADMIN_BATCH,
         )
         #: the end offsets asked by many threads at once, one request for all
         self._ends = _Batches(
             self._read_ends,
-            lambda key: KafkaError(
-                f"cannot read the end offsets of {key[0]}: {self._unanswered()}", topic=key[0]
+            lambda key, why: KafkaError(
+                f"cannot read the end offsets of {key[0]}: {why or self._unanswered()}", topic=key[0]
             ),
             one_in_flight=True,
         )

@@ -273,3 +273,44 @@ def test_end_offsets_of_many_topics_asked_together_end_within_one_timeout_when_n
     # the client's connection attempts take their share of a busy machine's time, not 10 s)
     assert elapsed < count * timeout_s / 2, f"{elapsed:.1f} s for {count} topics of {timeout_s} s each"
     assert len(metadata_requests) < count / 2, metadata_requests
+
+
+def test_a_batch_queued_past_its_deadline_says_it_was_never_sent() -> None:
+    """A batch of keys queued behind the request in flight can reach its deadline before its turn
+    (the request before it answered late): it is then never sent, and its callers were told that
+    the brokers did not answer, which sent whoever read it to look at the brokers. The error now
+    says that the request was not asked, and how long it waited."""
+    import threading
+    import time
+
+    from deltamirror.mirror.topics import _Batches
+
+    sent: list[list[str]] = []
+    batches: _Batches
+
+    def send(items: list[str], deadline: float) -> dict[str, str]:
+        sent.append(items)
+        if items == ["first"]:  # answers late: once the batch queued behind it is past its deadline
+            queued = threading.Event()
+            while batches._open is None and not queued.wait(0.005):
+                pass
+            while time.monotonic() <= batches._open.deadline:
+                queued.wait(0.005)
+        return {item: f"answer of {item}" for item in items}
+
+    batches = _Batches(
+        send, lambda key, why: LookupError(f"{key}: {why or 'no answer in time'}"), one_in_flight=True
+    )
+    answers: dict[str, object] = {}
+    first = threading.Thread(target=lambda: answers.setdefault("first", batches.ask("first", "first", 0.3)))
+    first.start()
+    while not sent:  # bounded by the thread's start: it sends at once, nothing being in flight
+        first.join(0.005)
+    with pytest.raises(LookupError) as missed:
+        batches.ask("queued", "queued", 0.3)  # the same timeout, queued behind the held request
+    first.join(30)
+    assert answers == {"first": "answer of first"}
+    assert sent == [["first"]]  # the queued batch was never sent ...
+    assert "not asked: it waited" in str(missed.value)  # ... and its caller is told so
+    assert "behind the request before it" in str(missed.value)
+    assert batches.ask("after", "after", 30) == "answer of after"  # and the batcher still works
