@@ -188,6 +188,20 @@ def _publish_with_a_split_record(bootstrap: str, topic: str) -> tuple[bytes, lis
     return big, out_v
 
 
+def test_a_test_topic_keeps_records_of_any_age(kafka_bootstrap: str, topic: str) -> None:
+    """The fragment tests below write records stamped 1970 (``timestamp=1_234``). Their topics
+    had the broker's default 7-day retention, and when its retention check (every 5 minutes) ran
+    between a write and the read back, the read was empty: the records were deleted. Topics made
+    for tests keep every record, as the watcher's own event topics do (``retention.ms=-1``)."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    admin = AdminClient(_kafka(kafka_bootstrap))  # held: a client collected mid-request ends it
+    config = admin.describe_configs([resource])[resource].result(timeout=30)
+    assert config["retention.ms"].value == "-1"
+    assert config["retention.bytes"].value == "-1"
+
+
 @pytest.mark.parametrize("max_records", [1, 2, 1000])
 def test_fragments_come_back_as_one_record_with_the_offsets_of_both_ends(
     kafka_bootstrap: str, topic: str, max_records: int

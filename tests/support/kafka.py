@@ -221,12 +221,24 @@ def _kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         broker.stop()
 
 
+#: what a test topic keeps: every record, whatever its timestamp (as the watcher's own topics do)
+TEST_TOPIC_CONFIG = {"retention.ms": "-1", "retention.bytes": "-1"}
+
+
 def new_topic(bootstrap: str, name: str, partitions: int = 1, config: Mapping[str, str] | None = None) -> str:
-    """Create ``name`` and wait until its partitions have a leader, so the first produce succeeds."""
+    """Create ``name`` and wait until its partitions have a leader, so the first produce succeeds.
+
+    The topic keeps its records forever unless ``config`` says otherwise: tests write records
+    stamped with made-up commit times (1970), and under the broker's default 7-day retention its
+    retention check (every 5 minutes) deleted them while a test read them back: an empty read,
+    once in a few hundred runs.
+    """
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    spec = NewTopic(name, num_partitions=partitions, replication_factor=1, config=dict(config or {}))
+    spec = NewTopic(
+        name, num_partitions=partitions, replication_factor=1, config={**TEST_TOPIC_CONFIG, **(config or {})}
+    )
     admin.create_topics([spec], operation_timeout=30)[name].result(timeout=30)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
