@@ -22,7 +22,7 @@ URI = "file:///data/t"
 SECRET = "pw-7f3a9c"
 
 
-def _summary(version: int) -> bytes:
+def _summary(version: int, operation: str | None = None) -> bytes:
     return CommitSummary(
         schema_version=SCHEMA_VERSION,
         table_id="id-1",
@@ -37,6 +37,7 @@ def _summary(version: int) -> bytes:
         cdc_files=0,
         bytes_added=1,
         bytes_removed=0,
+        operation=operation,
     ).to_json_bytes()
 
 
@@ -125,8 +126,8 @@ def test_a_refresh_resumes_after_the_last_whole_record_and_refuses_one_cut_short
     assert (index.first, index.latest) == (0, 0)
 
     # version 1's summary in three fragments, of which only two are there at the next refresh
-    whole = _summary(1)
-    parts = [whole[:20], whole[20:40], whole[40:]]
+    whole = _summary(1, operation="WRITE " + "x" * 2100)  # fragments but the last are 1024+ bytes
+    parts = [whole[:1024], whole[1024:2048], whole[2048:]]
     send(parts[0], ("fragment", b"0/3"))
     send(parts[1], ("fragment", b"1/3"))
     index.refresh()

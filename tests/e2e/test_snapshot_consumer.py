@@ -1091,7 +1091,7 @@ def test_handle_joins_split_records_per_key_and_resumes_before_one_still_in_part
             0, [meta, PROTOCOL, _add(path, "1")], table_id=table, table_uri=f"file:///{table}"
         )
 
-    values_a, headers_a = split_oversize(version0("a", "x"), [[]] * 3, 1000, "split")
+    values_a, headers_a = split_oversize(version0("a", "x"), [[]] * 3, 1024, "split")
     a = [(b"a", v, h) for v, h in zip(values_a, headers_a, strict=True)]
     b = [(b"b", v, []) for v in version0("b", "y")]
     assert a[0][2] and a[1][2]  # a's version begins with its metaData's fragments

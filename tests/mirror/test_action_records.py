@@ -60,13 +60,13 @@ def test_extra_headers_follow_every_record_and_skipped_records_are_not_encoded_a
 def test_a_value_longer_than_the_topic_takes_is_split_and_joins_back() -> None:
     big = (
         "metaData",
-        b'{"id":"x","description":"' + b"d" * 900 + b'","format":{"provider":"parquet"},'
+        b'{"id":"x","description":"' + b"d" * 2900 + b'","format":{"provider":"parquet"},'
         b'"schemaString":"{\\"type\\":\\"struct\\",\\"fields\\":[]}","partitionColumns":[],"configuration":{}}',
     )
-    oversize = Oversize(300, "split", "actions", URI)
+    oversize = Oversize(1024, "split", "actions", URI)
     batch = _records(oversize=oversize).encode(0, [ACTIONS[0], big])
     values, headers = batch.values, [list(h) for h in batch.headers]
-    assert all(len(v) <= 300 for v in values) and len(values) > 2
+    assert all(len(v) <= 1024 for v in values) and len(values) > 2
     assert header_value(headers[0], "fragment") is None
     assert [header_value(h, "fragment") for h in headers[1:]] == [
         f"{i}/{len(values) - 1}" for i in range(len(values) - 1)
@@ -74,7 +74,7 @@ def test_a_value_longer_than_the_topic_takes_is_split_and_joins_back() -> None:
     assembler = FragmentAssembler()
     joined = [w for v, h in zip(values, headers, strict=True) if (w := assembler.feed(v, h)) is not None]
     assert [decode_action_event(w).type for w in joined] == ["commitInfo", "metaData"]
-    assert decode_action_event(joined[1]).action["description"] == "d" * 900
+    assert decode_action_event(joined[1]).action["description"] == "d" * 2900
 
 
 def test_the_fail_policy_refuses_a_long_value_naming_its_index() -> None:

@@ -110,13 +110,13 @@ def test_a_summary_names_its_version_and_extra_headers_follow() -> None:
 
 
 def test_a_summary_longer_than_the_topic_takes_is_split_and_joins_back() -> None:
-    summary = _record(CommitSummary, operation="WRITE " + "x" * 600)
+    summary = _record(CommitSummary, operation="WRITE " + "x" * 2600)
     whole = encode_commit_summary(summary, extra_headers=[("clampedFrom", b"1")])
     assert list(whole.headers) == [[("kind", b"commit"), ("version", b"12"), ("clampedFrom", b"1")]]
     assert whole.values == [summary.to_json_bytes()]
-    split = encode_commit_summary(summary, oversize=Oversize(200, "split", "commits", URI))
+    split = encode_commit_summary(summary, oversize=Oversize(1024, "split", "commits", URI))
     headers = [list(h) for h in split.headers]
-    assert split.key == b"t-1" and len(split.values) == -(-len(summary.to_json_bytes()) // 200)
+    assert split.key == b"t-1" and len(split.values) == -(-len(summary.to_json_bytes()) // 1024)
     assert [h[:2] for h in headers] == [[("kind", b"commit"), ("version", b"12")]] * len(split.values)
     assembler = FragmentAssembler()
     joined = [

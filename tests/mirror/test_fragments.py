@@ -7,6 +7,7 @@ import pytest
 from deltamirror.mirror.errors import EventStreamError, RecordTooLargeError
 from deltamirror.mirror.records.boundary import RecordLimits
 from deltamirror.mirror.records.fragments import (
+    MIN_FRAGMENT_BYTES,
     FragmentAssembler,
     FragmentError,
     KeyedFragments,
@@ -94,7 +95,7 @@ def test_a_malformed_fragment_header_is_an_event_stream_error(header: bytes) -> 
 
 # --- split_oversize (the producer's half) ---------------------------------------------------------
 
-LIMIT = 1000
+LIMIT = 1024  # the least a value is split at (MIN_FRAGMENT_BYTES)
 
 
 def _headers(n: int) -> list[Headers]:
@@ -296,3 +297,12 @@ def test_the_default_fragment_wait_outlasts_every_transaction_the_broker_lets_a_
     with pytest.raises(KafkaException) as refused:
         producer.init_transactions(30)
     assert refused.value.args[0].code() == KafkaError.INVALID_TRANSACTION_TIMEOUT
+
+
+def test_no_value_is_split_below_the_least_fragment_size() -> None:
+    """Readers take a record shorter than MIN_FRAGMENT_BYTES as whole (its headers unread) when its
+    key holds no record in part: a split into shorter fragments is never written."""
+    with pytest.raises(ValueError, match="1024"):
+        split_oversize([b"x" * 2000], _headers(1), MIN_FRAGMENT_BYTES - 1, "split", topic="t")
+    with pytest.raises(RecordTooLargeError):  # the fail policy writes no fragment: any limit
+        split_oversize([b"x" * 2000], _headers(1), 100, "fail", topic="t")

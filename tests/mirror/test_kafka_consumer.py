@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from deltamirror.mirror.errors import EventStreamError, KafkaError, StopRequested, TopicNotFoundError
 from deltamirror.mirror.kafka.consumer import BEGINNING, MirrorConsumer, Record
-from deltamirror.mirror.records.fragments import split_oversize
+from deltamirror.mirror.records.fragments import MIN_FRAGMENT_BYTES, split_oversize
 from deltamirror.mirror.records.headers import HEADER_FRAGMENT, Headers
 from support.kafka import new_topic, wait_settled
 
@@ -177,7 +177,7 @@ def _publish_with_a_split_record(bootstrap: str, topic: str) -> tuple[bytes, lis
     big = b'{"metaData":"' + bytes(ord("a") + i % 26 for i in range(3500)) + b'"}'
     values = [b'{"i":0}', big, b'{"i":2}']
     headers: list[Headers] = [[("version", b"4"), ("index", str(i).encode())] for i in range(3)]
-    out_v, out_h = split_oversize(values, headers, 1000, "split", topic=topic, version=4, index=0)
+    out_v, out_h = split_oversize(values, headers, 1024, "split", topic=topic, version=4, index=0)
     producer = _transactional_producer(bootstrap)
     producer.begin_transaction()
     for v, h in zip(out_v, out_h, strict=True):
@@ -208,7 +208,7 @@ def test_fragments_come_back_as_one_record_with_the_offsets_of_both_ends(
 ) -> None:
     big, sent = _publish_with_a_split_record(kafka_bootstrap, topic)
     fragments = len(sent) - 2
-    assert fragments >= 4  # 3500+ bytes in pieces of at most 1000
+    assert fragments >= 4  # 3500+ bytes in pieces of at most 1024
     got = _read_to_end(kafka_bootstrap, topic, max_records=max_records)
     assert [r.value for r in got] == [b'{"i":0}', big, b'{"i":2}']
     # the split record's fragments took offsets 1 .. fragments; the last whole record the next one
@@ -254,10 +254,35 @@ def test_a_read_that_starts_inside_a_split_record_is_an_event_stream_error(
         _read_to_end(kafka_bootstrap, topic, offset=2)  # the second fragment of the split record
 
 
+def test_a_record_shorter_than_any_first_fragment_is_whole_whatever_its_headers(
+    kafka_bootstrap: str, topic: str
+) -> None:
+    """Every fragment but a record's last is at least MIN_FRAGMENT_BYTES long (the least a value is
+    split at): a shorter record whose key holds no record in part is whole, its headers not read
+    (a forged ``fragment`` header on it changes nothing: it is checked as the whole record it is),
+    while a short last fragment of a record in part is still joined to it."""
+    producer = _transactional_producer(kafka_bootstrap)
+    first = b"a" * MIN_FRAGMENT_BYTES
+    producer.begin_transaction()
+    for value, fragment in [(b'{"i":0}', b"0/2"), (b'{"i":1}', b"1/2"), (first, b"0/2"), (b"z", b"1/2")]:
+        producer.produce(topic, value, b"k", partition=0, headers=[(HEADER_FRAGMENT, fragment)])
+    producer.flush(30)
+    producer.commit_transaction(30)
+    wait_settled(kafka_bootstrap, topic)
+    got = _read_to_end(kafka_bootstrap, topic)
+    assert [(r.value, r.first_offset, r.offset) for r in got] == [
+        (b'{"i":0}', 0, 0),
+        (b'{"i":1}', 1, 1),
+        (first + b"z", 2, 3),
+    ]
+    assert got[0].header(HEADER_FRAGMENT) == "0/2"  # kept as it came: the reader judged its length
+
+
 def test_fragments_split_over_transactions_are_joined(kafka_bootstrap: str, topic: str) -> None:
     """A whole record may follow its fragments' transaction: the reader keeps them until the last."""
     producer = _transactional_producer(kafka_bootstrap)
-    parts = [(b"ab", b"0/3"), (b"cd", b"1/3"), (b"ef", b"2/3")]
+    a, c = b"a" * MIN_FRAGMENT_BYTES, b"c" * MIN_FRAGMENT_BYTES  # fragments but a record's last: 1024+ bytes
+    parts = [(a, b"0/3"), (c, b"1/3"), (b"ef", b"2/3")]
     for value, fragment in parts:
         producer.begin_transaction()
         producer.produce(topic, value, b"k", partition=0, headers=[(HEADER_FRAGMENT, fragment)])
@@ -266,7 +291,7 @@ def test_fragments_split_over_transactions_are_joined(kafka_bootstrap: str, topi
     wait_settled(kafka_bootstrap, topic)
     got = _read_to_end(kafka_bootstrap, topic)
     # three one-record transactions: records at 0, 2, 4 (markers at 1, 3, 5)
-    assert [(r.value, r.first_offset, r.offset) for r in got] == [(b"abcdef", 0, 4)]
+    assert [(r.value, r.first_offset, r.offset) for r in got] == [(a + c + b"ef", 0, 4)]
 
 
 def test_a_committed_record_whose_fragments_another_open_transaction_splits_is_waited_for(
@@ -280,7 +305,8 @@ def test_a_committed_record_whose_fragments_another_open_transaction_splits_is_w
     once the other transaction ends."""
     table_a, table_b = _transactional_producer(kafka_bootstrap), _transactional_producer(kafka_bootstrap)
     table_a.begin_transaction()
-    table_a.produce(topic, b"ab", b"table-a", partition=0, headers=[(HEADER_FRAGMENT, b"0/2")])
+    first = b"a" * MIN_FRAGMENT_BYTES  # a fragment but a record's last: 1024+ bytes
+    table_a.produce(topic, first, b"table-a", partition=0, headers=[(HEADER_FRAGMENT, b"0/2")])
     table_a.flush(30)
     table_b.begin_transaction()
     table_b.produce(topic, b"other", b"table-b", partition=0)
@@ -302,7 +328,7 @@ def test_a_committed_record_whose_fragments_another_open_transaction_splits_is_w
             table_b.abort_transaction(30)
     assert [(r.key, r.value, r.first_offset, r.offset) for r in got] == [
         (b"table-b", b"other", 1, 1),
-        (b"table-a", b"abcd", 0, 2),
+        (b"table-a", first + b"cd", 0, 2),
     ]
 
 

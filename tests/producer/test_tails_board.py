@@ -54,8 +54,8 @@ def _forged() -> tuple[list[Rec], list[Rec], dict[str, str]]:
         actions.append(Rec(commit_info_value(ids[_uri(3)], copy, v), ids[_uri(3)].encode()))
         commits.append(_summary(ids[_uri(3)], copy, v))
     # table 5's last action in three fragments, the second 64 records from the end
-    value = commit_info_value(ids[_uri(5)], _uri(5), last_version[5] + 1)
-    parts = [value[:20], value[20:40], value[40:]]
+    value = commit_info_value(ids[_uri(5)], _uri(5), last_version[5] + 1, "WRITE " + "x" * 2100)
+    parts = [value[:1024], value[1024:2048], value[2048:]]  # all but the last 1024+ bytes
     key5 = ids[_uri(5)].encode()
     actions.append(fragments(parts[0], 0, 3, key5))
     filler = [

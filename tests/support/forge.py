@@ -233,6 +233,15 @@ def summary(base: Base, **overrides: Any) -> dict[str, Any]:
     return out
 
 
+def padded(value: bytes) -> bytes:
+    """``value`` padded with spaces to the least size of a fragment that is not a record's last
+    (:data:`~deltamirror.mirror.records.fragments.MIN_FRAGMENT_BYTES`): a shorter record whose key
+    holds no record in part is read as whole, its headers unread."""
+    from deltamirror.mirror.records.fragments import MIN_FRAGMENT_BYTES
+
+    return value.ljust(MIN_FRAGMENT_BYTES)
+
+
 def fragments(value: bytes, index: int, total: int, key: bytes | None = None) -> Rec:
     return Rec(value, key, [("fragment", f"{index}/{total}".encode())])
 

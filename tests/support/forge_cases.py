@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from support.forge import Base, Rec, action_rec, add_action, commits_rec, event, fragments, summary
+from support.forge import Base, Rec, action_rec, add_action, commits_rec, event, fragments, padded, summary
 
 #: the consumers every case runs through (spark only for the cases that name it)
 CONSUMERS = ("consume-snapshot", "invalidate", "mirror-feed", "spark")
@@ -407,38 +407,42 @@ def generate(size: str, seed: int = 11) -> list[Case]:
     add(
         "fragments",
         f"too-many-{total}",
-        _frags(lambda b, t=total: [fragments(b"x" * 1000, i, t, key=b.table_id.encode()) for i in range(3)]),
+        _frags(lambda b, t=total: [fragments(b"x" * 1024, i, t, key=b.table_id.encode()) for i in range(3)]),
         _expect(REFUSED_OR_UNREAD),
     )
     add(
         "fragments",
         "cut-short-at-end",
-        _frags(lambda b: [fragments(json.dumps(event(b)).encode()[:30], 0, 2, key=b.table_id.encode())]),
+        _frags(
+            lambda b: [fragments(padded(json.dumps(event(b)).encode()[:30]), 0, 2, key=b.table_id.encode())]
+        ),
         _expect(REFUSED_OR_UNREAD),
     )
     add(
         "fragments",
         "out-of-order",
-        _frags(lambda b: [fragments(b"{", 0, 3), fragments(b"}", 2, 3), action_rec(event(b))]),
+        _frags(
+            lambda b: [fragments(padded(b"{"), 0, 3), fragments(padded(b"}"), 2, 3), action_rec(event(b))]
+        ),
         _expect(REFUSED_OR_UNREAD),
     )
     add(
         "fragments",
         "stray",
-        _frags(lambda b: [fragments(b'{"x":1}', 1, 2)]),
+        _frags(lambda b: [fragments(padded(b'{"x":1}'), 1, 2)]),
         _expect(REFUSED_OR_UNREAD),
     )
     add(
         "fragments",
         "malformed-header",
-        _frags(lambda b: [Rec(b"{}", None, [("fragment", b"\xff/../2")])]),
+        _frags(lambda b: [Rec(padded(b"{}"), None, [("fragment", b"\xff/../2")])]),
         _expect(REFUSED_OR_UNREAD),
     )
     add(
         "fragments",
         "commits-cut-short",
         _frags(
-            lambda b: [Rec(b'{"kind":"commit"', None, [("kind", b"commit"), ("fragment", b"0/2")])],
+            lambda b: [Rec(padded(b'{"kind":"commit"'), None, [("kind", b"commit"), ("fragment", b"0/2")])],
             on="commits",
         ),
         _expect(),

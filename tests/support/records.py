@@ -50,7 +50,7 @@ def action_values(
     return encoder.encode_many(0, list(actions))
 
 
-def commit_info_value(table_id: str, table_uri: str, version: int) -> bytes:
+def commit_info_value(table_id: str, table_uri: str, version: int, operation: str = "WRITE") -> bytes:
     """The actions-topic value of a version of one action, a ``commitInfo`` (index 0 of 1, commit
     timestamp 1 from In-Commit Timestamps), as the watcher writes it."""
     from deltamirror.mirror import ActionEvent
@@ -66,7 +66,7 @@ def commit_info_value(table_id: str, table_uri: str, version: int) -> bytes:
         count=1,
         type="commitInfo",
         snapshot=False,
-        action={"operation": "WRITE"},
+        action={"operation": operation},
     ).to_json_bytes()
 
 
