@@ -298,14 +298,22 @@ def _stamped_child(argv: list[str], env: dict[str, str] | None = None) -> dict[s
 
 
 def run_consume_deltamirror(
-    bootstrap: str, topic: str, state_dir: Path, *, site: str | None = None, batch: int | None = None
+    bootstrap: str,
+    topic: str,
+    state_dir: Path,
+    *,
+    site: str | None = None,
+    batch: int | None = None,
+    group_id: str | None = None,
 ) -> dict[str, Any]:
     """``deltamirror consume-snapshot --once --state-dir DIR`` in a fresh process (``site``: another
     revision's link tree). Timed from just before the process starts to the stdout line of the
-    last applied version (``applied_s``) and to its exit, the state saved (``exit_s``)."""
+    last applied version (``applied_s``) and to its exit, the state saved (``exit_s``). A restart
+    over a saved state passes the ``group_id`` it was saved with: a state dir holds what one
+    consumer group consumed, and the command refuses it to another."""
     argv = [sys.executable, "-c", CLI_CHILD, "consume-snapshot", "--bootstrap-servers", bootstrap]
     argv += ["--topic", topic, "--once", "--state-dir", str(state_dir)]
-    argv += ["--group-id", f"dmbench-{uuid.uuid4().hex[:12]}"]
+    argv += ["--group-id", group_id or f"dmbench-{uuid.uuid4().hex[:12]}"]
     run = _stamped_child(argv, {"DM_BENCH_SITE": site} if site else None)
     versions = [(at, json.loads(text), cpu) for at, text, cpu in run.pop("lines") if text.startswith("{")]
     last_at, last, cpu_at = versions[-1] if versions else (None, None, None)
@@ -330,9 +338,12 @@ def run_consume_raw(
     return {**run, **json.loads(text), "applied_s": at - run["started_at"], "cpu_applied_s": cpu}
 
 
-def run_restart(bootstrap: str, topic: str, state_dir: Path, *, site: str | None = None) -> dict[str, Any]:
-    """consume-snapshot --once again on a saved state at the topic's end: process start to exit."""
-    return run_consume_deltamirror(bootstrap, topic, state_dir, site=site)
+def run_restart(
+    bootstrap: str, topic: str, state_dir: Path, group_id: str, *, site: str | None = None
+) -> dict[str, Any]:
+    """consume-snapshot --once again on a saved state at the topic's end (saved by ``group_id``):
+    process start to exit."""
+    return run_consume_deltamirror(bootstrap, topic, state_dir, site=site, group_id=group_id)
 
 
 # --- the topic: the table as the watcher publishes it ------------------------------------------------
@@ -486,11 +497,16 @@ def measure_consume(
                 continue
             state_dir = work / f"state-{name}-{r}"
             site = base_site if name == "base" else None
-            result = run_consume_deltamirror(bootstrap, topic["actions_topic"], state_dir, site=site)
+            group_id = f"dmbench-{uuid.uuid4().hex[:12]}"
+            result = run_consume_deltamirror(
+                bootstrap, topic["actions_topic"], state_dir, site=site, group_id=group_id
+            )
             if result["files"] != expected:
                 raise SystemExit(f"{name} ended with {result['files']} files, not {expected}")
             this[name] = result
-            this[f"{name}-restart"] = run_restart(bootstrap, topic["actions_topic"], state_dir, site=site)
+            this[f"{name}-restart"] = run_restart(
+                bootstrap, topic["actions_topic"], state_dir, group_id, site=site
+            )
             shutil.rmtree(state_dir, ignore_errors=True)
         for result in this.values():
             result["load_avg"] = load
