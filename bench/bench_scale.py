@@ -19,6 +19,12 @@ snapshot mode ``latest``, notifications on as by default):
   once and the poll only bounds a lost notification: the idle CPU was mostly these polls.
   ``--settle-s``: the wait between the start and the idle measurement (default 5 s; after its
   resume each table still commits its first position, which at 10,000 tables takes longer).
+  ``--storage s3`` (with ``--layout shared``): the tables are uploaded to a local S3 server
+  (s3proxy, started as the tests start it: tests/support/s3proxy.py) and found under one S3
+  prefix; the requests the server received during the idle seconds are counted from its request
+  log (``s3_idle``: by kind, per table per poll at the tables' interval, 1 s on object stores by
+  default, and per probe, the HEAD of version 1 each poll makes). No pickups there (the bench
+  writes its commits locally). ``DM_BENCH_SCALE_RESULTS`` names another results file (trials).
 * ``move``: TWO instances in one group over ``--move-tables`` tables; once both run and every
   table published, one is SIGKILLed (or SIGTERMed), a commit is written to every table right after,
   and the time until every table has published it is taken: the survivor's own tables publish at
@@ -36,7 +42,7 @@ A size that does not start is a result too: its error line is kept (``failed``).
     python bench/bench_scale.py [--tables 100,1000] [--rounds 1] [--move-tables 200] [--no-move]
                                 [--no-idle] [--idle-s 30] [--pickups 5] [--session-ms 10000]
                                 [--port 19394] [--src DIR] [--fresh] [--layout per-table|shared]
-                                [--poll-interval S] [--settle-s 5]
+                                [--poll-interval S] [--settle-s 5] [--storage local|s3]
 
 Results: rows appended to bench/results/scale.json (``--fresh`` starts it over), the plot
 bench/results/scale.png, and a markdown table on stdout. Not a test: nothing is asserted.
@@ -78,7 +84,7 @@ from bench_idle import (  # noqa: E402  (a sibling script, not a package)
 
 from support.commits_reader import CommitsReader  # noqa: E402
 
-RESULTS = BENCH / "results" / "scale.json"
+RESULTS = Path(os.environ.get("DM_BENCH_SCALE_RESULTS", BENCH / "results" / "scale.json"))
 PLOT = BENCH / "results" / "scale.png"
 RESUMED = "tables of the assigned shards resumed"
 
@@ -156,18 +162,22 @@ def write_config(
     mode: str = "latest",
     layout: str = "per-table",
     poll_interval_s: float | None = None,
+    s3: Any = None,
+    s3_prefix: str = "",
 ) -> Path:
     """``latest`` for the idle case; ``from-version`` 0 for moves: a table that resumes without
     progress after a commit would take that commit as its start (``latest``) and never publish it.
     ``shared``: the tables' folder as a discover prefix with ``topics: shared`` (``latest``, or
-    ``from-timestamp`` from the epoch: version 0 on, for moves)."""
+    ``from-timestamp`` from the epoch: version 0 on, for moves). ``s3``: the tables were uploaded
+    under ``s3_prefix`` of that server (an :class:`S3Proxy`), the discover prefix is there."""
     config = base / "watch.yaml"  # JSON is YAML
     if layout == "shared":
         where: dict[str, Any] = {
             "tables": [],
             "discover": [
                 {
-                    "uri": str(base / "lake"),
+                    "uri": s3.url(s3_prefix) if s3 is not None else str(base / "lake"),
+                    **({"storage_options": s3.storage_options} if s3 is not None else {}),
                     "name": f"dmscale-{run}",
                     "topics": "shared",
                     "snapshot_mode": mode,
@@ -284,16 +294,67 @@ def cleanup(bootstrap: str, tables: list[Path], run: str, base: Path) -> None:
     shutil.rmtree(base, ignore_errors=True)
 
 
-def measure_idle(args: argparse.Namespace, bootstrap: str, n: int, rnd: int) -> dict[str, Any]:
+def upload_tables(s3: Any, base: Path, tables: list[Path], prefix: str) -> None:
+    """Every table's files put under ``prefix`` of the S3 server, in batches (s3fs sends a batch's
+    PUTs concurrently)."""
+    fs = s3.filesystem()
+    files = [(t, f) for t in tables for f in sorted(s3.files_of(t))]
+    for i in range(0, len(files), 2000):
+        fs.pipe(
+            {
+                f"{s3.bucket}/{prefix}/{t.relative_to(base / 'lake').as_posix()}/{f}": (t / f).read_bytes()
+                for t, f in files[i : i + 2000]
+            }
+        )
+
+
+def s3_idle_requests(s3: Any, since: int, n: int, seconds: float, poll_s: float) -> dict[str, Any]:
+    """What the S3 server received since ``since`` while the watcher idled: requests by kind, and per
+    table per poll (``poll_s``: the tables' poll interval)."""
+    requests = s3.requests(since)
+    kinds = collections.Counter(r.kind for r in requests)
+    total = sum(kinds.values())
+    # the idle poll's probe: a HEAD of the next version's commit file (the bench's tables hold version
+    # 0: version 1's, 404 while idle); the periodic checks HEAD version 0's
+    probes = sum(1 for r in requests if r.kind == "HEAD" and r.key.endswith(f"/_delta_log/{1:020d}.json"))
+    polls = n * seconds / poll_s
+    return {
+        "requests": dict(kinds),
+        "probes": probes,
+        "seconds": round(seconds, 2),
+        "poll_s": poll_s,
+        # at the nominal interval (polls that came late count as made: then this is low) ...
+        "per_table_per_poll": round(total / polls, 3),
+        # ... and per poll made (a poll is one probe, the rest is the periodic checks and scans)
+        "per_probe": round(total / probes, 3) if probes else None,
+        "per_table_per_s": round(total / (n * seconds), 3),
+    }
+
+
+def measure_idle(
+    args: argparse.Namespace, bootstrap: str, n: int, rnd: int, s3: Any = None
+) -> dict[str, Any]:
     run = uuid.uuid4().hex[:6]
     base = Path(tempfile.mkdtemp(prefix=f"dm-bench-scale-{n}-"))
     tables = make_tables(base, n, run)
+    prefix = f"scale-{run}"
+    if s3 is not None:
+        upload_tables(s3, base, tables, prefix)
     config = write_config(
-        base, bootstrap, tables, run, args.session_ms, layout=args.layout, poll_interval_s=args.poll_interval
+        base,
+        bootstrap,
+        tables,
+        run,
+        args.session_ms,
+        layout=args.layout,
+        poll_interval_s=args.poll_interval,
+        s3=s3,
+        s3_prefix=prefix,
     )
     log = base / "watch.log"
     out: dict[str, Any] = {
         "kind": "idle",
+        **({"storage": "s3 (s3proxy)"} if s3 is not None else {}),
         "layout": args.layout,
         # None: not set (the setting's default: 30 s for a local table watched by notifications)
         "poll_interval_s": args.poll_interval,
@@ -333,9 +394,13 @@ def measure_idle(args: argparse.Namespace, bootstrap: str, n: int, rnd: int) -> 
         out["threads_by_name"] = dict(names.most_common(6))
         out["kafka_clients"] = names.get("rdk:main", 0)  # librdkafka: one rdk:main thread per client
         kinds0 = cpu_by_thread_kind(proc.pid)
+        mark = s3.mark() if s3 is not None else 0
         cpu0, t0 = proc_cpu_s(proc.pid), time.monotonic()
         time.sleep(args.idle_s)
         cpu1, t1 = proc_cpu_s(proc.pid), time.monotonic()
+        if s3 is not None:
+            # the poll interval of a table on an object store: poll_interval_s, else 1 s
+            out["s3_idle"] = s3_idle_requests(s3, mark, n, t1 - t0, args.poll_interval or 1.0)
         kinds1 = cpu_by_thread_kind(proc.pid)
         # where the idle CPU goes, in % of one core, by kind of thread (threads that ended are missing)
         out["idle_cpu_pct_by_thread"] = {
@@ -344,7 +409,8 @@ def measure_idle(args: argparse.Namespace, bootstrap: str, n: int, rnd: int) -> 
         }
         out["idle_cpu_pct"] = round(100 * (cpu1 - cpu0) / (t1 - t0), 2)
         out["load_idle"] = load()
-        picks = random.Random(f"{n}-{rnd}").sample(range(n), min(args.pickups, n))
+        # a commit written to a local table: none on S3 (the pickup there is bounded by the poll)
+        picks = random.Random(f"{n}-{rnd}").sample(range(n), min(args.pickups, n) if s3 is None else 0)
         latencies = [
             pickup_latency(
                 bootstrap,
@@ -572,6 +638,7 @@ def plot(rows: list[dict[str, Any]]) -> str:
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib is not installed (pip install -e '.[bench]'): no plot"
+    rows = [r for r in rows if "storage" not in r]  # the local disk's (S3 rows have no pickups)
     idle = [r for r in rows if r["kind"] == "idle" and "failed" not in r]
     moves = [r for r in rows if r["kind"] == "move" and "failed" not in r]
     fig, axes = plt.subplots(1, 3, figsize=(13, 4))
@@ -644,6 +711,8 @@ def table(rows: list[dict[str, Any]]) -> str:
     for r in (r for r in rows if r["kind"] == "idle"):
         poll = r.get("poll_interval_s", 1.0)
         how = f"{r.get('layout', 'per-table')}, {'default' if poll is None else f'{poll:g}'}"
+        if "storage" in r:
+            how += f", {r['storage']}"
         if "failed" in r:
             out.append(
                 f"| {r['tables']} | {how} | {r['round']} | did not start: {r['failed'][:160]} | | | | | "
@@ -651,6 +720,14 @@ def table(rows: list[dict[str, Any]]) -> str:
             )
             continue
         p = r["pickup_s"]
+        if "s3_idle" in r:  # no pickups on S3: its requests per table per idle poll instead
+            q = r["s3_idle"]
+            out.append(
+                f"| {r['tables']} | {how} | {r['round']} | {r['startup_s']} | {r['threads']} | {r['idle_cpu_pct']} | "
+                f"S3: {q['per_table_per_poll']} requests per table per poll {q['requests']} | {r['rss_mb']} | "
+                f"{r['load_before']} / {r['load_idle']} / {r['load_after']} |"
+            )
+            continue
         out.append(
             f"| {r['tables']} | {how} | {r['round']} | {r['startup_s']} | {r['threads']} | {r['idle_cpu_pct']} | "
             f"{p['median']} / {p['max']} ({p['missed']} of {p['n']} missed) | {r['rss_mb']} | "
@@ -707,7 +784,17 @@ def main() -> int:
         default="per-table",
         help="idle case: configured tables with topics each, or one discover prefix with topics: shared",
     )
+    parser.add_argument(
+        "--storage",
+        choices=("local", "s3"),
+        default="local",
+        help="idle case: the tables on the local disk, or uploaded to a local S3 server (s3proxy, "
+        "tests/support/s3proxy.py; --layout shared only): the S3 requests of the idle seconds are "
+        "counted from its request log, per table per poll (no pickups: the commits are written locally)",
+    )
     args = parser.parse_args()
+    if args.storage == "s3" and args.layout != "shared":
+        parser.error("--storage s3 needs --layout shared (the tables are found under one S3 prefix)")
     if args.src:
         PYTHONPATH["PYTHONPATH"] = str(link_tree(args.src.resolve()))
     from deltamirror.devkafka.broker import LocalKafka
@@ -731,10 +818,16 @@ def main() -> int:
         "code": str(args.src) if args.src else "working tree",
     }
     sizes = [] if args.no_idle else [int(x) for x in args.tables.split(",")]
+    s3 = None
+    if args.storage == "s3":
+        from support.s3proxy import S3Proxy
+
+        s3 = S3Proxy(Path(tempfile.mkdtemp(prefix="dm-bench-scale-s3-")))
+        s3.start()
     try:
         for rnd in range(args.first_round, args.first_round + args.rounds):
             for n in sizes[rnd % max(1, len(sizes)) :] + sizes[: rnd % max(1, len(sizes))]:  # order rotated
-                row = {**head, **measure_idle(args, bootstrap, n, rnd)}
+                row = {**head, **measure_idle(args, bootstrap, n, rnd, s3)}
                 doc["rows"].append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
                 RESULTS.write_text(json.dumps(doc, indent=1) + "\n")
@@ -744,6 +837,8 @@ def main() -> int:
                     print(json.dumps(row), file=sys.stderr, flush=True)
                 RESULTS.write_text(json.dumps(doc, indent=1) + "\n")
     finally:
+        if s3 is not None:
+            s3.stop()
         if not was_running:
             broker.stop()
     print(table(doc["rows"]))

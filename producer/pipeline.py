@@ -221,6 +221,8 @@ class TablePipeline:
         self._ended = False
         #: the last step returned an idle wait: a notification of a new commit may end it early
         self.wakeable = False
+        #: the versions behind last reported (an idle turn reports 0 again only after a change)
+        self._behind_said: int | None = None
 
     # --- stopping -----------------------------------------------------------------------------
 
@@ -819,7 +821,9 @@ class TablePipeline:
         if work is None:
             if txns.in_transaction:
                 txns.commit()
-            self.metrics.versions_behind(self.uri, 0)
+            if self._behind_said != 0:  # not again at every idle turn: it stays 0 while idle
+                self._behind_said = 0
+                self.metrics.versions_behind(self.uri, 0)
             txns.idle_duties()
             return self.poll_interval()
         if isinstance(work, NetChangesWork):
@@ -836,6 +840,7 @@ class TablePipeline:
         if isinstance(work, CommitWork | SnapshotWork):
             txns.publish(work)
             behind = self.watcher.versions_ahead + len(self._drained)
+            self._behind_said = behind
             self.metrics.versions_behind(self.uri, behind)
             self.retention.published(work.timestamp.timestamp, behind, self.watcher.configuration)
         elif isinstance(work, TableReplacedWork) and txns.atomic:

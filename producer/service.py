@@ -192,13 +192,10 @@ class WatchService:
             return set(self._running)
 
     def add_table(self, table: TableConfig) -> None:
-        """Mirror ``table`` too (nothing happens if it is known); in a group, only if its shard is here."""
-        with self._lock:
-            if table.normalized_uri in self._tables:
-                return
-            self._admit(table)
-        if self.sharing is None or self.sharing.owns(table.normalized_uri):
-            self.start_table(table)
+        """Mirror ``table`` too (nothing happens if it is known); in a group, only if its shard is here.
+        Raises ConfigError when it is refused (:meth:`add_tables` for one table)."""
+        for refusal in self.add_tables([table]).values():
+            raise refusal
 
     def add_tables(
         self, tables: Sequence[TableConfig], *, each: Callable[[TableConfig], None] | None = None

@@ -15,7 +15,7 @@ whose topics would still be another's (the same relative path under two prefixes
 ``name``, a configured table's topics) is not mirrored, and one error line says so.
 
 :class:`DiscoveryLoop` rescans every ``interval_s`` and hands new tables to the service
-(``add_table``). A table no longer found is marked gone (:data:`GONE_TABLES`); its own watcher
+(``add_tables``). A table no longer found is marked gone (:data:`GONE_TABLES`); its own watcher
 checks its log and, when no commit or checkpoint is left, its pipeline publishes ``tableDropped``
 in a transaction with a tombstone of its progress record and ends (the table is configured with
 ``when_deleted: drop``); the loop then forgets it (``remove_table``). A table found again before
@@ -32,7 +32,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -54,7 +54,12 @@ LOG_DIR = "_delta_log"
 class TableService(Protocol):
     """What discovery needs of the watch service."""
 
-    def add_table(self, table: TableConfig) -> None: ...
+    def add_tables(
+        self, tables: Sequence[TableConfig], *, each: Callable[[TableConfig], None] | None = None
+    ) -> dict[str, ConfigError]:
+        """Mirror ``tables`` too (those it knows already are left as they are), calling ``each``
+        with every one admitted; returns the refused ones by normalized URI."""
+
     def remove_table(self, normalized_uri: str, *, reason: str) -> None: ...
     def running_tables(self) -> set[str]: ...
 
@@ -137,11 +142,11 @@ def _local_entries(path: str) -> list[dict[str, str]]:
 def find_tables(source: DiscoverConfig, known: Container[str] = ()) -> dict[str, DiscoveredTable]:
     """Every Delta table under ``source.uri`` that its globs keep, by normalized URI.
 
-    A table in ``known`` (normalized URIs found before) whose folder still shows ``_delta_log`` is
-    taken as it is, without looking into its log: a rescan costs one listing per folder above the
-    tables (on a local disk a table found before costs one ``stat`` of its ``_delta_log``, not a
-    listing of its folder), and a table whose log is emptied in place is left to its own watcher to
-    notice.
+    A table in ``known`` (normalized URIs found before) whose folder is still listed is taken as it
+    is, without looking into its log: a rescan costs one listing per folder above the tables (on a
+    local disk a table found before costs one ``stat`` of its ``_delta_log``; on an object store
+    nothing, its folder being in its parent's listing), and a table whose log is emptied in place is
+    left to its own watcher to notice.
 
     Raises StorageError (retryable) when the prefix cannot be listed; a folder that vanishes
     during the scan is skipped (it is looked at again at the next scan). Listings are asked with
@@ -157,15 +162,18 @@ def find_tables(source: DiscoverConfig, known: Container[str] = ()) -> dict[str,
         for depth in range(source.max_depth + 1):
             next_level: list[tuple[str, str]] = []
             for path, relative in level:
-                if relative and storage.is_local and known:
+                if relative and known:
                     table = _table_at(base_uri, relative, source.name)
                     if (
                         table.normalized_uri in known
                         and selected(relative, source)
-                        and os.path.isdir(f"{path}/{LOG_DIR}")
+                        and (not storage.is_local or os.path.isdir(f"{path}/{LOG_DIR}"))
                     ):
                         # a table found before: one stat, not a listing of its folder (its data files)
-                        # at every rescan; 10,000 tables' rescans idled at several % of a core
+                        # at every rescan; 10,000 tables' rescans idled at several % of a core. On an
+                        # object store not even that: its folder is in its parent's listing (a folder
+                        # is there while any object is), and a log emptied in place is its watcher's
+                        # to notice (1,000 tables on S3 were one LIST each per scan)
                         found[table.normalized_uri] = table
                         continue
                 try:
@@ -379,13 +387,7 @@ class DiscoveryLoop:
             self.gone.unmark(uri)
             if uri not in self.tables:
                 new.append((uri, table))
-        add_tables = getattr(self.service, "add_tables", None)
-        if add_tables is not None and len(new) > 1:
-            self._admit_many(index, source, new, add_tables)
-        else:
-            for uri, table in new:
-                if self._admit(index, source, uri, table):
-                    log.info("discovery: new table", extra={"table": uri, "topicName": table.topic_name})
+        self._admit_many(index, source, new)
         for uri, (i, _) in self.tables.items():
             if i == index and uri not in found and uri not in self.gone:
                 self.gone.mark(uri)
@@ -394,34 +396,18 @@ class DiscoveryLoop:
                 if wake is not None:  # it looks at once, not at its next poll (30 s by default)
                     wake(uri)
 
-    def _admit(self, index: int, source: DiscoverConfig, uri: str, table: DiscoveredTable) -> bool:
-        """Hand the table to the service, unless its topics are another's (said once)."""
-        try:
-            config = discovered_config(table, source)
-            self._taken_topics.check(
-                config, hint="give the discover prefixes a name, or configure the table with its own topics"
-            )
-            self.service.add_table(config)
-        except ConfigError as exc:  # ours, or the service's own refusal (a topic taken meanwhile)
-            if uri not in self._refused:
-                log.error("discovery: not mirroring %s: %s", uri, exc.message, extra={"table": uri})
-                self._refused.add(uri)
-            return False
-        self._refused.discard(uri)
-        self.tables[uri] = (index, table)
-        self._taken_topics.claim(config)
-        return True
-
     def _admit_many(
         self,
         index: int,
         source: DiscoverConfig,
         new: list[tuple[str, DiscoveredTable]],
-        add_tables: Callable[..., dict[str, ConfigError]],
-    ) -> None:
-        """:meth:`_admit` for a scan's new tables, handed to the service at once: it starts them on
-        several threads (a table's start waits on its storage; one by one here, 10,000 tables took
-        44 s), and says each table found there, not here (a log line is a write)."""
+        *,
+        say_found: bool = True,
+    ) -> list[str]:
+        """Hand a scan's new tables to the service at once, unless their topics are another's (said
+        once per table). The service starts them on several threads (a table's start waits on its
+        storage; one by one here, 10,000 tables took 44 s), and says each table found there
+        (``say_found``), not here (a log line is a write). Returns the admitted tables' URIs."""
         configs: list[tuple[str, DiscoveredTable, TableConfig]] = []
         for uri, table in new:
             try:
@@ -441,7 +427,12 @@ class DiscoveryLoop:
                 "discovery: new table", extra={"table": config.normalized_uri, "topicName": config.topic_name}
             )
 
-        refused = add_tables([config for _, _, config in configs], each=found)
+        if not configs:
+            return []
+        refused = self.service.add_tables(
+            [config for _, _, config in configs], each=found if say_found else None
+        )
+        admitted: list[str] = []
         for uri, table, _ in configs:
             refusal = refused.get(uri)
             if refusal is not None:
@@ -450,6 +441,8 @@ class DiscoveryLoop:
                 continue
             self._refused.discard(uri)
             self.tables[uri] = (index, table)
+            admitted.append(uri)
+        return admitted
 
     def _refuse(self, uri: str, exc: ConfigError) -> None:
         if uri not in self._refused:
@@ -484,10 +477,12 @@ class DiscoveryLoop:
                 ):
                     continue
                 table = _table_at(source.uri.rstrip("/"), relative, source.name)
-                if self._admit(i, source, uri, table):
-                    self.gone.mark(uri)
+                # one at a time: each is marked gone before the next starts, as it was before
+                for admitted in self._admit_many(i, source, [(uri, table)], say_found=False):
+                    self.gone.mark(admitted)
                     log.info(
-                        "discovery: table dropped while no watcher ran; announcing it", extra={"table": uri}
+                        "discovery: table dropped while no watcher ran; announcing it",
+                        extra={"table": admitted},
                     )
 
     def _forget_finished(self) -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 from deltamirror.core.errors import ConfigError
@@ -61,7 +61,9 @@ class GroupHost(Protocol):
 
     def tables(self) -> list[TableConfig]: ...
 
-    def start_table(self, table: TableConfig) -> ResumingTable | None: ...
+    def start_tables(self, tables: Sequence[TableConfig]) -> Sequence[ResumingTable | None]:
+        """Start each of ``tables`` here (several at once: each start waits on its table's storage),
+        in the order given; None for one that is not started."""
 
     def running_tables(self) -> set[str]: ...
 
@@ -162,12 +164,7 @@ class TableSharing:
         started = time.monotonic()
         self.host.renew_shard_producers(shards)
         tables = [t for t in self.host.tables() if self.shard(t.normalized_uri) in shards]
-        # several at once where the host can (each start waits on its table's storage)
-        start_tables = getattr(self.host, "start_tables", None)
-        started_ = (
-            start_tables(tables) if start_tables is not None else [self.host.start_table(t) for t in tables]
-        )
-        pipelines = [p for p in started_ if p is not None]
+        pipelines = [p for p in self.host.start_tables(tables) if p is not None]
         log.info(
             "shards assigned",
             extra={"group": self.group_id, "shards": sorted(shards), "tables": len(pipelines)},

@@ -170,6 +170,14 @@ class FakeService:
         self.added.append(table)
         self.running.add(table.normalized_uri)
 
+    def add_tables(self, tables: Any, *, each: Any = None) -> dict[str, Any]:
+        """What the watch service does for a scan's new tables, one by one: none refused."""
+        for table in tables:
+            if each is not None:
+                each(table)
+            self.add_table(table)
+        return {}
+
     def remove_table(self, normalized_uri: str, *, reason: str) -> None:
         self.removed.append((normalized_uri, reason))
 

@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from deltamirror.mirror.topics import TopicManager
-from deltamirror.producer.liveness import NAMED_TABLES, BrokerWatch, StatusLog
+from deltamirror.producer.liveness import NAMED_TABLES, BrokerWatch, StatusLog, Tee
 from deltamirror.producer.metrics import WatcherMetrics
 from deltamirror.producer.tailing.retention import (
     DEFAULT_RETENTION_S,
@@ -16,6 +16,17 @@ from deltamirror.producer.tailing.retention import (
     parse_interval,
     retention_of,
 )
+
+
+def test_a_tee_hands_every_report_to_each_target_also_after_the_first_of_its_kind() -> None:
+    first, second = StatusLog(60), StatusLog(60)
+    tee = Tee(first, second)
+    for n in (3, 5):  # the second report of a kind goes through what the first one kept
+        tee.versions_behind("file:///a", n)
+        tee.event_published("file:///a", n)
+    for status in (first, second):
+        assert status._behind == {"file:///a": 5}
+        assert status._events == 8
 
 
 def test_the_status_line_says_what_was_published_and_what_is_behind() -> None:

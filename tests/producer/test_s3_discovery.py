@@ -33,6 +33,14 @@ class RecordingService:
         self.added.append(table)
         self.running.add(table.normalized_uri)
 
+    def add_tables(self, tables: Any, *, each: Any = None) -> dict[str, Any]:
+        """What the watch service does for a scan's new tables, one by one: none refused."""
+        for table in tables:
+            if each is not None:
+                each(table)
+            self.add_table(table)
+        return {}
+
     def remove_table(self, normalized_uri: str, *, reason: str) -> None:
         self.removed.append(normalized_uri)
 
@@ -64,8 +72,13 @@ def test_tables_under_an_s3_prefix_are_found_as_they_come_and_go(s3: S3Proxy) ->
     assert all(t.storage_options_plain() == s3.storage_options for t in service.added)
 
     s3.upload_table(SMALL, f"{prefix}/sales/returns")  # created while running
+    mark = s3.mark()
     loop.scan_now()
     assert [t.topic_name for t in service.added][2:] == ["sales.returns"]
+    # the tables found before are not listed again: their folders are in their parents' listings
+    listed = {r.listed_prefix for r in s3.requests(mark) if r.kind == "LIST"}
+    assert not listed & {f"{prefix}/sales/orders/", f"{prefix}/raw/web/events/"}, listed
+    assert f"{prefix}/sales/returns/" in listed  # the new one is (its _delta_log is looked for)
 
     orders = s3.url(f"{prefix}/sales/orders")
     s3.filesystem().rm(f"{s3.bucket}/{prefix}/sales/orders", recursive=True)  # dropped
