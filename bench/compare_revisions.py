@@ -5,7 +5,8 @@ Each contender runs in its own process from its own tree: a revision is checked 
 tree ``/tmp/dm-rev-<sha>-site/deltamirror/{core,mirror,ops,producer,consumer,cli}`` (``deltamirror``
 stays a namespace package); ``worktree`` means /work/main as it is now. The child drops every other
 ``sys.path`` entry that holds a ``deltamirror`` (the editable install), warms up once, times one
-call (``perf_counter`` and ``process_time``) and fails unless every ``deltamirror`` module it
+call (``perf_counter`` and ``process_time``; its peak RSS, warm-up included, and RSS after imports
+are reported beside) and fails unless every ``deltamirror`` module it
 loaded lies in its tree.
 
 Contenders alternate, the order turning each round, so background load hits both alike; the
@@ -15,6 +16,7 @@ load average before and after and the raw seconds of every round.
 Workloads (tables cached under bench/.data, built by the benches' own generators when missing):
   snapshot  open_table(T).snapshot() and its file list (Arrow) of bench_snapshot.py's 1M-file table
   changes   read_changes over the whole range of bench_changes.py's CDF table, every batch consumed
+  changes-columns  the same, projected to columns id and n (the bench's change-feed-columns group)
   scan      iter_event_values (producer.offline_events, else producer.service) over
             bench_producer.py's 200k-action log, every value consumed
   rows      the JSON row-change records (format json, key column id) of two versions of 200k
@@ -46,7 +48,7 @@ REPO = BENCH.parent
 DATA = BENCH / ".data"
 RESULTS = BENCH / "results"
 PACKAGES = ("core", "mirror", "ops", "producer", "consumer", "cli")
-WORKLOADS = ("snapshot", "changes", "scan", "rows")
+WORKLOADS = ("snapshot", "changes", "changes-columns", "scan", "rows")
 #: the rows workload: change rows per version (an insert version, then an update of every row)
 ROWS = 200_000
 SCAN_MODULES = ("deltamirror.producer.publishing.offline_events", "deltamirror.producer.service")
@@ -97,6 +99,15 @@ def _driver(workload: str, root: str) -> tuple[Any, str]:
             return {"rows": sum(b.num_rows for b in read_changes(open_table(root), starting_version=0))}
 
         return changes, "deltamirror.core.changes"
+    if workload == "changes-columns":
+        from deltamirror.core import open_table
+        from deltamirror.core.changes import read_changes
+
+        def changes_columns() -> dict[str, int]:
+            feed = read_changes(open_table(root), starting_version=0, columns=["id", "n"])
+            return {"rows": sum(b.num_rows for b in feed)}
+
+        return changes_columns, "deltamirror.core.changes"
     if workload == "scan":
         iter_event_values, name = _find_iter_event_values()
 
@@ -159,9 +170,19 @@ def _inside(file: str, tree: str) -> bool:
     return os.path.realpath(file).startswith(tree + os.sep)
 
 
+def _status_mb(key: str) -> float:
+    """A ``/proc/self/status`` figure (VmHWM: peak RSS, warm-up included) in MB."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def child(workload: str, tree: str, site: str, root: str) -> int:
     _isolate(site)
     call, module = _driver(workload, root)
+    rss_after_imports = _status_mb("VmRSS")
     t0 = time.perf_counter()
     call()  # warm-up: page cache, lazy imports, .pyc files
     warmup_s = time.perf_counter() - t0
@@ -174,6 +195,7 @@ def child(workload: str, tree: str, site: str, root: str) -> int:
     files = {name: getattr(mod, "__file__", None) for name, mod in list(sys.modules.items())}
     stray = [n for n, f in files.items() if n.startswith("deltamirror.") and f and not _inside(f, tree)]
     result = {"seconds": seconds, "cpu_s": cpu_s, "warmup_s": warmup_s, "check": check}
+    result |= {"peak_rss_mb": _status_mb("VmHWM"), "rss_after_imports_mb": rss_after_imports}
     result |= {"module": module, "core_file": core_file}
     print(json.dumps(result))
     if stray:
@@ -236,7 +258,7 @@ def ensure_data(workload: str) -> str:
         from make_checkpoint_table import ensure_table
 
         return str(ensure_table(1_000_000, 100)["root"])
-    if workload == "changes":
+    if workload in ("changes", "changes-columns"):
         if not (DATA / "changes" / "bench_info.json").is_file():
             from bench_changes import build_table
 
@@ -287,6 +309,7 @@ def measure(workload: str, contenders: list[Contender], rounds: int) -> dict[str
                 "new": new,
                 "ratio": new["seconds"] / base["seconds"],
                 "cpu_ratio": new["cpu_s"] / base["cpu_s"],
+                "peak_rss_ratio": new["peak_rss_mb"] / base["peak_rss_mb"],
             }
         )
     ratios = [run["ratio"] for run in runs]
@@ -301,6 +324,14 @@ def measure(workload: str, contenders: list[Contender], rounds: int) -> dict[str
         "iqr": [q1, q3],
         "min_max": [min(ratios), max(ratios)],
         "median_cpu_ratio": statistics.median(run["cpu_ratio"] for run in runs),
+        "median_peak_rss_ratio": statistics.median(run["peak_rss_ratio"] for run in runs),
+        "median_peak_rss_mb": {
+            role: statistics.median(run[role]["peak_rss_mb"] for run in runs) for role in ("base", "new")
+        },
+        "median_rss_after_imports_mb": {
+            role: statistics.median(run[role]["rss_after_imports_mb"] for run in runs)
+            for role in ("base", "new")
+        },
         "median_seconds": {
             role: statistics.median(run[role]["seconds"] for run in runs) for role in ("base", "new")
         },
@@ -323,15 +354,17 @@ def markdown(results: list[dict[str, Any]]) -> str:
         f"base = {label['base']}, new = {label['new']}; {results[0]['rounds']} rounds, order rotated, "
         f"{os.cpu_count()} CPUs. Ratio = new / base per round (> 1: new is slower).",
         "",
-        "| workload | base s | new s | new/base (median) | IQR | min-max | CPU new/base | load 1 min before -> after | same output |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| workload | base s | new s | new/base (median) | IQR | min-max | CPU new/base | peak RSS base / new MB (new/base) | load 1 min before -> after | same output |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for res in results:
         s, (q1, q3), (lo, hi) = res["median_seconds"], res["iqr"], res["min_max"]
+        rss = res["median_peak_rss_mb"]
         load = f"{res['load_avg_before'][0]:.2f} -> {res['load_avg_after'][0]:.2f}"
         lines.append(
             f"| {res['workload']} | {s['base']:.3f} | {s['new']:.3f} | **{res['median_ratio']:.3f}** | "
-            f"{q1:.3f}-{q3:.3f} | {lo:.3f}-{hi:.3f} | {res['median_cpu_ratio']:.3f} | {load} | "
+            f"{q1:.3f}-{q3:.3f} | {lo:.3f}-{hi:.3f} | {res['median_cpu_ratio']:.3f} | "
+            f"{rss['base']:.1f} / {rss['new']:.1f} ({res['median_peak_rss_ratio']:.3f}) | {load} | "
             f"{'yes' if res['same_output'] else 'NO'} |"
         )
     busiest = max(max(r["load_avg_before"][0], r["load_avg_after"][0]) for r in results)
