@@ -279,8 +279,11 @@ class ProgressBoard:
             self._gathering = None  # who asks from now on is served by the next round
             self._reading = True
             uris = set(round_.uris)
+        read_from = time.monotonic()
+        settled = read_from
         try:
             ends = None if self.end_offsets is None else settled_ends(self.end_offsets, self.topic)
+            settled = time.monotonic()
             round_.values = read_progress_values(self.kafka, self.topic, uris, self.timeout_s, ends=ends)
         except BaseException as exc:
             round_.error = exc
@@ -290,6 +293,17 @@ class ProgressBoard:
                 self.reads += 1
                 self._cond.notify_all()
             round_.done.set()
+        if len(uris) > 1:  # a table resuming alone is not worth a line
+            now = time.monotonic()
+            log.info(
+                "progress read",
+                extra={
+                    "tables": len(uris),
+                    "gathered_s": round(read_from - started, 3),
+                    "settle_s": round(settled - read_from, 3),
+                    "read_s": round(now - settled, 3),
+                },
+            )
 
 
 __all__ = [

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -400,11 +401,18 @@ class _Round:
     """The asks of one topic that one gathered read answers."""
 
     asks: set[_Ask] = field(default_factory=set)
-    #: set when this round's opener may read (nothing in flight on the topic)
-    turn: threading.Event = field(default_factory=threading.Event)
     ready: threading.Event = field(default_factory=threading.Event)
     answers: dict[_Ask, Tail | EventStreamError | None] = field(default_factory=dict)
     error: BaseException | None = None
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """An ask made of a topic: the round that answers it."""
+
+    topic: str
+    ask: _Ask
+    round: _Round
 
 
 class TailBoard:
@@ -416,6 +424,12 @@ class TailBoard:
     each (a survivor of 10,000 tables resumed ~0.3 tables a second). Here the tables that ask for
     a topic's tail while a read of it is in flight are answered by the next read, together
     (:func:`_read_gathered`); a table asking with nothing in flight is read at once, alone.
+
+    A round is read on a thread of its own (``tail-read``), not on the thread of the table that
+    opened it: a table asks its actions and its commits topics at once (:meth:`tails`), and the
+    two reads run side by side instead of one after the other (asked in turn, a resuming table
+    waited for two rounds of each topic in series: the survivor of a 10,000-table move had half
+    of its openers waiting there).
 
     Each answer is what the table's own read would have given (:func:`_read_tail`): its read
     began after it asked, with the topic's ends taken then, so it sees everything committed
@@ -429,6 +443,10 @@ class TailBoard:
         self.reads = 0
         #: how many windows were read (a consumer each)
         self.windows = 0
+        #: seconds spent in the reads, summed (rounds of two topics overlap)
+        self.read_s = 0.0
+        #: the most tables one read answered
+        self.largest = 0
         #: called with the topic and its asks before each round's read (tests hold a read here)
         self.before_read: Callable[[str, frozenset[_Ask]], None] | None = None
         self._lock = threading.Lock()
@@ -446,47 +464,82 @@ class TailBoard:
         self, topic: str, table_id: str, *, summaries: bool, table_uri: str | None = None
     ) -> Tail | None:
         """What :func:`_read_tail` gives (raises the same EventStreamError, a KafkaError)."""
-        ask = _Ask(table_id, summaries, table_uri)
+        (found,) = self.tails([(topic, _Ask(table_id, summaries, table_uri))])
+        return found
+
+    def tails(self, asks: Collection[tuple[str, _Ask]]) -> list[Tail | None]:
+        """What :func:`_read_tail` gives each (topic, ask), asked together: each topic's read runs
+        on its own thread, side by side. Raises what the first ask's read raised."""
+        pending = [self._ask(topic, ask) for topic, ask in asks]
+        out: list[Tail | None] = []
+        for p in pending:
+            p.round.ready.wait()
+        for p in pending:
+            if p.round.error is not None:
+                raise p.round.error
+            answer = p.round.answers[p.ask]
+            if isinstance(answer, EventStreamError):
+                raise answer
+            out.append(answer)
+        return out
+
+    def _ask(self, topic: str, ask: _Ask) -> _Pending:
+        """The ask joined to the round that takes it (a round opened with nothing in flight is
+        read now: its asks are closed, the next ones go to a new round)."""
         with self._lock:
             round_ = self._next.get(topic)
-            opened = round_ is None
             if round_ is None:
                 round_ = _Round()
                 if topic in self._busy:
-                    self._next[topic] = round_  # read by this caller once the read in flight is done
+                    self._next[topic] = round_  # read once the read in flight is done
+                    start = False
                 else:
                     self._busy.add(topic)
-                    round_.turn.set()
+                    start = True
+            else:
+                start = False
             round_.asks.add(ask)
-        if opened:
-            round_.turn.wait()
-            self._read(topic, round_)
-        else:
-            round_.ready.wait()
-        if round_.error is not None:
-            raise round_.error
-        answer = round_.answers[ask]
-        if isinstance(answer, EventStreamError):
-            raise answer
-        return answer
+        if start:
+            self._start(topic, round_)
+        return _Pending(topic, ask, round_)
+
+    def _start(self, topic: str, round_: _Round) -> None:
+        threading.Thread(target=self._read, args=(topic, round_), name="tail-read", daemon=True).start()
 
     def _read(self, topic: str, round_: _Round) -> None:
+        started = time.monotonic()
+        asks: frozenset[_Ask] = frozenset()
+        windows = 0
+
+        def on_window(window: int, tables: int) -> None:
+            nonlocal windows
+            windows += 1
+            self._window(window, tables)
+
         try:
             asks = frozenset(round_.asks)  # closed: taken from _next, or never in it
             if self.before_read is not None:
                 self.before_read(topic, asks)
-            round_.answers = _read_gathered(self.kafka, self.end_offsets, topic, asks, on_window=self._window)
+            round_.answers = _read_gathered(self.kafka, self.end_offsets, topic, asks, on_window=on_window)
         except BaseException as exc:  # given to every table of the round
             round_.error = exc
         finally:
+            took = time.monotonic() - started
             with self._lock:
                 self.reads += 1
+                self.read_s += took
+                self.largest = max(self.largest, len(asks))
                 following = self._next.pop(topic, None)
                 if following is None:
                     self._busy.discard(topic)
             round_.ready.set()
-            if following is not None:  # its asks are closed now: its opener reads them
-                following.turn.set()
+            if following is not None:  # its asks are closed now: read on a thread of its own
+                self._start(topic, following)
+        if len(asks) > 1:  # a table reading alone (its own topics) is not worth a line
+            log.info(
+                "tails read",
+                extra={"topic": topic, "tables": len(asks), "windows": windows, "seconds": round(took, 3)},
+            )
 
     def _window(self, window: int, tables: int) -> None:
         with self._lock:
@@ -511,9 +564,13 @@ def read_tails(
         if table_id is None:
             # nothing committed: a partial first transaction is not told apart
             return Resume(position, AlreadyPublished())
-        if board is not None:
-            actions = board.tail(actions_topic, table_id, summaries=False, table_uri=table_uri)
-            summary = board.tail(commits_topic, table_id, summaries=True, table_uri=table_uri)
+        if board is not None:  # both topics at once
+            actions, summary = board.tails(
+                [
+                    (actions_topic, _Ask(table_id, False, table_uri)),
+                    (commits_topic, _Ask(table_id, True, table_uri)),
+                ]
+            )
         else:
             actions = _read_tail(
                 kafka, end_offsets, actions_topic, table_id, summaries=False, table_uri=table_uri
