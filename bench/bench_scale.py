@@ -133,6 +133,26 @@ def resumed_lines(path: Path, since: int = 0) -> int:
     return len({x.get("table") for x in log_lines(path)[since:] if x.get("msg") == "resuming table"})
 
 
+def board_rounds(path: Path, since: int = 0) -> dict[str, Any]:
+    """The survivor's shared reads after line ``since``: per kind (``tails read`` per topic,
+    ``progress read``), how many rounds, their tables (largest, total) and seconds (summed, max).
+    Rounds of one table are not logged."""
+    out: dict[str, Any] = {}
+    for x in log_lines(path)[since:]:
+        msg = x.get("msg")
+        if msg not in ("tails read", "progress read"):
+            continue
+        kind = "progress" if msg == "progress read" else str(x.get("topic", "")).rsplit(".", 1)[-1]
+        took = float(x.get("seconds", x.get("read_s", 0.0))) + float(x.get("settle_s", 0.0))
+        r = out.setdefault(kind, {"rounds": 0, "tables": 0, "largest": 0, "seconds": 0.0, "max_s": 0.0})
+        r["rounds"] += 1
+        r["tables"] += int(x.get("tables", 0))
+        r["largest"] = max(r["largest"], int(x.get("tables", 0)))
+        r["seconds"] = round(r["seconds"] + took, 3)
+        r["max_s"] = round(max(r["max_s"], took), 3)
+    return out
+
+
 def assigned_tables(path: Path, since: int = 0) -> int:
     return sum(int(x.get("tables", 0)) for x in log_lines(path)[since:] if x.get("msg") == "shards assigned")
 
@@ -616,6 +636,8 @@ def measure_move(args: argparse.Namespace, bootstrap: str, rnd: int) -> list[dic
             row["moved_tables"] = (
                 resumed_lines(logs[survivor], seen) if shared else assigned_tables(logs[survivor], seen)
             )
+            if shared:
+                row["survivor_reads"] = board_rounds(logs[survivor], seen)
             if name == "SIGTERM":
                 row["exit_code"] = procs[victim].wait(60)
             else:

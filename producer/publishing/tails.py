@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +49,14 @@ WINDOW = 64
 #: a gathered read keeps a table's last record of a window undecoded up to this size (decoded when
 #: the window is read: most are not the last), a larger one decided as it comes (bounds what it holds)
 HOLD_BYTES = 16_384
+#: a round of at least this many tables reads its topic through an index of the topic kept for the
+#: next rounds (:class:`_Index`); a topic read for fewer (a table's own topics) is read as before
+INDEX_MIN_TABLES = 32
+#: ... once a windowed read of the topic had to read this many records back (per partition): the
+#: index covers as many (a topic where the tables find their records near the end is read so)
+INDEX_MIN_WINDOW = WINDOW * 8**3
+#: an index no round used for this long is dropped (it holds each key's last record of the topic)
+INDEX_IDLE_S = 120.0
 #: tail reads running at once in a process: each is a short-lived consumer (librdkafka allows about
 #: 1,000 clients per process, and a group member may resume many tables at once)
 _READERS = threading.BoundedSemaphore(4)
@@ -395,16 +404,176 @@ def _read_gathered(
     return answers
 
 
+#: what an index holds for a key whose last record it does not keep (larger than HOLD_BYTES)
+_BIG: Any = object()
+
+
+@dataclass(frozen=True)
+class _Anchor:
+    """The last record an index read of a partition: its next read starts at it again and checks
+    it is there (a topic deleted and created again under the same name is not read as the old)."""
+
+    first_offset: int
+    offset: int
+    key: bytes | None
+    value_hash: int
+
+
+@dataclass(eq=False)
+class _Index:
+    """Each key's last committed record of a topic, from its start to ``ends``: read once, then
+    only from where it ended (the records committed since).
+
+    Gathered windowed reads (:func:`_read_gathered`) read the topic from the end for the tables
+    of a round, growing the window until each finds its record: on a topic shared by 10,000
+    tables, most rounds read it whole, again at every round (the survivor of a move resumed its
+    tables ~256 at a time, each round reading both topics whole: 2-10 s a round). An index gives
+    the same answer from the records below the same ends (a committed record never changes, and
+    a read to the last stable offset never ends inside a committed transaction's records), for a
+    key it holds plainly: one partition, no fragment refused, a last record small enough to keep
+    and of the table's location. Any other key is read as before (the windowed read), and so is
+    every key when the index cannot be trusted (a partition shrank, its anchor is gone)."""
+
+    summaries: bool
+    #: a last record larger than this is not kept (None: every one is)
+    hold_bytes: int | None = HOLD_BYTES
+    #: per partition, where the index was read to (exclusive): a read_committed end
+    ends: dict[int, int] = field(default_factory=dict)
+    #: per (key, partition), its last record not skipped at once (:func:`_cheap_skip`), or _BIG
+    last: dict[tuple[bytes, int], Any] = field(default_factory=dict)
+    #: keys with a fragment refused, or with records on more than one partition: read as before
+    unsure: set[bytes] = field(default_factory=set)
+    anchors: dict[int, _Anchor] = field(default_factory=dict)
+    used: float = field(default_factory=time.monotonic)
+    #: records read into it, in all
+    records: int = 0
+    #: it began after a partition's start (a key it has no record of may have older ones)
+    partial: bool = False
+
+    def last_of(self, key: bytes) -> Any:
+        """The key's last record (None: none), or _SKIP: not plain here (read as before)."""
+        if key in self.unsure:
+            return _SKIP
+        found: Any = None
+        for p in self.ends:
+            record = self.last.get((key, p))
+            if record is None:
+                continue
+            if record is _BIG or found is not None:
+                return _SKIP
+            found = record
+        return found
+
+    def answer(self, ask: _Ask) -> Any:
+        """The ask's answer (a Tail or None), or _SKIP: not answered here (read as before)."""
+        key = ask.table_id.encode()
+        if key in self.unsure:
+            return _SKIP
+        if self.partial and not any((key, p) in self.last for p in self.ends):
+            return _SKIP  # its records, if any, lie before the index's start: read as before
+        found: Any = None
+        for p in self.ends:
+            record = self.last.get((key, p))
+            if record is None:
+                continue
+            if record is _BIG or found is not None:
+                return _SKIP
+            found = _classify(record, ask.table_id, summaries=ask.summaries, table_uri=ask.table_uri)
+            if found is _SKIP:
+                return _SKIP  # a copy's record (same id, another location): read as before
+        return found
+
+
+def _index_read(
+    kafka: Mapping[str, Any], topic: str, index: _Index, ends: Mapping[int, int], span: int | None = None
+) -> bool:
+    """The records of ``topic`` from where ``index`` was read to to ``ends``, taken into it (a new
+    one from ``span`` records before the ends, None: from the start); False when the index cannot
+    go on (read it anew)."""
+    if set(ends) != set(index.ends) and index.ends:
+        return False  # partitions added: a key's records may now lie on two
+    if any(ends.get(p, 0) < end for p, end in index.ends.items()):
+        return False  # a partition shrank: the topic was deleted and created again
+    starts: dict[int, int] = {}
+    for p, end in ends.items():
+        anchor = index.anchors.get(p)
+        if anchor is not None:
+            start = anchor.first_offset
+        elif p in index.ends:
+            start = index.ends[p]
+        else:  # a new index
+            start = 0 if span is None else max(0, end - span)
+            index.partial |= start > 0
+        if end > start:
+            starts[p] = start
+    for p in set(ends) - set(index.ends):
+        index.ends[p] = 0
+    if not starts:
+        return True
+    #: per partition, whether its anchor was seen again (a partition with none has nothing to check)
+    checked = {p: p not in index.anchors for p in starts}
+    refused: dict[bytes | None, EventStreamError] = {}
+    with _READERS, MirrorConsumer(kafka, purpose="tail") as consumer:
+        consumer.assign((topic, p, start) for p, start in starts.items())
+        for batch in consumer.batches(
+            until_end=True,
+            timeout_s=60.0,
+            idle_timeout_s=30.0,
+            on_bad_record=_refuser(refused),
+            ends={(topic, p): ends[p] for p in starts},
+        ):
+            for record in batch:
+                p = record.partition
+                if record.offset >= ends[p]:
+                    continue
+                if not checked[p]:
+                    anchor = index.anchors[p]
+                    if record.offset < anchor.offset:
+                        continue  # read already (another key's, between the anchor's fragments)
+                    if (
+                        record.offset != anchor.offset
+                        or record.key != anchor.key
+                        or hash(record.value) != anchor.value_hash
+                    ):
+                        return False
+                    checked[p] = True
+                    continue
+                index.records += 1
+                index.anchors[p] = _Anchor(record.first_offset, record.offset, record.key, hash(record.value))
+                own = record.key or b""
+                if index.summaries and record.header(HEADER_KIND) != "commit":
+                    continue
+                for q in index.ends:
+                    if q != p and (own, q) in index.last:
+                        index.unsure.add(own)
+                big = index.hold_bytes is not None and len(record.value or b"") > index.hold_bytes
+                index.last[own, p] = _BIG if big else record
+    if not all(checked.values()) or None in refused:
+        return False
+    for bad in refused:
+        if bad is not None:
+            index.unsure.add(bad)
+    index.ends.update({p: ends[p] for p in starts})
+    return True
+
+
 @dataclass(eq=False)
 class _Round:
     """The asks of one topic that one gathered read answers."""
 
     asks: set[_Ask] = field(default_factory=set)
-    #: set when this round's opener may read (nothing in flight on the topic)
-    turn: threading.Event = field(default_factory=threading.Event)
     ready: threading.Event = field(default_factory=threading.Event)
     answers: dict[_Ask, Tail | EventStreamError | None] = field(default_factory=dict)
     error: BaseException | None = None
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """An ask made of a topic: the round that answers it."""
+
+    topic: str
+    ask: _Ask
+    round: _Round
 
 
 class TailBoard:
@@ -416,6 +585,16 @@ class TailBoard:
     each (a survivor of 10,000 tables resumed ~0.3 tables a second). Here the tables that ask for
     a topic's tail while a read of it is in flight are answered by the next read, together
     (:func:`_read_gathered`); a table asking with nothing in flight is read at once, alone.
+
+    A round is read on a thread of its own (``tail-read``), not on the thread of the table that
+    opened it: a table asks its actions and its commits topics at once (:meth:`tails`), and the
+    two reads run side by side instead of one after the other (asked in turn, a resuming table
+    waited for two rounds of each topic in series: the survivor of a 10,000-table move had half
+    of its openers waiting there).
+
+    A round of many tables (:data:`INDEX_MIN_TABLES`) reads its topic through the topic's index
+    (:class:`_Index`), kept for the next rounds: each round reads only the records committed since
+    the last, where the windowed reads of a shared topic read it whole at every round.
 
     Each answer is what the table's own read would have given (:func:`_read_tail`): its read
     began after it asked, with the topic's ends taken then, so it sees everything committed
@@ -429,12 +608,29 @@ class TailBoard:
         self.reads = 0
         #: how many windows were read (a consumer each)
         self.windows = 0
+        #: seconds spent in the reads, summed (rounds of two topics overlap)
+        self.read_s = 0.0
+        #: the most tables one read answered
+        self.largest = 0
         #: called with the topic and its asks before each round's read (tests hold a read here)
         self.before_read: Callable[[str, frozenset[_Ask]], None] | None = None
         self._lock = threading.Lock()
         self._busy: set[str] = set()
         #: per topic, the round that takes the asks made now (read once the one in flight is done)
         self._next: dict[str, _Round] = {}
+        #: per topic (and kind: summaries or actions), its index, once a round of many tables read it
+        self._indexes: dict[tuple[str, bool], _Index] = {}
+        #: a round of this many tables reads its topic through an index (:data:`INDEX_MIN_TABLES`),
+        #: once a windowed read of it read this far back (:data:`INDEX_MIN_WINDOW`; 0: at once, the
+        #: index read from the topic's start)
+        self.index_min_tables = INDEX_MIN_TABLES
+        self.index_min_window = INDEX_MIN_WINDOW
+        #: per topic and kind, the widest window a windowed read of it reached
+        self._widest: dict[tuple[str, bool], int] = {}
+        #: records read into indexes, in all
+        self.indexed = 0
+        #: asks answered by an index
+        self.from_index = 0
 
     def waiting(self, topic: str) -> int:
         """How many asks of ``topic`` wait for the next read (not the one in flight)."""
@@ -446,47 +642,152 @@ class TailBoard:
         self, topic: str, table_id: str, *, summaries: bool, table_uri: str | None = None
     ) -> Tail | None:
         """What :func:`_read_tail` gives (raises the same EventStreamError, a KafkaError)."""
-        ask = _Ask(table_id, summaries, table_uri)
+        (found,) = self.tails([(topic, _Ask(table_id, summaries, table_uri))])
+        return found
+
+    def tails(self, asks: Collection[tuple[str, _Ask]]) -> list[Tail | None]:
+        """What :func:`_read_tail` gives each (topic, ask), asked together: each topic's read runs
+        on its own thread, side by side. Raises what the first ask's read raised."""
+        pending = [self._ask(topic, ask) for topic, ask in asks]
+        out: list[Tail | None] = []
+        for p in pending:
+            p.round.ready.wait()
+        for p in pending:
+            if p.round.error is not None:
+                raise p.round.error
+            answer = p.round.answers[p.ask]
+            if isinstance(answer, EventStreamError):
+                raise answer
+            out.append(answer)
+        return out
+
+    def _ask(self, topic: str, ask: _Ask) -> _Pending:
+        """The ask joined to the round that takes it (a round opened with nothing in flight is
+        read now: its asks are closed, the next ones go to a new round)."""
         with self._lock:
             round_ = self._next.get(topic)
-            opened = round_ is None
             if round_ is None:
                 round_ = _Round()
                 if topic in self._busy:
-                    self._next[topic] = round_  # read by this caller once the read in flight is done
+                    self._next[topic] = round_  # read once the read in flight is done
+                    start = False
                 else:
                     self._busy.add(topic)
-                    round_.turn.set()
+                    start = True
+            else:
+                start = False
             round_.asks.add(ask)
-        if opened:
-            round_.turn.wait()
+        if start:
+            self._start(topic, round_)
+        return _Pending(topic, ask, round_)
+
+    def _start(self, topic: str, round_: _Round) -> None:
+        try:
+            threading.Thread(target=self._read, args=(topic, round_), name="tail-read", daemon=True).start()
+        except RuntimeError:  # no thread to be had (a process at its limit): read here, not never
             self._read(topic, round_)
-        else:
-            round_.ready.wait()
-        if round_.error is not None:
-            raise round_.error
-        answer = round_.answers[ask]
-        if isinstance(answer, EventStreamError):
-            raise answer
-        return answer
 
     def _read(self, topic: str, round_: _Round) -> None:
+        started = time.monotonic()
+        asks: frozenset[_Ask] = frozenset()
+        windows = 0
+
+        def on_window(window: int, tables: int) -> None:
+            nonlocal windows
+            windows += 1
+            self._window(window, tables)
+
         try:
             asks = frozenset(round_.asks)  # closed: taken from _next, or never in it
             if self.before_read is not None:
                 self.before_read(topic, asks)
-            round_.answers = _read_gathered(self.kafka, self.end_offsets, topic, asks, on_window=self._window)
+            round_.answers = self._answer(topic, asks, on_window)
         except BaseException as exc:  # given to every table of the round
             round_.error = exc
         finally:
+            took = time.monotonic() - started
             with self._lock:
                 self.reads += 1
+                self.read_s += took
+                self.largest = max(self.largest, len(asks))
                 following = self._next.pop(topic, None)
                 if following is None:
                     self._busy.discard(topic)
             round_.ready.set()
-            if following is not None:  # its asks are closed now: its opener reads them
-                following.turn.set()
+            if following is not None:  # its asks are closed now: read on a thread of its own
+                self._start(topic, following)
+        if len(asks) > 1:  # a table reading alone (its own topics) is not worth a line
+            log.info(
+                "tails read",
+                extra={"topic": topic, "tables": len(asks), "windows": windows, "seconds": round(took, 3)},
+            )
+
+    def _answer(
+        self, topic: str, asks: frozenset[_Ask], on_window: Callable[[int, int], None]
+    ) -> dict[_Ask, Tail | EventStreamError | None]:
+        """The round's answers: from the topic's index for the asks it holds plainly (read to the
+        ends taken now), the others by a gathered windowed read to the same ends."""
+        now = time.monotonic()
+        kinds = {ask.summaries for ask in asks}
+        kind = next(iter(kinds))
+        with self._lock:  # a topic's index is read by its round's thread only: one at a time
+            for k in [k for k, ix in self._indexes.items() if now - ix.used > INDEX_IDLE_S]:
+                del self._indexes[k]
+            index = self._indexes.pop((topic, kind), None)  # back once read to the new ends
+            widest = self._widest.get((topic, kind))
+        span = None if self.index_min_window == 0 else widest
+        if (
+            len(kinds) > 1
+            or (index is None and len(asks) < self.index_min_tables)
+            or (index is None and self.index_min_window > 0 and (widest or 0) < self.index_min_window)
+        ):
+            return self._windowed(self.end_offsets, topic, kind, asks, on_window)
+        ends = dict(self.end_offsets(topic, True))
+        before = 0 if index is None else index.records
+        if index is None or not _index_read(self.kafka, topic, index, ends):
+            index = _Index(kind)  # anew, as far back as the windowed reads went
+            before = 0
+            if not _index_read(self.kafka, topic, index, ends, span):
+                return self._windowed(lambda t, c: ends, topic, kind, asks, on_window)
+        index.used = time.monotonic()
+        with self._lock:
+            self._indexes[topic, kind] = index
+        answers: dict[_Ask, Tail | EventStreamError | None] = {}
+        rest: list[_Ask] = []
+        for ask in asks:
+            found = index.answer(ask)
+            if found is _SKIP:
+                rest.append(ask)
+            else:
+                answers[ask] = found
+        with self._lock:
+            self.indexed += index.records - before
+            self.from_index += len(answers)
+        if rest:
+            answers.update(self._windowed(lambda t, c: ends, topic, kind, rest, on_window))
+        return answers
+
+    def _windowed(
+        self,
+        end_offsets: EndOffsets,
+        topic: str,
+        kind: bool,
+        asks: Collection[_Ask],
+        on_window: Callable[[int, int], None],
+    ) -> dict[_Ask, Tail | EventStreamError | None]:
+        """A gathered windowed read (:func:`_read_gathered`), its widest window kept."""
+        widest = 0
+
+        def seen(window: int, tables: int) -> None:
+            nonlocal widest
+            widest = max(widest, window)
+            on_window(window, tables)
+
+        try:
+            return _read_gathered(self.kafka, end_offsets, topic, asks, on_window=seen)
+        finally:
+            with self._lock:
+                self._widest[topic, kind] = max(widest, self._widest.get((topic, kind), 0))
 
     def _window(self, window: int, tables: int) -> None:
         with self._lock:
@@ -511,9 +812,13 @@ def read_tails(
         if table_id is None:
             # nothing committed: a partial first transaction is not told apart
             return Resume(position, AlreadyPublished())
-        if board is not None:
-            actions = board.tail(actions_topic, table_id, summaries=False, table_uri=table_uri)
-            summary = board.tail(commits_topic, table_id, summaries=True, table_uri=table_uri)
+        if board is not None:  # both topics at once
+            actions, summary = board.tails(
+                [
+                    (actions_topic, _Ask(table_id, False, table_uri)),
+                    (commits_topic, _Ask(table_id, True, table_uri)),
+                ]
+            )
         else:
             actions = _read_tail(
                 kafka, end_offsets, actions_topic, table_id, summaries=False, table_uri=table_uri

@@ -176,3 +176,46 @@ def test_the_table_that_opened_a_round_stops_at_once_while_the_others_get_the_re
     assert not follower.is_alive() and "error" not in followed, followed
     assert followed["position"].version == 4
     assert board.reads == 1
+
+
+def test_rounds_read_through_an_index_see_what_a_read_from_the_start_sees(
+    kafka_bootstrap: str, progress_topic: str
+) -> None:
+    """Issue 29: every round of a survivor resuming thousands of tables read the whole progress
+    topic. Through its index a round reads only what was committed since the last round, and each
+    table's position is what a read from the start gives (a later version, a tombstone, a table
+    never published)."""
+    from deltamirror.mirror.topics import TopicManager
+    from deltamirror.producer.publishing.progress import ProgressBoard, read_progress
+
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    run = f"index-{uuid.uuid4().hex[:8]}"
+    a = transactional(kafka_bootstrap, f"{run}-a")
+    uris = [f"file:///t/{i}" for i in range(5)]
+    for uri in uris:
+        commit_progress(a, progress_topic, uri, 1)
+    commit_progress(a, progress_topic, uris[0], 2)
+    manager = TopicManager(kafka, max_record_bytes=1_000_000)
+    board = ProgressBoard(
+        kafka,
+        progress_topic,
+        end_offsets=lambda t, committed: manager.end_offsets(t, committed=committed),
+        gather_s=0.01,
+    )
+    board.index_min_tables = 1
+
+    def positions() -> None:
+        for uri in [*uris, "file:///t/never"]:
+            found = board.committed(uri)
+            assert found == read_progress(kafka, progress_topic, uri), uri
+
+    positions()
+    assert board.indexed == 6 and board.from_index == 6  # read once: the later rounds read nothing
+    commit_progress(a, progress_topic, uris[1], 5)
+    a.begin_transaction()
+    a.produce(progress_topic, None, uris[2].encode())  # a tombstone: the table starts over
+    a.commit_transaction(30)
+    positions()
+    assert board.committed(uris[1]).version == 5  # type: ignore[union-attr]
+    assert board.committed(uris[2]) is None
+    assert board.indexed == 8  # only the two records committed since

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from deltamirror.mirror.errors import EventStreamError
-from deltamirror.producer.publishing.tails import TailBoard, _read_tail
+from deltamirror.producer.publishing.tails import TailBoard, _Ask, _read_tail
 from support.forge import Rec, commits_rec, fragments, write_topics
 from support.records import commit_info_value
 
@@ -164,3 +164,96 @@ def test_a_table_alone_on_the_board_reads_as_its_own_read(kafka_bootstrap: str) 
             own = _read_tail(kafka, end_offsets, topic, ids[uri], summaries=summaries, table_uri=uri)
             assert board.tail(topic, ids[uri], summaries=summaries, table_uri=uri) == own
     assert board.reads == 8
+
+
+def _append(bootstrap: str, topic: str, recs: list[Rec]) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for rec in recs:
+        producer.produce(topic, rec.value, key=rec.key, headers=rec.headers, partition=0)
+    assert producer.flush(60) == 0
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(300)
+def test_rounds_read_through_an_index_answer_as_their_own_read_and_read_only_what_came_since(
+    kafka_bootstrap: str,
+) -> None:
+    """Issue 29: rounds of many tables read a shared topic whole, again at every round (a survivor
+    of a 10,000-table move read both topics whole ~20 times). Through the topic's index a round
+    reads only the records committed since the last one, and each answer is still the table's own
+    read's: the copied location, the fragmented record and a table with no record included, and
+    after new records (a copy's last record now: that table is read as before)."""
+    from deltamirror.mirror.topics import TopicManager
+
+    actions, commits, ids = _forged()
+    topics = write_topics(kafka_bootstrap, actions, commits)
+    kafka = {"bootstrap.servers": kafka_bootstrap}
+    manager = TopicManager(kafka, max_record_bytes=1_000_000)
+
+    def end_offsets(topic: str, committed: bool) -> dict[int, int]:
+        return dict(manager.end_offsets(topic, committed=committed))
+
+    board = TailBoard(kafka, end_offsets)
+    board.index_min_tables = 1
+    board.index_min_window = 0  # the index at once, from the topic's start
+    asks = [(uri, table_id) for uri, table_id in ids.items()]
+    asks.append(("file:///lake/nowhere", "id-unknown"))
+
+    def both(topic: str, summaries: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+        own = {
+            uri: _read_tail(kafka, end_offsets, topic, table_id, summaries=summaries, table_uri=uri)
+            for uri, table_id in asks
+        }
+        found = board.tails([(topic, _Ask(table_id, summaries, uri)) for uri, table_id in asks])
+        return own, dict(zip([uri for uri, _ in asks], found, strict=True))
+
+    for topic, summaries in ((topics.actions, False), (topics.commits, True)):
+        own, found = both(topic, summaries)
+        assert found == own
+    whole = board.indexed
+    assert whole == len(actions) + len(commits) - 2  # each topic read once (fragments joined: one record)
+    assert board.from_index >= 2 * (len(asks) - 1)  # all but the copied location's (read as before)
+
+    # new records: versions of tables 0 and 7, a copy of table 4 (same id, another location) last
+    more_actions = [
+        Rec(commit_info_value(ids[_uri(i)], _uri(i), 500 + i), ids[_uri(i)].encode()) for i in (0, 7)
+    ] + [Rec(commit_info_value(ids[_uri(4)], "file:///lake/copy-of-t4", 900), ids[_uri(4)].encode())]
+    more_commits = [_summary(ids[_uri(i)], _uri(i), 500 + i) for i in (0, 7)] + [
+        commits_rec({"kind": "heartbeat", "tableId": ids[_uri(0)]}, kind="heartbeat"),
+        _summary(ids[_uri(4)], "file:///lake/copy-of-t4", 900),
+    ]
+    _append(kafka_bootstrap, topics.actions, more_actions)
+    _append(kafka_bootstrap, topics.commits, more_commits)
+    for topic, summaries in ((topics.actions, False), (topics.commits, True)):
+        own, found = both(topic, summaries)
+        assert found == own
+        assert own[_uri(0)] is not None and own[_uri(0)].version == 500
+    assert board.indexed == whole + len(more_actions) + len(more_commits)  # only what came since
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(300)
+def test_an_index_covers_as_far_back_as_the_windowed_reads_went(kafka_bootstrap: str) -> None:
+    """A topic whose tables found their records within a small window is not read whole for an
+    index: the index covers the widest window read, and a table with no record in it (its last
+    lies further back) is read as before, with the same answer as its own read."""
+    kafka, topics, ids, end_offsets = _written(kafka_bootstrap)
+    board = TailBoard(kafka, end_offsets)
+    board.index_min_tables = 1
+    board.index_min_window = 512
+    topic = topics.actions
+    # table 0's last record lies ~80 records from the end (behind table 29's last ones): window 512
+    board.tail(topic, ids[_uri(0)], summaries=False, table_uri=_uri(0))
+    assert board.indexed == 0 and board.windows == 2  # a windowed read (64, then 512), no index yet
+    asks = [(uri, table_id) for uri, table_id in ids.items()]
+    own = {
+        uri: _read_tail(kafka, end_offsets, topic, table_id, summaries=False, table_uri=uri)
+        for uri, table_id in asks
+    }
+    found = board.tails([(topic, _Ask(table_id, False, uri)) for uri, table_id in asks])
+    assert dict(zip([uri for uri, _ in asks], found, strict=True)) == own
+    total = sum(end_offsets(topic, True).values())
+    assert 0 < board.indexed <= 512 < total  # the last 512 offsets, not the whole topic
+    assert 0 < board.from_index < len(asks) - 1  # the tables further back were read as before
