@@ -40,6 +40,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from .settings import DUE_EARLY_S
+
 log = logging.getLogger("deltamirror.watch")
 
 #: default number of workers per CPU: a step mostly waits on storage and on the broker, not the CPU
@@ -50,11 +52,6 @@ MIN_DEFAULT_WORKERS = 4
 OPENERS = 256
 #: an opener with no table to open ends after this long
 OPENER_IDLE_S = 1.0
-#: a table due within this long is taken now, by a worker looking for one anyway: a timed wait
-#: for each table due (and a worker woken to wait for the next one) cost two thread wake-ups per
-#: idle turn; tables due close together (10,000 tables polled every 30 s: 3 ms apart) are taken
-#: one after the other instead, and their idle polls come at most this much early
-DUE_EARLY_S = 0.05
 
 
 def default_workers() -> int:

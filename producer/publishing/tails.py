@@ -38,7 +38,7 @@ from deltamirror.mirror.errors import EventStreamError, KafkaError
 from deltamirror.mirror.kafka.consumer import MirrorConsumer, Record
 from deltamirror.mirror.records.boundary import BadRecordError
 from deltamirror.mirror.records.fragments import FragmentError
-from deltamirror.mirror.records.headers import HEADER_KIND
+from deltamirror.mirror.records.headers import HEADER_FRAGMENT, HEADER_KIND
 
 from ..tailing.work import Position
 
@@ -541,6 +541,13 @@ def _index_read(
                 index.records += 1
                 index.anchors[p] = _Anchor(record.first_offset, record.offset, record.key, hash(record.value))
                 own = record.key or b""
+                if record.first_offset == record.offset and record.header(HEADER_FRAGMENT) is not None:
+                    # a record's last fragment read without its first (the index, or this read,
+                    # began inside the record): shorter than any first fragment, the reader took
+                    # it as whole; the key's last record is that record, which only a read from
+                    # further back joins: read as before
+                    index.unsure.add(own)
+                    continue
                 if index.summaries and record.header(HEADER_KIND) != "commit":
                     continue
                 for q in index.ends:

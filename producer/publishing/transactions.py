@@ -51,7 +51,7 @@ from deltamirror.mirror.topic_names import TableTopics
 from deltamirror.mirror.topics import TopicLimits
 
 from ..group.shard_producers import ProducerLease
-from ..settings import WatchConfig
+from ..settings import DUE_EARLY_S, WatchConfig
 from ..tailing.snapshot_events import ProgressBar, SnapshotWork
 from ..tailing.summaries import envelope_encoder
 from ..tailing.work import (
@@ -585,11 +585,13 @@ class TableTransactions:
         now_s = time.monotonic()
         heartbeat = self.cfg.heartbeat_interval_s
         # the liveness re-write is not activity: it must not postpone a heartbeat forever
-        due_heartbeat = heartbeat is not None and now_s - self._last_activity >= heartbeat
+        # a turn may come DUE_EARLY_S before it is due (the scheduler takes tables due that soon):
+        # a duty as long as the poll would otherwise wait a whole poll more, every other turn
+        due_heartbeat = heartbeat is not None and now_s - self._last_activity >= heartbeat - DUE_EARLY_S
         last_end = self._last_txn_end
         if isinstance(self.pub, ProducerLease):  # a fence shows at any commit of the shard's producer
             last_end = max(last_end, self.pub.last_commit)
-        if not due_heartbeat and now_s - last_end < LIVENESS_INTERVAL_S:
+        if not due_heartbeat and now_s - last_end < LIVENESS_INTERVAL_S - DUE_EARLY_S:
             return
         self.pub.begin()
         if due_heartbeat:

@@ -62,7 +62,7 @@ from deltamirror.producer.tailing.work import (
     scan_version,
 )
 
-from ..settings import SNAPSHOT_MODES, SnapshotMode
+from ..settings import DUE_EARLY_S, SNAPSHOT_MODES, SnapshotMode
 
 log = logging.getLogger(__name__)
 
@@ -371,7 +371,9 @@ class TableWatcher:
                 if self._gone_for_good(None):
                     return self._pending.popleft()
                 self._prefetch.close()  # no read-ahead thread while there is nothing to read
-                if self._clock() >= self._next_check:
+                # a turn may come DUE_EARLY_S early (the scheduler): a check as long as the poll
+                # would otherwise wait a whole poll more, every other turn
+                if self._clock() >= self._next_check - DUE_EARLY_S:
                     self._next_check = self._clock() + self.check_interval_s
                     self._check_idle_log()
                     if self._pending:

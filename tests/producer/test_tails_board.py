@@ -257,3 +257,31 @@ def test_an_index_covers_as_far_back_as_the_windowed_reads_went(kafka_bootstrap:
     total = sum(end_offsets(topic, True).values())
     assert 0 < board.indexed <= 512 < total  # the last 512 offsets, not the whole topic
     assert 0 < board.from_index < len(asks) - 1  # the tables further back were read as before
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(300)
+def test_an_index_beginning_inside_a_split_record_reads_its_table_as_before(kafka_bootstrap: str) -> None:
+    """Found by review: an index that begins between a split record's fragments reads its last
+    fragment alone. Shorter than any first fragment, that fragment is taken as whole (its headers
+    unread), became the table's last record in the index, and was answered "no tail" where the
+    table's own read joins the record (a version published again after a move, or a lost one's
+    check skipped). A fragment read alone now makes its table read as before."""
+    kafka, topics, ids, end_offsets = _written(kafka_bootstrap)
+    board = TailBoard(kafka, end_offsets)
+    board.index_min_tables = 1
+    board.index_min_window = 64
+    topic = topics.actions
+    # table 29's last record is within the last 64 offsets: one window of 64, then an index of 64,
+    # which begins between table 5's second and last fragments (70 and 61 offsets from the end)
+    board.tail(topic, ids[_uri(29)], summaries=False, table_uri=_uri(29))
+    assert board.indexed == 0 and board.windows == 1
+    asks = [(uri, table_id) for uri, table_id in ids.items()]
+    own = {
+        uri: _read_tail(kafka, end_offsets, topic, table_id, summaries=False, table_uri=uri)
+        for uri, table_id in asks
+    }
+    assert own[_uri(5)] is not None  # its own read joins the split record
+    found = board.tails([(topic, _Ask(table_id, False, uri)) for uri, table_id in asks])
+    assert dict(zip([uri for uri, _ in asks], found, strict=True)) == own
+    assert 0 < board.indexed <= 64

@@ -479,3 +479,21 @@ def test_commits_read_ahead_are_used_only_while_they_match_their_listing(tmp_pat
         assert prefetch.take(2, infos[2][1]) is None  # a failed read is the scan's to report
     finally:
         prefetch.close()
+
+
+def test_an_idle_turn_a_little_early_still_checks_the_log(tmp_path: Path, kit: Any) -> None:
+    """Found by review: the pool takes a table due within DUE_EARLY_S at once, so an idle turn may
+    come that much early. A check due as long as the poll waited (poll and check both 30 s) was
+    skipped at such a turn and came a whole poll later, every other turn. A turn up to DUE_EARLY_S
+    early now makes the check that is due."""
+    from deltamirror.producer.settings import DUE_EARLY_S
+
+    now = [0.0]
+    path = kit.make_table(tmp_path / "t", versions=4)
+    watcher = TableWatcher(str(path), mode="initial", check_interval_s=30, clock=lambda: now[0])
+    watcher.start(None)
+    assert list(drain(watcher))  # the snapshot; then idle, the check 30 s away
+    shutil.rmtree(path)
+    kit.make_table(path, versions=2)  # what only the idle check sees (the log went backwards)
+    now[0] = 30 - DUE_EARLY_S * 0.8  # the turn after one poll of 30 s, taken a little early
+    assert isinstance(watcher.next_work(), TableReplacedWork)
