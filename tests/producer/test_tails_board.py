@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -233,30 +233,52 @@ def test_rounds_read_through_an_index_answer_as_their_own_read_and_read_only_wha
     assert board.indexed == whole + len(more_actions) + len(more_commits)  # only what came since
 
 
-@pytest.mark.kafka
-@pytest.mark.timeout(300)
-def test_an_index_covers_as_far_back_as_the_windowed_reads_went(kafka_bootstrap: str) -> None:
-    """A topic whose tables found their records within a small window is not read whole for an
-    index: the index covers the widest window read, and a table with no record in it (its last
-    lies further back) is read as before, with the same answer as its own read."""
-    kafka, topics, ids, end_offsets = _written(kafka_bootstrap)
+class _Compared(NamedTuple):
+    board: TailBoard
+    topic: str
+    end_offsets: Any
+    #: per table location: its own read's answer, and the board's
+    own: dict[str, Any]
+    found: dict[str, Any]
+    #: the windows of the first table's read alone
+    windows_alone: int
+
+
+def _after_a_windowed_read(bootstrap: str, index_min_window: int, first: int) -> _Compared:
+    """The forged actions topic, a board that indexes a topic once a windowed read went
+    ``index_min_window`` back, table ``first`` read alone (a windowed read, no index yet), then
+    every table asked together, beside each table's own read."""
+    kafka, topics, ids, end_offsets = _written(bootstrap)
     board = TailBoard(kafka, end_offsets)
     board.index_min_tables = 1
-    board.index_min_window = 512
+    board.index_min_window = index_min_window
     topic = topics.actions
-    # table 0's last record lies ~80 records from the end (behind table 29's last ones): window 512
-    board.tail(topic, ids[_uri(0)], summaries=False, table_uri=_uri(0))
-    assert board.indexed == 0 and board.windows == 2  # a windowed read (64, then 512), no index yet
+    board.tail(topic, ids[_uri(first)], summaries=False, table_uri=_uri(first))
+    windows = board.windows
+    assert board.indexed == 0
     asks = [(uri, table_id) for uri, table_id in ids.items()]
     own = {
         uri: _read_tail(kafka, end_offsets, topic, table_id, summaries=False, table_uri=uri)
         for uri, table_id in asks
     }
     found = board.tails([(topic, _Ask(table_id, False, uri)) for uri, table_id in asks])
-    assert dict(zip([uri for uri, _ in asks], found, strict=True)) == own
-    total = sum(end_offsets(topic, True).values())
-    assert 0 < board.indexed <= 512 < total  # the last 512 offsets, not the whole topic
-    assert 0 < board.from_index < len(asks) - 1  # the tables further back were read as before
+    answers = dict(zip([uri for uri, _ in asks], found, strict=True))
+    return _Compared(board, topic, end_offsets, own, answers, windows)
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(300)
+def test_an_index_covers_as_far_back_as_the_windowed_reads_went(kafka_bootstrap: str) -> None:
+    """A topic whose tables found their records within a small window is not read whole for an
+    index: the index covers the widest window read, and a table with no record in it (its last
+    lies further back) is read as before, with the same answer as its own read."""
+    # table 0's last record lies ~80 records from the end (behind table 29's last ones): window 512
+    got = _after_a_windowed_read(kafka_bootstrap, 512, 0)
+    assert got.windows_alone == 2  # its windowed read: 64, then 512
+    assert got.found == got.own
+    total = sum(got.end_offsets(got.topic, True).values())
+    assert 0 < got.board.indexed <= 512 < total  # the last 512 offsets, not the whole topic
+    assert 0 < got.board.from_index < len(got.own) - 1  # the tables further back were read as before
 
 
 @pytest.mark.kafka
@@ -267,21 +289,10 @@ def test_an_index_beginning_inside_a_split_record_reads_its_table_as_before(kafk
     unread), became the table's last record in the index, and was answered "no tail" where the
     table's own read joins the record (a version published again after a move, or a lost one's
     check skipped). A fragment read alone now makes its table read as before."""
-    kafka, topics, ids, end_offsets = _written(kafka_bootstrap)
-    board = TailBoard(kafka, end_offsets)
-    board.index_min_tables = 1
-    board.index_min_window = 64
-    topic = topics.actions
     # table 29's last record is within the last 64 offsets: one window of 64, then an index of 64,
     # which begins between table 5's second and last fragments (70 and 61 offsets from the end)
-    board.tail(topic, ids[_uri(29)], summaries=False, table_uri=_uri(29))
-    assert board.indexed == 0 and board.windows == 1
-    asks = [(uri, table_id) for uri, table_id in ids.items()]
-    own = {
-        uri: _read_tail(kafka, end_offsets, topic, table_id, summaries=False, table_uri=uri)
-        for uri, table_id in asks
-    }
-    assert own[_uri(5)] is not None  # its own read joins the split record
-    found = board.tails([(topic, _Ask(table_id, False, uri)) for uri, table_id in asks])
-    assert dict(zip([uri for uri, _ in asks], found, strict=True)) == own
-    assert 0 < board.indexed <= 64
+    got = _after_a_windowed_read(kafka_bootstrap, 64, 29)
+    assert got.windows_alone == 1
+    assert got.own[_uri(5)] is not None  # its own read joins the split record
+    assert got.found == got.own
+    assert 0 < got.board.indexed <= 64
