@@ -23,8 +23,8 @@ from deltamirror.producer.discovery.scan import (
     GoneTables,
     find_tables,
 )
-from deltamirror.producer.settings import DiscoverConfig, TableConfig, WatchConfig, merge_overrides
-from support.watching import discover_config
+from deltamirror.producer.settings import DiscoverConfig, WatchConfig, merge_overrides
+from support.watching import RecordingService, discover_config
 
 V0 = "00000000000000000000.json"
 
@@ -160,31 +160,6 @@ def test_topic_names_follow_the_relative_path() -> None:
     assert len(discovered_topic_name("x" * 300)) == 200
 
 
-class FakeService:
-    def __init__(self) -> None:
-        self.added: list[TableConfig] = []
-        self.removed: list[tuple[str, str]] = []
-        self.running: set[str] = set()
-
-    def add_table(self, table: TableConfig) -> None:
-        self.added.append(table)
-        self.running.add(table.normalized_uri)
-
-    def add_tables(self, tables: Any, *, each: Any = None) -> dict[str, Any]:
-        """What the watch service does for a scan's new tables, one by one: none refused."""
-        for table in tables:
-            if each is not None:
-                each(table)
-            self.add_table(table)
-        return {}
-
-    def remove_table(self, normalized_uri: str, *, reason: str) -> None:
-        self.removed.append((normalized_uri, reason))
-
-    def running_tables(self) -> set[str]:
-        return set(self.running)
-
-
 def _watch_cfg(**kw: Any) -> WatchConfig:
     return WatchConfig.model_validate({"kafka": {"bootstrap_servers": "localhost:1"}, **kw})
 
@@ -194,7 +169,7 @@ def test_loop_adds_new_tables_and_forgets_dropped_ones_after_their_pipeline(tmp_
     explicit = tmp_path / "configured"
     _local_table(explicit)
     cfg = _watch_cfg(tables=[str(explicit)], discover=[{"uri": str(tmp_path), "poll_interval_s": 0.5}])
-    service, gone = FakeService(), GoneTables()
+    service, gone = RecordingService(), GoneTables()
     loop = DiscoveryLoop(cfg, service, gone=gone)
     loop.scan_now()
     assert [t.uri for t in service.added] == [f"{tmp_path}/one"]  # the configured table is not added again
@@ -240,7 +215,7 @@ def test_discovery_metrics_per_prefix_without_secrets(
 
     monkeypatch.setattr(discovery, "find_tables", find)
 
-    class MeasuredService(FakeService):
+    class MeasuredService(RecordingService):
         metrics = WatcherMetrics()  # what the watch service has: discovery reports there by default
 
     service = MeasuredService()
@@ -274,7 +249,7 @@ def test_colliding_topic_names_are_refused(tmp_path: Path, caplog: pytest.LogCap
     _local_table(tmp_path / "p1" / "orders")
     _local_table(tmp_path / "p2" / "orders")
     cfg = _watch_cfg(discover=[str(tmp_path / "p1"), str(tmp_path / "p2")])
-    service = FakeService()
+    service = RecordingService()
     loop = DiscoveryLoop(cfg, service, gone=GoneTables())
     loop.scan_now()
     loop.scan_now()
@@ -285,7 +260,7 @@ def test_colliding_topic_names_are_refused(tmp_path: Path, caplog: pytest.LogCap
     named = _watch_cfg(
         discover=[{"uri": str(tmp_path / "p1"), "name": "a"}, {"uri": str(tmp_path / "p2"), "name": "b"}]
     )
-    service = FakeService()
+    service = RecordingService()
     DiscoveryLoop(named, service, gone=GoneTables()).scan_now()
     assert sorted(t.topic_name or "" for t in service.added) == ["a.orders", "b.orders"]
 
@@ -597,7 +572,7 @@ def test_discover_in_a_config_file_with_secrets_redacted(tmp_path: Path) -> None
 def test_a_table_emptied_in_place_is_forgotten_once_its_pipeline_dropped_it(tmp_path: Path) -> None:
     _local_table(tmp_path / "t")
     cfg = _watch_cfg(discover=[str(tmp_path)])
-    service, gone = FakeService(), GoneTables()
+    service, gone = RecordingService(), GoneTables()
     loop = DiscoveryLoop(cfg, service, gone=gone)
     loop.scan_now()
     uri = f"file://{tmp_path}/t"

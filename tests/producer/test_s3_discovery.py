@@ -12,40 +12,14 @@ from typing import Any
 import pytest
 
 from deltamirror.producer.discovery.scan import DiscoveryLoop, GoneTables, find_tables
-from deltamirror.producer.settings import DiscoverConfig, TableConfig, WatchConfig
+from deltamirror.producer.settings import DiscoverConfig, WatchConfig
 from support.s3proxy import S3Proxy
+from support.watching import RecordingService
 
 TABLES = Path(__file__).resolve().parents[1] / "data" / "tables"
 SMALL = TABLES / "drs__simple_table"
 
 pytestmark = [pytest.mark.s3]
-
-
-class RecordingService:
-    """What discovery hands the watch service, recorded."""
-
-    def __init__(self) -> None:
-        self.added: list[TableConfig] = []
-        self.removed: list[str] = []
-        self.running: set[str] = set()
-
-    def add_table(self, table: TableConfig) -> None:
-        self.added.append(table)
-        self.running.add(table.normalized_uri)
-
-    def add_tables(self, tables: Any, *, each: Any = None) -> dict[str, Any]:
-        """What the watch service does for a scan's new tables, one by one: none refused."""
-        for table in tables:
-            if each is not None:
-                each(table)
-            self.add_table(table)
-        return {}
-
-    def remove_table(self, normalized_uri: str, *, reason: str) -> None:
-        self.removed.append(normalized_uri)
-
-    def running_tables(self) -> set[str]:
-        return set(self.running)
 
 
 def test_tables_under_an_s3_prefix_are_found_as_they_come_and_go(s3: S3Proxy) -> None:
@@ -86,4 +60,4 @@ def test_tables_under_an_s3_prefix_are_found_as_they_come_and_go(s3: S3Proxy) ->
     assert orders in gone
     service.running.discard(orders)  # its pipeline published tableDropped and ended
     loop.scan_now()
-    assert service.removed == [orders]
+    assert [uri for uri, _ in service.removed] == [orders]

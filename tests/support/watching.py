@@ -166,3 +166,31 @@ def published_version(bootstrap: str, commits: str, table_id: str | None = None)
         return best
     finally:
         consumer.close()
+
+
+class RecordingService:
+    """What discovery hands the watch service (the host of its tables), recorded: the tables
+    added, those removed with the reason, and the ones running."""
+
+    def __init__(self) -> None:
+        self.added: list[Any] = []
+        self.removed: list[tuple[str, str]] = []
+        self.running: set[str] = set()
+
+    def add_table(self, table: Any) -> None:
+        self.added.append(table)
+        self.running.add(table.normalized_uri)
+
+    def add_tables(self, tables: Any, *, each: Any = None) -> dict[str, Any]:
+        """What the watch service does for a scan's new tables, one by one: none refused."""
+        for table in tables:
+            if each is not None:
+                each(table)
+            self.add_table(table)
+        return {}
+
+    def remove_table(self, normalized_uri: str, *, reason: str) -> None:
+        self.removed.append((normalized_uri, reason))
+
+    def running_tables(self) -> set[str]:
+        return set(self.running)
