@@ -383,6 +383,10 @@ def _wait_until_ready(
     deadline = time.monotonic() + timeout
     admin = None
     last_error = "no answer"
+    # the cluster this data dir was formatted for: another broker that took the port between the
+    # check that it was free and this broker's bind answers too, and must not pass for this one
+    meta = data_dir / KAFKA_LOG_DIRS / "meta.properties"
+    ours = _read_properties(meta).get("cluster.id") if meta.is_file() else None
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
             raise KafkaError(
@@ -396,9 +400,13 @@ def _wait_until_ready(
                 admin = clients.admin({"bootstrap.servers": bootstrap, "log_level": 0})
             try:
                 metadata = admin.list_topics(timeout=2.0)
-                if metadata.brokers:
+                answering = metadata.cluster_id
+                if metadata.brokers and ours is not None and answering and answering != ours:
+                    last_error = f"another broker (cluster {answering}) answers on port {port}"
+                elif metadata.brokers:
                     return
-                last_error = "no broker registered yet"
+                else:
+                    last_error = "no broker registered yet"
             except Exception as exc:  # librdkafka's KafkaException, timeouts
                 last_error = str(exc)
         time.sleep(0.2)

@@ -305,3 +305,19 @@ def test_local_kafka_lifecycle_through_the_cli(tmp_path: Path, capsys: pytest.Ca
     assert local_kafka._port_is_free(port)
     assert _cli("local", "kafka", "status", *opts) == 3
     assert "kafka not running" in capsys.readouterr().out
+
+
+@pytest.mark.kafka
+def test_a_start_is_not_answered_by_another_broker_on_its_port(kafka_bootstrap: str, tmp_path: Path) -> None:
+    """The port is checked free, then the broker binds it: another broker that took the port in
+    between answered the readiness check, and the start passed for one that was not running (a
+    test then froze its own broker and talked to the other: a commit that should have timed out
+    succeeded). The broker answering must be of the data dir's cluster."""
+    from deltamirror.devkafka.broker import KAFKA_LOG_DIRS, _wait_until_ready
+    from deltamirror.mirror.errors import KafkaError
+
+    logs = tmp_path / KAFKA_LOG_DIRS
+    logs.mkdir()
+    (logs / "meta.properties").write_text("node.id=1\nversion=1\ncluster.id=not-the-session-s-cluster\n")
+    with pytest.raises(KafkaError, match="another broker"):
+        _wait_until_ready(kafka_bootstrap, 3.0, None, tmp_path)
