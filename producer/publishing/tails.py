@@ -466,22 +466,15 @@ class _Index:
 
     def answer(self, ask: _Ask) -> Any:
         """The ask's answer (a Tail or None), or _SKIP: not answered here (read as before)."""
-        key = ask.table_id.encode()
-        if key in self.unsure:
+        record = self.last_of(ask.table_id.encode())
+        if record is None:
+            # no record of it: none at all, unless the index began after a partition's start
+            # (its records, if any, lie before it: read as before)
+            return _SKIP if self.partial else None
+        if record is _SKIP:
             return _SKIP
-        if self.partial and not any((key, p) in self.last for p in self.ends):
-            return _SKIP  # its records, if any, lie before the index's start: read as before
-        found: Any = None
-        for p in self.ends:
-            record = self.last.get((key, p))
-            if record is None:
-                continue
-            if record is _BIG or found is not None:
-                return _SKIP
-            found = _classify(record, ask.table_id, summaries=ask.summaries, table_uri=ask.table_uri)
-            if found is _SKIP:
-                return _SKIP  # a copy's record (same id, another location): read as before
-        return found
+        # _SKIP from here too for a copy's record (same id, another location): read as before
+        return _classify(record, ask.table_id, summaries=ask.summaries, table_uri=ask.table_uri)
 
 
 def _index_read(
