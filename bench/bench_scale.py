@@ -24,12 +24,15 @@ snapshot mode ``latest``, notifications on as by default):
   prefix; the requests the server received during the idle seconds are counted from its request
   log (``s3_idle``: by kind, per table per poll at the tables' interval, 1 s on object stores by
   default, and per probe, the HEAD of version 1 each poll makes). No pickups there (the bench
-  writes its commits locally). ``DM_BENCH_SCALE_RESULTS`` names another results file (trials).
+  writes its commits locally). ``DM_BENCH_SCALE_RESULTS`` names another results file (trials),
+  ``DM_BENCH_SCALE_KEEP_LOGS`` a folder the move's watcher logs are copied to, with its rows
+  (``killed_at``: the kill's time, seconds since the epoch).
 * ``move``: TWO instances in one group over ``--move-tables`` tables; once both run and every
   table published, one is SIGKILLed (or SIGTERMed), a commit is written to every table right after,
   and the time until every table has published it is taken: the survivor's own tables publish at
   once, so the figure is the time the dead member's tables took to move (the survivor's log gives
-  how many moved). The group's session timeout is recorded with it. With ``--layout shared`` the
+  how many moved). The group's session timeout is recorded with it, and the survivor's CPU over
+  that time (``survivor_cpu_s``: user+system, all threads). With ``--layout shared`` the
   tables are under one discover prefix with shared topics, published from version 0 (snapshot
   mode ``from-timestamp`` at the epoch), only the SIGKILL is measured, and the shared topics are
   then checked exactly once per table (``exactly_once``: lost, duplicated, out of order, with the
@@ -621,12 +624,16 @@ def measure_move(args: argparse.Namespace, bootstrap: str, rnd: int) -> list[dic
             time.sleep(2)  # the group settled: no rebalance in flight
             seen = len(log_lines(logs[survivor]))
             row["load_before"] = load()
+            cpu_before = proc_cpu_s(procs[survivor].pid)
             procs[victim].send_signal(signum)
+            row["killed_at"] = round(time.time(), 3)  # the watchers' logs are in UTC wall time
             version += 1
             for t in tables:
                 write_commit(t, version)
             took = reader.wait_all(version, limit)
             row["load_after"] = load()
+            # the survivor's CPU (all threads) from the kill until every table published
+            row["survivor_cpu_s"] = round(proc_cpu_s(procs[survivor].pid) - cpu_before, 2)
             if took is None:
                 row["failed"] = (
                     f"{len(reader.behind(version))} of {n} tables not published after {limit:.0f} s"
@@ -648,6 +655,14 @@ def measure_move(args: argparse.Namespace, bootstrap: str, rnd: int) -> list[dic
         reader.close()
         for proc in procs.values():
             stop(proc)
+        keep = os.environ.get("DM_BENCH_SCALE_KEEP_LOGS")
+        if keep:  # the watchers' logs, for a look at where a move waited
+            into = Path(keep) / f"move-{n}-{run}"
+            into.mkdir(parents=True, exist_ok=True)
+            for name, path in logs.items():
+                if path.exists():
+                    shutil.copy(path, into / f"{name}.log")
+            (into / "rows.json").write_text(json.dumps(rows, indent=1) + "\n")
         cleanup(bootstrap, tables, run, base)
     return rows
 
