@@ -2,10 +2,9 @@
 
 CPython's collector looks at every object of its oldest generation at a full pass, and makes one
 whenever that generation grew by a quarter since the last. A table holds ~100 such objects once
-its pipeline is built and more once it resumed: 10,000 tables are ~1-2 million objects, a full
-pass over them took 0.7 s of CPU alone and 0.3-3.3 s with the GIL held on this 2-core machine
-(every table waits meanwhile: the commit pickups of 1-2 s), and the passes made while 10,000
-tables started held the GIL ~11 s in all.
+its pipeline is built and more once it resumed: 10,000 tables' pipelines alone are ~850,000
+objects, a full pass over them 0.6-0.7 s of CPU; in a 10,000-table start at load 16-20 the
+passes took 0.05-3.3 s each, ~11 s in all, with the GIL held (every table waits meanwhile).
 
 :class:`OldObjectFreezer` moves the old generation to the collector's permanent generation
 (``gc.freeze``) once it grew by :data:`FREEZE_GROWTH` objects, after a full pass that collects
@@ -37,21 +36,26 @@ class OldObjectFreezer:
         self.growth = growth
         self.interval_s = interval_s
         self._lock = threading.Lock()
-        self._thaw = False
+        #: when a thaw was asked for (monotonic), None: none pending
+        self._thaw_at: float | None = None
         #: this freezer froze objects (its :meth:`release` unfreezes them)
         self.froze = False
         self._thread: threading.Thread | None = None
 
     def thaw(self) -> None:
-        """Objects frozen may be garbage now (a table ended): the next check unfreezes everything,
-        collects, and freezes what is left."""
-        self._thaw = True
+        """Objects frozen may be garbage now (a table ended): a check ``interval_s`` later or more
+        unfreezes everything, collects, and freezes what is left (the thread that ended the table
+        has let it go by then: one still referred to at the check would be frozen again)."""
+        if self._thaw_at is None:
+            self._thaw_at = time.monotonic()
 
     def check(self) -> bool:
         """Freeze the old generation if it grew by ``growth`` objects (or a thaw was asked for),
         after a full pass; True when it did."""
         with self._lock:
-            thaw, self._thaw = self._thaw, False
+            thaw = self._thaw_at is not None and time.monotonic() - self._thaw_at >= self.interval_s
+            if thaw:
+                self._thaw_at = None
             if thaw and self.froze:
                 gc.unfreeze()
             elif len(gc.get_objects(generation=2)) < self.growth:

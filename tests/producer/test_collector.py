@@ -8,10 +8,15 @@ from __future__ import annotations
 import gc
 import weakref
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from deltamirror.producer import WatchConfig
 from deltamirror.producer.collector import OldObjectFreezer
+from deltamirror.producer.service import WatchService
+from support.records import wait_for
 
 
 class Node:
@@ -71,9 +76,20 @@ def test_a_thaw_lets_the_next_check_collect_what_was_frozen() -> None:
     del node
     freezer.growth = 10**9  # no growth asked for: only the thaw makes the next check collect
     assert not freezer.check() and ref() is not None  # frozen: left alone
+    freezer.interval_s = 0.0  # a thaw is taken at the first check an interval after it
     freezer.thaw()
     assert freezer.check()
     assert ref() is None
+
+
+def test_a_thaw_waits_an_interval_so_the_thread_that_ended_the_table_has_let_it_go() -> None:
+    freezer = OldObjectFreezer(growth=0, interval_s=3600.0)
+    node, ref = _cycle()
+    assert freezer.check()
+    del node
+    freezer.growth = 10**9
+    freezer.thaw()
+    assert not freezer.check() and ref() is not None  # asked for just now: not yet
 
 
 def test_release_gives_back_what_it_froze() -> None:
@@ -82,3 +98,44 @@ def test_release_gives_back_what_it_froze() -> None:
     assert freezer.check() and not _in_generations(node)
     freezer.release()
     assert gc.get_freeze_count() == 0 and _in_generations(node)
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(300)
+def test_a_watch_service_freezes_its_tables_and_a_removed_one_is_collected(
+    kafka_bootstrap: str, tmp_path: Path, kit: Any
+) -> None:
+    """The service's freezer runs while it serves (a table's objects frozen once it resumed), and
+    a table removed from it is let go: its pipeline is collected, not kept frozen for good."""
+    name = kit.unique("freeze")
+    tables = [kit.make_table(tmp_path / f"t{i}", versions=1) for i in range(2)]
+    cfg = WatchConfig.model_validate(
+        {
+            "kafka": {"bootstrap_servers": kafka_bootstrap},
+            "tables": [
+                {"uri": str(t), "topic_name": f"{name}-{i}", "snapshot_mode": "latest"}
+                for i, t in enumerate(tables)
+            ],
+            "progress_topic": f"{name}.progress",
+            "transactional_id_prefix": name,
+            "signal_topic": None,
+        }
+    )
+    service = WatchService(cfg, stop_budget_s=5.0, freeze_old_objects=True)
+    assert service.freezer is not None
+    service.freezer.growth, service.freezer.interval_s = 0, 0.05  # every check freezes: no waiting
+    service.start()
+    try:
+        gone = service.pipelines[0]
+        uri, ref = gone.uri, weakref.ref(gone)
+        wait_for(lambda: all(p.ready.is_set() for p in service.pipelines), "both tables resumed", 120, 0.1)
+        wait_for(lambda: not _in_generations(ref()), "the table's pipeline frozen", 30, 0.05)
+        del gone
+        service.remove_table(uri, reason="removed")
+        wait_for(lambda: ref() is None, "the removed table's pipeline collected", 60, 0.1)
+        assert service._failure is None, service._failure
+    finally:
+        service.request_stop()
+        assert service.wait(30), "the watcher did not stop"
+        service.close()
+    assert gc.get_freeze_count() == 0  # given back when the service closed
