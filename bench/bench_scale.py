@@ -5,8 +5,8 @@ snapshot mode ``latest``, notifications on as by default):
 
 * ``idle``: ONE ``watch --group G`` instance with N tables (it owns every shard). From spawning it
   to the sum of its ``tables of the assigned shards resumed`` lines reaching N (startup; with
-  ``--layout shared``, N tables' ``resuming table`` lines), its
-  thread count, its CPU (user+system of the whole process, all threads, from ``/proc``) over
+  ``--layout shared``, N tables' ``resuming table`` lines) and the CPU it took by then
+  (``startup_cpu_s``), its thread count, its CPU (user+system of the whole process, all threads, from ``/proc``) over
   ``--idle-s`` seconds after a 5 s settle in % of one core, its RSS, and the commit pickup latency:
   a commit written (atomic rename) to one random table until its action is visible to a
   ``read_committed`` consumer of that table's actions topic (``--pickups`` tables, median/max,
@@ -407,6 +407,9 @@ def measure_idle(
                 return out
             time.sleep(0.1 if n <= 1000 else 0.5)
         out["startup_s"] = round(time.monotonic() - spawned, 2)
+        # the CPU the start took (user+system, all threads): on a shared machine the wall time
+        # follows the load, the CPU much less
+        out["startup_cpu_s"] = round(proc_cpu_s(proc.pid), 2)
         out["load_started"] = load()
         # after its resume each table still reads its log and commits its first position (one
         # transaction per table through its shard's producer): at 10,000 tables that outlasts 5 s

@@ -283,10 +283,12 @@ class TableScheduler:
     def _open_tables(self) -> None:
         while (slot := self._take_to_open()) is not None:
             self._run(slot)
+            del slot  # an ended table's slot (its pipeline) is not kept while this thread waits
 
     def _work(self) -> None:
         while (slot := self._take()) is not None:
             self._run(slot)
+            del slot  # an ended table's slot (its pipeline) is not kept while this worker waits
 
     def _run(self, slot: Slot) -> None:
         """One turn of ``slot`` (taken: out of the heap), then back in the heap, or its end."""

@@ -48,6 +48,7 @@ from deltamirror.mirror.errors import KafkaError, ProducerFencedError
 from deltamirror.mirror.kafka.clients import check_config
 from deltamirror.mirror.kafka.connection import KafkaConnectionReporter
 
+from .collector import OldObjectFreezer
 from .config_file import redacted
 from .discovery.scan import DiscoveryLoop
 from .discovery.signals import Signal, SignalAnswer, SignalListener
@@ -105,8 +106,12 @@ class WatchService:
         metrics: Metrics | None = None,
         stop: threading.Event | None = None,
         stop_budget_s: float = STOP_BUDGET_S,
+        freeze_old_objects: bool = False,
     ) -> None:
         self.cfg = cfg
+        #: ``freeze_old_objects`` (the ``watch`` command's): the collector's full passes skip what
+        #: the tables held when they were frozen (:mod:`~deltamirror.producer.collector`)
+        self.freezer = OldObjectFreezer() if freeze_old_objects else None
         #: the configured locations were checked (tables exist, storages take the credentials):
         #: by :meth:`start`, or by its caller before (``run_watch``, before its ``starting`` line)
         self.locations_checked = False
@@ -439,6 +444,8 @@ class WatchService:
             target=self._watch_broker, name="watch-broker-health", daemon=True
         )
         self._broker_watch.start()
+        if self.freezer is not None:
+            self.freezer.start(self.stop_event)
         if self.discovery is not None:
             self.discovery.start()
         if self.signals is not None:
@@ -507,6 +514,8 @@ class WatchService:
                 self.group_metrics.table_released(pipeline.uri, reason)
         finally:
             self._forget(entry)
+            if self.freezer is not None and not self.stop_event.is_set():
+                self.freezer.thaw()  # its objects may be garbage in cycles: the next check collects them
             if not self.stop_event.is_set() and (
                 pipeline.dropped.is_set() or pipeline.release_reason is not None
             ):  # it no longer runs here (dropped, removed, moved): its series go with it
@@ -601,6 +610,8 @@ class WatchService:
             if self.signals is not None:  # after the tables: a stopping one may still answer a signal
                 self.signals.close()
             self.clients.close()
+            if self.freezer is not None:
+                self.freezer.release()
 
     def run(self) -> int:
         """Start, wait until stopped; 0 after a clean stop. A fenced table raises ProducerFencedError
@@ -656,7 +667,7 @@ def run_watch(cfg: WatchConfig) -> int:
         stops = own = StopSignals().install()
     try:
         configure_logging()
-        service = WatchService(cfg)
+        service = WatchService(cfg, freeze_old_objects=True)
         # a location that holds no table, or whose storage refuses the credentials: refused now,
         # before the starting line, not retried forever (start() lets the wakers go on a refusal)
         try:
