@@ -11,6 +11,9 @@ passes took 0.05-3.3 s each, ~11 s in all, with the GIL held (every table waits 
 what is garbage then: the passes that follow look only at what came since. The objects of a table
 that ended (moved, removed, dropped) may be garbage in cycles then: :meth:`~OldObjectFreezer.thaw`
 asks the next check to unfreeze everything first, so its pass collects them (one full pass).
+Objects alive at a freeze that die later in cycles (a commit's passing state) are held until the
+next thaw: a check thaws every :data:`THAW_EVERY_S` too, so a member whose tables never end holds
+them for that long at most (one full pass each time).
 """
 
 from __future__ import annotations
@@ -26,15 +29,26 @@ log = logging.getLogger("deltamirror.watch")
 FREEZE_GROWTH = 100_000
 #: how often the freezer looks (counting the old generation's objects: ~1 ms per 100,000)
 FREEZE_CHECK_S = 2.0
+#: the longest objects stay frozen: a thaw (one full pass) at least this often
+THAW_EVERY_S = 600.0
 
 
 class OldObjectFreezer:
     """Freezes the collector's old generation once it grew, on a thread of its own (:meth:`start`),
     or when :meth:`check` is called."""
 
-    def __init__(self, *, growth: int = FREEZE_GROWTH, interval_s: float = FREEZE_CHECK_S) -> None:
+    def __init__(
+        self,
+        *,
+        growth: int = FREEZE_GROWTH,
+        interval_s: float = FREEZE_CHECK_S,
+        thaw_every_s: float = THAW_EVERY_S,
+    ) -> None:
         self.growth = growth
         self.interval_s = interval_s
+        self.thaw_every_s = thaw_every_s
+        #: when this freezer last froze (monotonic)
+        self._frozen_at = 0.0
         self._lock = threading.Lock()
         #: when a thaw was asked for (monotonic), None: none pending
         self._thaw_at: float | None = None
@@ -53,7 +67,10 @@ class OldObjectFreezer:
         """Freeze the old generation if it grew by ``growth`` objects (or a thaw was asked for),
         after a full pass; True when it did."""
         with self._lock:
-            thaw = self._thaw_at is not None and time.monotonic() - self._thaw_at >= self.interval_s
+            now = time.monotonic()
+            thaw = (self._thaw_at is not None and now - self._thaw_at >= self.interval_s) or (
+                self.froze and now - self._frozen_at >= self.thaw_every_s
+            )
             if thaw:
                 self._thaw_at = None
             if thaw and self.froze:
@@ -64,6 +81,7 @@ class OldObjectFreezer:
             gc.collect()
             gc.freeze()
             self.froze = True
+            self._frozen_at = time.monotonic()
             log.debug(
                 "old objects frozen",
                 extra={"frozen": gc.get_freeze_count(), "seconds": round(time.monotonic() - began, 3)},
@@ -88,4 +106,4 @@ class OldObjectFreezer:
                 self.froze = False
 
 
-__all__ = ["FREEZE_CHECK_S", "FREEZE_GROWTH", "OldObjectFreezer"]
+__all__ = ["FREEZE_CHECK_S", "FREEZE_GROWTH", "THAW_EVERY_S", "OldObjectFreezer"]

@@ -92,6 +92,20 @@ def test_a_thaw_waits_an_interval_so_the_thread_that_ended_the_table_has_let_it_
     assert not freezer.check() and ref() is not None  # asked for just now: not yet
 
 
+def test_what_dies_in_cycles_after_a_freeze_is_collected_within_thaw_every_s() -> None:
+    """Objects alive at a freeze that die later in cycles (a commit's passing state) on a member
+    whose tables never end: a check thaws every ``thaw_every_s`` on its own."""
+    freezer = OldObjectFreezer(growth=0, thaw_every_s=3600.0)
+    node, ref = _cycle()
+    assert freezer.check()
+    del node
+    freezer.growth = 10**9  # no growth asked for, no table ended
+    assert not freezer.check() and ref() is not None  # frozen less than thaw_every_s ago
+    freezer.thaw_every_s = 0.0
+    assert freezer.check()
+    assert ref() is None
+
+
 def test_release_gives_back_what_it_froze() -> None:
     freezer = OldObjectFreezer(growth=0)
     node = Node()
