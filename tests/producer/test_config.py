@@ -269,6 +269,17 @@ def test_relative_paths_are_relative_to_the_file(tmp_path: Path, monkeypatch: py
             "kafka.sasl_username",
             "SASL settings need security_protocol",
         ),
+        (  # audit F6: a CA file with PLAINTEXT was accepted and never read
+            "kafka: {bootstrap_servers: b:9092, ssl_ca_location: /ca.pem}\ntables: [/t]\n",
+            "kafka.ssl_ca_location",
+            "TLS settings need security_protocol SSL or SASL_SSL (it is PLAINTEXT)",
+        ),
+        (
+            "kafka: {bootstrap_servers: b:9092, security_protocol: SASL_PLAINTEXT, sasl_mechanism: GSSAPI,"
+            " ssl_key_password: k}\ntables: [/t]\n",
+            "kafka.ssl_key_password",
+            "TLS settings need security_protocol SSL or SASL_SSL (it is SASL_PLAINTEXT)",
+        ),
         (
             "kafka: {bootstrap_servers: b:9092, security_protocol: SASL_SSL, sasl_mechanism: PLAIN, sasl_username: u}\n"
             "tables: [/t]\n",
