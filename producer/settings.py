@@ -371,6 +371,14 @@ class TableConfig(PerTableSettings):
             raise FieldProblem(
                 "changes_topic", "the actions, commits, changes and transaction topics must differ"
             )
+        if not self.row_changes_on:
+            for key in ("changes_topic", "transaction_topic"):
+                if getattr(self, key) is not None:
+                    raise FieldProblem(
+                        key,
+                        "is given but the table publishes no row changes: give row_changes: (or --row-changes), "
+                        f"or leave {key} out",
+                    )
         return self
 
     @property

@@ -269,6 +269,17 @@ def test_relative_paths_are_relative_to_the_file(tmp_path: Path, monkeypatch: py
             "kafka.sasl_username",
             "SASL settings need security_protocol",
         ),
+        (  # audit F11: a changes topic on a table without row changes was accepted and unused
+            "kafka: {bootstrap_servers: b:9092}\ntables: [{uri: /t, changes_topic: my.changes}]\n",
+            "tables[0].changes_topic",
+            "is given but the table publishes no row changes",
+        ),
+        (
+            "kafka: {bootstrap_servers: b:9092}\n"
+            "tables: [{uri: /t, transaction_topic: my.txn, row_changes: {enabled: false}}]\n",
+            "tables[0].transaction_topic",
+            "is given but the table publishes no row changes",
+        ),
         (  # audit F6: a CA file with PLAINTEXT was accepted and never read
             "kafka: {bootstrap_servers: b:9092, ssl_ca_location: /ca.pem}\ntables: [/t]\n",
             "kafka.ssl_ca_location",
