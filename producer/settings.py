@@ -525,7 +525,8 @@ class WatchConfig(SettingsModel):
     txn_max_bytes: int = Field(default=64 * MiB, gt=0)
     txn_max_ms: int = Field(default=1000, gt=0)
     heartbeat_interval_s: float | None = Field(default=None, gt=0)
-    metrics_host: str = Field(default="127.0.0.1", min_length=1)
+    #: the metrics server's address (None: 127.0.0.1); only with ``metrics_port`` (refused alone)
+    metrics_host: str | None = Field(default=None, min_length=1)
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     max_record_bytes: int = Field(default=1_000_000, ge=1024)
     oversize_policy: OversizePolicy = "split"
@@ -590,6 +591,11 @@ class WatchConfig(SettingsModel):
     def _topics_and_limits(self) -> WatchConfig:
         if not self.tables and not self.discover:
             raise FieldProblem("tables", "name at least one table, or a prefix under discover")
+        if self.metrics_host is not None and self.metrics_port is None:
+            raise FieldProblem(
+                "metrics_host",
+                "goes with metrics_port (--metrics-port): without a port no metrics server is started",
+            )
         if self.signal_topic is not None and self.signal_topic == self.progress_topic:
             raise FieldProblem("signal_topic", "must differ from progress_topic")
         for table in self.tables:

@@ -476,3 +476,32 @@ def test_the_registry_reaches_each_table_and_its_password_stays_secret(
     assert watch("--config", str(config)) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "registry.bogus" in err and "hunter2" not in err, err
+
+
+@pytest.mark.parametrize("how", ["flag", "environment", "file"])
+def test_a_metrics_host_without_a_port_is_refused_in_one_line(
+    tmp_path: Path,
+    handed: list[WatchConfig],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    how: str,
+) -> None:
+    """Audit F9: ``--metrics-host`` (its variable, ``metrics_host:``) without a port started no
+    server and said nothing; consume-snapshot refuses it, and so does watch now."""
+    config = tmp_path / "w.yaml"
+    config.write_text(
+        f"kafka: {{bootstrap_servers: 'k:9092'}}\ntables: [{tmp_path / 'a'}]\n"
+        + ("metrics_host: 0.0.0.0\n" if how == "file" else "")
+    )
+    argv = ["--config", str(config)]
+    if how == "flag":
+        argv += ["--metrics-host", "0.0.0.0"]
+    if how == "environment":
+        monkeypatch.setenv("DELTAMIRROR_METRICS_HOST", "0.0.0.0")
+    assert watch(*argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "metrics_host: goes with metrics_port (--metrics-port)" in err
+    assert handed == []
+    assert watch(*argv, "--metrics-port", "9464") == 0
+    assert (handed[0].metrics_host, handed[0].metrics_port) == ("0.0.0.0", 9464)

@@ -106,7 +106,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert cfg.transactional_id_prefix == "deltamirror"
     assert (cfg.txn_max_records, cfg.txn_max_bytes, cfg.txn_max_ms) == (50_000, 64 * 1024 * 1024, 1000)
     assert cfg.heartbeat_interval_s is None
-    assert (cfg.metrics_host, cfg.metrics_port) == ("127.0.0.1", None)
+    assert (cfg.metrics_host, cfg.metrics_port) == (None, None)  # the server, when on, at 127.0.0.1
     assert (cfg.max_record_bytes, cfg.oversize_policy, cfg.use_notifications) == (1_000_000, "split", True)
     table = cfg.tables[0]
     assert (table.snapshot_mode, table.from_version, table.from_timestamp) == ("initial", None, None)
