@@ -776,6 +776,8 @@ def _apply_per_table(entry: dict[str, Any], given: Mapping[str, Any], mode: str 
     if given.get("row_changes"):  # on for every table, each keeping its own key and format
         own = entry.get("row_changes")
         entry["row_changes"] = {**(dict(own) if isinstance(own, Mapping) else {}), "enabled": True}
+    elif given.get("row_changes") is False:  # off for every table, whatever the file says
+        entry["row_changes"] = None
     for name, path in ROW_CHANGES_OVERRIDES.items():  # a field of the row changes each table has
         if given.get(name) is None:
             continue
@@ -793,6 +795,10 @@ def _apply_per_table(entry: dict[str, Any], given: Mapping[str, Any], mode: str 
             inner = changed.get(path[0])
             changed[path[0]] = {**(dict(inner) if isinstance(inner, Mapping) else {}), path[1]: given[name]}
         entry["row_changes"] = changed
+    if given.get("net_catch_up") is False:  # off on every table, whatever the file says
+        own = entry.get("row_changes")
+        if isinstance(own, Mapping) and "net_catch_up" in own:
+            entry["row_changes"] = {**own, "net_catch_up": False}
     if given.get("net_catch_up"):  # on the row changes each table has (none: refused by the caller)
         own = entry.get("row_changes")
         if isinstance(own, Mapping) and own.get("enabled", True):
@@ -849,6 +855,8 @@ def merge_overrides(
       events on for every table (each keeping its own key columns and format); ``wait_for_table``
       (True) waits for every named table that does not exist yet; ``net_catch_up`` (True) sets
       ``row_changes.net_catch_up`` on every table and prefix (one without row changes is refused);
+      False (a ``DELTAMIRROR_*`` variable set to false) turns each off on every table and prefix,
+      whatever the file says (``row_changes`` False: no row changes anywhere);
       ``row_format``, ``schema_registry_url`` and ``subject_name_strategy`` set ``row_changes.format``,
       ``row_changes.registry.url`` and ``.subject_name_strategy`` likewise (refused the same way);
     - ``discover`` URIs are added after the file's prefixes (one already there keeps its settings);

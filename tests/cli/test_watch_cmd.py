@@ -505,3 +505,37 @@ def test_a_metrics_host_without_a_port_is_refused_in_one_line(
     assert handed == []
     assert watch(*argv, "--metrics-port", "9464") == 0
     assert (handed[0].metrics_host, handed[0].metrics_port) == ("0.0.0.0", 9464)
+
+
+def test_a_switch_variable_set_to_false_turns_off_what_the_file_turns_on(
+    tmp_path: Path, handed: list[WatchConfig], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Audit F10: a variable wins over the file (--help), but ``DELTAMIRROR_ROW_CHANGES=false`` was
+    read as "not given" and the file's row changes (and wait_for_table, net_catch_up) stayed on."""
+    config = tmp_path / "w.yaml"
+    config.write_text(
+        "kafka: {bootstrap_servers: 'k:9092'}\n"
+        f"tables:\n  - uri: {tmp_path / 'a'}\n    wait_for_table: true\n"
+        "    snapshot_mode: from-version\n    from_version: 0\n"
+        "    row_changes: {key_columns: [id], net_catch_up: true}\n"
+    )
+    assert watch("--config", str(config)) == 0
+    (table,) = handed[-1].tables
+    assert table.row_changes_on and table.wait_for_table and table.row_changes is not None
+    assert table.row_changes.net_catch_up
+
+    monkeypatch.setenv("DELTAMIRROR_NET_CATCH_UP", "false")
+    assert watch("--config", str(config)) == 0
+    (table,) = handed[-1].tables
+    assert table.row_changes is not None and table.row_changes_on and not table.row_changes.net_catch_up
+
+    monkeypatch.setenv("DELTAMIRROR_ROW_CHANGES", "false")
+    monkeypatch.setenv("DELTAMIRROR_WAIT_FOR_TABLE", "off")
+    assert watch("--config", str(config)) == 0
+    (table,) = handed[-1].tables
+    assert not table.row_changes_on and not table.wait_for_table
+
+    # a flag given still wins over its variable
+    assert watch("--config", str(config), "--row-changes", "--wait-for-table") == 0
+    (table,) = handed[-1].tables
+    assert table.row_changes_on and table.wait_for_table
