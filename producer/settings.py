@@ -609,6 +609,7 @@ class WatchConfig(SettingsModel):
                     "progress_topic", f"must differ from the event topics of {table.uri} (it is compacted)"
                 )
         self._check_shared_topics()
+        self._check_nested_prefixes()
         broker_limit = self.kafka.extra.get("message.max.bytes")
         if (
             isinstance(broker_limit, str)
@@ -628,6 +629,23 @@ class WatchConfig(SettingsModel):
             if shared is not None:
                 owners |= dict.fromkeys((shared.actions, shared.commits), source.normalized_uri)
         return owners
+
+    def _check_nested_prefixes(self) -> None:
+        """No discover prefix inside another (or the same twice): a table under both would be found
+        by the first alone, with its settings only, and the other's said nothing."""
+        seen: list[tuple[int, str]] = []
+        for j, source in enumerate(self.discover):
+            uri = source.normalized_uri.rstrip("/")
+            for i, other in seen:
+                if uri == other or uri.startswith(other + "/") or other.startswith(uri + "/"):
+                    how = "is the same prefix as" if uri == other else "overlaps"
+                    raise FieldProblem(
+                        ("discover", j, "uri"),
+                        f"{source.uri} {how} discover[{i}] ({self.discover[i].uri}): a table under both "
+                        "would take one prefix's settings only; keep one prefix and configure the tables "
+                        "that need other settings under tables (a configured table keeps its own)",
+                    )
+            seen.append((j, uri))
 
     def _check_shared_topics(self) -> None:
         """A prefix's shared topics are its own: no other prefix, no configured table and not the

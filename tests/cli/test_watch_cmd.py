@@ -539,3 +539,27 @@ def test_a_switch_variable_set_to_false_turns_off_what_the_file_turns_on(
     assert watch("--config", str(config), "--row-changes", "--wait-for-table") == 0
     (table,) = handed[-1].tables
     assert table.row_changes_on and table.wait_for_table
+
+
+@pytest.mark.parametrize("inner_first", [False, True])
+def test_nested_discover_prefixes_are_refused_naming_both(
+    tmp_path: Path, handed: list[WatchConfig], capsys: pytest.CaptureFixture[str], inner_first: bool
+) -> None:
+    """Audit F1: a table under two prefixes was found by the first listed alone; the other's
+    settings (its row changes, its name) were dropped without a word."""
+    outer = "{uri: lake, name: outer}"
+    inner = "{uri: lake/cdc, name: inner, row_changes: {key_columns: [id]}}"
+    prefixes = [inner, outer] if inner_first else [outer, inner]
+    config = tmp_path / "w.yaml"
+    config.write_text(f"kafka: {{bootstrap_servers: 'k:9092'}}\ndiscover: [{', '.join(prefixes)}]\n")
+    assert watch("--config", str(config)) == 2
+    err = capsys.readouterr().err
+    (line,) = err.strip().splitlines()
+    assert "discover[1].uri: " in line and "overlaps discover[0]" in line
+    assert str(tmp_path / "lake") in line and str(tmp_path / "lake" / "cdc") in line
+    assert handed == []
+    # the same prefix twice, once from the file and once spelled otherwise on the command line,
+    # is one prefix (the file's keeps its settings); two siblings are fine
+    config.write_text(f"kafka: {{bootstrap_servers: 'k:9092'}}\ndiscover: [{inner}, lake/simple]\n")
+    assert watch("--config", str(config), "--discover", str(tmp_path / "lake" / "cdc") + "/") == 0
+    assert [d.name for d in handed[-1].discover] == ["inner", None]
