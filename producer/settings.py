@@ -265,7 +265,7 @@ class PerTableSettings(SettingsModel):
     #: seconds between two looks at the log for the next version; None (not set): :data:`POLL_INTERVAL_S`,
     #: or :data:`NOTIFIED_POLL_INTERVAL_S` while file notifications watch the table's log on a local
     #: disk (a commit wakes the table at once; the poll only bounds a lost notification)
-    poll_interval_s: float | None = Field(default=None, gt=0)
+    poll_interval_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     #: locations outside the table root its log may name (a shallow clone's source); see open_table
     allowed_path_prefixes: list[str] = Field(default_factory=list)
     #: action events without the ``stats`` and ``tags`` of add and remove actions (per-column
@@ -440,7 +440,7 @@ class DiscoverConfig(PerTableSettings):
     uri: Location = Field(min_length=1)
     include: list[str] = Field(default_factory=list)
     exclude: list[str] = Field(default_factory=list)
-    interval_s: float = Field(default=60.0, gt=0)
+    interval_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
     max_depth: int = Field(default=6, ge=1, le=64)
     name: str | None = Field(default=None, pattern=PREFIX_NAME_PATTERN)
     snapshot_mode: Literal["initial", "latest", "when-needed", "from-timestamp"] = "initial"
@@ -524,7 +524,7 @@ class WatchConfig(SettingsModel):
     txn_max_records: int = Field(default=50_000, gt=0)
     txn_max_bytes: int = Field(default=64 * MiB, gt=0)
     txn_max_ms: int = Field(default=1000, gt=0)
-    heartbeat_interval_s: float | None = Field(default=None, gt=0)
+    heartbeat_interval_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     #: the metrics server's address (None: 127.0.0.1); only with ``metrics_port`` (refused alone)
     metrics_host: str | None = Field(default=None, min_length=1)
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
@@ -536,9 +536,9 @@ class WatchConfig(SettingsModel):
     #: share the tables with every watcher of this group (None: run every table here)
     group: GroupSettings | None = None
     #: one status line (info) every this many seconds: what was published, what is behind
-    status_interval_s: float = Field(default=60.0, gt=0)
+    status_interval_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
     #: a broker that has not answered for this long makes /healthz unhealthy (and says so once)
-    broker_timeout_s: float = Field(default=30.0, gt=0)
+    broker_timeout_s: float = Field(default=30.0, gt=0, allow_inf_nan=False)
     #: the threads that serve every table (:mod:`.scheduler`); None: 4 per CPU this process may use, at least 4
     workers: int | None = Field(default=None, ge=1, le=1024)
 

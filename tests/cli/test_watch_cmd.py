@@ -563,3 +563,22 @@ def test_nested_discover_prefixes_are_refused_naming_both(
     config.write_text(f"kafka: {{bootstrap_servers: 'k:9092'}}\ndiscover: [{inner}, lake/simple]\n")
     assert watch("--config", str(config), "--discover", str(tmp_path / "lake" / "cdc") + "/") == 0
     assert [d.name for d in handed[-1].discover] == ["inner", None]
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--poll-interval", "inf"], "poll_interval_s: Input should be a finite number"),
+        (["--heartbeat-interval", "inf"], "heartbeat_interval_s: Input should be a finite number"),
+        (["--heartbeat-interval", "nan"], "heartbeat_interval_s: Input should be a finite number"),
+    ],
+)
+def test_an_interval_that_never_ends_is_refused(
+    tmp_path: Path, handed: list[WatchConfig], capsys: pytest.CaptureFixture[str], flags: list[str], said: str
+) -> None:
+    """Audit: ``--poll-interval inf`` was accepted (a table never polled); the consumers refuse it."""
+    assert watch("--bootstrap-servers", "k:9092", str(tmp_path / "a"), *flags) == 2
+    err = capsys.readouterr().err
+    assert said in err and len(err.strip().splitlines()) == 1, err
+    assert handed == []
+
