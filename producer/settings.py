@@ -783,9 +783,14 @@ def _apply_per_table(entry: dict[str, Any], given: Mapping[str, Any], mode: str 
     """The per-table overrides given, on one table or one discover prefix (``fields``: its model's)."""
     if mode is not None:
         entry["snapshot_mode"] = mode
-        for field in ("from_version", "from_timestamp"):
-            if field in fields:
-                entry[field] = given.get(field)
+        for field, needed_by in (("from_version", "from-version"), ("from_timestamp", "from-timestamp")):
+            if field not in fields:
+                continue
+            if field in given:
+                entry[field] = given[field]
+            elif mode != needed_by or entry.get(field) is None:
+                # the entry's own start point stays when the mode given is the one that takes it
+                entry[field] = None
     if "storage_options" in given:
         own = entry.get("storage_options")
         entry["storage_options"] = {**(own if isinstance(own, Mapping) else {}), **given["storage_options"]}
@@ -868,6 +873,8 @@ def merge_overrides(
       keeps its file settings;
     - ``snapshot_mode`` / ``from_version`` / ``from_timestamp`` apply to every table and replace the
       file's start settings; ``from_version`` alone implies ``from-version`` (same for timestamps);
+      ``snapshot_mode`` alone keeps a table's own ``from_version`` (``from_timestamp``) when the
+      mode is the one that takes it;
     - ``storage_options`` are merged into every table's options, the override winning per key;
       ``poll_interval_s`` applies to every table; ``row_changes`` (True) turns row-level change
       events on for every table (each keeping its own key columns and format); ``wait_for_table``

@@ -582,3 +582,27 @@ def test_an_interval_that_never_ends_is_refused(
     assert said in err and len(err.strip().splitlines()) == 1, err
     assert handed == []
 
+
+def test_snapshot_mode_from_version_keeps_the_files_from_version(
+    tmp_path: Path, handed: list[WatchConfig], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Audit: ``--snapshot-mode from-version`` over a table whose file gives ``from_version: 1`` was
+    refused as "from_version: required" (the flag's mode cleared the file's start)."""
+    config = tmp_path / "w.yaml"
+    config.write_text(
+        "kafka: {bootstrap_servers: 'k:9092'}\n"
+        f"tables: [{{uri: {tmp_path / 'a'}, snapshot_mode: from-version, from_version: 1}},"
+        f" {{uri: {tmp_path / 'b'}, snapshot_mode: from-timestamp, from_timestamp: '2026-01-01T00:00:00Z'}}]\n"
+    )
+    assert watch("--config", str(config), "--snapshot-mode", "from-version") == 2  # b has no version
+    assert "tables[1].from_version: required" in capsys.readouterr().err
+    assert watch("--config", str(config), "--snapshot-mode", "from-version", "--from-version", "3") == 0
+    assert [t.from_version for t in handed[-1].tables] == [3, 3]
+    config.write_text(
+        "kafka: {bootstrap_servers: 'k:9092'}\n"
+        f"tables: [{{uri: {tmp_path / 'a'}, snapshot_mode: from-version, from_version: 1}}]\n"
+    )
+    assert watch("--config", str(config), "--snapshot-mode", "from-version") == 0
+    assert table_starts(handed[-1]) == [("a", "from-version", 1, None)]
+    assert watch("--config", str(config), "--snapshot-mode", "latest") == 0  # another mode: no version
+    assert table_starts(handed[-1]) == [("a", "latest", None, None)]
