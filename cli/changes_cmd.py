@@ -79,7 +79,7 @@ def cmd_changes(args: argparse.Namespace) -> int:
         raise InvalidArgumentError("--key names the columns --net tells rows apart by: give --net too")
     table = open_table_from_args(args)
     columns = parse_columns(args.columns)
-    keys = parse_columns(args.key)
+    keys = parse_columns(args.key, "--key")
     if args.row_ids and args.net and keys is None:  # a row id is what identifies a row
         from deltamirror.core.changes import ROW_ID
 

@@ -21,17 +21,23 @@ def parse_storage_options(pairs: list[str] | None) -> dict[str, Any]:
     return options
 
 
-def parse_columns(text: str | None) -> list[str] | None:
-    """``--columns a,b``: the names (None when not given); an empty list or name is refused."""
+def parse_columns(text: str | None, flag: str = "--columns") -> list[str] | None:
+    """``--columns a,b``: the names (None when not given); an empty list or name is refused, and a
+    name given twice (columns match case-insensitively: ``id,ID`` too), since one would be printed."""
     from deltamirror.core.errors import InvalidArgumentError
 
     if text is None:
         return None
     names = [c.strip() for c in text.split(",")]
     if not any(names):
-        raise InvalidArgumentError("--columns is empty: name at least one column")
+        raise InvalidArgumentError(f"{flag} is empty: name at least one column")
     if not all(names):
-        raise InvalidArgumentError("--columns has an empty name (two commas in a row, or one at an end)")
+        raise InvalidArgumentError(f"{flag} has an empty name (two commas in a row, or one at an end)")
+    seen: set[str] = set()
+    for name in names:
+        if name.casefold() in seen:
+            raise InvalidArgumentError(f"{flag} names the column {name} twice")
+        seen.add(name.casefold())
     return names
 
 

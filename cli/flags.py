@@ -9,7 +9,8 @@ command merges them over its file once (``deltamirror.mirror.settings.merge_laye
 
 A variable holds what the flag would be given, as text: a number for a number, one of the choices
 for a choice, ``true``/``false`` (``1``/``0``, ``yes``/``no``, ``on``/``off``) for a switch, and one
-value per line for a repeatable flag. An empty variable is not given. A command reads the variables
+value per line for a repeatable flag. An empty variable is not given; a switch's variable set to
+``false`` is given: it turns off what the file turns on. A command reads the variables
 of its own flags only: the others (``DELTAMIRROR_VERSION`` and the like that ``invalidate`` sets
 for its ``--exec`` command, another command's) are not its settings.
 """
@@ -32,8 +33,8 @@ _FALSE = ("0", "false", "no", "off")
 ENVIRONMENT_HELP = (
     "Every flag may also be given as an environment variable: DELTAMIRROR_ and its long name in "
     "capitals, '-' as '_' (--bootstrap-servers: DELTAMIRROR_BOOTSTRAP_SERVERS); a switch takes "
-    "true or false, a repeatable flag one value per line. A flag given wins over its variable, a "
-    "variable over the --config file, the file over the defaults."
+    "true or false (false turns off what the file turns on), a repeatable flag one value per line. "
+    "A flag given wins over its variable, a variable over the --config file, the file over the defaults."
 )
 
 
@@ -109,7 +110,7 @@ class Flag:
             word = text.strip().lower()
             if word not in (*_TRUE, *_FALSE):
                 raise InvalidArgumentError(f"{name} must be true or false (1/0, yes/no, on/off)")
-            return True if word in _TRUE else None
+            return word in _TRUE  # false turns off what the file turns on
         items = [line.strip() for line in text.splitlines() if line.strip()] if self.repeatable else [text]
         values = [self._parsed(name, item) for item in items]
         parsed: Any = values if self.repeatable else values[0]

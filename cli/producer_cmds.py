@@ -131,7 +131,12 @@ WATCH_FLAGS: tuple[Flag, ...] = (
         int,
     ),
     Flag("metrics_port", ("--metrics-port",), "serve /metrics and /healthz", "PORT", int),
-    Flag("metrics_host", ("--metrics-host",), "address of the metrics server (127.0.0.1)", "HOST"),
+    Flag(
+        "metrics_host",
+        ("--metrics-host",),
+        "address of the metrics server (127.0.0.1); with --metrics-port",
+        "HOST",
+    ),
     Flag(
         "storage_options",
         ("-S", "--storage-option"),

@@ -57,7 +57,7 @@ def _add_signal(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "Kafka transaction of its own; tailing goes on after it with no gap and no duplicate. The "
         "watcher refuses it (said with --wait: one line, exit 2) for a table without row changes, N "
         "beyond the last version published, or a range without the change data feed. --config FILE "
-        "as for snapshot.",
+        "as for snapshot; a TABLE it gives no row changes is refused at once (exit 2).",
     )
     net.add_argument(
         "--from-version",
@@ -199,31 +199,40 @@ def _settings(args: argparse.Namespace, uri: str) -> tuple[Any, str]:
             f"{loaded.signal_topic}: the watchers of this configuration read {loaded.signal_topic}",
             file=args.config,
         )
-    if loaded.watch is not None and not _runs(loaded.watch, uri):
-        raise ConfigError(
-            f"{uri} is neither a table of this configuration nor under one of its discover prefixes "
-            "(with their include/exclude and max_depth): no watcher of it runs the table",
-            file=args.config,
-        )
+    if loaded.watch is not None:
+        settings = _runs(loaded.watch, uri)
+        if settings is None:
+            raise ConfigError(
+                f"{uri} is neither a table of this configuration nor under one of its discover prefixes "
+                "(with their include/exclude and max_depth): no watcher of it runs the table",
+                file=args.config,
+            )
+        if args.signal_kind == "net-changes" and not settings.row_changes_on:
+            raise ConfigError(
+                f"{uri} publishes no row changes in this configuration (no row_changes: on its table or "
+                "discover prefix): its watcher would refuse net-changes",
+                file=args.config,
+            )
     return loaded.kafka, loaded.signal_topic
 
 
-def _runs(cfg: Any, uri: str) -> bool:
-    """Whether a watcher of ``cfg`` runs the table at ``uri`` (normalized): one of its tables, or a
-    table its discovery would find under a prefix."""
+def _runs(cfg: Any, uri: str) -> Any:
+    """The settings under which a watcher of ``cfg`` runs the table at ``uri`` (normalized): one of
+    its tables, or the discover prefix under which its discovery would find it; None: neither."""
     from deltamirror.producer.discovery.scan import selected
 
-    if any(t.normalized_uri == uri for t in cfg.tables):
-        return True
+    for table in cfg.tables:
+        if table.normalized_uri == uri:
+            return table
     for source in cfg.discover:
         prefix = source.normalized_uri.rstrip("/")
         if uri == prefix:
-            return True
+            return source
         if uri.startswith(prefix + "/"):
             relative = uri[len(prefix) + 1 :].rstrip("/")
             if relative.count("/") < source.max_depth and selected(relative, source):
-                return True
-    return False
+                return source
+    return None
 
 
 def _new_signal(uri: str, args: argparse.Namespace) -> Any:

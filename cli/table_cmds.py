@@ -44,7 +44,7 @@ def _add_read(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     add_table_argument(p)
     add_version_arguments(p)
-    p.add_argument("--columns", metavar="A,B", help="only these columns, comma-separated")
+    p.add_argument("--columns", metavar="A,B", help="only these columns, comma-separated (each once)")
     add_output_arguments(p, ["jsonl", "parquet", "csv"], "jsonl")
     add_progress_argument(p)
     p.set_defaults(handler=cmd_read)

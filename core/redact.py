@@ -32,7 +32,8 @@ MASK = "***"
 # Keys whose value is a secret. Over-masking is cheap, a leak is not: ``key`` catches access keys,
 # account keys, ``ssl.key.pem``, ``keystore``; ``sas``/``sig`` catch Azure SAS tokens and their
 # query-string signature; ``sasl.*`` every librdkafka SASL property. Paths are not secrets: a key
-# ending in ``location`` (``ssl.key.location``) stays readable, so operators can check their setup.
+# ending in ``location`` (``ssl.key.location``) stays readable, so operators can check their setup;
+# nor are column names: ``key_columns`` (a row's key) is a list of them.
 _SECRET_KEY = re.compile(
     r"passw|pwd|secret|token|credential|private|jaas|auth|key|connection.?string"
     r"|(?:^|[^a-z])sas(?:[^a-z]|$)|(?:^|[^a-z])sig(?:nature)?(?:[^a-z]|$)|^sasl\.",
@@ -45,7 +46,7 @@ def is_secret_key(key: object) -> bool:
     if not isinstance(key, str):
         return False
     name = key.strip().strip("\"'").lower()
-    return _SECRET_KEY.search(name) is not None and not name.endswith("location")
+    return _SECRET_KEY.search(name) is not None and not name.endswith(("location", "columns"))
 
 
 # scheme://userinfo@ -- userinfo without '/' (the usual case), or with a ':' in it, up to the last

@@ -312,6 +312,21 @@ class KafkaSettings(SettingsModel):
                 sasl_given[0],
                 f"SASL settings need security_protocol SASL_SSL or SASL_PLAINTEXT (it is {protocol})",
             )
+        ssl_given = [
+            name
+            for name in (
+                "ssl_ca_location",
+                "ssl_certificate_location",
+                "ssl_key_location",
+                "ssl_key_password",
+            )
+            if getattr(self, name) is not None
+        ]
+        if ssl_given and not protocol.endswith("SSL"):
+            raise FieldProblem(
+                ssl_given[0],
+                f"TLS settings need security_protocol SSL or SASL_SSL (it is {protocol})",
+            )
         if protocol.startswith("SASL_"):
             mechanism = self.sasl_mechanism or "GSSAPI"  # librdkafka's default
             if mechanism in _SASL_NEEDS_PASSWORD:

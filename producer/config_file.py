@@ -242,8 +242,7 @@ def load_signal_config(
         topic = raw.get("signal_topic", WatchConfig.model_fields["signal_topic"].default)
         topic = _interpolate(topic, ["signal_topic"], source, environ)
         return SignalConfig(kafka, check_topic_name(topic, "signal_topic", source), None)
-    data = _interpolate(raw, [], source, environ)
-    _resolve_relative_paths(data, path.resolve().parent)
+    data = load_config_data(path, environ)  # as watch reads it: its consumer: section left aside
     cfg = validate_watch_config({**data, "kafka": kafka}, source)
     return SignalConfig(kafka, cfg.signal_topic, cfg)
 

@@ -433,7 +433,7 @@ class WatchService:
                 raise
         if self.cfg.metrics_port is not None:
             assert isinstance(self.metrics, ServedMetrics)  # checked when built
-            self._server = serve(self.metrics, self.cfg.metrics_host, self.cfg.metrics_port)
+            self._server = serve(self.metrics, self.cfg.metrics_host or "127.0.0.1", self.cfg.metrics_port)
         with self._lock:
             self._started = True
             for entry in self._running.values():

@@ -265,7 +265,7 @@ class PerTableSettings(SettingsModel):
     #: seconds between two looks at the log for the next version; None (not set): :data:`POLL_INTERVAL_S`,
     #: or :data:`NOTIFIED_POLL_INTERVAL_S` while file notifications watch the table's log on a local
     #: disk (a commit wakes the table at once; the poll only bounds a lost notification)
-    poll_interval_s: float | None = Field(default=None, gt=0)
+    poll_interval_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     #: locations outside the table root its log may name (a shallow clone's source); see open_table
     allowed_path_prefixes: list[str] = Field(default_factory=list)
     #: action events without the ``stats`` and ``tags`` of add and remove actions (per-column
@@ -371,6 +371,14 @@ class TableConfig(PerTableSettings):
             raise FieldProblem(
                 "changes_topic", "the actions, commits, changes and transaction topics must differ"
             )
+        if not self.row_changes_on:
+            for key in ("changes_topic", "transaction_topic"):
+                if getattr(self, key) is not None:
+                    raise FieldProblem(
+                        key,
+                        "is given but the table publishes no row changes: give row_changes: (or --row-changes), "
+                        f"or leave {key} out",
+                    )
         return self
 
     @property
@@ -432,7 +440,7 @@ class DiscoverConfig(PerTableSettings):
     uri: Location = Field(min_length=1)
     include: list[str] = Field(default_factory=list)
     exclude: list[str] = Field(default_factory=list)
-    interval_s: float = Field(default=60.0, gt=0)
+    interval_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
     max_depth: int = Field(default=6, ge=1, le=64)
     name: str | None = Field(default=None, pattern=PREFIX_NAME_PATTERN)
     snapshot_mode: Literal["initial", "latest", "when-needed", "from-timestamp"] = "initial"
@@ -516,8 +524,9 @@ class WatchConfig(SettingsModel):
     txn_max_records: int = Field(default=50_000, gt=0)
     txn_max_bytes: int = Field(default=64 * MiB, gt=0)
     txn_max_ms: int = Field(default=1000, gt=0)
-    heartbeat_interval_s: float | None = Field(default=None, gt=0)
-    metrics_host: str = Field(default="127.0.0.1", min_length=1)
+    heartbeat_interval_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    #: the metrics server's address (None: 127.0.0.1); only with ``metrics_port`` (refused alone)
+    metrics_host: str | None = Field(default=None, min_length=1)
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     max_record_bytes: int = Field(default=1_000_000, ge=1024)
     oversize_policy: OversizePolicy = "split"
@@ -527,9 +536,9 @@ class WatchConfig(SettingsModel):
     #: share the tables with every watcher of this group (None: run every table here)
     group: GroupSettings | None = None
     #: one status line (info) every this many seconds: what was published, what is behind
-    status_interval_s: float = Field(default=60.0, gt=0)
+    status_interval_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
     #: a broker that has not answered for this long makes /healthz unhealthy (and says so once)
-    broker_timeout_s: float = Field(default=30.0, gt=0)
+    broker_timeout_s: float = Field(default=30.0, gt=0, allow_inf_nan=False)
     #: the threads that serve every table (:mod:`.scheduler`); None: 4 per CPU this process may use, at least 4
     workers: int | None = Field(default=None, ge=1, le=1024)
 
@@ -582,6 +591,11 @@ class WatchConfig(SettingsModel):
     def _topics_and_limits(self) -> WatchConfig:
         if not self.tables and not self.discover:
             raise FieldProblem("tables", "name at least one table, or a prefix under discover")
+        if self.metrics_host is not None and self.metrics_port is None:
+            raise FieldProblem(
+                "metrics_host",
+                "goes with metrics_port (--metrics-port): without a port no metrics server is started",
+            )
         if self.signal_topic is not None and self.signal_topic == self.progress_topic:
             raise FieldProblem("signal_topic", "must differ from progress_topic")
         for table in self.tables:
@@ -595,6 +609,7 @@ class WatchConfig(SettingsModel):
                     "progress_topic", f"must differ from the event topics of {table.uri} (it is compacted)"
                 )
         self._check_shared_topics()
+        self._check_nested_prefixes()
         broker_limit = self.kafka.extra.get("message.max.bytes")
         if (
             isinstance(broker_limit, str)
@@ -614,6 +629,23 @@ class WatchConfig(SettingsModel):
             if shared is not None:
                 owners |= dict.fromkeys((shared.actions, shared.commits), source.normalized_uri)
         return owners
+
+    def _check_nested_prefixes(self) -> None:
+        """No discover prefix inside another (or the same twice): a table under both would be found
+        by the first alone, with its settings only, and the other's said nothing."""
+        seen: list[tuple[int, str]] = []
+        for j, source in enumerate(self.discover):
+            uri = source.normalized_uri.rstrip("/")
+            for i, other in seen:
+                if uri == other or uri.startswith(other + "/") or other.startswith(uri + "/"):
+                    how = "is the same prefix as" if uri == other else "overlaps"
+                    raise FieldProblem(
+                        ("discover", j, "uri"),
+                        f"{source.uri} {how} discover[{i}] ({self.discover[i].uri}): a table under both "
+                        "would take one prefix's settings only; keep one prefix and configure the tables "
+                        "that need other settings under tables (a configured table keeps its own)",
+                    )
+            seen.append((j, uri))
 
     def _check_shared_topics(self) -> None:
         """A prefix's shared topics are its own: no other prefix, no configured table and not the
@@ -751,9 +783,14 @@ def _apply_per_table(entry: dict[str, Any], given: Mapping[str, Any], mode: str 
     """The per-table overrides given, on one table or one discover prefix (``fields``: its model's)."""
     if mode is not None:
         entry["snapshot_mode"] = mode
-        for field in ("from_version", "from_timestamp"):
-            if field in fields:
-                entry[field] = given.get(field)
+        for field, needed_by in (("from_version", "from-version"), ("from_timestamp", "from-timestamp")):
+            if field not in fields:
+                continue
+            if field in given:
+                entry[field] = given[field]
+            elif mode != needed_by or entry.get(field) is None:
+                # the entry's own start point stays when the mode given is the one that takes it
+                entry[field] = None
     if "storage_options" in given:
         own = entry.get("storage_options")
         entry["storage_options"] = {**(own if isinstance(own, Mapping) else {}), **given["storage_options"]}
@@ -762,6 +799,8 @@ def _apply_per_table(entry: dict[str, Any], given: Mapping[str, Any], mode: str 
     if given.get("row_changes"):  # on for every table, each keeping its own key and format
         own = entry.get("row_changes")
         entry["row_changes"] = {**(dict(own) if isinstance(own, Mapping) else {}), "enabled": True}
+    elif given.get("row_changes") is False:  # off for every table, whatever the file says
+        entry["row_changes"] = None
     for name, path in ROW_CHANGES_OVERRIDES.items():  # a field of the row changes each table has
         if given.get(name) is None:
             continue
@@ -779,6 +818,10 @@ def _apply_per_table(entry: dict[str, Any], given: Mapping[str, Any], mode: str 
             inner = changed.get(path[0])
             changed[path[0]] = {**(dict(inner) if isinstance(inner, Mapping) else {}), path[1]: given[name]}
         entry["row_changes"] = changed
+    if given.get("net_catch_up") is False:  # off on every table, whatever the file says
+        own = entry.get("row_changes")
+        if isinstance(own, Mapping) and "net_catch_up" in own:
+            entry["row_changes"] = {**own, "net_catch_up": False}
     if given.get("net_catch_up"):  # on the row changes each table has (none: refused by the caller)
         own = entry.get("row_changes")
         if isinstance(own, Mapping) and own.get("enabled", True):
@@ -830,11 +873,15 @@ def merge_overrides(
       keeps its file settings;
     - ``snapshot_mode`` / ``from_version`` / ``from_timestamp`` apply to every table and replace the
       file's start settings; ``from_version`` alone implies ``from-version`` (same for timestamps);
+      ``snapshot_mode`` alone keeps a table's own ``from_version`` (``from_timestamp``) when the
+      mode is the one that takes it;
     - ``storage_options`` are merged into every table's options, the override winning per key;
       ``poll_interval_s`` applies to every table; ``row_changes`` (True) turns row-level change
       events on for every table (each keeping its own key columns and format); ``wait_for_table``
       (True) waits for every named table that does not exist yet; ``net_catch_up`` (True) sets
       ``row_changes.net_catch_up`` on every table and prefix (one without row changes is refused);
+      False (a ``DELTAMIRROR_*`` variable set to false) turns each off on every table and prefix,
+      whatever the file says (``row_changes`` False: no row changes anywhere);
       ``row_format``, ``schema_registry_url`` and ``subject_name_strategy`` set ``row_changes.format``,
       ``row_changes.registry.url`` and ``.subject_name_strategy`` likewise (refused the same way);
     - ``discover`` URIs are added after the file's prefixes (one already there keeps its settings);

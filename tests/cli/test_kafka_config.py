@@ -101,3 +101,11 @@ def test_consumer_commands_take_config_or_bootstrap_servers(tmp_path: Path, comm
     (line,) = done.stderr.strip().splitlines()
     assert "kafka.sasl_username: SASL settings need security_protocol SASL_SSL or SASL_PLAINTEXT" in line
     assert SECRET not in done.stdout + done.stderr
+
+    config.write_text("kafka: {bootstrap_servers: 'a:1', ssl_ca_location: /nonexistent/ca.pem}\n")
+    done = _cli(*command, "--config", str(config), "--topic", "t")
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert (
+        "kafka.ssl_ca_location: TLS settings need security_protocol SSL or SASL_SSL (it is PLAINTEXT)" in line
+    )

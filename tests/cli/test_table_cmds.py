@@ -180,3 +180,28 @@ def test_a_storage_option_without_a_name_is_not_echoed(capsys: pytest.CaptureFix
     """A bare ``-S`` value is most often a secret pasted without its name."""
     code, _, err = _run(capsys, "snapshot", SIMPLE, "-S", "anon=true", "-S", "AKIAs3cr3tvalue")
     assert code == 2 and "#2" in err and "s3cr3t" not in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["read", "{table}", "--columns", "id,id"], "--columns names the column id twice"),
+        (["read", "{table}", "--columns", "id,part,ID"], "--columns names the column ID twice"),
+        (
+            ["changes", "{table}", "--starting-version", "0", "--columns", "id,id"],
+            "--columns names the column id",
+        ),
+        (
+            ["changes", "{table}", "--starting-version", "0", "--net", "--key", "id,id"],
+            "--key names the column id",
+        ),
+    ],
+)
+def test_a_column_named_twice_is_refused(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Audit: ``--columns id,id`` printed the column once, without a word."""
+    table = str(TABLES / "krs__cdf-table-partitioned")
+    assert main([a.replace("{table}", table) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert said in err and len(err.splitlines()) == 1, err

@@ -476,3 +476,133 @@ def test_the_registry_reaches_each_table_and_its_password_stays_secret(
     assert watch("--config", str(config)) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "registry.bogus" in err and "hunter2" not in err, err
+
+
+@pytest.mark.parametrize("how", ["flag", "environment", "file"])
+def test_a_metrics_host_without_a_port_is_refused_in_one_line(
+    tmp_path: Path,
+    handed: list[WatchConfig],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    how: str,
+) -> None:
+    """Audit F9: ``--metrics-host`` (its variable, ``metrics_host:``) without a port started no
+    server and said nothing; consume-snapshot refuses it, and so does watch now."""
+    config = tmp_path / "w.yaml"
+    config.write_text(
+        f"kafka: {{bootstrap_servers: 'k:9092'}}\ntables: [{tmp_path / 'a'}]\n"
+        + ("metrics_host: 0.0.0.0\n" if how == "file" else "")
+    )
+    argv = ["--config", str(config)]
+    if how == "flag":
+        argv += ["--metrics-host", "0.0.0.0"]
+    if how == "environment":
+        monkeypatch.setenv("DELTAMIRROR_METRICS_HOST", "0.0.0.0")
+    assert watch(*argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "metrics_host: goes with metrics_port (--metrics-port)" in err
+    assert handed == []
+    assert watch(*argv, "--metrics-port", "9464") == 0
+    assert (handed[0].metrics_host, handed[0].metrics_port) == ("0.0.0.0", 9464)
+
+
+def test_a_switch_variable_set_to_false_turns_off_what_the_file_turns_on(
+    tmp_path: Path, handed: list[WatchConfig], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Audit F10: a variable wins over the file (--help), but ``DELTAMIRROR_ROW_CHANGES=false`` was
+    read as "not given" and the file's row changes (and wait_for_table, net_catch_up) stayed on."""
+    config = tmp_path / "w.yaml"
+    config.write_text(
+        "kafka: {bootstrap_servers: 'k:9092'}\n"
+        f"tables:\n  - uri: {tmp_path / 'a'}\n    wait_for_table: true\n"
+        "    snapshot_mode: from-version\n    from_version: 0\n"
+        "    row_changes: {key_columns: [id], net_catch_up: true}\n"
+    )
+    assert watch("--config", str(config)) == 0
+    (table,) = handed[-1].tables
+    assert table.row_changes_on and table.wait_for_table and table.row_changes is not None
+    assert table.row_changes.net_catch_up
+
+    monkeypatch.setenv("DELTAMIRROR_NET_CATCH_UP", "false")
+    assert watch("--config", str(config)) == 0
+    (table,) = handed[-1].tables
+    assert table.row_changes is not None and table.row_changes_on and not table.row_changes.net_catch_up
+
+    monkeypatch.setenv("DELTAMIRROR_ROW_CHANGES", "false")
+    monkeypatch.setenv("DELTAMIRROR_WAIT_FOR_TABLE", "off")
+    assert watch("--config", str(config)) == 0
+    (table,) = handed[-1].tables
+    assert not table.row_changes_on and not table.wait_for_table
+
+    # a flag given still wins over its variable
+    assert watch("--config", str(config), "--row-changes", "--wait-for-table") == 0
+    (table,) = handed[-1].tables
+    assert table.row_changes_on and table.wait_for_table
+
+
+@pytest.mark.parametrize("inner_first", [False, True])
+def test_nested_discover_prefixes_are_refused_naming_both(
+    tmp_path: Path, handed: list[WatchConfig], capsys: pytest.CaptureFixture[str], inner_first: bool
+) -> None:
+    """Audit F1: a table under two prefixes was found by the first listed alone; the other's
+    settings (its row changes, its name) were dropped without a word."""
+    outer = "{uri: lake, name: outer}"
+    inner = "{uri: lake/cdc, name: inner, row_changes: {key_columns: [id]}}"
+    prefixes = [inner, outer] if inner_first else [outer, inner]
+    config = tmp_path / "w.yaml"
+    config.write_text(f"kafka: {{bootstrap_servers: 'k:9092'}}\ndiscover: [{', '.join(prefixes)}]\n")
+    assert watch("--config", str(config)) == 2
+    err = capsys.readouterr().err
+    (line,) = err.strip().splitlines()
+    assert "discover[1].uri: " in line and "overlaps discover[0]" in line
+    assert str(tmp_path / "lake") in line and str(tmp_path / "lake" / "cdc") in line
+    assert handed == []
+    # the same prefix twice, once from the file and once spelled otherwise on the command line,
+    # is one prefix (the file's keeps its settings); two siblings are fine
+    config.write_text(f"kafka: {{bootstrap_servers: 'k:9092'}}\ndiscover: [{inner}, lake/simple]\n")
+    assert watch("--config", str(config), "--discover", str(tmp_path / "lake" / "cdc") + "/") == 0
+    assert [d.name for d in handed[-1].discover] == ["inner", None]
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--poll-interval", "inf"], "poll_interval_s: Input should be a finite number"),
+        (["--heartbeat-interval", "inf"], "heartbeat_interval_s: Input should be a finite number"),
+        (["--heartbeat-interval", "nan"], "heartbeat_interval_s: Input should be a finite number"),
+    ],
+)
+def test_an_interval_that_never_ends_is_refused(
+    tmp_path: Path, handed: list[WatchConfig], capsys: pytest.CaptureFixture[str], flags: list[str], said: str
+) -> None:
+    """Audit: ``--poll-interval inf`` was accepted (a table never polled); the consumers refuse it."""
+    assert watch("--bootstrap-servers", "k:9092", str(tmp_path / "a"), *flags) == 2
+    err = capsys.readouterr().err
+    assert said in err and len(err.strip().splitlines()) == 1, err
+    assert handed == []
+
+
+def test_snapshot_mode_from_version_keeps_the_files_from_version(
+    tmp_path: Path, handed: list[WatchConfig], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Audit: ``--snapshot-mode from-version`` over a table whose file gives ``from_version: 1`` was
+    refused as "from_version: required" (the flag's mode cleared the file's start)."""
+    config = tmp_path / "w.yaml"
+    config.write_text(
+        "kafka: {bootstrap_servers: 'k:9092'}\n"
+        f"tables: [{{uri: {tmp_path / 'a'}, snapshot_mode: from-version, from_version: 1}},"
+        f" {{uri: {tmp_path / 'b'}, snapshot_mode: from-timestamp, from_timestamp: '2026-01-01T00:00:00Z'}}]\n"
+    )
+    assert watch("--config", str(config), "--snapshot-mode", "from-version") == 2  # b has no version
+    assert "tables[1].from_version: required" in capsys.readouterr().err
+    assert watch("--config", str(config), "--snapshot-mode", "from-version", "--from-version", "3") == 0
+    assert [t.from_version for t in handed[-1].tables] == [3, 3]
+    config.write_text(
+        "kafka: {bootstrap_servers: 'k:9092'}\n"
+        f"tables: [{{uri: {tmp_path / 'a'}, snapshot_mode: from-version, from_version: 1}}]\n"
+    )
+    assert watch("--config", str(config), "--snapshot-mode", "from-version") == 0
+    assert table_starts(handed[-1]) == [("a", "from-version", 1, None)]
+    assert watch("--config", str(config), "--snapshot-mode", "latest") == 0  # another mode: no version
+    assert table_starts(handed[-1]) == [("a", "latest", None, None)]

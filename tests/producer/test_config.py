@@ -106,7 +106,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert cfg.transactional_id_prefix == "deltamirror"
     assert (cfg.txn_max_records, cfg.txn_max_bytes, cfg.txn_max_ms) == (50_000, 64 * 1024 * 1024, 1000)
     assert cfg.heartbeat_interval_s is None
-    assert (cfg.metrics_host, cfg.metrics_port) == ("127.0.0.1", None)
+    assert (cfg.metrics_host, cfg.metrics_port) == (None, None)  # the server, when on, at 127.0.0.1
     assert (cfg.max_record_bytes, cfg.oversize_policy, cfg.use_notifications) == (1_000_000, "split", True)
     table = cfg.tables[0]
     assert (table.snapshot_mode, table.from_version, table.from_timestamp) == ("initial", None, None)
@@ -268,6 +268,28 @@ def test_relative_paths_are_relative_to_the_file(tmp_path: Path, monkeypatch: py
             "kafka: {bootstrap_servers: b:9092, sasl_username: u, sasl_password: p}\ntables: [/t]\n",
             "kafka.sasl_username",
             "SASL settings need security_protocol",
+        ),
+        (  # audit F11: a changes topic on a table without row changes was accepted and unused
+            "kafka: {bootstrap_servers: b:9092}\ntables: [{uri: /t, changes_topic: my.changes}]\n",
+            "tables[0].changes_topic",
+            "is given but the table publishes no row changes",
+        ),
+        (
+            "kafka: {bootstrap_servers: b:9092}\n"
+            "tables: [{uri: /t, transaction_topic: my.txn, row_changes: {enabled: false}}]\n",
+            "tables[0].transaction_topic",
+            "is given but the table publishes no row changes",
+        ),
+        (  # audit F6: a CA file with PLAINTEXT was accepted and never read
+            "kafka: {bootstrap_servers: b:9092, ssl_ca_location: /ca.pem}\ntables: [/t]\n",
+            "kafka.ssl_ca_location",
+            "TLS settings need security_protocol SSL or SASL_SSL (it is PLAINTEXT)",
+        ),
+        (
+            "kafka: {bootstrap_servers: b:9092, security_protocol: SASL_PLAINTEXT, sasl_mechanism: GSSAPI,"
+            " ssl_key_password: k}\ntables: [/t]\n",
+            "kafka.ssl_key_password",
+            "TLS settings need security_protocol SSL or SASL_SSL (it is SASL_PLAINTEXT)",
         ),
         (
             "kafka: {bootstrap_servers: b:9092, security_protocol: SASL_SSL, sasl_mechanism: PLAIN, sasl_username: u}\n"

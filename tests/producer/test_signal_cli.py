@@ -215,3 +215,43 @@ def test_net_changes_takes_its_config_file_and_refuses_a_version_that_is_not_one
         [*argv, "--config", str(config), "--from-version", version], capture_output=True, text=True
     )
     assert done.returncode == 2 and "--from-version" in done.stderr.splitlines()[-1], done.stderr
+
+
+def test_a_watchers_file_with_a_consumer_section_is_taken_as_watch_takes_it(tmp_path: Path) -> None:
+    """Audit F12: watch accepts a ``consumer:`` section (the consumer commands'), signal refused
+    the same file with "consumer: unknown key"."""
+    config = _config(
+        tmp_path / "w.yaml", DEAD, tables=[str(tmp_path / "t")], consumer={"on_bad_record": "skip"}
+    )
+    done = _signal(str(tmp_path / "t"), "--config", str(config), "--timeout", "1")
+    assert "unknown key" not in done.stderr
+    assert done.returncode == 1, done.stderr  # taken: it went on to the (dead) broker
+
+
+def test_net_changes_for_a_table_the_file_gives_no_row_changes_is_refused_at_once(tmp_path: Path) -> None:
+    """Audit F12: the signal was written and its watcher refused it (seen only with --wait)."""
+    config = _config(
+        tmp_path / "w.yaml",
+        DEAD,
+        tables=[
+            str(tmp_path / "plain"),
+            {"uri": str(tmp_path / "cdc"), "row_changes": {"key_columns": ["id"]}},
+        ],
+        discover=[{"uri": str(tmp_path / "lake")}],
+    )
+    argv = [sys.executable, "-m", "deltamirror.cli.main", "signal", "net-changes", "--from-version", "0"]
+    for table in ("plain", "lake/t"):
+        done = subprocess.run(
+            [*argv, str(tmp_path / table), "--config", str(config), "--timeout", "1"],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 2, done.stderr
+        (line,) = done.stderr.strip().splitlines()
+        assert f"{tmp_path / table} publishes no row changes in this configuration" in line
+    done = subprocess.run(
+        [*argv, str(tmp_path / "cdc"), "--config", str(config), "--timeout", "1"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1, done.stderr  # taken: it went on to the (dead) broker
