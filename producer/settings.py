@@ -16,6 +16,7 @@ Secrets: storage options whose key names a secret (:func:`deltamirror.core.redac
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 from collections.abc import Iterable, Mapping
 from datetime import date, datetime, time
 from typing import Annotated, Any, Literal, get_args
@@ -426,6 +427,13 @@ TABLE_ONLY: dict[str, str] = {
 }
 
 
+def matches_path(relative: str, globs: Iterable[str]) -> bool:
+    """``relative`` or one of its parent folders matches one of ``globs`` (``fnmatch``)."""
+    parts = relative.split("/")
+    paths = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    return any(fnmatch.fnmatchcase(p, g) for g in globs for p in paths)
+
+
 class DiscoverConfig(PerTableSettings):
     """A prefix under which every Delta table is mirrored (:mod:`.discovery.scan`).
 
@@ -480,6 +488,11 @@ class DiscoverConfig(PerTableSettings):
     @property
     def normalized_uri(self) -> str:
         return normalize_table_uri(self.uri)
+
+    def leaves_out(self, relative: str) -> bool:
+        """Whether the scan never looks into the folder at ``relative`` (a path under ``uri``): it,
+        or a parent folder, matches an exclude glob, or it lies deeper than ``max_depth``."""
+        return matches_path(relative, self.exclude) or relative.count("/") + 1 > self.max_depth
 
     def shared_topics(self) -> TableTopics | None:
         """The actions and commits topics of every table found (``topics: shared``), else None."""
@@ -631,21 +644,28 @@ class WatchConfig(SettingsModel):
         return owners
 
     def _check_nested_prefixes(self) -> None:
-        """No discover prefix inside another (or the same twice): a table under both would be found
-        by the first alone, with its settings only, and the other's said nothing."""
-        seen: list[tuple[int, str]] = []
+        """No discover prefix inside another (or the same twice) unless the outer one leaves the
+        inner one's folder out (exclude, max_depth): a table under both would be found by the first
+        alone, with its settings only, and the other's said nothing."""
         for j, source in enumerate(self.discover):
             uri = source.normalized_uri.rstrip("/")
-            for i, other in seen:
-                if uri == other or uri.startswith(other + "/") or other.startswith(uri + "/"):
-                    how = "is the same prefix as" if uri == other else "overlaps"
-                    raise FieldProblem(
-                        ("discover", j, "uri"),
-                        f"{source.uri} {how} discover[{i}] ({self.discover[i].uri}): a table under both "
-                        "would take one prefix's settings only; keep one prefix and configure the tables "
-                        "that need other settings under tables (a configured table keeps its own)",
-                    )
-            seen.append((j, uri))
+            for i, outer in enumerate(self.discover[:j]):
+                other = outer.normalized_uri.rstrip("/")
+                if uri == other:
+                    problem = f"is the same prefix as discover[{i}] ({outer.uri})"
+                elif uri.startswith(other + "/") and not outer.leaves_out(uri[len(other) + 1 :]):
+                    problem = f"lies inside discover[{i}] ({outer.uri})"
+                elif other.startswith(uri + "/") and not source.leaves_out(other[len(uri) + 1 :]):
+                    problem = f"holds discover[{i}] ({outer.uri})"
+                else:
+                    continue
+                raise FieldProblem(
+                    ("discover", j, "uri"),
+                    f"{source.uri} {problem}: a table under both would take one prefix's settings "
+                    "only; exclude the inner prefix's folder from the outer one (exclude), or keep one "
+                    "prefix and configure the tables that need other settings under tables (a "
+                    "configured table keeps its own)",
+                )
 
     def _check_shared_topics(self) -> None:
         """A prefix's shared topics are its own: no other prefix, no configured table and not the

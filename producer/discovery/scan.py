@@ -26,13 +26,12 @@ by its scan, they are run once more to announce their drop the same way.
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Container, Iterable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -43,7 +42,7 @@ from deltamirror.mirror.errors import KafkaError, StopRequested, TopicNotFoundEr
 from deltamirror.mirror.topic_names import discovered_topic_name
 
 from ..metrics import DiscoveryMetrics
-from ..settings import DiscoverConfig, TableConfig, WatchConfig
+from ..settings import DiscoverConfig, TableConfig, WatchConfig, matches_path
 from .topic_claims import TopicClaims
 
 log = logging.getLogger("deltamirror.discovery")
@@ -81,18 +80,11 @@ class DiscoveredTable:
 # --- names --------------------------------------------------------------------------------------
 
 
-def _matches(relative: str, globs: Iterable[str]) -> bool:
-    """``relative`` or one of its parent folders matches one of ``globs``."""
-    parts = relative.split("/")
-    paths = ["/".join(parts[: i + 1]) for i in range(len(parts))]
-    return any(fnmatch.fnmatchcase(p, g) for g in globs for p in paths)
-
-
 def selected(relative: str, source: DiscoverConfig) -> bool:
     """Whether the include/exclude globs of ``source`` keep the table at ``relative``."""
-    if _matches(relative, source.exclude):
+    if matches_path(relative, source.exclude):
         return False
-    return not source.include or _matches(relative, source.include)
+    return not source.include or matches_path(relative, source.include)
 
 
 # --- the scan -----------------------------------------------------------------------------------
@@ -201,7 +193,7 @@ def find_tables(source: DiscoverConfig, known: Container[str] = ()) -> dict[str,
                     if name.startswith((".", "_")):
                         continue
                     child = f"{relative}/{name}" if relative else name
-                    if _matches(child, source.exclude):
+                    if matches_path(child, source.exclude):
                         continue
                     next_level.append((full, child))
             level = next_level

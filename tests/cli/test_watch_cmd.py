@@ -555,7 +555,10 @@ def test_nested_discover_prefixes_are_refused_naming_both(
     assert watch("--config", str(config)) == 2
     err = capsys.readouterr().err
     (line,) = err.strip().splitlines()
-    assert "discover[1].uri: " in line and "overlaps discover[0]" in line
+    assert (
+        "discover[1].uri: " in line
+        and ("lies inside discover[0]" if not inner_first else "holds discover[0]") in line
+    )
     assert str(tmp_path / "lake") in line and str(tmp_path / "lake" / "cdc") in line
     assert handed == []
     # the same prefix twice, once from the file and once spelled otherwise on the command line,
@@ -563,6 +566,19 @@ def test_nested_discover_prefixes_are_refused_naming_both(
     config.write_text(f"kafka: {{bootstrap_servers: 'k:9092'}}\ndiscover: [{inner}, lake/simple]\n")
     assert watch("--config", str(config), "--discover", str(tmp_path / "lake" / "cdc") + "/") == 0
     assert [d.name for d in handed[-1].discover] == ["inner", None]
+    # an outer prefix that leaves the inner one's folder out (exclude, max_depth): no table under both
+    for leaves_out in ("exclude: [cdc]", "exclude: ['c*']", "max_depth: 1"):
+        deep = inner.replace("lake/cdc", "lake/x/cdc") if "max_depth" in leaves_out else inner
+        outer_out = outer.replace("}", f", {leaves_out}}}")
+        prefixes = [deep, outer_out] if inner_first else [outer_out, deep]
+        config.write_text(f"kafka: {{bootstrap_servers: 'k:9092'}}\ndiscover: [{', '.join(prefixes)}]\n")
+        assert watch("--config", str(config)) == 0, leaves_out
+    # one that does not (its glob names another folder, or its depth reaches the inner one)
+    for keeps_in in ("exclude: [cdc2]", "max_depth: 2"):
+        deep = inner.replace("lake/cdc", "lake/x/cdc") if "max_depth" in keeps_in else inner
+        outer_in = outer.replace("}", f", {keeps_in}}}")
+        config.write_text(f"kafka: {{bootstrap_servers: 'k:9092'}}\ndiscover: [{outer_in}, {deep}]\n")
+        assert watch("--config", str(config)) == 2, keeps_in
 
 
 @pytest.mark.parametrize(
