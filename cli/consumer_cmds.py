@@ -195,7 +195,8 @@ def _source_flags(group_default: str) -> tuple[Flag, ...]:
         Flag(
             "bad_record_topic",
             ("--bad-record-topic",),
-            "with --on-bad-record dead-letter: the topic refused records are copied to (must exist)",
+            "with --on-bad-record dead-letter: the topic refused records are copied to (must exist; not a "
+            "topic this command reads)",
             "T",
         ),
     )

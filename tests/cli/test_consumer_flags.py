@@ -44,6 +44,40 @@ REFUSED = [
         ["consume-snapshot", *SOURCE, "--format", "jsonl", "--max-items", "-1"],
         "--max-items must be 0 or more",
     ),
+    # refused records copied back into a topic read loop for ever (F3 of the 2026-11-30 audit)
+    (
+        ["consume-snapshot", *SOURCE, "--on-bad-record", "dead-letter", "--bad-record-topic", "t.actions"],
+        "--bad-record-topic t.actions is a topic this command reads",
+    ),
+    (
+        [
+            "consume-snapshot",
+            *SOURCE,
+            "--commits-topic",
+            "t.commits",
+            "--on-bad-record",
+            "dead-letter",
+            "--bad-record-topic",
+            "t.commits",
+        ],
+        "--bad-record-topic t.commits is a topic this command reads",
+    ),
+    (
+        [
+            "invalidate",
+            "--topic",
+            "deltamirror.cdc.actions",
+            *DEAD,
+            "--commits-topic",
+            "--exec",
+            "true",
+            "--on-bad-record",
+            "dead-letter",
+            "--bad-record-topic",
+            "deltamirror.cdc.commits",
+        ],
+        "--bad-record-topic deltamirror.cdc.commits is a topic this command reads",
+    ),
     # invalidate
     (
         ["invalidate", *SOURCE, "--exec", "true", "--max-attempts", "1", "--backoff", "2"],
