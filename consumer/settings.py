@@ -286,7 +286,7 @@ class InvalidateSettings(SourceSettings):
                     f"{say('dead_letter_topic')} goes with a {say('max_attempts')} above 0: with 0 a "
                     "version is retried until it is delivered, never given up"
                 )
-            if self.dead_letter_topic in (self.topic, self.commits_topic):
+            if self.dead_letter_topic in self.read_topics:  # the commits topic named or derived
                 yield f"{say('dead_letter_topic')} {self.dead_letter_topic} is a topic this command reads"
         for position, secret in enumerate(self.headers, start=1):
             name, sep, _ = secret.get_secret_value().partition(":")

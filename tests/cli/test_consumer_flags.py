@@ -109,6 +109,25 @@ REFUSED = [
         "--dead-letter-topic t.actions is a topic this command reads",
     ),
     (
+        # the commits topic derived (--commits-topic without a name): F4 of the 2026-11-30 audit
+        [
+            "invalidate",
+            "--topic",
+            "deltamirror.cdc.actions",
+            *DEAD,
+            "--commits-topic",
+            "--dead-letter-topic",
+            "deltamirror.cdc.commits",
+            "--exec",
+            "true",
+        ],
+        "--dead-letter-topic deltamirror.cdc.commits is a topic this command reads",
+    ),
+    (
+        ["invalidate", *SOURCE, "--exec", "true", "--commits-topic", "c", "--dead-letter-topic", "c"],
+        "--dead-letter-topic c is a topic this command reads",
+    ),
+    (
         ["invalidate", *SOURCE, "--exec", "true", "--dead-letter-topic", "no good"],
         "--dead-letter-topic: invalid Kafka topic name",
     ),
