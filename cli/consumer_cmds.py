@@ -125,7 +125,8 @@ def _source_flags(group_default: str) -> tuple[Flag, ...]:
             "state_dir",
             ("--state-dir",),
             "where to save each table's state (a Delta checkpoint), the position and the consumer "
-            "group; a start continues from there instead of the topic's beginning",
+            "group; a start continues from there instead of the topic's beginning (a file, or a "
+            "directory whose offsets.json deltamirror did not write, is refused)",
             "DIR",
         ),
         Flag(

@@ -41,6 +41,10 @@ file per table, every ``add`` inline). Each migrated table is written as a check
 that has both a folder and an old file is read from its folder). A newer format is refused with a
 :class:`~deltamirror.core.errors.ConfigError`. Going back to a deltamirror that wrote format 2 is
 not supported: it does not see the folders (delete the state directory to rebuild from the topic).
+
+A directory that cannot be one (a file, or under one; ``tables`` not a directory) and an
+``offsets.json`` that cannot be read, is not a JSON object or lacks the topic or the offsets are
+a :class:`~deltamirror.core.errors.ConfigError` naming the path, never a traceback.
 """
 
 from __future__ import annotations
@@ -94,7 +98,19 @@ class StateStore:
         #: the consumer group of this state (see the module docstring); None: the one recorded
         self.group_id = group_id
         self.tables_dir = self.root / "tables"
-        self.tables_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.tables_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file given as the directory, or in its way; no permission
+            in_way = next(
+                (
+                    p
+                    for p in (self.tables_dir, self.root, *self.root.parents)
+                    if p.exists() and not p.is_dir()
+                ),
+                None,
+            )
+            reason = f"{in_way} is not a directory" if in_way else f"{exc.filename}: {exc.strerror}"
+            raise ConfigError(f"state directory {self.root} cannot be used: {reason}") from None
         self.offsets_path = self.root / "offsets.json"
         #: table id -> what offsets.json lists of it (folder, version, table URI)
         self._index: dict[str, dict[str, Any]] = {}
@@ -146,12 +162,42 @@ class StateStore:
         """``offsets.json`` as written (None if there is none), checked to be of this topic."""
         if not self.offsets_path.exists():
             return None
-        data: dict[str, Any] = json.loads(self.offsets_path.read_text())
-        if data.get("topic") != self.topic:
+        try:
+            data = json.loads(self.offsets_path.read_text())
+        except OSError as exc:
+            raise ConfigError(f"{self.offsets_path} cannot be read ({exc.strerror})") from None
+        except ValueError as exc:  # not JSON, or not UTF-8
+            raise self._malformed(f"not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise self._malformed(f"a JSON {type(data).__name__}, not an object")
+        if not isinstance(data.get("topic"), str):
+            raise self._malformed("no topic")
+        if data["topic"] != self.topic:
             raise ConfigError(
                 f"state directory {self.root} holds the state of topic {data.get('topic')!r}, not {self.topic!r}"
             )
+        if data.get("format") in (None, STATE_FORMAT):  # a newer format is refused as such (load)
+            self._offsets_of(data)  # before a claim writes to it
         return data
+
+    def _offsets_of(self, data: Mapping[str, Any]) -> tuple[dict[int, int], dict[int, int], dict[str, int]]:
+        """The actions and commits offsets and the retired ids ``offsets.json`` holds."""
+        try:
+            return (
+                {int(p): int(o) for p, o in data["partitions"].items()},
+                {int(p): int(o) for p, o in data.get("commitsPartitions", {}).items()},
+                {str(t): int(v) for t, v in data.get("retired", {}).items()},
+            )
+        except KeyError:
+            raise self._malformed("no partitions") from None
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise self._malformed(f"partitions, commitsPartitions or retired: {exc}") from None
+
+    def _malformed(self, what: str) -> ConfigError:
+        return ConfigError(
+            f"{self.offsets_path} is not the offsets of a deltamirror consumer state ({what}): delete "
+            f"{self.root} to rebuild the state from the topic"
+        )
 
     def key(self, table_id: str) -> str:
         return hashlib.sha1(table_id.encode(), usedforsecurity=False).hexdigest()[:16]
@@ -218,7 +264,7 @@ class StateStore:
                 f"{STATE_FORMAT_JSON} to {STATE_FORMAT}: run the version that wrote it, or delete "
                 f"{self.root} to rebuild the state from the topic"
             )
-        position.offsets = {int(p): int(o) for p, o in data["partitions"].items()}
+        position.offsets, commits_offsets, position.retired = self._offsets_of(data)
         stored_commits = data.get("commitsTopic")
         if self.commits_topic is not None and stored_commits not in (None, self.commits_topic):
             raise ConfigError(
@@ -226,8 +272,7 @@ class StateStore:
                 f"{self.commits_topic!r}"
             )
         if self.commits_topic is not None and stored_commits == self.commits_topic:
-            position.commits_offsets = {int(p): int(o) for p, o in data.get("commitsPartitions", {}).items()}
-        position.retired = {str(t): int(v) for t, v in data.get("retired", {}).items()}
+            position.commits_offsets = commits_offsets
         return position, stored_format
 
     # --- formats 1 and 2 -------------------------------------------------------------------------

@@ -242,3 +242,64 @@ def test_read_selects_columns_as_the_library_does(capsys: pytest.CaptureFixture[
     assert main(_argv(["read", "{table}", "--columns", "ID,id"], tmp_path)) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert rows and all(list(r) == ["id"] for r in rows)
+
+
+# --- a --state-dir that cannot be used: one line naming it, exit 2, never a traceback (F7 of the
+# 2026-11-30 audit: NotADirectoryError, JSONDecodeError, AttributeError, "topic None") -------------------
+
+BAD_STATE_DIRS = [
+    # (what is at --state-dir, the contents of its offsets.json if any, what the line says)
+    ("file", None, "state directory {dir} cannot be used: {dir} is not a directory"),
+    ("under-file", None, "state directory {dir} cannot be used: {tmp}/f is not a directory"),
+    ("tables-file", None, "state directory {dir} cannot be used: {dir}/tables is not a directory"),
+    ("dir", "{garbage", "{dir}/offsets.json is not the offsets of a deltamirror consumer state (not JSON"),
+    ("dir", "[]", "{dir}/offsets.json is not the offsets of a deltamirror consumer state (a JSON list"),
+    (
+        "dir",
+        '{"format": 3}',
+        "{dir}/offsets.json is not the offsets of a deltamirror consumer state (no topic)",
+    ),
+    (
+        "dir",
+        '{"format": 3, "topic": "t.actions"}',
+        "{dir}/offsets.json is not the offsets of a deltamirror consumer state (no partitions)",
+    ),
+    (
+        "dir",
+        '{"format": 3, "topic": "t.actions", "partitions": {"0": "x"}}',
+        "{dir}/offsets.json is not the offsets of a deltamirror consumer state (partitions",
+    ),
+    ("offsets-dir", None, "{dir}/offsets.json cannot be read"),
+]
+
+
+@pytest.mark.parametrize("command", ["consume-snapshot", "invalidate"])
+@pytest.mark.parametrize(
+    ("kind", "offsets", "said"), BAD_STATE_DIRS, ids=[f"{k}-{o}" if o else k for k, o, _ in BAD_STATE_DIRS]
+)
+def test_a_state_dir_that_cannot_be_used_is_one_line_naming_it(
+    command: str,
+    kind: str,
+    offsets: str | None,
+    said: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    state = tmp_path / "s"
+    if kind == "file":
+        state.write_text("")
+    elif kind == "under-file":
+        (tmp_path / "f").write_text("")
+        state = tmp_path / "f" / "s"
+    elif kind == "tables-file":
+        state.mkdir()
+        (state / "tables").write_text("")
+    elif kind == "offsets-dir":
+        (state / "offsets.json").mkdir(parents=True)
+    else:
+        (state / "tables").mkdir(parents=True)
+        (state / "offsets.json").write_text(offsets or "")
+    target = ["--exec", "true"] if command == "invalidate" else []
+    assert main([command, *SOURCE, *target, "--once", "--state-dir", str(state)]) == 2
+    err = capsys.readouterr().err
+    assert said.format(dir=state, tmp=tmp_path) in err and len(err.splitlines()) == 1, err
