@@ -93,6 +93,11 @@ MAX_BACKOFF_S = 30.0
 MAX_ATTEMPTS = 5
 TIMEOUT_S = 30.0
 
+#: each command's default consumer group (deltamirror.consumer.snapshot and .invalidate's
+#: DEFAULT_GROUP_ID, spelled here so that consume-snapshot does not import invalidate's modules):
+#: how a state directory written before it recorded its command tells which made it
+DEFAULT_GROUPS = {"consume-snapshot": "deltamirror-snapshot-consumer", "invalidate": "deltamirror-invalidate"}
+
 #: what a consumer does with a record it refuses (deltamirror.mirror.records.boundary.BAD_RECORD_CHOICES)
 ON_BAD_RECORD = ("stop", "skip", "dead-letter")
 
@@ -125,8 +130,9 @@ def _source_flags(group_default: str) -> tuple[Flag, ...]:
             "state_dir",
             ("--state-dir",),
             "where to save each table's state (a Delta checkpoint), the position and the consumer "
-            "group; a start continues from there instead of the topic's beginning (a file, or a "
-            "directory whose offsets.json deltamirror did not write, is refused)",
+            "group; a start continues from there instead of the topic's beginning (a file, a "
+            "directory whose offsets.json deltamirror did not write, or the other consumer "
+            "command's directory, is refused)",
             "DIR",
         ),
         Flag(
@@ -454,20 +460,29 @@ class _Source:
             **self._record_options(settings),
         }
 
-    def group_id(self, default: str) -> str:
-        """The consumer group: ``--group-id``, else the state directory's own, else ``default``.
+    def group_id(self, command: str) -> str:
+        """The consumer group: ``--group-id``, else the state directory's own, else the command's
+        default group.
 
         A state directory records its group when it is new (a group of its own unless one is
         named), so that a new state never starts from what another consumer's group acknowledged;
-        a ``--group-id`` other than the one it records is refused (see consumer/snapshot/store.py).
+        a ``--group-id`` other than the one it records is refused, and so is the directory of the
+        other command (see consumer/snapshot/store.py).
         """
+        groups = DEFAULT_GROUPS
         settings = self.settings
         if settings.state_dir is None:
-            return str(settings.group_id or default)
+            return str(settings.group_id or groups[command])
         from deltamirror.consumer.snapshot import StateStore
 
         return StateStore.claim_group(
-            settings.state_dir, self.topic, self.commits_topic, requested=settings.group_id, default=default
+            settings.state_dir,
+            self.topic,
+            self.commits_topic,
+            requested=settings.group_id,
+            default=groups[command],
+            command=command,
+            command_groups=groups,
         )
 
     def with_reason(self, exc: Exception) -> Exception:
@@ -564,7 +579,6 @@ def _run(consumer: Any, once: bool) -> None:
 
 def cmd_consume_snapshot(args: argparse.Namespace) -> int:
     from deltamirror.consumer.snapshot import (
-        DEFAULT_GROUP_ID,
         IncrementalSnapshot,
         Invalidation,
         SnapshotConsumer,
@@ -576,7 +590,7 @@ def cmd_consume_snapshot(args: argparse.Namespace) -> int:
     source = _Source(settings)
     options: dict[str, Any] = {
         "kafka": source.kafka,
-        "group_id": source.group_id(DEFAULT_GROUP_ID),
+        "group_id": source.group_id("consume-snapshot"),
         "commits_topic": source.commits_topic,
         **source.state_options,
     }
@@ -669,7 +683,6 @@ def cmd_invalidate(args: argparse.Namespace) -> int:
     import threading
 
     from deltamirror.consumer.invalidate import (
-        DEFAULT_GROUP_ID,
         DeadLetterTopic,
         DeliveryCounters,
         ExecTarget,
@@ -721,7 +734,7 @@ def cmd_invalidate(args: argparse.Namespace) -> int:
         source.topic,
         on_payload=invalidator,
         max_items=settings.items,
-        group_id=source.group_id(DEFAULT_GROUP_ID),
+        group_id=source.group_id("invalidate"),
         kafka=source.kafka,
         commits_topic=source.commits_topic,
         stop=stop,

@@ -32,7 +32,9 @@ whose committed offsets go with this state. :meth:`StateStore.claim_group` recor
 directory is new (a group of the directory's own unless one is named: a new state never inherits
 what another consumer's group acknowledged), takes it from there afterwards, and refuses another
 group by name (a :class:`~deltamirror.core.errors.ConfigError`). A directory written before groups
-were recorded takes the group it is next used with.
+were recorded takes the group it is next used with. The command line records which command made
+the directory (``command``) and refuses the other one (see :meth:`StateStore.claim_group`); the
+saves keep the record.
 
 Older formats are read and migrated when the store is loaded: format 2 (``tables/<key>.json``, a
 sidecar, beside ``tables/<key>-v<version>-<token>.parquet``, the files) and format 1 (one JSON
@@ -52,6 +54,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -97,6 +100,9 @@ class StateStore:
         self.commits_topic = commits_topic
         #: the consumer group of this state (see the module docstring); None: the one recorded
         self.group_id = group_id
+        #: the command whose state this is (``command`` in offsets.json; None: not recorded),
+        #: kept by every save (see :meth:`claim_group`)
+        self.command: str | None = None
         self.tables_dir = self.root / "tables"
         try:
             self.tables_dir.mkdir(parents=True, exist_ok=True)
@@ -126,6 +132,8 @@ class StateStore:
         *,
         requested: str | None,
         default: str,
+        command: str | None = None,
+        command_groups: Mapping[str, str] | None = None,
     ) -> str:
         """The consumer group of the state in ``directory``, recorded there if it was not yet.
 
@@ -134,21 +142,58 @@ class StateStore:
         directory that records a group returns it; ``requested`` naming another is a ConfigError.
         One written before groups were recorded takes ``requested``, else ``default`` (the group
         it was used with then).
+
+        With ``command`` (the command line's, e.g. ``invalidate``) the directory records which
+        command made it, and another command's directory is a ConfigError: its position and
+        group are what that command handed over, not this one (``invalidate`` over
+        ``consume-snapshot``'s state would skip every version that command had read). One written
+        before commands were recorded is told by its group: a default group of a command in
+        ``command_groups`` (command -> its default group) is that command's; any other group
+        takes ``command``.
         """
         store = cls(directory, topic, commits_topic)
         data = store._read_offsets_file()
+        store.command = command
         if data is None:
             store.group_id = requested or f"{default}-{uuid.uuid4().hex[:12]}"
             store._write_position({}, {}, {})
             return store.group_id
         recorded = data.get("groupId")
+        if command is not None:
+            store._check_command(data, command, command_groups or {})
         if recorded is not None:
             store._check_group(str(recorded), requested)
-            return str(recorded)
-        group = requested or default
-        write_json(store.offsets_path, {**data, "groupId": group})
+            if command is None or "command" in data:
+                return str(recorded)
+        group = str(recorded) if recorded is not None else requested or default
+        recorded_command = {"command": command} if command is not None else {}
+        write_json(store.offsets_path, {**data, "groupId": group, **recorded_command})
         fsync_dir(store.root)
         return group
+
+    def _check_command(
+        self, data: Mapping[str, Any], command: str, command_groups: Mapping[str, str]
+    ) -> None:
+        """A ConfigError if ``data`` (offsets.json) is the state of another command than ``command``."""
+        recorded = data.get("command")
+        group = data.get("groupId")
+        if recorded is not None:
+            made_by, why = str(recorded), "it records"
+        else:
+            made_by = next(
+                (
+                    name
+                    for name, default in command_groups.items()
+                    if group == default or re.fullmatch(rf"{re.escape(default)}-[0-9a-f]{{12}}", str(group))
+                ),
+                command,
+            )
+            why = f"its consumer group {group} is that command's own"
+        if made_by != command:
+            raise ConfigError(
+                f"state directory {self.root} is the state of {made_by}, not {command} ({why}; its "
+                f"position and group are what {made_by} read): give {command} a state directory of its own"
+            )
 
     def _check_group(self, recorded: str, requested: str | None) -> None:
         if requested is not None and requested != recorded:
@@ -257,6 +302,8 @@ class StateStore:
         if recorded is not None:
             self._check_group(str(recorded), self.group_id)
             self.group_id = str(recorded)
+        if data.get("command") is not None:  # kept by the saves
+            self.command = str(data["command"])
         stored_format = data.get("format")
         if stored_format is not None and stored_format != STATE_FORMAT:
             raise ConfigError(
@@ -403,6 +450,8 @@ class StateStore:
         }
         if self.group_id is not None:
             data["groupId"] = self.group_id
+        if self.command is not None:
+            data["command"] = self.command
         if self.commits_topic is not None:
             data["commitsTopic"] = self.commits_topic
             data["commitsPartitions"] = {str(p): o for p, o in sorted(commits_offsets.items())}

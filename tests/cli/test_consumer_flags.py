@@ -219,6 +219,13 @@ def test_the_defaults_of_flags_told_apart_from_their_absence_are_still_the_docum
         consumer_cmds.MAX_BACKOFF_S,
     )
     assert DEFAULT_MAX_ITEMS == consumer_cmds.MAX_ITEMS
+    from deltamirror.consumer.invalidate import DEFAULT_GROUP_ID as INVALIDATE_GROUP
+    from deltamirror.consumer.snapshot import DEFAULT_GROUP_ID as SNAPSHOT_GROUP
+
+    assert consumer_cmds.DEFAULT_GROUPS == {
+        "consume-snapshot": SNAPSHOT_GROUP,
+        "invalidate": INVALIDATE_GROUP,
+    }
     assert (DEFAULT_CHECKPOINT_INTERVAL_VERSIONS, DEFAULT_CHECKPOINT_INTERVAL_S) == (
         consumer_cmds.CHECKPOINT_VERSIONS,
         consumer_cmds.CHECKPOINT_S,
@@ -303,3 +310,37 @@ def test_a_state_dir_that_cannot_be_used_is_one_line_naming_it(
     assert main([command, *SOURCE, *target, "--once", "--state-dir", str(state)]) == 2
     err = capsys.readouterr().err
     assert said.format(dir=state, tmp=tmp_path) in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "before-commands-were-recorded"])
+def test_invalidate_over_the_state_dir_of_consume_snapshot_is_refused(
+    recorded: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """F2 of the 2026-11-30 audit: invalidate took over consume-snapshot's group and position, and
+    delivered nothing (exit 0); and the other way round."""
+    import json
+
+    state = tmp_path / "s"
+    (state / "tables").mkdir(parents=True)
+    offsets = {
+        "format": 3,
+        "topic": "t.actions",
+        "partitions": {"0": 3},
+        "groupId": "deltamirror-snapshot-consumer-b3a3dc77b291",
+        "retired": {},
+        "tables": {},
+    }
+    if recorded:
+        offsets["command"] = "consume-snapshot"
+    (state / "offsets.json").write_text(json.dumps(offsets))
+    assert main(["invalidate", *SOURCE, "--exec", "true", "--once", "--state-dir", str(state)]) == 2
+    err = capsys.readouterr().err
+    assert f"state directory {state} is the state of consume-snapshot, not invalidate" in err, err
+    assert len(err.splitlines()) == 1, err
+
+    offsets.update(groupId="deltamirror-invalidate-0123456789ab", command="invalidate")
+    (state / "offsets.json").write_text(json.dumps(offsets))
+    assert main(["consume-snapshot", *SOURCE, "--once", "--state-dir", str(state)]) == 2
+    err = capsys.readouterr().err
+    assert f"state directory {state} is the state of invalidate, not consume-snapshot" in err, err
+    assert len(err.splitlines()) == 1, err
