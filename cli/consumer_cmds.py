@@ -80,7 +80,8 @@ example: drop the cached results of the partitions each version touched
 #: what --help says of the environment variables and the file
 ENVIRONMENT_NOTE = (
     ENVIRONMENT_HELP + " DELTAMIRROR_COMMITS_TOPIC names the topic (the default pair takes the flag "
-    "without a name). The --config file gives the kafka: and consumer: sections."
+    "without a name). The --config file gives the kafka: and consumer: sections (the watcher's "
+    "other keys are allowed, a key no command knows is refused)."
 )
 
 #: the defaults of the settings whose absence is told apart from their default (refused combinations);
@@ -387,8 +388,15 @@ def command_settings(args: argparse.Namespace, environ: Mapping[str, str] | None
     config = layers.get("config")
     servers = layers.get("bootstrap_servers")
     if config:  # the watcher's Kafka model and file: the same broker-list rule, SASL/SSL checks, secrets
-        from deltamirror.producer.config_file import load_kafka_settings, load_section
+        from deltamirror.producer.config_file import load_kafka_settings, load_section, top_level_keys
+        from deltamirror.producer.settings import WatchConfig
 
+        # the file may be the watcher's too: its keys are known, a key no command knows is a typo
+        known = {"consumer", *WatchConfig.model_fields}
+        known.update(f.alias for f in WatchConfig.model_fields.values() if f.alias)
+        for key in top_level_keys(config):
+            if key not in known:
+                raise ConfigError(f"invalid configuration: {key}: unknown key", file=config)
         kafka = load_kafka_settings(config, bootstrap_servers=servers)
         in_file = file_section(load_section(config, "consumer"), config)
     elif not servers:
