@@ -80,7 +80,8 @@ example: drop the cached results of the partitions each version touched
 #: what --help says of the environment variables and the file
 ENVIRONMENT_NOTE = (
     ENVIRONMENT_HELP + " DELTAMIRROR_COMMITS_TOPIC names the topic (the default pair takes the flag "
-    "without a name). The --config file gives the kafka: and consumer: sections."
+    "without a name). The --config file gives the kafka: and consumer: sections (the watcher's "
+    "other keys are allowed, a key no command knows is refused)."
 )
 
 #: the defaults of the settings whose absence is told apart from their default (refused combinations);
@@ -92,6 +93,11 @@ BACKOFF_S = 0.5
 MAX_BACKOFF_S = 30.0
 MAX_ATTEMPTS = 5
 TIMEOUT_S = 30.0
+
+#: each command's default consumer group (deltamirror.consumer.snapshot and .invalidate's
+#: DEFAULT_GROUP_ID, spelled here so that consume-snapshot does not import invalidate's modules):
+#: how a state directory written before it recorded its command tells which made it
+DEFAULT_GROUPS = {"consume-snapshot": "deltamirror-snapshot-consumer", "invalidate": "deltamirror-invalidate"}
 
 #: what a consumer does with a record it refuses (deltamirror.mirror.records.boundary.BAD_RECORD_CHOICES)
 ON_BAD_RECORD = ("stop", "skip", "dead-letter")
@@ -125,7 +131,9 @@ def _source_flags(group_default: str) -> tuple[Flag, ...]:
             "state_dir",
             ("--state-dir",),
             "where to save each table's state (a Delta checkpoint), the position and the consumer "
-            "group; a start continues from there instead of the topic's beginning",
+            "group; a start continues from there instead of the topic's beginning (a file, a "
+            "directory whose offsets.json deltamirror did not write, or the other consumer "
+            "command's directory, is refused)",
             "DIR",
         ),
         Flag(
@@ -195,7 +203,8 @@ def _source_flags(group_default: str) -> tuple[Flag, ...]:
         Flag(
             "bad_record_topic",
             ("--bad-record-topic",),
-            "with --on-bad-record dead-letter: the topic refused records are copied to (must exist)",
+            "with --on-bad-record dead-letter: the topic refused records are copied to (must exist; not a "
+            "topic this command reads)",
             "T",
         ),
     )
@@ -379,8 +388,15 @@ def command_settings(args: argparse.Namespace, environ: Mapping[str, str] | None
     config = layers.get("config")
     servers = layers.get("bootstrap_servers")
     if config:  # the watcher's Kafka model and file: the same broker-list rule, SASL/SSL checks, secrets
-        from deltamirror.producer.config_file import load_kafka_settings, load_section
+        from deltamirror.producer.config_file import load_kafka_settings, load_section, top_level_keys
+        from deltamirror.producer.settings import WatchConfig
 
+        # the file may be the watcher's too: its keys are known, a key no command knows is a typo
+        known = {"consumer", *WatchConfig.model_fields}
+        known.update(f.alias for f in WatchConfig.model_fields.values() if f.alias)
+        for key in top_level_keys(config):
+            if key not in known:
+                raise ConfigError(f"invalid configuration: {key}: unknown key", file=config)
         kafka = load_kafka_settings(config, bootstrap_servers=servers)
         in_file = file_section(load_section(config, "consumer"), config)
     elif not servers:
@@ -452,20 +468,29 @@ class _Source:
             **self._record_options(settings),
         }
 
-    def group_id(self, default: str) -> str:
-        """The consumer group: ``--group-id``, else the state directory's own, else ``default``.
+    def group_id(self, command: str) -> str:
+        """The consumer group: ``--group-id``, else the state directory's own, else the command's
+        default group.
 
         A state directory records its group when it is new (a group of its own unless one is
         named), so that a new state never starts from what another consumer's group acknowledged;
-        a ``--group-id`` other than the one it records is refused (see consumer/snapshot/store.py).
+        a ``--group-id`` other than the one it records is refused, and so is the directory of the
+        other command (see consumer/snapshot/store.py).
         """
+        groups = DEFAULT_GROUPS
         settings = self.settings
         if settings.state_dir is None:
-            return str(settings.group_id or default)
+            return str(settings.group_id or groups[command])
         from deltamirror.consumer.snapshot import StateStore
 
         return StateStore.claim_group(
-            settings.state_dir, self.topic, self.commits_topic, requested=settings.group_id, default=default
+            settings.state_dir,
+            self.topic,
+            self.commits_topic,
+            requested=settings.group_id,
+            default=groups[command],
+            command=command,
+            command_groups=groups,
         )
 
     def with_reason(self, exc: Exception) -> Exception:
@@ -562,7 +587,6 @@ def _run(consumer: Any, once: bool) -> None:
 
 def cmd_consume_snapshot(args: argparse.Namespace) -> int:
     from deltamirror.consumer.snapshot import (
-        DEFAULT_GROUP_ID,
         IncrementalSnapshot,
         Invalidation,
         SnapshotConsumer,
@@ -574,7 +598,7 @@ def cmd_consume_snapshot(args: argparse.Namespace) -> int:
     source = _Source(settings)
     options: dict[str, Any] = {
         "kafka": source.kafka,
-        "group_id": source.group_id(DEFAULT_GROUP_ID),
+        "group_id": source.group_id("consume-snapshot"),
         "commits_topic": source.commits_topic,
         **source.state_options,
     }
@@ -667,7 +691,6 @@ def cmd_invalidate(args: argparse.Namespace) -> int:
     import threading
 
     from deltamirror.consumer.invalidate import (
-        DEFAULT_GROUP_ID,
         DeadLetterTopic,
         DeliveryCounters,
         ExecTarget,
@@ -719,7 +742,7 @@ def cmd_invalidate(args: argparse.Namespace) -> int:
         source.topic,
         on_payload=invalidator,
         max_items=settings.items,
-        group_id=source.group_id(DEFAULT_GROUP_ID),
+        group_id=source.group_id("invalidate"),
         kafka=source.kafka,
         commits_topic=source.commits_topic,
         stop=stop,

@@ -173,6 +173,9 @@ class SourceSettings(SettingsModel):
             problem = topic_name_problem(self.bad_record_topic)
             if problem is not None:
                 yield f"{say('bad_record_topic')}: {problem}"
+            if self.bad_record_topic in self.read_topics:
+                # each refused record copied back into the input is read, refused and copied again
+                yield f"{say('bad_record_topic')} {self.bad_record_topic} is a topic this command reads"
 
     def _max_items_problems(self, say: Callable[[str], str]) -> Iterator[str]:
         return iter(())
@@ -183,6 +186,13 @@ class SourceSettings(SettingsModel):
     def actions_topic(self) -> str:
         assert self.topic is not None  # required: the validation says so
         return self.topic
+
+    @property
+    def read_topics(self) -> tuple[str, ...]:
+        """The topics this command reads: the actions topic and, with one, the commits topic (the
+        one named or the default pair's: a topic written to must be neither)."""
+        commits = self.commits_topic_name
+        return (self.actions_topic,) if commits is None else (self.actions_topic, commits)
 
     @property
     def commits_topic_name(self) -> str | None:
@@ -276,7 +286,7 @@ class InvalidateSettings(SourceSettings):
                     f"{say('dead_letter_topic')} goes with a {say('max_attempts')} above 0: with 0 a "
                     "version is retried until it is delivered, never given up"
                 )
-            if self.dead_letter_topic in (self.topic, self.commits_topic):
+            if self.dead_letter_topic in self.read_topics:  # the commits topic named or derived
                 yield f"{say('dead_letter_topic')} {self.dead_letter_topic} is a topic this command reads"
         for position, secret in enumerate(self.headers, start=1):
             name, sep, _ = secret.get_secret_value().partition(":")

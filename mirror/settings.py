@@ -59,6 +59,19 @@ _TYPED_KAFKA_KEYS = {
 }
 # The watcher sets these itself: exactly-once depends on them (fencing, idempotence, resume reads).
 RESERVED_KAFKA_KEYS = frozenset({"transactional.id", "enable.idempotence", "isolation.level"})
+#: the properties deltamirror's clients set over the user's (mirror/kafka/consumer.py, producer.py):
+#: refused in ``extra`` too, with what to use instead, rather than silently overridden
+OWN_KAFKA_KEYS = {
+    "group.id": "the consumers take their group from --group-id (or their state directory)",
+    "auto.offset.reset": "deltamirror reads from its own position (its state, the group's offsets "
+    "or the topic's beginning)",
+    "enable.auto.commit": "deltamirror commits offsets itself, once what they cover is handled",
+    "enable.auto.offset.store": "deltamirror commits offsets itself, once what they cover is handled",
+    "enable.partition.eof": "deltamirror's readers need the end of each partition",
+    "acks": "deltamirror's producers set acks=all (exactly-once, at-least-once dead letters)",
+    "partitioner": "the watcher sets murmur2_random (the Java client's partitioning of the keys)",
+    "delivery.report.only.error": "the watcher sets it itself",
+}
 #: the fields holding a path to a local file (resolved against a configuration file's directory)
 SSL_FILE_FIELDS = ("ssl_ca_location", "ssl_certificate_location", "ssl_key_location")
 
@@ -297,6 +310,8 @@ class KafkaSettings(SettingsModel):
                 raise FieldProblem(key, f"set it with kafka.{_TYPED_KAFKA_KEYS[key]} instead")
             if key in RESERVED_KAFKA_KEYS:
                 raise FieldProblem(key, "the watcher sets this property itself (exactly-once delivery)")
+            if key in OWN_KAFKA_KEYS:
+                raise FieldProblem(key, f"deltamirror sets this property itself: {OWN_KAFKA_KEYS[key]}")
         return value
 
     @model_validator(mode="after")
@@ -407,6 +422,7 @@ def validate_kafka_section(
 
 
 __all__ = [
+    "OWN_KAFKA_KEYS",
     "RESERVED_KAFKA_KEYS",
     "SASL_MECHANISMS",
     "SECURITY_PROTOCOLS",

@@ -270,6 +270,12 @@ def load_section(path: str | Path, name: str, environ: Mapping[str, str] | None 
     return _interpolate(raw[name], [name], str(path), os.environ if environ is None else environ)
 
 
+def top_level_keys(path: str | Path) -> list[str]:
+    """The keys at the top of a configuration file (its sections), as written: for the consumer
+    commands, which refuse a key no command knows (a typo such as ``consumr:``)."""
+    return list(_read_mapping(Path(path)))
+
+
 __all__ = [
     "SignalConfig",
     "load_config",
@@ -278,4 +284,5 @@ __all__ = [
     "load_section",
     "load_signal_config",
     "redacted",
+    "top_level_keys",
 ]

@@ -32,7 +32,9 @@ whose committed offsets go with this state. :meth:`StateStore.claim_group` recor
 directory is new (a group of the directory's own unless one is named: a new state never inherits
 what another consumer's group acknowledged), takes it from there afterwards, and refuses another
 group by name (a :class:`~deltamirror.core.errors.ConfigError`). A directory written before groups
-were recorded takes the group it is next used with.
+were recorded takes the group it is next used with. The command line records which command made
+the directory (``command``) and refuses the other one (see :meth:`StateStore.claim_group`); the
+saves keep the record.
 
 Older formats are read and migrated when the store is loaded: format 2 (``tables/<key>.json``, a
 sidecar, beside ``tables/<key>-v<version>-<token>.parquet``, the files) and format 1 (one JSON
@@ -41,6 +43,10 @@ file per table, every ``add`` inline). Each migrated table is written as a check
 that has both a folder and an old file is read from its folder). A newer format is refused with a
 :class:`~deltamirror.core.errors.ConfigError`. Going back to a deltamirror that wrote format 2 is
 not supported: it does not see the folders (delete the state directory to rebuild from the topic).
+
+A directory that cannot be one (a file, or under one; ``tables`` not a directory) and an
+``offsets.json`` that cannot be read, is not a JSON object or lacks the topic or the offsets are
+a :class:`~deltamirror.core.errors.ConfigError` naming the path, never a traceback.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -93,8 +100,23 @@ class StateStore:
         self.commits_topic = commits_topic
         #: the consumer group of this state (see the module docstring); None: the one recorded
         self.group_id = group_id
+        #: the command whose state this is (``command`` in offsets.json; None: not recorded),
+        #: kept by every save (see :meth:`claim_group`)
+        self.command: str | None = None
         self.tables_dir = self.root / "tables"
-        self.tables_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.tables_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file given as the directory, or in its way; no permission
+            in_way = next(
+                (
+                    p
+                    for p in (self.tables_dir, self.root, *self.root.parents)
+                    if p.exists() and not p.is_dir()
+                ),
+                None,
+            )
+            reason = f"{in_way} is not a directory" if in_way else f"{exc.filename}: {exc.strerror}"
+            raise ConfigError(f"state directory {self.root} cannot be used: {reason}") from None
         self.offsets_path = self.root / "offsets.json"
         #: table id -> what offsets.json lists of it (folder, version, table URI)
         self._index: dict[str, dict[str, Any]] = {}
@@ -110,6 +132,8 @@ class StateStore:
         *,
         requested: str | None,
         default: str,
+        command: str | None = None,
+        command_groups: Mapping[str, str] | None = None,
     ) -> str:
         """The consumer group of the state in ``directory``, recorded there if it was not yet.
 
@@ -118,21 +142,58 @@ class StateStore:
         directory that records a group returns it; ``requested`` naming another is a ConfigError.
         One written before groups were recorded takes ``requested``, else ``default`` (the group
         it was used with then).
+
+        With ``command`` (the command line's, e.g. ``invalidate``) the directory records which
+        command made it, and another command's directory is a ConfigError: its position and
+        group are what that command handed over, not this one (``invalidate`` over
+        ``consume-snapshot``'s state would skip every version that command had read). One written
+        before commands were recorded is told by its group: a default group of a command in
+        ``command_groups`` (command -> its default group) is that command's; any other group
+        takes ``command``.
         """
         store = cls(directory, topic, commits_topic)
         data = store._read_offsets_file()
+        store.command = command
         if data is None:
             store.group_id = requested or f"{default}-{uuid.uuid4().hex[:12]}"
             store._write_position({}, {}, {})
             return store.group_id
         recorded = data.get("groupId")
+        if command is not None:
+            store._check_command(data, command, command_groups or {})
         if recorded is not None:
             store._check_group(str(recorded), requested)
-            return str(recorded)
-        group = requested or default
-        write_json(store.offsets_path, {**data, "groupId": group})
+            if command is None or "command" in data:
+                return str(recorded)
+        group = str(recorded) if recorded is not None else requested or default
+        recorded_command = {"command": command} if command is not None else {}
+        write_json(store.offsets_path, {**data, "groupId": group, **recorded_command})
         fsync_dir(store.root)
         return group
+
+    def _check_command(
+        self, data: Mapping[str, Any], command: str, command_groups: Mapping[str, str]
+    ) -> None:
+        """A ConfigError if ``data`` (offsets.json) is the state of another command than ``command``."""
+        recorded = data.get("command")
+        group = data.get("groupId")
+        if recorded is not None:
+            made_by, why = str(recorded), "it records"
+        else:
+            made_by = next(
+                (
+                    name
+                    for name, default in command_groups.items()
+                    if group == default or re.fullmatch(rf"{re.escape(default)}-[0-9a-f]{{12}}", str(group))
+                ),
+                command,
+            )
+            why = f"its consumer group {group} is that command's own"
+        if made_by != command:
+            raise ConfigError(
+                f"state directory {self.root} is the state of {made_by}, not {command} ({why}; its "
+                f"position and group are what {made_by} read): give {command} a state directory of its own"
+            )
 
     def _check_group(self, recorded: str, requested: str | None) -> None:
         if requested is not None and requested != recorded:
@@ -146,12 +207,42 @@ class StateStore:
         """``offsets.json`` as written (None if there is none), checked to be of this topic."""
         if not self.offsets_path.exists():
             return None
-        data: dict[str, Any] = json.loads(self.offsets_path.read_text())
-        if data.get("topic") != self.topic:
+        try:
+            data = json.loads(self.offsets_path.read_text())
+        except OSError as exc:
+            raise ConfigError(f"{self.offsets_path} cannot be read ({exc.strerror})") from None
+        except ValueError as exc:  # not JSON, or not UTF-8
+            raise self._malformed(f"not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise self._malformed(f"a JSON {type(data).__name__}, not an object")
+        if not isinstance(data.get("topic"), str):
+            raise self._malformed("no topic")
+        if data["topic"] != self.topic:
             raise ConfigError(
                 f"state directory {self.root} holds the state of topic {data.get('topic')!r}, not {self.topic!r}"
             )
+        if data.get("format") in (None, STATE_FORMAT):  # a newer format is refused as such (load)
+            self._offsets_of(data)  # before a claim writes to it
         return data
+
+    def _offsets_of(self, data: Mapping[str, Any]) -> tuple[dict[int, int], dict[int, int], dict[str, int]]:
+        """The actions and commits offsets and the retired ids ``offsets.json`` holds."""
+        try:
+            return (
+                {int(p): int(o) for p, o in data["partitions"].items()},
+                {int(p): int(o) for p, o in data.get("commitsPartitions", {}).items()},
+                {str(t): int(v) for t, v in data.get("retired", {}).items()},
+            )
+        except KeyError:
+            raise self._malformed("no partitions") from None
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise self._malformed(f"partitions, commitsPartitions or retired: {exc}") from None
+
+    def _malformed(self, what: str) -> ConfigError:
+        return ConfigError(
+            f"{self.offsets_path} is not the offsets of a deltamirror consumer state ({what}): delete "
+            f"{self.root} to rebuild the state from the topic"
+        )
 
     def key(self, table_id: str) -> str:
         return hashlib.sha1(table_id.encode(), usedforsecurity=False).hexdigest()[:16]
@@ -211,6 +302,8 @@ class StateStore:
         if recorded is not None:
             self._check_group(str(recorded), self.group_id)
             self.group_id = str(recorded)
+        if data.get("command") is not None:  # kept by the saves
+            self.command = str(data["command"])
         stored_format = data.get("format")
         if stored_format is not None and stored_format != STATE_FORMAT:
             raise ConfigError(
@@ -218,7 +311,7 @@ class StateStore:
                 f"{STATE_FORMAT_JSON} to {STATE_FORMAT}: run the version that wrote it, or delete "
                 f"{self.root} to rebuild the state from the topic"
             )
-        position.offsets = {int(p): int(o) for p, o in data["partitions"].items()}
+        position.offsets, commits_offsets, position.retired = self._offsets_of(data)
         stored_commits = data.get("commitsTopic")
         if self.commits_topic is not None and stored_commits not in (None, self.commits_topic):
             raise ConfigError(
@@ -226,8 +319,7 @@ class StateStore:
                 f"{self.commits_topic!r}"
             )
         if self.commits_topic is not None and stored_commits == self.commits_topic:
-            position.commits_offsets = {int(p): int(o) for p, o in data.get("commitsPartitions", {}).items()}
-        position.retired = {str(t): int(v) for t, v in data.get("retired", {}).items()}
+            position.commits_offsets = commits_offsets
         return position, stored_format
 
     # --- formats 1 and 2 -------------------------------------------------------------------------
@@ -358,6 +450,8 @@ class StateStore:
         }
         if self.group_id is not None:
             data["groupId"] = self.group_id
+        if self.command is not None:
+            data["command"] = self.command
         if self.commits_topic is not None:
             data["commitsTopic"] = self.commits_topic
             data["commitsPartitions"] = {str(p): o for p, o in sorted(commits_offsets.items())}

@@ -27,7 +27,7 @@ from deltamirror.core.storage import normalize_table_uri
 from deltamirror.core.table import DeltaTable, open_table
 from deltamirror.core.timestamps import parse_timestamp
 from deltamirror.mirror.records.boundary import OnBadRecord
-from deltamirror.mirror.settings import RESERVED_KAFKA_KEYS, KafkaSettings
+from deltamirror.mirror.settings import OWN_KAFKA_KEYS, RESERVED_KAFKA_KEYS, KafkaSettings
 from deltamirror.mirror.topic_names import default_topics
 
 from ..mirror_changes import MirrorSettings
@@ -279,7 +279,8 @@ def kafka_settings(options: Mapping[str, str], table: str) -> tuple[KafkaSetting
         key = option[len(KAFKA_PREFIX) :]
         name = _KAFKA_FIELDS.get(key)
         if name is None:
-            (passed_on if key in RESERVED_KAFKA_KEYS else extra)[key] = value
+            # as before the consumers refused OWN_KAFKA_KEYS: the Spark source's own handling
+            (passed_on if key in RESERVED_KAFKA_KEYS or key in OWN_KAFKA_KEYS else extra)[key] = value
             continue
         if name in values:
             raise InvalidArgumentError(

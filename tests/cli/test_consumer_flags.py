@@ -44,6 +44,40 @@ REFUSED = [
         ["consume-snapshot", *SOURCE, "--format", "jsonl", "--max-items", "-1"],
         "--max-items must be 0 or more",
     ),
+    # refused records copied back into a topic read loop for ever (F3 of the 2026-11-30 audit)
+    (
+        ["consume-snapshot", *SOURCE, "--on-bad-record", "dead-letter", "--bad-record-topic", "t.actions"],
+        "--bad-record-topic t.actions is a topic this command reads",
+    ),
+    (
+        [
+            "consume-snapshot",
+            *SOURCE,
+            "--commits-topic",
+            "t.commits",
+            "--on-bad-record",
+            "dead-letter",
+            "--bad-record-topic",
+            "t.commits",
+        ],
+        "--bad-record-topic t.commits is a topic this command reads",
+    ),
+    (
+        [
+            "invalidate",
+            "--topic",
+            "deltamirror.cdc.actions",
+            *DEAD,
+            "--commits-topic",
+            "--exec",
+            "true",
+            "--on-bad-record",
+            "dead-letter",
+            "--bad-record-topic",
+            "deltamirror.cdc.commits",
+        ],
+        "--bad-record-topic deltamirror.cdc.commits is a topic this command reads",
+    ),
     # invalidate
     (
         ["invalidate", *SOURCE, "--exec", "true", "--max-attempts", "1", "--backoff", "2"],
@@ -73,6 +107,25 @@ REFUSED = [
     (
         ["invalidate", *SOURCE, "--exec", "true", "--dead-letter-topic", "t.actions"],
         "--dead-letter-topic t.actions is a topic this command reads",
+    ),
+    (
+        # the commits topic derived (--commits-topic without a name): F4 of the 2026-11-30 audit
+        [
+            "invalidate",
+            "--topic",
+            "deltamirror.cdc.actions",
+            *DEAD,
+            "--commits-topic",
+            "--dead-letter-topic",
+            "deltamirror.cdc.commits",
+            "--exec",
+            "true",
+        ],
+        "--dead-letter-topic deltamirror.cdc.commits is a topic this command reads",
+    ),
+    (
+        ["invalidate", *SOURCE, "--exec", "true", "--commits-topic", "c", "--dead-letter-topic", "c"],
+        "--dead-letter-topic c is a topic this command reads",
     ),
     (
         ["invalidate", *SOURCE, "--exec", "true", "--dead-letter-topic", "no good"],
@@ -166,6 +219,13 @@ def test_the_defaults_of_flags_told_apart_from_their_absence_are_still_the_docum
         consumer_cmds.MAX_BACKOFF_S,
     )
     assert DEFAULT_MAX_ITEMS == consumer_cmds.MAX_ITEMS
+    from deltamirror.consumer.invalidate import DEFAULT_GROUP_ID as INVALIDATE_GROUP
+    from deltamirror.consumer.snapshot import DEFAULT_GROUP_ID as SNAPSHOT_GROUP
+
+    assert consumer_cmds.DEFAULT_GROUPS == {
+        "consume-snapshot": SNAPSHOT_GROUP,
+        "invalidate": INVALIDATE_GROUP,
+    }
     assert (DEFAULT_CHECKPOINT_INTERVAL_VERSIONS, DEFAULT_CHECKPOINT_INTERVAL_S) == (
         consumer_cmds.CHECKPOINT_VERSIONS,
         consumer_cmds.CHECKPOINT_S,
@@ -190,3 +250,98 @@ def test_read_selects_columns_as_the_library_does(capsys: pytest.CaptureFixture[
     assert main(_argv(["read", "{table}", "--columns", "ID"], tmp_path)) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert rows and all(list(r) == ["id"] for r in rows)
+
+
+# --- a --state-dir that cannot be used: one line naming it, exit 2, never a traceback (F7 of the
+# 2026-11-30 audit: NotADirectoryError, JSONDecodeError, AttributeError, "topic None") -------------------
+
+BAD_STATE_DIRS = [
+    # (what is at --state-dir, the contents of its offsets.json if any, what the line says)
+    ("file", None, "state directory {dir} cannot be used: {dir} is not a directory"),
+    ("under-file", None, "state directory {dir} cannot be used: {tmp}/f is not a directory"),
+    ("tables-file", None, "state directory {dir} cannot be used: {dir}/tables is not a directory"),
+    ("dir", "{garbage", "{dir}/offsets.json is not the offsets of a deltamirror consumer state (not JSON"),
+    ("dir", "[]", "{dir}/offsets.json is not the offsets of a deltamirror consumer state (a JSON list"),
+    (
+        "dir",
+        '{"format": 3}',
+        "{dir}/offsets.json is not the offsets of a deltamirror consumer state (no topic)",
+    ),
+    (
+        "dir",
+        '{"format": 3, "topic": "t.actions"}',
+        "{dir}/offsets.json is not the offsets of a deltamirror consumer state (no partitions)",
+    ),
+    (
+        "dir",
+        '{"format": 3, "topic": "t.actions", "partitions": {"0": "x"}}',
+        "{dir}/offsets.json is not the offsets of a deltamirror consumer state (partitions",
+    ),
+    ("offsets-dir", None, "{dir}/offsets.json cannot be read"),
+]
+
+
+@pytest.mark.parametrize("command", ["consume-snapshot", "invalidate"])
+@pytest.mark.parametrize(
+    ("kind", "offsets", "said"), BAD_STATE_DIRS, ids=[f"{k}-{o}" if o else k for k, o, _ in BAD_STATE_DIRS]
+)
+def test_a_state_dir_that_cannot_be_used_is_one_line_naming_it(
+    command: str,
+    kind: str,
+    offsets: str | None,
+    said: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    state = tmp_path / "s"
+    if kind == "file":
+        state.write_text("")
+    elif kind == "under-file":
+        (tmp_path / "f").write_text("")
+        state = tmp_path / "f" / "s"
+    elif kind == "tables-file":
+        state.mkdir()
+        (state / "tables").write_text("")
+    elif kind == "offsets-dir":
+        (state / "offsets.json").mkdir(parents=True)
+    else:
+        (state / "tables").mkdir(parents=True)
+        (state / "offsets.json").write_text(offsets or "")
+    target = ["--exec", "true"] if command == "invalidate" else []
+    assert main([command, *SOURCE, *target, "--once", "--state-dir", str(state)]) == 2
+    err = capsys.readouterr().err
+    assert said.format(dir=state, tmp=tmp_path) in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "before-commands-were-recorded"])
+def test_invalidate_over_the_state_dir_of_consume_snapshot_is_refused(
+    recorded: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """F2 of the 2026-11-30 audit: invalidate took over consume-snapshot's group and position, and
+    delivered nothing (exit 0); and the other way round."""
+    import json
+
+    state = tmp_path / "s"
+    (state / "tables").mkdir(parents=True)
+    offsets = {
+        "format": 3,
+        "topic": "t.actions",
+        "partitions": {"0": 3},
+        "groupId": "deltamirror-snapshot-consumer-b3a3dc77b291",
+        "retired": {},
+        "tables": {},
+    }
+    if recorded:
+        offsets["command"] = "consume-snapshot"
+    (state / "offsets.json").write_text(json.dumps(offsets))
+    assert main(["invalidate", *SOURCE, "--exec", "true", "--once", "--state-dir", str(state)]) == 2
+    err = capsys.readouterr().err
+    assert f"state directory {state} is the state of consume-snapshot, not invalidate" in err, err
+    assert len(err.splitlines()) == 1, err
+
+    offsets.update(groupId="deltamirror-invalidate-0123456789ab", command="invalidate")
+    (state / "offsets.json").write_text(json.dumps(offsets))
+    assert main(["consume-snapshot", *SOURCE, "--once", "--state-dir", str(state)]) == 2
+    err = capsys.readouterr().err
+    assert f"state directory {state} is the state of invalidate, not consume-snapshot" in err, err
+    assert len(err.splitlines()) == 1, err

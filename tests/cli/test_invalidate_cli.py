@@ -501,6 +501,23 @@ def test_consume_snapshot_starts_from_its_state_never_from_the_groups_offsets(
     assert other.returncode == 2 and f"consumer group {group}" in other.stderr.decode()
 
 
+def test_invalidate_refuses_the_state_dir_of_consume_snapshot(
+    mirrored: Mirrored, receiver: Receiver, tmp_path: Path
+) -> None:
+    """invalidate over consume-snapshot's --state-dir took its group and position: exit 0 and
+    nothing delivered (F2 of the 2026-11-30 audit). Each command's directory is its own."""
+    state = tmp_path / "state"
+    read = _run(mirrored, "consume-snapshot", "--state-dir", str(state))
+    assert read.returncode == 0 and [line["version"] for line in _lines(read)] == [0, 1, 2]
+    taken = _run(mirrored, "invalidate", "--webhook", receiver.url, "--state-dir", str(state))
+    assert taken.returncode == 2, taken.stderr.decode()[-2000:]
+    said = taken.stderr.decode()
+    assert f"state directory {state} is the state of consume-snapshot, not invalidate" in said, said
+    assert len(said.splitlines()) == 1 and receiver.requests == []
+    own = _run(mirrored, "invalidate", "--webhook", receiver.url, "--state-dir", str(tmp_path / "own"))
+    assert own.returncode == 0 and receiver.versions() == [0, 1, 2], own.stderr.decode()[-2000:]
+
+
 def test_a_state_dir_written_before_groups_were_recorded_takes_the_group_it_was_used_with(
     mirrored: Mirrored, receiver: Receiver, tmp_path: Path
 ) -> None:

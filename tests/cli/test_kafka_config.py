@@ -109,3 +109,34 @@ def test_consumer_commands_take_config_or_bootstrap_servers(tmp_path: Path, comm
     assert (
         "kafka.ssl_ca_location: TLS settings need security_protocol SSL or SASL_SSL (it is PLAINTEXT)" in line
     )
+
+@pytest.mark.parametrize(
+    ("key", "said"),
+    [
+        ("group.id", "--group-id"),
+        ("auto.offset.reset", "its own position"),
+        ("enable.auto.commit", "commits offsets itself"),
+        ("enable.auto.offset.store", "commits offsets itself"),
+        ("enable.partition.eof", "the end of each partition"),
+        ("acks", "acks=all"),
+        ("partitioner", "murmur2_random"),
+        ("delivery.report.only.error", "sets it itself"),
+    ],
+)
+def test_a_property_deltamirror_sets_itself_is_refused_in_extra(
+    key: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """F5 of the 2026-11-30 audit: the consumers' and producers' clients set these over
+    kafka.extra, which silently did not take effect."""
+    from deltamirror.cli.main import main
+
+    config = tmp_path / "c.yaml"
+    config.write_text(f"kafka:\n  bootstrap_servers: 127.0.0.1:1\n  extra:\n    {key}: x\n")
+    shown = f'kafka.extra["{key}"]' if "." in key else f"kafka.extra.{key}"
+    with pytest.raises(ConfigError) as refused:
+        load_kafka_settings(config)
+    assert f"{shown}: deltamirror sets this property itself" in refused.value.message
+    for command in (["consume-snapshot"], ["invalidate", "--exec", "true"]):
+        assert main([*command, "--config", str(config), "--topic", "t.actions", "--once"]) == 2
+        err = capsys.readouterr().err
+        assert shown in err and said in err and len(err.splitlines()) == 1, err

@@ -179,6 +179,32 @@ def test_a_key_of_the_file_is_named_as_the_file_spells_it(
     assert "consumer.on_bad_record dead-letter needs --bad-record-topic" in err and str(config) in err, err
 
 
+@pytest.mark.parametrize("command", ["consume-snapshot", "invalidate"])
+def test_a_key_no_command_knows_at_the_top_of_a_consumers_file_is_refused(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """F8 of the 2026-11-30 audit: `consumr:` beside `kafka:` was ignored by the consumers (its
+    settings silently not taken); watch refuses it. The watcher's own keys stay allowed: the two
+    share the file (docs/configuration.md)."""
+    from deltamirror.cli.consumer_cmds import command_settings
+
+    target = ["--exec", "true"] if command == "invalidate" else []
+    config = tmp_path / "c.yaml"
+    config.write_text(f"kafka: {{bootstrap_servers: '{DEAD}'}}\nconsumr: {{on_bad_record: skip}}\n")
+    assert main([command, "--config", str(config), "--topic", "t", *target, "--once"]) == 2
+    err = capsys.readouterr().err
+    assert "invalid configuration: consumr: unknown key" in err and str(config) in err, err
+    assert len(err.splitlines()) == 1, err
+
+    shared = tmp_path / "shared.yaml"
+    shared.write_text(
+        f"kafka: {{bootstrap_servers: '{DEAD}'}}\ntables: ['{tmp_path}']\nprogress_topic: p\n"
+        "signal_topic: null\nworkers: 2\nconsumer: {on_bad_record: skip}\n"
+    )
+    args = build_parser().parse_args([command, "--config", str(shared), "--topic", "t", *target])
+    assert command_settings(args).on_bad_record == "skip"
+
+
 def test_watch_takes_its_flags_from_the_environment_under_the_flags(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
