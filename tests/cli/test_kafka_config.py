@@ -110,6 +110,7 @@ def test_consumer_commands_take_config_or_bootstrap_servers(tmp_path: Path, comm
         "kafka.ssl_ca_location: TLS settings need security_protocol SSL or SASL_SSL (it is PLAINTEXT)" in line
     )
 
+
 @pytest.mark.parametrize(
     ("key", "said"),
     [
