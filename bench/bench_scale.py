@@ -671,6 +671,9 @@ def measure_move(args: argparse.Namespace, bootstrap: str, rnd: int) -> list[dic
 
 
 def plot(rows: list[dict[str, Any]]) -> str:
+    """Every local-disk run of ``rows`` against the number of tables (log scale), each point
+    coloured by the 1-minute load it started at, with issue 29's goals at 10,000 tables dotted:
+    runs accumulate over months, so the points, not labels, carry them."""
     try:
         import matplotlib
 
@@ -681,65 +684,60 @@ def plot(rows: list[dict[str, Any]]) -> str:
     rows = [r for r in rows if "storage" not in r]  # the local disk's (S3 rows have no pickups)
     idle = [r for r in rows if r["kind"] == "idle" and "failed" not in r]
     moves = [r for r in rows if r["kind"] == "move" and "failed" not in r]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
-    sizes = sorted({r["tables"] for r in rows if r["kind"] == "idle"})
-    failed = {r["tables"] for r in rows if r["kind"] == "idle" and "failed" in r} - {
-        r["tables"] for r in idle
-    }
-    for ax, key, label in (
-        (axes[0], "idle_cpu_pct", "idle CPU, % of one core"),
-        (axes[1], "pickup", "commit pickup, s (median; max: red tick; 0.2 = read in 0.2 s steps)"),
-    ):
-        for i, n in enumerate(sizes):
-            mine = [r for r in idle if r["tables"] == n]
-            if n in failed:
-                ax.annotate(
-                    "did not start",
-                    (i, 0),
-                    fontsize=8,
-                    color="tab:red",
-                    ha="center",
-                    xytext=(0, 8),
-                    textcoords="offset points",
-                )
-                continue
-            ys = [r[key] if key != "pickup" else r["pickup_s"]["median"] for r in mine]
-            ax.scatter([i] * len(ys), ys, color="tab:blue")
-            if key == "pickup":
-                ax.scatter([i] * len(mine), [r["pickup_s"]["max"] for r in mine], marker="_", color="tab:red")
-            loads = ", ".join(f"{r['load_before']:.1f}" for r in mine)
-            ax.annotate(
-                f"load {loads}", (i, min(ys)), fontsize=7, xytext=(4, -12), textcoords="offset points"
-            )
-        ax.set_xticks(range(len(sizes)), [f"{n} tables" for n in sizes])
-        ax.set_title(label, fontsize=10)
-        ax.set_ylim(bottom=0)
-        ax.set_xlim(-0.5, len(sizes) - 0.5)
-    events = sorted({r["event"] for r in moves})
-    for i, event in enumerate(events):
-        ys = [r["all_published_s"] for r in moves if r["event"] == event]
-        axes[2].scatter([i] * len(ys), ys, color="tab:green")
-        loads = ", ".join(f"{r['load_before']:.0f}" for r in moves if r["event"] == event)
-        axes[2].annotate(
-            f"load {loads}", (i, min(ys)), fontsize=7, xytext=(4, -12), textcoords="offset points"
+    did_not_start = [r for r in rows if r["kind"] == "idle" and "failed" in r]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
+    colours = {"cmap": "viridis_r", "vmin": 0, "vmax": 30, "edgecolors": "black", "linewidths": 0.4}
+    panels = (
+        (axes[0], idle, lambda r: r["idle_cpu_pct"], "o", "idle CPU, % of one core"),
+        (
+            axes[1],
+            idle,
+            lambda r: r["pickup_s"].get("p99", r["pickup_s"]["max"]),
+            "o",
+            "commit pickup p99, s",
+        ),
+    )
+    shown: Any = None
+    for ax, runs, value, marker, title in panels:
+        shown = ax.scatter(
+            [r["tables"] for r in runs],
+            [value(r) for r in runs],
+            c=[r["load_before"] for r in runs],
+            marker=marker,
+            **colours,
         )
-    if moves:
-        session = moves[0]["session_timeout_ms"] / 1000
-        axes[2].axhline(session, color="grey", linestyle=":", label=f"session timeout {session:g} s")
-        axes[2].legend(fontsize=8)
-    axes[2].set_xticks(range(len(events)), events)
-    n_move = sorted({r["tables"] for r in moves})
-    axes[2].set_title(
-        f"every table published again, s ({'/'.join(map(str, n_move))} tables, 2 members)", fontsize=9
-    )
-    axes[2].set_ylim(bottom=0)
-    axes[2].set_xlim(-0.5, len(events) - 0.5)
+        ax.scatter(
+            [r["tables"] for r in did_not_start],
+            [0] * len(did_not_start),
+            marker="x",
+            color="tab:red",
+            label="did not start",
+        )
+        ax.set_title(title, fontsize=10)
+    for event, marker in (("SIGKILL", "o"), ("SIGTERM", "s")):
+        runs = [r for r in moves if r["event"] == event]
+        if runs:
+            shown = axes[2].scatter(
+                [r["tables"] for r in runs],
+                [r["all_published_s"] for r in runs],
+                c=[r["load_before"] for r in runs],
+                marker=marker,
+                label=f"after {event}",
+                **colours,
+            )
+    axes[2].set_title("every moved table published again, s (2 members)", fontsize=10)
+    for ax, goal in zip(axes, (10.0, 1.0, 60.0), strict=True):
+        ax.set_xscale("log")
+        ax.set_xlabel("tables")
+        ax.set_ylim(bottom=0)
+        ax.scatter([10_000], [goal], marker="_", s=400, color="tab:red", label="goal at 10,000 tables")
+        ax.legend(fontsize=7, loc="upper left")
+    fig.colorbar(shown, ax=axes, label="1-min load at the start", fraction=0.02, pad=0.01)
     fig.suptitle(
-        f"deltamirror watch --group, local broker, {os.cpu_count()} shared cores (load = 1-min average)"
+        f"deltamirror watch, local broker, {os.cpu_count()} shared cores: every run of bench/results/scale.json"
     )
-    fig.tight_layout()
     PLOT.parent.mkdir(exist_ok=True)
-    fig.savefig(PLOT, dpi=100)
+    fig.savefig(PLOT, dpi=100, bbox_inches="tight")
     return f"plot: {PLOT}"
 
 
