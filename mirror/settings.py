@@ -299,6 +299,14 @@ class KafkaSettings(SettingsModel):
                 item = "true" if item else "false"
             elif isinstance(item, int | float):
                 item = str(item)
+            elif not isinstance(item, str | SecretStr):
+                # a list or a mapping: librdkafka has no such property value (a comma-separated
+                # list is one string); said plainly, not as the union's validator internals
+                raise FieldProblem(
+                    str(key),
+                    "a librdkafka property takes a string, number or bool, not "
+                    + ("nothing" if item is None else f"a {type(item).__name__}"),
+                )
             out[key] = item
         return wrap_secrets(out)
 

@@ -74,6 +74,14 @@ def test_bootstrap_servers_flag_replaces_the_files_list(tmp_path: Path) -> None:
             f"sasl_password: {SECRET}}}\n",
             "kafka.sasl_username: required with sasl_mechanism PLAIN",
         ),
+        (  # the union's validator internals were the message (audit 2026-11-30)
+            "kafka: {bootstrap_servers: 'a:1', extra: {linger.ms: [1, 2]}}\n",
+            'kafka.extra["linger.ms"]: a librdkafka property takes a string, number or bool, not a list',
+        ),
+        (
+            "kafka: {bootstrap_servers: 'a:1', extra: {linger.ms: ~}}\n",
+            'kafka.extra["linger.ms"]: a librdkafka property takes a string, number or bool, not nothing',
+        ),
     ],
 )
 def test_a_bad_kafka_section_names_the_file_and_key_never_the_value(
