@@ -157,7 +157,7 @@ class SourceOptions:
         check_names(options, uri)
         if not options.get("kafka.bootstrap.servers"):
             raise InvalidArgumentError("option kafka.bootstrap.servers is required", table=uri)
-        kafka, passed_on = kafka_settings(options, uri)
+        kafka = kafka_settings(options, uri)
         defaults = default_topics(normalize_table_uri(uri))  # where the location enters
         storage = {k[len(STORAGE_PREFIX) :]: v for k, v in options.items() if k.startswith(STORAGE_PREFIX)}
         starting = starting_version(options.get("startingversion"), uri)
@@ -176,7 +176,7 @@ class SourceOptions:
             actions_topic=options.get("actionstopic") or defaults.actions,
             commits_topic=options.get("commitstopic") or defaults.commits,
             table_uri=uri,
-            kafka_config={**client, **passed_on},
+            kafka_config=client,
             allowed_path_prefixes=prefixes,
             on_bad_record=bad_record_choice(options.get("onbadrecord"), uri),
         )
@@ -261,26 +261,43 @@ def starting_timestamp(value: str, table: str) -> int:
         raise InvalidArgumentError(f"option startingTimestamp: {exc.message}", table=table) from None
 
 
-def kafka_settings(options: Mapping[str, str], table: str) -> tuple[KafkaSettings, dict[str, str]]:
-    """The ``kafka.*`` options as KafkaSettings, and those it leaves to the consumer untouched.
+#: the consumer properties the source's readers set themselves, and why
+_SOURCE_SETS = {
+    "group.id": "the source assigns the partitions itself and keeps its offsets in the query's checkpoint",
+    "auto.offset.reset": "the source reads the ranges its offsets in the query's checkpoint name",
+    "enable.auto.commit": "the source keeps its offsets in the query's checkpoint, never in a group",
+    "enable.auto.offset.store": "the source keeps its offsets in the query's checkpoint, never in a group",
+    "enable.partition.eof": "the source's readers need the end of each partition",
+    "isolation.level": "the source reads committed records only (read_committed)",
+}
 
-    A problem names the option (``option kafka.sasl.username: ...``). The properties the watcher
-    reserves for itself (``isolation.level``, ``transactional.id``, ``enable.idempotence``) are not
-    refused here: the consumer sets ``isolation.level`` itself and ignores the producer's, as it
-    always did.
+
+def kafka_settings(options: Mapping[str, str], table: str) -> KafkaSettings:
+    """The ``kafka.*`` options as KafkaSettings.
+
+    A problem names the option (``option kafka.sasl.username: ...``). The properties the source's
+    consumers set themselves (``group.id``, ``auto.offset.reset``, ``isolation.level``, ...) and
+    the producers' own (``transactional.id``, ``acks``, ...) are refused by name: a consumer would
+    set the first over them and ignore the second, so either would silently not take effect.
     """
     values: dict[str, Any] = {}
     names = {name: f"option {KAFKA_PREFIX}{name.replace('_', '.')}" for name in _KAFKA_FIELDS.values()}
     extra: dict[str, str] = {}
-    passed_on: dict[str, str] = {}
     for option, value in options.items():
         if not option.startswith(KAFKA_PREFIX):
             continue
         key = option[len(KAFKA_PREFIX) :]
         name = _KAFKA_FIELDS.get(key)
         if name is None:
-            # as before the consumers refused OWN_KAFKA_KEYS: the Spark source's own handling
-            (passed_on if key in RESERVED_KAFKA_KEYS or key in OWN_KAFKA_KEYS else extra)[key] = value
+            if key == "isolation.level" and value.strip().lower() == "read_committed":
+                continue  # what the source's readers do (Spark's kafka recipes give it)
+            if key in RESERVED_KAFKA_KEYS or key in OWN_KAFKA_KEYS:
+                raise InvalidArgumentError(
+                    f'option {option} is not supported by format("deltamirror"): '
+                    + _SOURCE_SETS.get(key, "a producer's property (the source only reads)"),
+                    table=table,
+                )
+            extra[key] = value
             continue
         if name in values:
             raise InvalidArgumentError(
@@ -288,7 +305,7 @@ def kafka_settings(options: Mapping[str, str], table: str) -> tuple[KafkaSetting
             )
         values[name] = value
         names[name] = f"option {option}"
-    return KafkaSettings.from_flags({**values, "extra": extra}, names), passed_on
+    return KafkaSettings.from_flags({**values, "extra": extra}, names)
 
 
 def non_negative_int(name: str, value: Any, table: str) -> int:

@@ -79,7 +79,7 @@ def test_parsed_options_are_plain_strings_for_the_consumer_and_keep_secrets_out_
             "kafka.sasl.username": "svc",
             "kafka.sasl.password": SECRET,
             "kafka.client.id": "me",
-            "kafka.isolation.level": "read_committed",  # the consumer sets it itself: passed on as before
+            "kafka.isolation.level": "read_committed",  # what the source's readers do: taken, not passed
             "storage.secret_key": SECRET,
         }
     )
@@ -91,7 +91,6 @@ def test_parsed_options_are_plain_strings_for_the_consumer_and_keep_secrets_out_
         "sasl.username": "svc",
         "sasl.password": SECRET,
         "client.id": "me",
-        "isolation.level": "read_committed",
     }
     assert all(type(v) is str for v in settings.kafka_config.values())
     assert pickle.loads(pickle.dumps(parsed)) == parsed  # Spark ships it to the tasks

@@ -162,6 +162,30 @@ def test_a_bad_or_unknown_option_is_refused_by_name_on_one_line(
     assert err.value.exit_code == 2 and "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("key", "said"),
+    [
+        ("group.id", "assigns the partitions itself"),
+        ("auto.offset.reset", "the ranges its offsets"),
+        ("enable.auto.commit", "never in a group"),
+        ("enable.auto.offset.store", "never in a group"),
+        ("enable.partition.eof", "the end of each partition"),
+        ("isolation.level", "read_committed"),
+        ("transactional.id", "a producer's property"),
+        ("acks", "a producer's property"),
+    ],
+)
+def test_a_kafka_property_the_source_sets_itself_is_refused_by_name(key: str, said: str) -> None:
+    """Its readers set these over the options (or, a producer's, ignore them): silently not taken
+    before (audit 2026-11-30)."""
+    value = "read_uncommitted" if key == "isolation.level" else "x"
+    with pytest.raises(InvalidArgumentError) as err:
+        _parse(**{f"kafka.{key}": value})
+    message = str(err.value)
+    assert message.startswith(f'option kafka.{key} is not supported by format("deltamirror"): ')
+    assert said in message and err.value.exit_code == 2 and "\n" not in message
+
+
 def test_both_starting_options_are_refused_with_delta_sparks_class() -> None:
     with pytest.raises(StartingVersionAndTimestampError) as err:
         _parse(startingVersion="1", startingTimestamp="2024-01-01")
