@@ -130,3 +130,27 @@ def test_a_request_storage_refuses_for_good_is_bad_input_not_retried(tmp_path: P
     with pytest.raises(StorageAccessError) as info:
         storage.read_bytes(storage.log_file("_last_checkpoint"))
     assert info.value.exit_code == 2 and "Not a directory" in str(info.value)
+
+
+def test_a_local_files_time_is_the_same_listed_or_asked_alone(tmp_path: Path) -> None:
+    """A listing and a file's own stat give one time, whole ns to ms (Hadoop's FileStatus ms):
+    the listing took seconds as a float times 1000, rounded into the next ms for some stamps, and a version's
+    commit timestamp was then resolved once as its file time and once as adjusted past the version
+    before it (CI: test_events_of_every_real_table_follow_the_contract, files checked out in the
+    same ms). The stamps here are ones the float rounds up into the next ms."""
+    import os
+
+    log = tmp_path / "_delta_log"
+    log.mkdir()
+    stamps = [1_796_013_591_895_999_999, 1_796_013_591_896_000_000, 1_700_000_000_123_999_999]
+    for v, ns in enumerate(stamps):
+        path = log / f"{v:020d}.json"
+        path.write_text("{}\n")
+        os.utime(path, ns=(ns, ns))
+    float_ms = [int(os.stat(log / f"{v:020d}.json").st_mtime * 1000) for v in range(len(stamps))]
+    assert float_ms != [ns // 1_000_000 for ns in stamps]  # the float path's error, on this system
+    storage = TableStorage(str(tmp_path))
+    listed = {f.name: f.modification_time for f in storage.list_dir(str(log))}
+    for v, ns in enumerate(stamps):
+        name = f"{v:020d}.json"
+        assert listed[name] == ns // 1_000_000 == storage.info(str(log / name)).modification_time

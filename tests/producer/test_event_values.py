@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -71,3 +72,29 @@ def test_events_refuse_a_gap_in_the_log_instead_of_skipping_it() -> None:
     with pytest.raises(LogGapError) as info:
         list(iter_event_values(str(TABLES / "drs__err_table_b")))
     assert info.value.version == 7
+
+
+@pytest.mark.parametrize(
+    "sub_ms",
+    [(0, 999_999, 0, 999_999, 0, 999_999), (999_999, 0, 0, 999_999, 999_999, 0)],
+)
+def test_a_version_has_one_timestamp_when_its_file_times_fall_in_one_ms(
+    tmp_path: Path, sub_ms: tuple[int, ...]
+) -> None:
+    """Files checked out together share a ms, some of them a ns short of the next: the listing
+    (seconds as a float) rounded those up and the stat truncated them, so the events and the
+    table's timestamps told one version apart as ``file-time`` and ``adjusted-file-time`` (CI,
+    2026-11-30: golden__snapshot-vacuumed)."""
+    import os
+    import shutil
+
+    table = tmp_path / "t"
+    shutil.copytree(TABLES / "golden__snapshot-vacuumed", table)
+    base_ns = 1_796_013_591_896 * 1_000_000
+    for version, sub in enumerate(sub_ms):
+        path = table / "_delta_log" / f"{version:020d}.json"
+        os.utime(path, ns=(base_ns + sub, base_ns + sub))
+    expected = {t.version: (t.timestamp, str(t.source)) for t in open_table(str(table)).commit_timestamps()}
+    for value in iter_event_values(str(table)):
+        event = json.loads(value)
+        assert (event["commitTimestamp"], event["commitTimestampSource"]) == expected[event["version"]]
