@@ -9,7 +9,8 @@ must be set) or ``${VAR:-default}`` (default when unset or empty); ``$${`` is a 
 Interpolation is done once, on the file's values only: keys are never interpolated, and CLI flags
 are taken as given (the shell already expanded them).
 
-Relative local paths in a file (table URIs, ``ssl_*_location``) are resolved against the file's
+Relative local paths in a file (table URIs, ``ssl_*_location``, the ``consumer:`` section's
+allowed locations and prefixes) are resolved against the file's
 directory, so a config means the same thing whatever the working directory of the watcher.
 
 Logs: :func:`redacted` gives the configuration as plain data with every secret ``***``: SecretStr
@@ -156,6 +157,15 @@ def _resolve_relative_paths(data: dict[str, Any], base: Path) -> None:
     kafka = data.get("kafka")
     for key in SSL_FILE_FIELDS:
         resolve(kafka, key)
+    consumer = data.get("consumer")
+    if isinstance(consumer, dict):  # the consumer commands' section
+        for key in ("allow_table_locations", "allow_path_prefixes"):
+            entries = consumer.get(key)
+            if isinstance(entries, list):
+                consumer[key] = [
+                    str(base / e) if isinstance(e, str) and e and _is_relative_local_path(e) else e
+                    for e in entries
+                ]
     for key in ("tables", "discover"):
         entries = data.get(key)
         if isinstance(entries, list):
@@ -262,12 +272,15 @@ def redacted(cfg: WatchConfig) -> dict[str, Any]:
 
 def load_section(path: str | Path, name: str, environ: Mapping[str, str] | None = None) -> Any:
     """The ``name`` section of a configuration file (None when it has none), read as :func:`load_config`
-    reads the file (``${VAR}`` interpolated); for the consumer commands' ``consumer:`` section."""
+    reads the file (``${VAR}`` interpolated, relative local paths resolved against the file's
+    folder); for the consumer commands' ``consumer:`` section."""
     path = Path(path)
     raw = _read_mapping(path)
     if name not in raw:
         return None
-    return _interpolate(raw[name], [name], str(path), os.environ if environ is None else environ)
+    data = {name: _interpolate(raw[name], [name], str(path), os.environ if environ is None else environ)}
+    _resolve_relative_paths(data, path.resolve().parent)  # as every section's local paths are
+    return data[name]
 
 
 def top_level_keys(path: str | Path) -> list[str]:

@@ -264,3 +264,24 @@ def test_the_defaults_spelled_for_help_are_the_models() -> None:
     from deltamirror.consumer.invalidate import DEFAULT_TIMEOUT_S, RetryPolicy
 
     assert RetryPolicy().max_attempts == settings.MAX_ATTEMPTS and DEFAULT_TIMEOUT_S == settings.TIMEOUT_S
+
+
+def test_relative_allowed_locations_in_a_consumers_file_are_the_files_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relative path in the ``consumer:`` section means the same whatever the working directory,
+    as the watcher's table locations in the same file do (the 2026-11-30 audit: resolved against
+    the working directory, the same file allowed other tables from another folder)."""
+    config = tmp_path / "conf" / "c.yaml"
+    config.parent.mkdir()
+    config.write_text(
+        f"kafka: {{bootstrap_servers: '{DEAD}'}}\nconsumer:\n"
+        "  allow_table_locations: [lake/cdc, 's3://bucket/t', /abs/t]\n  allow_path_prefixes: [../data]\n"
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    settings = _settings("consume-snapshot", ["--topic", "t.actions"], {"DELTAMIRROR_CONFIG": str(config)})
+    conf = config.parent.resolve()
+    assert settings.allow_table_locations == [str(conf / "lake/cdc"), "s3://bucket/t", "/abs/t"]
+    assert settings.allow_path_prefixes == [str(conf / "../data")]
