@@ -230,7 +230,7 @@ def _runs(cfg: Any, uri: str) -> Any:
             return source
         if uri.startswith(prefix + "/"):
             relative = uri[len(prefix) + 1 :].rstrip("/")
-            if relative.count("/") < source.max_depth and selected(relative, source):
+            if not source.leaves_out(relative) and selected(relative, source):  # the scan's rule
                 return source
     return None
 
