@@ -161,10 +161,19 @@ def flags_over_environment(
     flags: Iterable[Flag], args: argparse.Namespace, environ: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
     """Each setting the flags or their variables give (a flag given winning over its variable)."""
+    return given_settings(flags, args, environ)[0]
+
+
+def given_settings(
+    flags: Iterable[Flag], args: argparse.Namespace, environ: Mapping[str, str] | None = None
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Each setting the flags or their variables give (a flag given winning over its variable), and
+    how the user gave each one (``--from-version`` or ``DELTAMIRROR_FROM_VERSION``): a refusal
+    names what the user wrote, not a flag they did not use."""
     flags = tuple(flags)
-    from_env, _ = environment_layer(flags, environ)
-    given, _ = flag_layer(flags, args)
-    return {**from_env, **given}
+    from_env, env_names = environment_layer(flags, environ)
+    given, flag_names = flag_layer(flags, args)
+    return {**from_env, **given}, {**env_names, **flag_names}
 
 
 __all__ = [
@@ -174,4 +183,5 @@ __all__ = [
     "environment_layer",
     "flag_layer",
     "flags_over_environment",
+    "given_settings",
 ]

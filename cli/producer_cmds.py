@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import OUTPUT_HELP, add_table_argument, parse_storage_options
-from .flags import ENVIRONMENT_HELP, Flag, flags_over_environment
+from .flags import ENVIRONMENT_HELP, Flag, given_settings
 from .progress import add_progress_argument
 
 #: ``SnapshotMode`` of deltamirror.producer.settings, spelled out so that --help imports no pydantic
@@ -260,14 +260,14 @@ def cmd_watch(args: argparse.Namespace) -> int:
     # The same flags, by the same rules, over a configuration file or over nothing: a flag given
     # wins over its DELTAMIRROR_* variable, and either over the file; an unset one (no table) leaves
     # the file's setting, or the default (see merge_overrides).
-    overrides = flags_over_environment(WATCH_FLAGS, args)
+    overrides, names = given_settings(WATCH_FLAGS, args)
     config = overrides.pop(CONFIG, None)
     if config:  # the file and the flags merged first, then validated once
-        cfg = merge_overrides(load_config_data(config), overrides, source=config)
+        cfg = merge_overrides(load_config_data(config), overrides, source=config, names=names)
     elif not overrides.get("bootstrap_servers"):
         raise ConfigError("--bootstrap-servers is required without --config")
     else:
-        cfg = merge_overrides(None, overrides)
+        cfg = merge_overrides(None, overrides, names=names)
     return run_watch(cfg)
 
 

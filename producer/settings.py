@@ -714,12 +714,22 @@ def check_topic_name(value: Any, key: str, source: str | None = None) -> str | N
         raise ConfigError(f"{prefix}{key}: {exc}", file=source) from None
 
 
-def validate_watch_config(data: Mapping[str, Any], source: str | None) -> WatchConfig:
-    """``data`` as a WatchConfig; a ConfigError naming ``source`` and every bad key otherwise."""
+def validate_watch_config(
+    data: Mapping[str, Any], source: str | None, *, names: Mapping[str, str] | None = None
+) -> WatchConfig:
+    """``data`` as a WatchConfig; a ConfigError naming ``source`` and every bad key otherwise (a
+    top-level key the user gave otherwise, by flag or variable, named as ``names`` spells it)."""
     try:
         return WatchConfig.model_validate(data)
     except ValidationError as exc:
-        raise settings_error(exc, WatchConfig, source=source) from None
+        raise settings_error(exc, WatchConfig, source=source, names=_top_level_names(names)) from None
+
+
+def _top_level_names(names: Mapping[str, str] | None) -> dict[str, str] | None:
+    """The names of the overrides that set a top-level setting of the same name (the per-table
+    ones land in each table, where a problem is named by its key path)."""
+    out = {k: v for k, v in (names or {}).items() if k not in TABLE_OVERRIDES and k != "bootstrap_servers"}
+    return out or None
 
 
 # --- overrides: the command line's flags, or a caller's ----------------------------------------------
@@ -794,12 +804,16 @@ def _add_locations(entries: Any, uris: Iterable[str], what: str) -> Any:
     return out
 
 
-def _flag(name: str) -> str:
-    flag = FLAG_NAMES.get(name)
+def _flag(name: str, names: Mapping[str, str]) -> str:
+    """An override as the user gave it (``names``: a flag or a ``DELTAMIRROR_*`` variable), else as
+    the command line spells it."""
+    flag = names.get(name) or FLAG_NAMES.get(name)
     return f"{name} ({flag})" if flag else name
 
 
-def _apply_per_table(entry: dict[str, Any], given: Mapping[str, Any], mode: str | None, fields: Any) -> None:
+def _apply_per_table(
+    entry: dict[str, Any], given: Mapping[str, Any], mode: str | None, fields: Any, names: Mapping[str, str]
+) -> None:
     """The per-table overrides given, on one table or one discover prefix (``fields``: its model's)."""
     if mode is not None:
         entry["snapshot_mode"] = mode
@@ -828,7 +842,7 @@ def _apply_per_table(entry: dict[str, Any], given: Mapping[str, Any], mode: str 
         if not isinstance(own, Mapping) or not own.get("enabled", True):
             what = "discover prefix" if "include" in fields else "table"
             raise ConfigError(
-                f"{_flag(name)} sets the row changes' {'.'.join(path)}, and the {what} {entry.get('uri')} "
+                f"{_flag(name, names)} sets the row changes' {'.'.join(path)}, and the {what} {entry.get('uri')} "
                 "publishes none: give --row-changes too (or row_changes: in the configuration)"
             )
         changed = dict(own)
@@ -849,7 +863,7 @@ def _apply_per_table(entry: dict[str, Any], given: Mapping[str, Any], mode: str 
         else:
             what = "discover prefix" if "include" in fields else "table"
             raise ConfigError(
-                f"{_flag('net_catch_up')} nets the row changes of a catch-up, and the {what} "
+                f"{_flag('net_catch_up', names)} nets the row changes of a catch-up, and the {what} "
                 f"{entry.get('uri')} publishes none: give --row-changes too (or row_changes: in the "
                 "configuration)"
             )
@@ -858,7 +872,7 @@ def _apply_per_table(entry: dict[str, Any], given: Mapping[str, Any], mode: str 
 
 
 def _refuse_what_discovery_cannot_take(
-    given: Mapping[str, Any], mode: str | None, data: Mapping[str, Any]
+    given: Mapping[str, Any], mode: str | None, data: Mapping[str, Any], names: Mapping[str, str]
 ) -> None:
     """A per-table override that would not reach the tables discovery finds is refused, in one line."""
     prefixes = data.get("discover")
@@ -866,24 +880,30 @@ def _refuse_what_discovery_cannot_take(
         return
     if mode == "from-version":
         raise ConfigError(
-            f"{_flag('from_version')} cannot apply to the tables found under discover prefixes "
+            f"{_flag('from_version', names)} cannot apply to the tables found under discover prefixes "
             f"({FLAG_NAMES['discover']}): {TABLE_ONLY['from_version']}"
         )
     if given.get("wait_for_table") and not data.get("tables"):
         raise ConfigError(
-            f"{_flag('wait_for_table')} applies to the tables named (TABLE or tables:), and none is: "
+            f"{_flag('wait_for_table', names)} applies to the tables named (TABLE or tables:), and none is: "
             f"{TABLE_ONLY['wait_for_table']} ({FLAG_NAMES['discover']})"
         )
 
 
 def merge_overrides(
-    cfg: WatchConfig | Mapping[str, Any] | None, overrides: Mapping[str, Any], *, source: str | None = None
+    cfg: WatchConfig | Mapping[str, Any] | None,
+    overrides: Mapping[str, Any],
+    *,
+    source: str | None = None,
+    names: Mapping[str, str] | None = None,
 ) -> WatchConfig:
     """``cfg`` (a file's settings, validated or not; None: nothing) with the ``overrides`` given on top.
 
     ``cfg`` may be the raw content of a configuration file (:func:`.config_file.load_config_data`):
     the file and the overrides are merged first and validated once, so a file may leave out what
-    the overrides give (its ``kafka`` section, its tables). ``source`` names the file in errors.
+    the overrides give (its ``kafka`` section, its tables). ``source`` names the file in errors;
+    ``names`` how the user gave each override (``--metrics-host``, ``DELTAMIRROR_METRICS_HOST``):
+    a refusal or a problem with one names it so (by default, an override is named by its flag).
 
     An override that is None (or an empty ``tables`` / ``storage_options``) was not given and
     leaves the file's setting, or the default. Given ones:
@@ -921,6 +941,7 @@ def merge_overrides(
     unknown = sorted(set(given) - OVERRIDES)
     if unknown:
         raise TypeError(f"unknown override: {', '.join(unknown)}")
+    spelled_as = {key: name for key, name in (names or {}).items() if key in given}
     if cfg is None:
         if not given.get("tables") and not given.get("discover"):
             raise ConfigError("no table to watch: name at least one TABLE, --discover URI or --config FILE")
@@ -945,9 +966,9 @@ def merge_overrides(
         if isinstance(entries, list):
             for entry in entries:
                 if isinstance(entry, dict):
-                    _apply_per_table(entry, given, mode, model.model_fields)
+                    _apply_per_table(entry, given, mode, model.model_fields, spelled_as)
         data[key] = entries
-    _refuse_what_discovery_cannot_take(given, mode, data)
+    _refuse_what_discovery_cannot_take(given, mode, data, spelled_as)
     for key, value in given.items():
         if key not in TABLE_OVERRIDES and key not in ("bootstrap_servers", "tables", "discover"):
             data[key] = value
@@ -958,7 +979,7 @@ def merge_overrides(
             own = dict(raw) if isinstance(raw, Mapping) else None
         if own is not None:
             data["group"] = {**own, "name": given["group"]}  # keeps the file's settings
-    return validate_watch_config(data, source or "command line")
+    return validate_watch_config(data, source or "command line", names=spelled_as)
 
 
 __all__ = [

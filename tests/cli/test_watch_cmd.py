@@ -501,7 +501,9 @@ def test_a_metrics_host_without_a_port_is_refused_in_one_line(
     assert watch(*argv) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1
-    assert "metrics_host: goes with metrics_port (--metrics-port)" in err
+    # named as the user gave it: the flag, its variable, the file's key
+    given_as = {"flag": "--metrics-host", "environment": "DELTAMIRROR_METRICS_HOST", "file": "metrics_host"}
+    assert f" {given_as[how]}: goes with metrics_port (--metrics-port)" in err, err
     assert handed == []
     assert watch(*argv, "--metrics-port", "9464") == 0
     assert (handed[0].metrics_host, handed[0].metrics_port) == ("0.0.0.0", 9464)
@@ -585,8 +587,8 @@ def test_nested_discover_prefixes_are_refused_naming_both(
     ("flags", "said"),
     [
         (["--poll-interval", "inf"], "poll_interval_s: Input should be a finite number"),
-        (["--heartbeat-interval", "inf"], "heartbeat_interval_s: Input should be a finite number"),
-        (["--heartbeat-interval", "nan"], "heartbeat_interval_s: Input should be a finite number"),
+        (["--heartbeat-interval", "inf"], "--heartbeat-interval: Input should be a finite number"),
+        (["--heartbeat-interval", "nan"], "--heartbeat-interval: Input should be a finite number"),
     ],
 )
 def test_an_interval_that_never_ends_is_refused(
@@ -622,3 +624,38 @@ def test_snapshot_mode_from_version_keeps_the_files_from_version(
     assert table_starts(handed[-1]) == [("a", "from-version", 1, None)]
     assert watch("--config", str(config), "--snapshot-mode", "latest") == 0  # another mode: no version
     assert table_starts(handed[-1]) == [("a", "latest", None, None)]
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "extra"),
+    [
+        ("from_version", "3", ["--discover", "{tmp}/lake"]),
+        ("net_catch_up", "true", ["{tmp}/a"]),
+        ("row_format", "avro", ["{tmp}/a"]),
+    ],
+)
+@pytest.mark.parametrize("how", ["flag", "environment"])
+def test_a_refused_override_is_named_as_the_user_gave_it(
+    tmp_path: Path,
+    handed: list[WatchConfig],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    setting: str,
+    value: str,
+    extra: list[str],
+    how: str,
+) -> None:
+    """A refusal named ``--from-version`` when ``DELTAMIRROR_FROM_VERSION`` gave the value: the
+    user was told to change a flag they never wrote."""
+    flag = "--" + setting.replace("_", "-")
+    argv = ["--bootstrap-servers", "k:9092", *(a.format(tmp=tmp_path) for a in extra)]
+    if how == "flag":
+        argv += [flag] if value == "true" else [flag, value]
+    else:
+        monkeypatch.setenv("DELTAMIRROR_" + setting.upper(), value)
+    assert watch(*argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    named = flag if how == "flag" else "DELTAMIRROR_" + setting.upper()
+    assert f"{setting} ({named})" in err, err
+    assert handed == []
