@@ -388,17 +388,14 @@ def command_settings(args: argparse.Namespace, environ: Mapping[str, str] | None
     config = layers.get("config")
     servers = layers.get("bootstrap_servers")
     if config:  # the watcher's Kafka model and file: the same broker-list rule, SASL/SSL checks, secrets
-        from deltamirror.producer.config_file import load_kafka_settings, load_section, top_level_keys
-        from deltamirror.producer.settings import WatchConfig
+        from deltamirror.producer.config_file import ConfigFile
 
+        file = ConfigFile.read(config, environ)  # parsed once, each section read from it
         # the file may be the watcher's too: its keys are known, a key no command knows is a typo
-        known = {"consumer", *WatchConfig.model_fields}
-        known.update(f.alias for f in WatchConfig.model_fields.values() if f.alias)
-        for key in top_level_keys(config):
-            if key not in known:
-                raise ConfigError(f"invalid configuration: {key}: unknown key", file=config)
-        kafka = load_kafka_settings(config, bootstrap_servers=servers)
-        in_file = file_section(load_section(config, "consumer"), config)
+        for key in file.unknown_top_level_keys():
+            raise ConfigError(f"invalid configuration: {key}: unknown key", file=config)
+        kafka = file.kafka_settings(bootstrap_servers=servers)
+        in_file = file_section(file.section("consumer"), config)
     elif not servers:
         raise ConfigError("--bootstrap-servers is required without --config")
     else:

@@ -183,16 +183,66 @@ def _read_mapping(path: Path) -> dict[str, Any]:
     return raw
 
 
+@dataclass(frozen=True)
+class ConfigFile:
+    """A configuration file parsed once, each section read from it as the commands read it:
+    ``${VAR}`` interpolated (from ``environ``) and relative local paths resolved against the file's
+    folder, section by section (a section no command asks for is never interpolated: a variable it
+    names need not be set). The consumer commands ask for three things of one file: its keys, its
+    ``kafka:`` and its ``consumer:`` section; ``signal`` for two or three."""
+
+    path: Path
+    raw: Mapping[str, Any]
+    environ: Mapping[str, str]
+
+    @classmethod
+    def read(cls, path: str | Path, environ: Mapping[str, str] | None = None) -> ConfigFile:
+        path = Path(path)
+        return cls(path, _read_mapping(path), os.environ if environ is None else environ)
+
+    @property
+    def source(self) -> str:
+        return str(self.path)
+
+    def top_level_keys(self) -> list[str]:
+        """The keys at the top of the file (its sections), as written."""
+        return list(self.raw)
+
+    def unknown_top_level_keys(self, others: tuple[str, ...] = ("consumer",)) -> list[str]:
+        """The top-level keys no command knows (a typo such as ``consumr:``): the watcher's settings,
+        by name or alias, and ``others`` (the consumer commands' section) are known."""
+        known = {*others, *WatchConfig.model_fields}
+        known.update(f.alias for f in WatchConfig.model_fields.values() if f.alias)
+        return [key for key in self.raw if key not in known]
+
+    def _resolved(self, name: str) -> Any:
+        data = {name: _interpolate(self.raw[name], [name], self.source, self.environ)}
+        _resolve_relative_paths(data, self.path.resolve().parent)  # as every section's local paths are
+        return data[name]
+
+    def section(self, name: str) -> Any:
+        """The ``name`` section (None when the file has none), interpolated and its paths resolved."""
+        return self._resolved(name) if name in self.raw else None
+
+    def kafka_settings(self, *, bootstrap_servers: str | None = None) -> KafkaSettings:
+        """The ``kafka:`` section validated (``bootstrap_servers``, the flag, replaces its broker list)."""
+        data = {"kafka": self._resolved("kafka")} if "kafka" in self.raw else {}
+        return validate_kafka_section(data, self.source, bootstrap_servers=bootstrap_servers)
+
+    def watch_data(self) -> dict[str, Any]:
+        """The watcher's settings, interpolated and resolved, not validated (its ``consumer:``
+        section, the consumer commands', left aside): see :func:`load_config_data`."""
+        raw = {k: v for k, v in self.raw.items() if k != "consumer"}
+        data: dict[str, Any] = _interpolate(raw, [], self.source, self.environ)
+        _resolve_relative_paths(data, self.path.resolve().parent)
+        return data
+
+
 def load_config_data(path: str | Path, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """A configuration file's content, ``${VAR}`` interpolated and relative paths resolved, not
     validated: for :func:`~.settings.merge_overrides`, which validates it once merged with flags
     (the file need not be whole on its own: the flags may give the brokers or the tables)."""
-    path = Path(path)
-    raw = _read_mapping(path)
-    raw.pop("consumer", None)  # the consumer commands' section (consumer/settings.py)
-    data: dict[str, Any] = _interpolate(raw, [], str(path), os.environ if environ is None else environ)
-    _resolve_relative_paths(data, path.resolve().parent)
-    return data
+    return ConfigFile.read(path, environ).watch_data()
 
 
 def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> WatchConfig:
@@ -213,13 +263,7 @@ def load_kafka_settings(
     relative ``ssl_*_location`` paths treated alike; the other sections are not looked at.
     ``bootstrap_servers`` (the ``--bootstrap-servers`` flag) replaces the file's broker list.
     """
-    path = Path(path)
-    source = str(path)
-    raw = _read_mapping(path)
-    environ = os.environ if environ is None else environ
-    data = {"kafka": _interpolate(raw["kafka"], ["kafka"], source, environ)} if "kafka" in raw else {}
-    _resolve_relative_paths(data, path.resolve().parent)
-    return validate_kafka_section(data, source, bootstrap_servers=bootstrap_servers)
+    return ConfigFile.read(path, environ).kafka_settings(bootstrap_servers=bootstrap_servers)
 
 
 @dataclass(frozen=True)
@@ -243,17 +287,14 @@ def load_signal_config(
     as the flag does for ``watch``). Any other file is read as the consumer commands read it (its
     ``kafka:`` section), and its ``signal_topic`` key if it has one.
     """
-    path = Path(path)
-    source = str(path)
-    raw = _read_mapping(path)
-    environ = os.environ if environ is None else environ
-    kafka = load_kafka_settings(path, bootstrap_servers=bootstrap_servers, environ=environ)
-    if "tables" not in raw and "discover" not in raw:
-        topic = raw.get("signal_topic", WatchConfig.model_fields["signal_topic"].default)
-        topic = _interpolate(topic, ["signal_topic"], source, environ)
-        return SignalConfig(kafka, check_topic_name(topic, "signal_topic", source), None)
-    data = load_config_data(path, environ)  # as watch reads it: its consumer: section left aside
-    cfg = validate_watch_config({**data, "kafka": kafka}, source)
+    file = ConfigFile.read(path, environ)
+    kafka = file.kafka_settings(bootstrap_servers=bootstrap_servers)
+    if "tables" not in file.raw and "discover" not in file.raw:
+        topic = file.raw.get("signal_topic", WatchConfig.model_fields["signal_topic"].default)
+        topic = _interpolate(topic, ["signal_topic"], file.source, file.environ)
+        return SignalConfig(kafka, check_topic_name(topic, "signal_topic", file.source), None)
+    data = file.watch_data()  # as watch reads it: its consumer: section left aside
+    cfg = validate_watch_config({**data, "kafka": kafka}, file.source)
     return SignalConfig(kafka, cfg.signal_topic, cfg)
 
 
@@ -274,22 +315,17 @@ def load_section(path: str | Path, name: str, environ: Mapping[str, str] | None 
     """The ``name`` section of a configuration file (None when it has none), read as :func:`load_config`
     reads the file (``${VAR}`` interpolated, relative local paths resolved against the file's
     folder); for the consumer commands' ``consumer:`` section."""
-    path = Path(path)
-    raw = _read_mapping(path)
-    if name not in raw:
-        return None
-    data = {name: _interpolate(raw[name], [name], str(path), os.environ if environ is None else environ)}
-    _resolve_relative_paths(data, path.resolve().parent)  # as every section's local paths are
-    return data[name]
+    return ConfigFile.read(path, environ).section(name)
 
 
 def top_level_keys(path: str | Path) -> list[str]:
     """The keys at the top of a configuration file (its sections), as written: for the consumer
     commands, which refuse a key no command knows (a typo such as ``consumr:``)."""
-    return list(_read_mapping(Path(path)))
+    return ConfigFile.read(path).top_level_keys()
 
 
 __all__ = [
+    "ConfigFile",
     "SignalConfig",
     "load_config",
     "load_config_data",

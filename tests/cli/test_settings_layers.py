@@ -285,3 +285,30 @@ def test_relative_allowed_locations_in_a_consumers_file_are_the_files_own(
     conf = config.parent.resolve()
     assert settings.allow_table_locations == [str(conf / "lake/cdc"), "s3://bucket/t", "/abs/t"]
     assert settings.allow_path_prefixes == [str(conf / "../data")]
+
+
+@pytest.mark.parametrize("command", ["consume-snapshot", "invalidate"])
+def test_a_consumers_file_is_parsed_once_and_interpolated_from_the_commands_environment(
+    command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file was parsed three times (its keys, ``kafka:``, ``consumer:``), and its ``${VAR}``
+    read from the process's environment whatever environment the settings were given."""
+    from deltamirror.producer import config_file
+
+    parsed: list[Path] = []
+    real = config_file._parse_file
+
+    def counting(path: Path) -> Any:
+        parsed.append(path)
+        return real(path)
+
+    monkeypatch.setattr(config_file, "_parse_file", counting)
+    config = tmp_path / "c.yaml"
+    config.write_text("kafka: {bootstrap_servers: '${BROKERS}'}\nconsumer: {on_bad_record: skip}\n")
+    target = ["--exec", "true"] if command == "invalidate" else []
+    monkeypatch.delenv("BROKERS", raising=False)
+    settings = _settings(
+        command, ["--topic", "t", *target], {"DELTAMIRROR_CONFIG": str(config), "BROKERS": DEAD}
+    )
+    assert parsed == [config]
+    assert settings.kafka.bootstrap_servers == DEAD and settings.on_bad_record == "skip"
