@@ -515,7 +515,8 @@ class WatchService:
         finally:
             self._forget(entry)
             if self.freezer is not None and not self.stop_event.is_set():
-                self.freezer.thaw()  # its objects may be garbage in cycles: the next check collects them
+                # its objects may be garbage in cycles: the next check collects them
+                self.freezer.thaw(pipeline)
             if not self.stop_event.is_set() and (
                 pipeline.dropped.is_set() or pipeline.release_reason is not None
             ):  # it no longer runs here (dropped, removed, moved): its series go with it

@@ -92,6 +92,45 @@ def test_a_thaw_waits_an_interval_so_the_thread_that_ended_the_table_has_let_it_
     assert not freezer.check() and ref() is not None  # asked for just now: not yet
 
 
+def test_a_table_still_held_at_its_thaw_is_thawed_again_once_let_go() -> None:
+    """CI (load 36): the worker that ended a table still held its pipeline at the thaw's check, so
+    the pass froze it again, and nothing thawed it for 10 minutes (a removed table's pipeline not
+    collected within 60 s). A check asks for another thaw while what the table left is alive,
+    later each time, THAW_RETRIES times at most."""
+    from deltamirror.producer.collector import THAW_RETRIES
+
+    freezer = OldObjectFreezer(growth=0, interval_s=0.0)
+    node, ref = _cycle()
+    assert freezer.check()
+    freezer.growth = 10**9  # only a thaw makes a check collect
+    freezer.thaw(node)  # the table ended; its thread still holds ``node``
+    assert freezer.check() and ref() is not None and not _in_generations(node)  # frozen again
+    del node  # the thread let it go: garbage in a cycle, frozen
+    assert freezer.check()  # the thaw asked for again
+    assert ref() is None
+
+    # bounded: what stays alive is thawed for THAW_RETRIES more checks, then left to thaw_every_s
+    kept, _ = _cycle()
+    freezer.thaw(kept)
+    thaws = 0
+    while freezer.check():
+        thaws += 1
+        assert thaws <= THAW_RETRIES + 1
+    assert thaws == THAW_RETRIES + 1
+
+
+def test_a_thaw_asked_again_comes_later_each_time() -> None:
+    freezer = OldObjectFreezer(growth=0, interval_s=3600.0)
+    node, _ = _cycle()
+    assert freezer.check()
+    freezer.growth = 10**9
+    freezer._thaw_at = -1e9  # asked long ago: due
+    freezer._ended.append(weakref.ref(node))
+    assert freezer.check()  # thawed; ``node`` alive: asked again, an interval later at least
+    assert not freezer.check()
+    assert freezer._thaw_at is not None
+
+
 def test_what_dies_in_cycles_after_a_freeze_is_collected_within_thaw_every_s() -> None:
     """Objects alive at a freeze that die later in cycles (a commit's passing state) on a member
     whose tables never end: a check thaws every ``thaw_every_s`` on its own."""
