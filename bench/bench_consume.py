@@ -178,11 +178,11 @@ def _consume_snapshot(
 
 def _import_as_the_command_does() -> None:
     """The modules ``consume-snapshot`` runs on, imported as the command imports them (pyarrow with
-    NumPy hidden: :func:`deltamirror.cli.main.import_pyarrow_without_numpy`), so that the
+    NumPy hidden: :func:`deltamirror.core.compute.keep_numpy_out_of_pyarrow`), so that the
     ``imported`` mark splits the timed interval without changing what the process imports."""
-    from deltamirror.cli.main import import_pyarrow_without_numpy
+    from deltamirror.core.compute import keep_numpy_out_of_pyarrow
 
-    import_pyarrow_without_numpy()
+    keep_numpy_out_of_pyarrow()
     import deltamirror.consumer.snapshot  # noqa: F401
 
 

@@ -78,7 +78,7 @@ def _add_local(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
             action.add_argument(
                 "--dry-run", action="store_true", help="name the hanging transactions, abort none"
             )
-        action.set_defaults(handler=handler, arrow=False)
+        action.set_defaults(handler=handler)
     register_registry(services)
 
 

@@ -62,7 +62,7 @@ def register_service(services: argparse._SubParsersAction[argparse.ArgumentParse
                 help="the --user's password, the file's first line (default: one made once into "
                 "<data dir>/registry-password, mode 0600); never on the command line",
             )
-        action.set_defaults(handler=handler, arrow=False)
+        action.set_defaults(handler=handler)
 
 
 def _registry(args: argparse.Namespace, basic_auth: tuple[str, Any] | None = None) -> Any:

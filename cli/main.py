@@ -51,28 +51,6 @@ class _Version(argparse._VersionAction):
         super().__call__(parser, *args, **kwargs)
 
 
-def import_pyarrow_without_numpy() -> None:
-    """Import pyarrow and ``pyarrow.compute`` with NumPy hidden from them, unless NumPy or pyarrow
-    is imported already.
-
-    Both import NumPy when they can (it is optional to pyarrow since pyarrow 16: it converts NumPy
-    arrays, which deltamirror never hands it). Importing NumPy took 110-170 ms of the 150-220 ms
-    that ``import pyarrow`` cost every command, most of what a restart of ``consume-snapshot`` over
-    its saved state spends before it reads a record. Only these imports are affected: NumPy stays
-    importable for anything else in the process; pyarrow's NumPy conversions are then unavailable
-    in it (``Array.to_numpy`` raises). Every command imports ``pyarrow.compute`` as it runs."""
-    if "pyarrow" in sys.modules or "numpy" in sys.modules:
-        return
-    sys.modules["numpy"] = None  # type: ignore[assignment]  # `import numpy` raises ImportError
-    try:
-        import pyarrow.compute  # noqa: F401
-    except ImportError:  # not installed: the command says so where it needs it
-        pass
-    finally:
-        if "numpy" in sys.modules and sys.modules["numpy"] is None:
-            del sys.modules["numpy"]
-
-
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The command line's parser. With ``command`` (a name in COMMANDS) only that command's parser
     is built, and only its module imported: what ``deltamirror COMMAND ...`` parses with (building
@@ -132,7 +110,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None, stops: Any) -> int:
+    from deltamirror.core.compute import keep_numpy_out_of_pyarrow
     from deltamirror.core.errors import DeltaMirrorError
+
+    # before any command module imports pyarrow: it loads without NumPy (most of its import's cost;
+    # no command hands it a NumPy array)
+    keep_numpy_out_of_pyarrow()
 
     argv = list(sys.argv[1:] if argv is None else argv)
     # the command first (no option before it): only its parser is built
@@ -141,8 +124,6 @@ def _main(argv: Sequence[str] | None, stops: Any) -> int:
     handler: Callable[[argparse.Namespace], int] = args.handler
     if stops is not None and getattr(args, "long_running", False):
         stops.use_stop_mode()
-    if getattr(args, "arrow", True):  # every command but `local` reads or writes Arrow
-        import_pyarrow_without_numpy()
     try:
         if getattr(args, "output", None) is not None:
             from .output import check_output_path

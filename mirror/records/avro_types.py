@@ -45,8 +45,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from deltamirror.core.compute import pc
 from deltamirror.core.schema import (
     VARIANT_ARROW,
     ArrayType,

@@ -15,7 +15,8 @@ from decimal import Decimal
 from typing import Any, Protocol
 
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from deltamirror.core.compute import pc
 
 # --- values: Arrow columns to JSON-ready Python values ------------------------------------------
 

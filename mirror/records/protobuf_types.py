@@ -52,10 +52,10 @@ from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, Context, Decimal
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from google.protobuf import descriptor_pb2, duration_pb2, empty_pb2, timestamp_pb2
 from google.type import date_pb2, datetime_pb2
 
+from deltamirror.core.compute import pc
 from deltamirror.core.schema import (
     ArrayType,
     DecimalType,

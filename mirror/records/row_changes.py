@@ -52,8 +52,8 @@ from contextlib import closing
 from typing import Any, cast
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from deltamirror.core.compute import pc
 from deltamirror.core.errors import CorruptDataFileError
 from deltamirror.core.row_tracking import ROW_COMMIT_VERSION, ROW_ID
 

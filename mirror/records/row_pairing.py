@@ -25,7 +25,8 @@ import tempfile
 from collections.abc import Iterator
 
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from deltamirror.core.compute import pc
 
 #: the default memory budget of one version's pairing (``row_changes.pairing_memory_mb``)
 DEFAULT_PAIRING_MEMORY_BYTES = 256 * 1024 * 1024

@@ -24,8 +24,8 @@ import hmac
 from collections.abc import Sequence
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from deltamirror.core.compute import pc
 from deltamirror.core.errors import ConfigError
 from deltamirror.core.head import read_head
 from deltamirror.core.row_tracking import ROW_ID_COLUMNS

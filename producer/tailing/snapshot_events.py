@@ -15,9 +15,8 @@ import time
 from collections.abc import Iterator
 from typing import IO, Any
 
-import pyarrow.compute as pc
-
 from deltamirror.core import action_schema
+from deltamirror.core.compute import pc
 from deltamirror.core.partitions import distinct_partitions
 from deltamirror.core.table import Snapshot
 from deltamirror.core.timestamps import CommitTimestamp

@@ -70,3 +70,15 @@ def test_a_kernel_asked_for_imports_pyarrow_compute_and_is_its_own(name: str) ->
         f"assert found is pyarrow.compute.{name} and pc.{name} is found\n"
     )
     assert "pyarrow.compute" in _imported_after(code)
+
+
+def test_after_the_command_lines_first_step_the_path_imports_neither_numpy_nor_pyarrow_compute() -> None:
+    """The command line imports pyarrow with NumPy hidden first (deltamirror.core.compute): the
+    path then holds no NumPy (110-170 ms of CPU) and still no ``pyarrow.compute``."""
+    code = (
+        "from deltamirror.core.compute import keep_numpy_out_of_pyarrow\n"
+        "keep_numpy_out_of_pyarrow()\n" + "\n".join(f"import {m}" for m in COMMAND_PATH)
+    )
+    imported = _imported_after(code)
+    assert set(COMMAND_PATH) <= imported and "pyarrow" in imported
+    assert sorted(imported & {"numpy", "pyarrow.compute", "pyarrow._compute"}) == []
