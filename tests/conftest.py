@@ -18,6 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings as hypothesis_settings
+
+# no property test may fail by how long an example took: hypothesis's default 200 ms deadline
+# failed one whose first example imported a module, on a loaded machine (tests never depend on
+# timing; the suite's own per-test timeout still bounds a hung one)
+hypothesis_settings.register_profile("deltamirror", deadline=None)
+hypothesis_settings.load_profile("deltamirror")
 
 pytest_plugins = [
     "support.kafka",
