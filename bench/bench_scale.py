@@ -19,6 +19,7 @@ snapshot mode ``latest``, notifications on as by default):
   once and the poll only bounds a lost notification: the idle CPU was mostly these polls.
   ``--settle-s``: the wait between the start and the idle measurement (default 5 s; after its
   resume each table still commits its first position, which at 10,000 tables takes longer).
+  ``--workers``: the watchers' ``workers`` (not set by default: the setting's default).
   ``--storage s3`` (with ``--layout shared``): the tables are uploaded to a local S3 server
   (s3proxy, started as the tests start it: tests/support/s3proxy.py) and found under one S3
   prefix; the requests the server received during the idle seconds are counted from its request
@@ -29,9 +30,11 @@ snapshot mode ``latest``, notifications on as by default):
   (``killed_at``: the kill's time, seconds since the epoch).
 * ``move``: TWO instances in one group over ``--move-tables`` tables; once both run and every
   table published, one is SIGKILLed (or SIGTERMed), a commit is written to every table right after,
-  and the time until every table has published it is taken: the survivor's own tables publish at
+  and the time from the kill until every table has published it is taken (``all_published_s``;
+  rows without ``measured_from`` ran from the last of those commits written, seconds later at
+  10,000 tables: ``commits_written_s``): the survivor's own tables publish at
   once, so the figure is the time the dead member's tables took to move (the survivor's log gives
-  how many moved). The group's session timeout is recorded with it, and the survivor's CPU over
+  how many moved, and when the last of them resumed: ``last_resumed_s``, publishing follows). The group's session timeout is recorded with it, and the survivor's CPU over
   that time (``survivor_cpu_s``: user+system, all threads). With ``--layout shared`` the
   tables are under one discover prefix with shared topics, published from version 0 (snapshot
   mode ``from-timestamp`` at the epoch), only the SIGKILL is measured, and the shared topics are
@@ -46,6 +49,7 @@ A size that does not start is a result too: its error line is kept (``failed``).
                                 [--no-idle] [--idle-s 30] [--pickups 5] [--session-ms 10000]
                                 [--port 19394] [--src DIR] [--fresh] [--layout per-table|shared]
                                 [--poll-interval S] [--settle-s 5] [--storage local|s3]
+                                [--workers N]
 
 Results: rows appended to bench/results/scale.json (``--fresh`` starts it over), the plot
 bench/results/scale.png, and a markdown table on stdout. Not a test: nothing is asserted.
@@ -156,6 +160,19 @@ def board_rounds(path: Path, since: int = 0) -> dict[str, Any]:
     return out
 
 
+def last_resumed_s(path: Path, since: int, killed_at: float) -> float | None:
+    """When the last table resumed on this member after line ``since``, in seconds after
+    ``killed_at`` (epoch seconds): the end of the moved tables' opens (publishing follows)."""
+    last = None
+    for x in log_lines(path)[since:]:
+        if x.get("msg") == "resuming table" and isinstance(x.get("ts"), str):
+            last = x["ts"]
+    if last is None:
+        return None
+    at = datetime.datetime.fromisoformat(last.replace("Z", "+00:00")).timestamp()
+    return round(at - killed_at, 2)
+
+
 def assigned_tables(path: Path, since: int = 0) -> int:
     return sum(int(x.get("tables", 0)) for x in log_lines(path)[since:] if x.get("msg") == "shards assigned")
 
@@ -187,12 +204,14 @@ def write_config(
     poll_interval_s: float | None = None,
     s3: Any = None,
     s3_prefix: str = "",
+    workers: int | None = None,
 ) -> Path:
     """``latest`` for the idle case; ``from-version`` 0 for moves: a table that resumes without
     progress after a commit would take that commit as its start (``latest``) and never publish it.
     ``shared``: the tables' folder as a discover prefix with ``topics: shared`` (``latest``, or
     ``from-timestamp`` from the epoch: version 0 on, for moves). ``s3``: the tables were uploaded
-    under ``s3_prefix`` of that server (an :class:`S3Proxy`), the discover prefix is there."""
+    under ``s3_prefix`` of that server (an :class:`S3Proxy`), the discover prefix is there.
+    ``workers``: the watchers' ``workers`` (None: not set, the default)."""
     config = base / "watch.yaml"  # JSON is YAML
     if layout == "shared":
         where: dict[str, Any] = {
@@ -231,6 +250,7 @@ def write_config(
                 "progress_topic": f"dmscale.{run}.progress",
                 "transactional_id_prefix": f"dmscale-{run}",
                 "group": {"name": f"dmscale-{run}", "session_timeout_ms": session_ms},
+                **({"workers": workers} if workers is not None else {}),
             }
         )
     )
@@ -373,6 +393,7 @@ def measure_idle(
         poll_interval_s=args.poll_interval,
         s3=s3,
         s3_prefix=prefix,
+        workers=args.workers,
     )
     log = base / "watch.log"
     out: dict[str, Any] = {
@@ -381,6 +402,7 @@ def measure_idle(
         "layout": args.layout,
         # None: not set (the setting's default: 30 s for a local table watched by notifications)
         "poll_interval_s": args.poll_interval,
+        "workers": args.workers,
         "tables": n,
         "round": rnd,
         "load_before": load(),
@@ -550,6 +572,22 @@ def check_shared_topics(bootstrap: str, run: str, tables: list[Path], last_versi
     }
 
 
+def wait_published(
+    reader: CommitsReader, version: int, since: float, limit: float, row: dict[str, Any]
+) -> float | None:
+    """Seconds from ``since`` (monotonic) until every table published ``version``; None after
+    ``limit`` seconds. ``row["published_by_s"]``: how many had, every 5 s meanwhile (the pace of the
+    survivor's transactions: its own tables' first, then the moved tables' as they resume)."""
+    curve: list[list[float]] = []
+    row["published_by_s"] = curve
+    while (left := limit - (time.monotonic() - since)) > 0:
+        if reader.wait_all(version, min(5.0, left)) is not None:
+            return time.monotonic() - since
+        done = sum(1 for v in reader.latest.values() if v >= version)
+        curve.append([round(time.monotonic() - since, 1), done])
+    return None
+
+
 def measure_move(args: argparse.Namespace, bootstrap: str, rnd: int) -> list[dict[str, Any]]:
     """SIGKILL then SIGTERM one of two members; a new member is started in between.
 
@@ -570,6 +608,7 @@ def measure_move(args: argparse.Namespace, bootstrap: str, rnd: int) -> list[dic
         mode="from-timestamp" if shared else "from-version",
         layout=args.layout,
         poll_interval_s=args.poll_interval,
+        workers=args.workers,
     )
     reader: CommitsReader = (
         SharedCommitsReader(bootstrap, f"deltamirror.dmscale-{run}.commits", [t.name for t in tables])
@@ -596,6 +635,7 @@ def measure_move(args: argparse.Namespace, bootstrap: str, rnd: int) -> list[dic
         for name, signum, survivor, joiner in events:
             row: dict[str, Any] = {"kind": "move", "event": name, "tables": n, "round": rnd}
             row["layout"] = args.layout
+            row["workers"] = args.workers  # None: the watchers' default
             row["session_timeout_ms"] = args.session_ms
             rows.append(row)
             if joiner:  # back to two members: the survivor and a new one
@@ -629,11 +669,15 @@ def measure_move(args: argparse.Namespace, bootstrap: str, rnd: int) -> list[dic
             row["load_before"] = load()
             cpu_before = proc_cpu_s(procs[survivor].pid)
             procs[victim].send_signal(signum)
+            killed = time.monotonic()
             row["killed_at"] = round(time.time(), 3)  # the watchers' logs are in UTC wall time
             version += 1
             for t in tables:
                 write_commit(t, version)
-            took = reader.wait_all(version, limit)
+            # the figure runs from the kill: writing 10,000 commits takes seconds, during the move
+            written = time.monotonic() - killed
+            row["commits_written_s"] = round(written, 2)
+            took = wait_published(reader, version, killed, limit, row)
             row["load_after"] = load()
             # the survivor's CPU (all threads) from the kill until every table published
             row["survivor_cpu_s"] = round(proc_cpu_s(procs[survivor].pid) - cpu_before, 2)
@@ -643,6 +687,8 @@ def measure_move(args: argparse.Namespace, bootstrap: str, rnd: int) -> list[dic
                 )
                 return rows
             row["all_published_s"] = round(took, 2)
+            row["measured_from"] = "kill"  # rows without it ran from the last commit written
+            row["last_resumed_s"] = last_resumed_s(logs[survivor], seen, row["killed_at"])
             row["moved_tables"] = (
                 resumed_lines(logs[survivor], seen) if shared else assigned_tables(logs[survivor], seen)
             )
@@ -803,6 +849,12 @@ def main() -> int:
         type=float,
         default=5.0,
         help="seconds between the start and the idle measurement (the tables' first commits end)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="the watchers' workers (default: not set, the setting's default)",
     )
     parser.add_argument("--pickups", type=int, default=5)
     parser.add_argument("--move-tables", type=int, default=200)
