@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from deltamirror.core import features
 from deltamirror.core.actions import iter_values
 from deltamirror.core.errors import CorruptLogError, VersionNotFoundError
-from deltamirror.core.log import stream_commit
+from deltamirror.core.log import build_segment, stream_commit
 from deltamirror.core.models import Metadata, Protocol
 from deltamirror.core.replay import replay_config
 from deltamirror.core.storage import TableStorage
@@ -78,8 +78,28 @@ def read_head(table: DeltaTable, version: int, *, check_features: bool = True) -
     that only compares the table's id or reads its timestamp settings first, and checks it after."""
     segment = table.segment(version)
     metadata, protocol = replay_config(table.storage, segment)
+    table._remember_config(segment.version, metadata)  # its ICT settings: not read again for its timestamp
     head = TableHead(segment.version, metadata, protocol, table.uri)
     return head.check_readable() if check_features else head
 
 
-__all__ = ["TableHead", "previous_timestamp", "read_head", "timestamp_of", "version0_table_id"]
+def read_latest_head(table: DeltaTable) -> tuple[TableHead, CommitTimestamp]:
+    """The feature-checked head at the table's latest version and that version's timestamp, from
+    one listing of the whole log: the latest version, its head and its timestamp asked in turn
+    listed the log three times (a fresh start at the latest version, per table)."""
+    listing = table.listing(0)
+    segment = build_segment(table.storage, whole_log=listing)
+    metadata, protocol = replay_config(table.storage, segment)
+    table._remember_config(segment.version, metadata)
+    head = TableHead(segment.version, metadata, protocol, table.uri).check_readable()
+    return head, table._commit_timestamp(head.version, listing)
+
+
+__all__ = [
+    "TableHead",
+    "previous_timestamp",
+    "read_head",
+    "read_latest_head",
+    "timestamp_of",
+    "version0_table_id",
+]

@@ -97,7 +97,9 @@ def redact(text: str) -> str:
     if "@" in text:
         text = _URL_USERINFO.sub(lambda m: f"{m['scheme']}{MASK}@", text)
         text = _BARE_USERINFO.sub(f"{MASK}@", text)
-    if "=" in text or ":" in text:
+    # a quoted pair needs a quote and a ``:`` or ``=``, a plain one an ``=``: a URI's ``:`` alone
+    # (every table's name in every log line) matches neither
+    if "=" in text or (":" in text and ('"' in text or "'" in text)):
         text = _QUOTED_PAIR.sub(_mask_pair, text)
         text = _PLAIN_PAIR.sub(_mask_pair, text)
     return text

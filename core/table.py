@@ -320,7 +320,10 @@ class DeltaTable:
         """The resolved timestamp of ``version``: what ``snapshot(version).timestamp`` and
         ``history()`` say, without replaying the table."""
         arguments.version("version", version, self.uri, optional=False)
-        listing = self.listing(0)
+        return self._commit_timestamp(version, self.listing(0))
+
+    def _commit_timestamp(self, version: int, listing: LogListing) -> CommitTimestamp:
+        """:meth:`commit_timestamp` from ``listing``, a listing of the whole log the caller made."""
         cp = listing.checkpoints.get(version)
         if version not in listing.commits and cp is None:
             raise VersionNotFoundError(
@@ -347,6 +350,18 @@ class DeltaTable:
     @cached_property
     def _ict_cache(self) -> dict[int, IctConfig]:
         return {}
+
+    def _remember_config(self, version: int, metadata: Metadata) -> None:
+        """The metaData in force at ``version``, read by the caller (core.head.read_head): the
+        timestamps asked while ``version`` is the latest need not read the log again for its ICT
+        settings (a table started at its latest version read its last commit twice). A metaData
+        whose ICT settings do not read is not remembered: the timestamps say so themselves."""
+        if version in self._ict_cache:
+            return
+        try:
+            self._ict_cache[version] = IctConfig.from_configuration(metadata.configuration, table=self.uri)
+        except CorruptLogError:
+            return
 
     def _latest_ict(self, listing: LogListing | None = None) -> IctConfig:
         """ICT as the latest metaData configures it (delta-spark's history and timestamp search

@@ -23,7 +23,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -213,13 +213,24 @@ class _Batches:
 
     def ask(self, key: Any, item: Any, timeout_s: float) -> Any:
         """What ``send`` answered for ``key`` (``item`` is what the request needs of it)."""
+        return self._answer(self._join({key: item}, timeout_s), key)
+
+    def ask_many(self, items: Mapping[Any, Any], timeout_s: float) -> dict[Any, Any]:
+        """:meth:`ask` for several keys at once (by key, what the request needs of it): one batch,
+        one wait, where asking them in turn waited for a batch each."""
+        batch = self._join(items, timeout_s)
+        return {key: self._answer(batch, key) for key in items}
+
+    def _join(self, items: Mapping[Any, Any], timeout_s: float) -> _Batch:
+        """The batch that took ``items``, answered (or its error or deadline reached)."""
         deadline = time.monotonic() + timeout_s
         with self._lock:
             batch = self._open
             opened = batch is None
             if batch is None:
                 batch = self._open = _Batch(deadline)
-            batch.items.setdefault(key, item)
+            for key, item in items.items():
+                batch.items.setdefault(key, item)
             batch.callers += 1
             if self._limit is not None and len(batch.items) >= self._limit:
                 self._open = None  # full: whoever asks next opens another
@@ -230,8 +241,8 @@ class _Batches:
                 batch.turn.set()
         if not opened:
             if not batch.ready.wait(max(0.0, deadline - time.monotonic())):
-                raise self._missed(key, batch.why_unanswered())
-            return self._answer(batch, key)
+                raise self._missed(next(iter(items)), batch.why_unanswered())
+            return batch
         batch.turn.wait()  # one in flight: it ends by its deadline, which is before this one's
         if self._gather_s:
             time.sleep(self._gather_s)
@@ -252,7 +263,7 @@ class _Batches:
                     self._busy = following is not None
                 if following is not None:  # its keys are closed now: its opener sends it
                     following.turn.set()
-        return self._answer(batch, key)
+        return batch
 
     def _answer(self, batch: _Batch, key: Any) -> Any:
         if batch.error is not None:
@@ -372,6 +383,16 @@ class TopicManager:
         if isinstance(answer, BaseException):
             raise answer
         return dict(answer)
+
+    def end_offsets_many(self, names: Sequence[str], *, committed: bool = True) -> dict[str, dict[int, int]]:
+        """:meth:`end_offsets` of several topics, by topic, asked at once (one batch to wait for)."""
+        keys = {(name, committed): (name, committed) for name in names}
+        out: dict[str, dict[int, int]] = {}
+        for (name, _), answer in self._ends.ask_many(keys, self.timeout_s).items():
+            if isinstance(answer, BaseException):
+                raise answer
+            out[name] = dict(answer)
+        return out
 
     def _read_ends(self, keys: list[tuple[str, bool]], deadline: float) -> dict[tuple[str, bool], Any]:
         """The ends of ``keys`` ((topic, committed) pairs): one metadata request for all their

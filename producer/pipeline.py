@@ -36,7 +36,7 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from deltamirror.core.errors import ConfigError, DeltaMirrorError
@@ -100,6 +100,19 @@ DRAIN_AHEAD_BYTES = 64 * 1024 * 1024
 def table_topics(table: TableConfig) -> TableTopics:
     """The table's topics (:meth:`TableConfig.topics`, the one source of its topic names)."""
     return table.topics()
+
+
+class _EndOffsets:
+    """:data:`~.publishing.hanging.EndOffsets` of a manager, and several topics' at once (``many``)."""
+
+    def __init__(self, manager: TopicManager) -> None:
+        self.manager = manager
+
+    def __call__(self, topic: str, committed: bool) -> dict[int, int]:
+        return self.manager.end_offsets(topic, committed=committed)
+
+    def many(self, topics: Sequence[str], committed: bool) -> dict[str, dict[int, int]]:
+        return self.manager.end_offsets_many(topics, committed=committed)
 
 
 class _Backoff:
@@ -479,16 +492,15 @@ class TablePipeline:
             topics += [rows.topics.changes, rows.topics.transaction]
         return [*topics, self.cfg.progress_topic]
 
-    def _end_offsets(self) -> EndOffsets:
+    def _end_offsets(self) -> _EndOffsets:
         """Each partition's end now (admin calls): the shared admin client, or one of the table's own."""
-        manager = (
+        return _EndOffsets(
             self.clients.topics()
             if self.clients is not None
             else TopicManager(self.kafka, max_record_bytes=self.cfg.max_record_bytes)
         )
-        return lambda topic, committed: manager.end_offsets(topic, committed=committed)
 
-    def _settle(self, end_offsets: EndOffsets) -> bool:
+    def _settle(self, end_offsets: _EndOffsets) -> bool:
         """Wait until every transaction open now on the table's topics has ended (True if one was);
         one that does not end within ``transaction.timeout.ms`` + :data:`HANG_MARGIN_S` is reported
         (and waited for)."""
@@ -500,6 +512,7 @@ class TablePipeline:
             stop=self.stop,
             on_hang=self._report_hanging,
             on_clear=self._hanging_ended,
+            many=end_offsets.many,
         )
 
     def _report_hanging(self, held: list[OpenTransaction]) -> None:

@@ -151,9 +151,9 @@ class TableScheduler:
             if self._closed:
                 raise RuntimeError("the scheduler is closed")
             self._slots.add(slot)
-            self._push(slot, time.monotonic())
             self._start_workers()
-            self._cond.notify()
+            if not self._push(slot, time.monotonic()):  # one worker woken for it, not two
+                self._cond.notify()
         return slot
 
     def wake(self, slot: Slot, *, always: bool = False) -> None:
@@ -169,8 +169,8 @@ class TableScheduler:
             if not (always or slot.table.wakeable):
                 return
             now = time.monotonic()
-            if slot.due > now:
-                self._push(slot, now)
+            # pushed when it waits for later; one worker woken for it, not two
+            if slot.due > now and not self._push(slot, now):
                 self._cond.notify()
 
     def waker_of(self, slot: Slot) -> Callable[[], None]:
@@ -196,12 +196,15 @@ class TableScheduler:
 
     # --- under the lock -----------------------------------------------------------------------
 
-    def _push(self, slot: Slot, due: float) -> None:
+    def _push(self, slot: Slot, due: float) -> bool:
+        """``slot`` in the heap, due at ``due``; True when a worker was woken for it."""
         slot.due = due
         slot.token += 1
         heapq.heappush(self._heap, (due, next(self._order), slot.token, slot))
         if due < self._timer_due:  # before what the waiting worker waits for: one wakes for it
             self._cond.notify()
+            return True
+        return False
 
     def _start_workers(self) -> None:
         while len(self._threads) < min(self.workers, len(self._slots)):

@@ -389,7 +389,11 @@ class TableConfig(PerTableSettings):
         Normalized once, when the settings are made (``normalize_table_uri``: no password, one
         spelling of a location); everything downstream takes this form as it is.
         """
-        return self._normalized_uri
+        # read from pydantic's private dict itself: ``self._normalized_uri`` goes through the model's
+        # ``__getattr__`` (an AttributeError raised and caught inside), some µs a call, and tables
+        # ask this at every turn and hand-off
+        uri: str = self.__pydantic_private__["_normalized_uri"]  # type: ignore[index]
+        return uri
 
     def topics(self) -> TableTopics:
         """The one source of the table's topic names: each configured one, else its default."""

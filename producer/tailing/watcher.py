@@ -31,7 +31,14 @@ from typing import Any
 
 from deltamirror.core.commits import TimestampTracker, probe_next_versions
 from deltamirror.core.errors import LogGapError, TableNotFoundError, VersionNotFoundError
-from deltamirror.core.head import TableHead, previous_timestamp, read_head, timestamp_of, version0_table_id
+from deltamirror.core.head import (
+    TableHead,
+    previous_timestamp,
+    read_head,
+    read_latest_head,
+    timestamp_of,
+    version0_table_id,
+)
 from deltamirror.core.log import commit_name
 from deltamirror.core.models import Metadata
 from deltamirror.core.readahead import CommitReadAhead
@@ -196,15 +203,14 @@ class TableWatcher:
                 raise
 
     def _start_fresh(self, mode: str, *, replaced: bool = False) -> None:
+        if mode == "latest" and not replaced:  # the latest version, its head and time: one listing
+            head, ts = read_latest_head(self.table)
+            self._set_cursor(head.metadata, head.version, head.ict, ts)
+            self._pending.append(PositionWork(Position(head.metadata.id, head.version, -1, 0, ts)))
+            return
         latest = self.table.latest_version()
         if mode in ("initial", "when-needed"):
             self._begin_snapshot(latest)
-            return
-        if mode == "latest" and not replaced:
-            head = read_head(self.table, latest)
-            ts = timestamp_of(self.table, latest, head.ict)
-            self._set_cursor(head.metadata, latest, head.ict, ts)
-            self._pending.append(PositionWork(Position(head.metadata.id, latest, -1, 0, ts)))
             return
         if replaced or mode == "latest":
             first = min(self.table.listing(0).commits, default=None)

@@ -314,3 +314,63 @@ def test_a_batch_queued_past_its_deadline_says_it_was_never_sent() -> None:
     assert "not asked: it waited" in str(missed.value)  # ... and its caller is told so
     assert "behind the request before it" in str(missed.value)
     assert batches.ask("after", "after", 30) == "answer of after"  # and the batcher still works
+
+
+def test_keys_asked_together_share_one_batch_and_one_wait() -> None:
+    """A table resuming asked its three topics' ends one after the other, twice: six waits for a
+    shared request each. Asked together they join one batch (with whatever others asked
+    meanwhile), and each key gets its own answer or its own refusal."""
+    from deltamirror.mirror.topics import _Batches
+
+    sent: list[list[str]] = []
+
+    def send(items: list[str], deadline: float) -> dict[str, str]:
+        sent.append(items)
+        return {item: f"end of {item}" for item in items if item != "gone"}
+
+    batches = _Batches(send, lambda key, why: LookupError(f"{key}: not answered"), one_in_flight=True)
+    assert batches.ask_many({"actions": "actions", "commits": "commits", "progress": "progress"}, 30) == {
+        "actions": "end of actions",
+        "commits": "end of commits",
+        "progress": "end of progress",
+    }
+    assert sent == [["actions", "commits", "progress"]]  # one request, asked once
+    with pytest.raises(LookupError, match="gone: not answered"):
+        batches.ask_many({"actions": "actions", "gone": "gone"}, 30)
+    assert batches.ask("after", "after", 30) == "end of after"
+
+
+def test_a_resume_waits_for_its_topics_ends_asked_together() -> None:
+    """The wait for the transactions open on a table's topics asks all its topics' ends at once:
+    once for the high watermarks, once a round for the stable offsets (each topic alone before)."""
+    import threading
+
+    from deltamirror.producer.publishing.hanging import wait_until_settled
+
+    topics = ["t.actions", "t.commits", "t.progress"]
+    stable = {"t.actions": {0: 3}, "t.commits": {0: 5}, "t.progress": {0: 7}}
+    asked: list[tuple[tuple[str, ...], bool]] = []
+
+    def many(names: Any, committed: bool) -> dict[str, dict[int, int]]:
+        asked.append((tuple(names), committed))
+        if not committed:
+            return {"t.actions": {0: 4}, "t.commits": {0: 5}, "t.progress": {0: 7}}
+        ends = {name: dict(stable[name]) for name in names}
+        stable["t.actions"] = {0: 4}  # the transaction open on t.actions ends after the first look
+        return ends
+
+    def one(topic: str, committed: bool) -> dict[int, int]:
+        raise AssertionError(f"{topic} asked alone")
+
+    waited = wait_until_settled(
+        one,
+        topics,
+        hang_after_s=60,
+        stop=threading.Event(),
+        on_hang=lambda held: None,
+        on_clear=lambda held: None,
+        poll_s=0.0,
+        many=many,
+    )
+    assert waited
+    assert asked == [(tuple(topics), False), (tuple(topics), True), (tuple(topics), True)]

@@ -19,8 +19,11 @@ from deltamirror.mirror.records.events import TableDropped, decode_commits_recor
 from deltamirror.mirror.topic_names import discovered_topic_name
 from deltamirror.producer.discovery.scan import (
     GONE_TABLES,
+    DiscoveredTable,
     DiscoveryLoop,
     GoneTables,
+    _validated_config,
+    discovered_config,
     find_tables,
 )
 from deltamirror.producer.settings import DiscoverConfig, WatchConfig, merge_overrides
@@ -158,6 +161,47 @@ def test_topic_names_follow_the_relative_path() -> None:
     assert dotted.startswith("a.b.c-") and len(dotted) == len("a.b.c-") + 8
     assert discovered_topic_name("my table/x") == discovered_topic_name("my table/x")  # deterministic
     assert len(discovered_topic_name("x" * 300)) == 200
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        {"topics": "shared", "snapshot_mode": "latest", "poll_interval_s": 5},
+        {"name": "eu", "snapshot_mode": "from-timestamp", "from_timestamp": "2026-01-01T00:00:00Z"},
+        {"exclude": ["tmp*"], "allowed_path_prefixes": ["/elsewhere"], "drop_file_stats": True},
+    ],
+)
+def test_a_discovered_tables_settings_are_its_prefixs_validated_once_and_its_own(
+    tmp_path: Path, prefix: dict[str, Any]
+) -> None:
+    """The copy of the prefix's validated settings a table gets is what validating its own gives."""
+    source = DiscoverConfig.model_validate({"uri": str(tmp_path / "lake"), **prefix})
+    for relative in ("sales/orders", "a.b/c", "my table/x", "x" * 300, ""):
+        table = DiscoveredTable(
+            f"{source.uri}/{relative}" if relative else source.uri,
+            relative,
+            discovered_topic_name(relative, source.name) if relative else None,
+        )
+        copied, whole = (
+            discovered_config(table, source),
+            _validated_config(table.uri, table.topic_name, source),
+        )
+        assert copied == whole and copied.model_fields_set == whole.model_fields_set, relative
+        assert copied.normalized_uri == whole.normalized_uri == table.normalized_uri
+        assert copied.topics() == whole.topics()
+    # a prefix's settings are validated once, never changed by a table's copy
+    first = discovered_config(DiscoveredTable(f"{source.uri}/a", "a", "a"), source)
+    assert discovered_config(DiscoveredTable(f"{source.uri}/b", "b", "b"), source).normalized_uri.endswith(
+        "/b"
+    )
+    assert first.normalized_uri.endswith("/a")
+
+
+def test_a_discovered_table_whose_name_its_settings_refuse_is_refused_as_before(tmp_path: Path) -> None:
+    """A name the copy cannot vouch for is validated whole: the same refusal as before."""
+    source = DiscoverConfig.model_validate({"uri": str(tmp_path / "lake")})
+    with pytest.raises(ValueError, match="topic_name"):
+        discovered_config(DiscoveredTable(f"{source.uri}/x", "x", "bad name\n"), source)
 
 
 def _watch_cfg(**kw: Any) -> WatchConfig:

@@ -421,3 +421,38 @@ def test_many_tables_run_on_the_pool_not_on_a_thread_each(
         service.request_stop()
         assert service.wait(30), "the watcher did not stop"
         service.close()
+
+
+def test_a_table_added_or_woken_wakes_one_worker_not_two() -> None:
+    """Issue 29 (fewer wake-ups at a start): adding a table notified a worker twice, once for the
+    heap's new head and once more, and so did a wake; 10,000 tables added woke 20,000 workers, half
+    of them to find nothing and wait again."""
+    log: list[tuple[str, int]] = []
+    scheduler = TableScheduler(4)
+    first = Steps("first", 3, log, idle_s=3600.0)
+    slots = [scheduler.add(first, lambda _slot, _exc: None)]
+    wait_for(lambda: first.done == 1 and scheduler.waiting == len(scheduler.threads()), "first", 30, 0.01)
+    notified: list[int] = []
+    real_notify = scheduler._cond.notify
+
+    def notify(n: int = 1) -> None:
+        notified.append(n)
+        real_notify(n)
+
+    scheduler._cond.notify = notify  # type: ignore[method-assign]
+    second = Steps("second", 3, log, idle_s=3600.0)
+    second.gate.clear()  # its step waits: the notifications of the add alone are counted
+    slots.append(scheduler.add(second, lambda _slot, _exc: None))
+    assert notified == [1]
+    second.gate.set()
+    wait_for(lambda: second.done == 1 and scheduler.waiting == len(scheduler.threads()), "second", 30, 0.01)
+    notified.clear()
+    scheduler.wake(slots[0])
+    assert notified == [1]
+    wait_for(lambda: first.done == 2, "the woken table", 30, 0.01)
+    scheduler._cond.notify = real_notify  # type: ignore[method-assign]
+    for slot in slots:
+        while not slot.done.is_set():
+            scheduler.wake(slot, always=True)
+            slot.done.wait(0.05)
+    scheduler.close()
