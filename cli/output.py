@@ -26,10 +26,9 @@ from typing import IO, Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
-
-from deltamirror.core.compute import pc
 
 _EPOCH = dt.datetime(1970, 1, 1)
 _US = dt.timedelta(microseconds=1)
