@@ -392,8 +392,9 @@ def command_settings(args: argparse.Namespace, environ: Mapping[str, str] | None
 
         file = ConfigFile.read(config, environ)  # parsed once, each section read from it
         # the file may be the watcher's too: its keys are known, a key no command knows is a typo
-        for key in file.unknown_top_level_keys():
-            raise ConfigError(f"invalid configuration: {key}: unknown key", file=config)
+        unknown = file.unknown_top_level_keys()
+        if unknown:
+            raise ConfigError(f"invalid configuration: {unknown[0]}: unknown key", file=config)
         kafka = file.kafka_settings(bootstrap_servers=servers)
         in_file = file_section(file.section("consumer"), config)
     elif not servers:

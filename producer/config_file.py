@@ -204,10 +204,6 @@ class ConfigFile:
     def source(self) -> str:
         return str(self.path)
 
-    def top_level_keys(self) -> list[str]:
-        """The keys at the top of the file (its sections), as written."""
-        return list(self.raw)
-
     def unknown_top_level_keys(self, others: tuple[str, ...] = ("consumer",)) -> list[str]:
         """The top-level keys no command knows (a typo such as ``consumr:``): the watcher's settings,
         by name or alias, and ``others`` (the consumer commands' section) are known."""
@@ -311,27 +307,12 @@ def redacted(cfg: WatchConfig) -> dict[str, Any]:
     return data
 
 
-def load_section(path: str | Path, name: str, environ: Mapping[str, str] | None = None) -> Any:
-    """The ``name`` section of a configuration file (None when it has none), read as :func:`load_config`
-    reads the file (``${VAR}`` interpolated, relative local paths resolved against the file's
-    folder); for the consumer commands' ``consumer:`` section."""
-    return ConfigFile.read(path, environ).section(name)
-
-
-def top_level_keys(path: str | Path) -> list[str]:
-    """The keys at the top of a configuration file (its sections), as written: for the consumer
-    commands, which refuse a key no command knows (a typo such as ``consumr:``)."""
-    return ConfigFile.read(path).top_level_keys()
-
-
 __all__ = [
     "ConfigFile",
     "SignalConfig",
     "load_config",
     "load_config_data",
     "load_kafka_settings",
-    "load_section",
     "load_signal_config",
     "redacted",
-    "top_level_keys",
 ]
